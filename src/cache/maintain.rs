@@ -1,0 +1,226 @@
+//! `scenerun cache stats | verify | prune | clean`. Prune never evicts an entry used in
+//! the last 24 h (a device phase may still be queued for it) and never one whose key
+//! lock is held (being rebuilt or published).
+
+use std::fs;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use super::{read_meta, Kind, Store};
+use crate::fsutil;
+use crate::key;
+use crate::manifest::units::short_size;
+
+pub const RECENT: Duration = Duration::from_secs(24 * 3600);
+
+/// Hits and misses of the last warm, for `cache stats`.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct LastWarm {
+    pub hits: usize,
+    pub built: usize,
+    pub failed: usize,
+    pub wall_secs: f64,
+}
+
+impl LastWarm {
+    pub fn save(&self, store: &Store) {
+        if let Ok(b) = serde_json::to_vec_pretty(self) {
+            let _ = fsutil::write_atomic(&store.root.join("last-warm.json"), &b);
+        }
+    }
+}
+
+pub fn stats(store: &Store) -> String {
+    let mut out = format!("cache {}\n", store.root.display());
+    let mut total = (0usize, 0u64);
+    for kind in Kind::ALL {
+        let (mut n, mut bytes) = (0usize, 0u64);
+        for (k, _, dir) in store.entries() {
+            if k == kind {
+                n += 1;
+                bytes += read_meta(&dir)
+                    .ok()
+                    .flatten()
+                    .map(|m| m.bytes())
+                    .unwrap_or(0);
+            }
+        }
+        total.0 += n;
+        total.1 += bytes;
+        out.push_str(&format!(
+            "  {:<8} {n:>6} entries  {:>10}\n",
+            kind.name(),
+            short_size(bytes)
+        ));
+    }
+    out.push_str(&format!(
+        "  {:<8} {:>6} entries  {:>10}\n",
+        "total",
+        total.0,
+        short_size(total.1)
+    ));
+    match fs::read(store.root.join("last-warm.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<LastWarm>(&b).ok())
+    {
+        Some(w) => out.push_str(&format!(
+            "last warm: {} hits, {} misses ({} built, {} failed), {:.1}s\n",
+            w.hits,
+            w.built + w.failed,
+            w.built,
+            w.failed,
+            w.wall_secs
+        )),
+        None => out.push_str("last warm: none recorded\n"),
+    }
+    out
+}
+
+/// Re-hash every entry. Returns the number of corrupt entries; with `fix` they are removed.
+pub fn verify(store: &Store, fix: bool, report: &mut dyn FnMut(String)) -> Result<usize> {
+    let mut bad = 0;
+    let entries = store.entries();
+    for (kind, key, dir) in &entries {
+        if let Err(why) = verify_entry(*kind, key, dir) {
+            bad += 1;
+            report(format!("corrupt {} {}: {why}", kind.name(), key));
+            if fix {
+                // Hold the key lock so a concurrent warm does not see a half-removed entry.
+                let _lock = store.lock_key(*kind, key)?;
+                let trash = store.root.join("tmp").join(format!(
+                    "trash.{}.{}",
+                    std::process::id(),
+                    fsutil::unique()
+                ));
+                if fs::rename(dir, &trash).is_ok() {
+                    let _ = fsutil::remove_any(&trash);
+                }
+                report(format!("removed {} {}", kind.name(), key));
+            }
+        }
+    }
+    report(format!(
+        "verified {} entries: {} intact, {bad} corrupt",
+        entries.len(),
+        entries.len() - bad
+    ));
+    Ok(bad)
+}
+
+fn verify_entry(kind: Kind, key: &str, dir: &std::path::Path) -> Result<(), String> {
+    let meta = read_meta(dir)?.ok_or("integrity record missing")?;
+    if meta.key != key || meta.kind != kind {
+        return Err("integrity record names another key".into());
+    }
+    let out = dir.join("out");
+    let actual = fsutil::walk_files(&out).map_err(|e| format!("cannot read: {e}"))?;
+    let recorded: Vec<(String, u64)> = meta
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.size))
+        .collect();
+    if actual != recorded {
+        return Err("files differ from the integrity record (missing, extra or resized)".into());
+    }
+    for f in &meta.files {
+        let p = if f.path.is_empty() {
+            out.clone()
+        } else {
+            out.join(&f.path)
+        };
+        let h = key::hash_file(&p).map_err(|e| format!("cannot read {}: {e}", f.path))?;
+        if h != f.blake3 {
+            return Err(format!(
+                "{} content does not match its BLAKE3",
+                if f.path.is_empty() { "out" } else { &f.path }
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Evict by age, then by size (least recently used first), never a recent entry.
+pub fn prune(
+    store: &Store,
+    max_age: Duration,
+    max_size: Option<u64>,
+    report: &mut dyn FnMut(String),
+) -> Result<()> {
+    let now = SystemTime::now();
+    let mut live = Vec::new();
+    for (kind, key, dir) in store.entries() {
+        let used = fs::metadata(dir.join("meta.json"))
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let bytes = read_meta(&dir)
+            .ok()
+            .flatten()
+            .map(|m| m.bytes())
+            .unwrap_or(0);
+        live.push((used, kind, key, dir, bytes));
+    }
+    live.sort_by_key(|e| e.0);
+    let mut total: u64 = live.iter().map(|e| e.4).sum();
+    let (mut removed, mut freed) = (0usize, 0u64);
+    for (used, kind, key, dir, bytes) in &live {
+        let age = now.duration_since(*used).unwrap_or_default();
+        let too_old = age > max_age;
+        let too_big = max_size.is_some_and(|cap| total > cap);
+        if !(too_old || too_big) || age < RECENT {
+            continue;
+        }
+        // Skip entries someone is building or publishing right now.
+        let lock_path = store
+            .root
+            .join("locks")
+            .join(format!("{}-{key}.lock", kind.name()));
+        let Ok(lock) = fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+        else {
+            continue;
+        };
+        if lock.try_lock().is_err() {
+            continue;
+        }
+        let trash = store.root.join("tmp").join(format!(
+            "trash.{}.{}",
+            std::process::id(),
+            fsutil::unique()
+        ));
+        if fs::rename(dir, &trash).is_ok() {
+            let _ = fsutil::remove_any(&trash);
+            total -= bytes;
+            removed += 1;
+            freed += bytes;
+        }
+    }
+    report(format!(
+        "pruned {removed} entries ({}); cache now {}",
+        short_size(freed),
+        short_size(total)
+    ));
+    if let Some(cap) = max_size {
+        if total > cap {
+            report(format!(
+                "cache is still over its cap ({} > {}): the rest was used in the last 24 h",
+                short_size(total),
+                short_size(cap)
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn clean(store: &Store) -> Result<usize> {
+    let entries = store.entries();
+    for (_, _, dir) in &entries {
+        let _ = fsutil::remove_any(dir);
+    }
+    store.sweep_tmp();
+    Ok(entries.len())
+}

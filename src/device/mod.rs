@@ -1,0 +1,143 @@
+//! The device phase (DESIGN.md §7). `outer` checks that everything is warm and takes the
+//! lock exactly once; `inner` runs inside it from the frozen plan and never builds
+//! anything. This file holds what the two share: the frozen plan and the results.
+
+pub mod inner;
+pub mod outer;
+pub mod pack;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::FileRecord;
+use crate::template::Template;
+
+pub const FROZEN_VERSION: u32 = 1;
+pub const RESULTS_VERSION: u32 = 1;
+
+/// An artifact as the inner run receives it: where it is and what `stat` must find.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Artifact {
+    pub name: String,
+    pub key: String,
+    pub out: PathBuf,
+    pub files: Vec<FileRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FrozenScene {
+    pub name: String,
+    pub platform: String,
+    pub env: BTreeMap<String, String>,
+    /// None: the scene has no device step (it passes once warm).
+    pub run: Option<Template>,
+    pub devices: usize,
+    pub exclusive: bool,
+    pub timeout_secs: Option<f64>,
+    pub estimate: Option<f64>,
+    pub kernels: Vec<Artifact>,
+    pub fixture: Option<Artifact>,
+    pub golden: Option<Artifact>,
+    /// Set when a warm step of this scene failed with its current key.
+    pub warm_failure: Option<String>,
+}
+
+/// Everything the inner run needs, so that it never re-reads the manifest or sources.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Frozen {
+    pub version: u32,
+    pub manifest_dir: PathBuf,
+    pub job_dir: PathBuf,
+    pub report_dir: PathBuf,
+    pub results: PathBuf,
+    pub device_env: String,
+    pub scenes: Vec<FrozenScene>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SceneOutcome {
+    Passed,
+    Failed,
+    TimedOut,
+    FailedInWarm,
+    NotRun,
+}
+
+impl SceneOutcome {
+    pub fn word(self) -> &'static str {
+        match self {
+            SceneOutcome::Passed => "passed",
+            SceneOutcome::Failed => "failed",
+            SceneOutcome::TimedOut => "timed out",
+            SceneOutcome::FailedInWarm => "failed in warm",
+            SceneOutcome::NotRun => "not run",
+        }
+    }
+
+    pub fn passed(self) -> bool {
+        self == SceneOutcome::Passed
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SceneResult {
+    pub name: String,
+    pub outcome: SceneOutcome,
+    pub devices: Vec<String>,
+    /// Seconds after the inner run started.
+    pub start_secs: f64,
+    pub duration_secs: f64,
+    pub message: Option<String>,
+    pub log: Option<PathBuf>,
+    pub log_tail: Option<String>,
+}
+
+/// What the inner run writes into the job dir for the outer to read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Results {
+    pub version: u32,
+    pub granted: Vec<String>,
+    /// Unix seconds.
+    pub started: f64,
+    pub ended: f64,
+    /// Time with at least one device step running.
+    pub busy_secs: f64,
+    /// Sum over device steps of ids held × duration.
+    pub device_secs_used: f64,
+    pub scenes: Vec<SceneResult>,
+}
+
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+pub fn frozen_path(job_dir: &Path) -> PathBuf {
+    job_dir.join("device-plan.json")
+}
+
+pub fn results_path(job_dir: &Path) -> PathBuf {
+    job_dir.join("device-results.json")
+}
+
+/// Where a scene's device step gets its `{kernels}` directory of links.
+pub fn kernels_dir(job_dir: &Path, scene: &str) -> PathBuf {
+    job_dir.join("device").join(scene).join("kernels")
+}
+
+/// The command that re-enters this binary inside the lock.
+pub fn inner_command(frozen: &Path) -> String {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "scenerun".into());
+    format!(
+        "{} inner {}",
+        crate::template::quote(&exe),
+        crate::template::quote(&frozen.display().to_string())
+    )
+}

@@ -1,0 +1,315 @@
+//! `scenerun device` (outer): verify that every selected scene is warm, freeze the plan,
+//! and call the lock command — exactly once, here, and only when something can run. A
+//! scene with missing artifacts never costs a card: the check happens before the lock.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use super::{Artifact, Frozen, FrozenScene, Results, SceneOutcome};
+use crate::cache::history::History;
+use crate::exit::Exit;
+use crate::plan::{Plan, Status};
+use crate::report::term::Ui;
+use crate::report::{DeviceReport, LockReport, Report, SceneReport, StepReport};
+use crate::template::{Ph, Val};
+
+pub struct Options {
+    pub no_lock: bool,
+    pub devices: String,
+    pub report_dir: PathBuf,
+}
+
+/// Freeze the plan, or list what is missing.
+pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
+    let mut missing = Vec::new();
+    let mut scenes = Vec::new();
+    for ps in &plan.scenes {
+        let scene = &plan.manifest.scenes[ps.index];
+        let mut warm_failure = None;
+        let mut arts: Vec<Option<Artifact>> = Vec::new();
+        for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
+            let step = &plan.steps[si];
+            if let Status::Failed(why) = &step.status {
+                warm_failure
+                    .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
+                arts.push(None);
+                continue;
+            }
+            match plan.store_of(step).present(step.kind, &step.key) {
+                Some(e) => arts.push(Some(Artifact {
+                    name: step.name.clone(),
+                    key: step.key.clone(),
+                    out: e.out(),
+                    files: e.meta.files,
+                })),
+                None => {
+                    missing.push(format!(
+                        "{}: {} {} (key {}) is not warm",
+                        ps.name,
+                        step.label(),
+                        step.name,
+                        &step.key[..12]
+                    ));
+                    arts.push(None);
+                }
+            }
+        }
+        let mut it = arts.into_iter();
+        let kernels: Vec<Artifact> = ps
+            .kernels
+            .iter()
+            .filter_map(|_| it.next().flatten())
+            .collect();
+        let fixture = ps.fixture.and_then(|_| it.next().flatten());
+        let golden = ps.golden.and_then(|_| it.next().flatten());
+        let d = ps.device.as_ref();
+        scenes.push(FrozenScene {
+            name: ps.name.clone(),
+            platform: scene.platform.clone(),
+            env: scene.env.clone(),
+            run: d.map(|d| d.run.clone()),
+            devices: d.map(|d| d.devices as usize).unwrap_or(0),
+            exclusive: d.is_some_and(|d| d.exclusive),
+            timeout_secs: d.and_then(|d| d.timeout).map(|t| t.as_secs_f64()),
+            estimate: ps.device_estimate,
+            kernels,
+            fixture,
+            golden,
+            warm_failure,
+        });
+    }
+    if !missing.is_empty() {
+        return Err(missing);
+    }
+    Ok(Frozen {
+        version: super::FROZEN_VERSION,
+        manifest_dir: plan.manifest.dir.clone(),
+        job_dir: plan.job_dir.clone(),
+        report_dir: report_dir.to_path_buf(),
+        results: super::results_path(&plan.job_dir),
+        device_env: plan
+            .manifest
+            .lock
+            .as_ref()
+            .map(|l| l.device_env.clone())
+            .unwrap_or_else(|| "TASK_DEVICE".into()),
+        scenes,
+    })
+}
+
+/// The lock command exactly as it will run, `{run}` re-entering this binary.
+pub fn lock_command(plan: &Plan) -> Option<String> {
+    let lock = plan.manifest.lock.as_ref()?;
+    let inner = super::inner_command(&super::frozen_path(&plan.job_dir));
+    Some(lock.submit.render(|ph| match ph {
+        Ph::DeviceCount => Val::One(plan.device_count.to_string().into()),
+        Ph::Run => Val::One(inner.clone().into()),
+        _ => Val::Raw("".into()),
+    }))
+}
+
+fn step_reports(plan: &Plan, scene: usize) -> Vec<StepReport> {
+    let ps = &plan.scenes[scene];
+    ps.kernels
+        .iter()
+        .chain(&ps.fixture)
+        .chain(&ps.golden)
+        .map(|&i| {
+            let s = &plan.steps[i];
+            StepReport {
+                kind: s.kind.name(),
+                name: s.name.clone(),
+                key: s.key.clone(),
+                status: s.status.word(),
+            }
+        })
+        .collect()
+}
+
+fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec<SceneReport> {
+    frozen
+        .scenes
+        .iter()
+        .enumerate()
+        .map(|(i, fs)| {
+            let r = results.and_then(|r| r.scenes.iter().find(|s| s.name == fs.name));
+            SceneReport {
+                name: fs.name.clone(),
+                outcome: match (r, &fs.warm_failure) {
+                    (Some(r), _) => r.outcome,
+                    (None, Some(_)) => SceneOutcome::FailedInWarm,
+                    (None, None) => SceneOutcome::NotRun,
+                },
+                message: r
+                    .and_then(|r| r.message.clone())
+                    .or_else(|| fs.warm_failure.clone()),
+                devices: r.map(|r| r.devices.clone()).unwrap_or_default(),
+                start_secs: r.map(|r| r.start_secs).unwrap_or(0.0),
+                duration_secs: r.map(|r| r.duration_secs).unwrap_or(0.0),
+                log: r.and_then(|r| r.log.clone()),
+                log_tail: r.and_then(|r| r.log_tail.clone()),
+                steps: step_reports(plan, i),
+            }
+        })
+        .collect()
+}
+
+pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
+    let frozen = match freeze(plan, &opts.report_dir) {
+        Ok(f) => f,
+        Err(missing) => {
+            return Err(crate::coded!(
+                Exit::NotWarm,
+                "not warm: {} artifact{} missing, the lock was not taken:\n  {}",
+                missing.len(),
+                if missing.len() == 1 { " is" } else { "s are" },
+                missing.join("\n  ")
+            )
+            .context(
+                crate::exit::Coded::new(Exit::NotWarm, "device: not warm")
+                    .hint("run `scenerun warm` first"),
+            ));
+        }
+    };
+    let mut report = Report::new(&plan.manifest.file);
+    if frozen.scenes.iter().all(|s| s.warm_failure.is_some()) {
+        report.scenes = scene_reports(plan, None, &frozen);
+        report.exit_code = Exit::Failed.code();
+        report.error = Some("every selected scene failed in warm; the lock was not taken".into());
+        report.write(&opts.report_dir, ui.github)?;
+        ui.out(&report.table(ui));
+        ui.always("device: every selected scene failed in warm; the lock was not taken");
+        return Ok(Exit::Failed);
+    }
+    let frozen_file = super::frozen_path(&plan.job_dir);
+    std::fs::create_dir_all(&plan.job_dir)?;
+    crate::fsutil::write_atomic(
+        &frozen_file,
+        &serde_json::to_vec_pretty(&frozen).expect("frozen serializes"),
+    )
+    .map_err(|e| crate::coded!(Exit::Infra, "cannot write {}: {e}", frozen_file.display()))?;
+    let _ = std::fs::remove_file(&frozen.results);
+
+    let results: Option<Results>;
+    if opts.no_lock {
+        let ids = super::pack::parse_ids(&opts.devices)
+            .map_err(|e| crate::coded!(Exit::Usage, "--devices: {e}"))?;
+        let r = super::inner::run(&frozen, Ok(ids));
+        let inner_secs = r.ended - r.started;
+        report.device = Some(DeviceReport {
+            granted: r.granted.clone(),
+            inner_secs,
+            busy_secs: r.busy_secs,
+            device_secs_used: r.device_secs_used,
+            device_secs_held: r.granted.len() as f64 * inner_secs,
+            efficiency: if inner_secs > 0.0 {
+                r.busy_secs / inner_secs
+            } else {
+                0.0
+            },
+        });
+        results = Some(r);
+    } else {
+        let Some(command) = lock_command(plan) else {
+            return Err(crate::coded!(
+                Exit::Usage,
+                "the manifest has no `lock:` section; add one, or run with --no-lock --devices LIST"
+            ));
+        };
+        let log = plan.job_dir.join("lock.log");
+        let _ = std::fs::remove_file(&log);
+        ui.info(&format!("device: taking the lock once: {command}"));
+        let called_at = super::unix_now();
+        let ended = crate::proc::run(&crate::proc::Spec {
+            command: &command,
+            dir: &plan.manifest.dir,
+            env: &plan.manifest.env,
+            log: &log,
+            timeout: None,
+        });
+        let returned_at = super::unix_now();
+        let tail = crate::proc::log_tail(&log, 3000);
+        results = std::fs::read(&frozen.results)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
+            .filter(|r| r.started >= called_at - 1.0);
+        let exit_code = match &ended {
+            Ok(crate::proc::Ended::Exited(c)) => Some(*c),
+            _ => None,
+        };
+        let mut lock = LockReport {
+            command: command.clone(),
+            exit_code,
+            called_at,
+            returned_at,
+            output_tail: Some(tail.clone()),
+            ..Default::default()
+        };
+        if let Some(r) = &results {
+            let held = returned_at - r.started;
+            lock.inner_started_at = Some(r.started);
+            lock.inner_ended_at = Some(r.ended);
+            lock.queue_wait_secs = Some((r.started - called_at).max(0.0));
+            lock.held_secs = Some(held);
+            report.device = Some(DeviceReport {
+                granted: r.granted.clone(),
+                inner_secs: r.ended - r.started,
+                busy_secs: r.busy_secs,
+                device_secs_used: r.device_secs_used,
+                device_secs_held: r.granted.len() as f64 * held,
+                efficiency: if held > 0.0 {
+                    (r.busy_secs / held).min(1.0)
+                } else {
+                    0.0
+                },
+            });
+        }
+        report.lock = Some(lock);
+        if crate::proc::interrupted() {
+            report.scenes = scene_reports(plan, results.as_ref(), &frozen);
+            report.exit_code = Exit::Interrupted.code();
+            report.error = Some("interrupted".into());
+            let _ = report.write(&opts.report_dir, ui.github);
+            return Err(crate::coded!(
+                Exit::Interrupted,
+                "interrupted while in the lock command"
+            ));
+        }
+        if results.is_none() {
+            let how = match &ended {
+                Ok(e) => e.describe(),
+                Err(e) => format!("could not start: {e}"),
+            };
+            let msg = format!(
+                "the lock command returned ({how}) without running the device steps; lock command: {command}"
+            );
+            report.scenes = scene_reports(plan, None, &frozen);
+            report.exit_code = Exit::Infra.code();
+            report.error = Some(format!("{msg}\n{tail}"));
+            let _ = report.write(&opts.report_dir, ui.github);
+            return Err(crate::coded!(
+                Exit::Infra,
+                "{msg}\n--- lock command output (last lines) ---\n{}",
+                tail.trim_end()
+            ));
+        }
+    }
+    let r = results.expect("results are present here");
+    report.scenes = scene_reports(plan, Some(&r), &frozen);
+    let durations: Vec<(String, f64)> = r
+        .scenes
+        .iter()
+        .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
+        .map(|s| (format!("device/{}", s.name), s.duration_secs))
+        .collect();
+    if plan.store.root.join("locks").is_dir() {
+        History::record(&plan.store.root, &durations);
+    }
+    let failed = report.scenes.iter().any(|s| !s.outcome.passed());
+    let exit = if failed { Exit::Failed } else { Exit::Ok };
+    report.exit_code = exit.code();
+    report.write(&opts.report_dir, ui.github)?;
+    ui.out(&report.table(ui));
+    Ok(exit)
+}

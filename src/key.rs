@@ -1,0 +1,401 @@
+//! Content keys (DESIGN.md §4): the versioned, length-prefixed encoding hashed with
+//! BLAKE3, the `#include` closure scanner, and the persistent stat memo that lets an
+//! unchanged file skip re-reading. Keys never contain an absolute path of the checkout:
+//! files inside the manifest's directory are named relative to it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Bump when the encoding changes: every key changes with it.
+pub const KEY_SCHEMA: &str = "scenerun-key-1";
+
+/// Files above this size are hashed but not scanned for `#include`.
+const SCAN_LIMIT: u64 = 4 << 20;
+
+/// A file whose mtime or ctime is this close to the moment it was hashed may still change
+/// within the same timestamp tick ("racy clean"): its memo entry is not trusted.
+const RACY_NS: i128 = 1_000_000_000;
+
+/// Builds one key: every field is written as (tag length, tag, value length, value).
+pub struct KeyHasher(blake3::Hasher);
+
+impl KeyHasher {
+    pub fn new(kind: &str) -> Self {
+        let mut k = KeyHasher(blake3::Hasher::new());
+        k.field("schema", KEY_SCHEMA.as_bytes());
+        k.field("kind", kind.as_bytes());
+        k
+    }
+
+    pub fn field(&mut self, tag: &str, value: &[u8]) {
+        self.0.update(&(tag.len() as u64).to_le_bytes());
+        self.0.update(tag.as_bytes());
+        self.0.update(&(value.len() as u64).to_le_bytes());
+        self.0.update(value);
+    }
+
+    pub fn env(&mut self, env: &BTreeMap<String, String>) {
+        self.field("env-count", &(env.len() as u64).to_le_bytes());
+        for (k, v) in env {
+            self.field("env-name", k.as_bytes());
+            self.field("env-value", v.as_bytes());
+        }
+    }
+
+    pub fn file(&mut self, tag: &str, rel: &str, hash: &str) {
+        self.field(tag, rel.as_bytes());
+        self.field("content", hash.as_bytes());
+    }
+
+    pub fn finish(self) -> String {
+        self.0.finalize().to_hex().to_string()
+    }
+}
+
+/// One `#include` directive as written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Include {
+    /// `"x"` (true) or `<x>` (false).
+    pub quoted: bool,
+    pub name: String,
+}
+
+/// What is known about a file's content.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileInfo {
+    pub hash: String,
+    pub includes: Vec<Include>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct MemoEntry {
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    ino: u64,
+    hashed_at_ns: i128,
+    info: FileInfo,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct MemoFile {
+    version: u32,
+    entries: HashMap<PathBuf, MemoEntry>,
+}
+
+const MEMO_VERSION: u32 = 1;
+
+/// (directory of the including file, include dirs, directive) → the file it names.
+type ResolveKey = (PathBuf, Vec<PathBuf>, Include);
+
+/// Content hashes of files, memoized within the process and across runs.
+pub struct Files {
+    memo_path: Option<PathBuf>,
+    old: HashMap<PathBuf, MemoEntry>,
+    fresh: Mutex<HashMap<PathBuf, MemoEntry>>,
+    seen: Mutex<HashMap<PathBuf, Arc<FileInfo>>>,
+    resolved: Mutex<HashMap<ResolveKey, Option<PathBuf>>>,
+    pub reads: std::sync::atomic::AtomicUsize,
+}
+
+fn ns(t: io::Result<SystemTime>) -> i128 {
+    t.ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+fn now_ns() -> i128 {
+    ns(Ok(SystemTime::now()))
+}
+
+impl Files {
+    /// A memo persisted at `memo_path` (None: in-process only).
+    pub fn new(memo_path: Option<PathBuf>) -> Files {
+        let old = memo_path
+            .as_ref()
+            .and_then(|p| fs::read(p).ok())
+            .and_then(|b| serde_json::from_slice::<MemoFile>(&b).ok())
+            .filter(|m| m.version == MEMO_VERSION)
+            .map(|m| m.entries)
+            .unwrap_or_default();
+        Files {
+            memo_path,
+            old,
+            fresh: Mutex::default(),
+            seen: Mutex::default(),
+            resolved: Mutex::default(),
+            reads: Default::default(),
+        }
+    }
+
+    /// The content hash and `#include`s of a file.
+    pub fn info(&self, path: &Path) -> io::Result<Arc<FileInfo>> {
+        if let Some(i) = self.seen.lock().expect("memo lock").get(path) {
+            return Ok(i.clone());
+        }
+        let meta = fs::metadata(path)?;
+        let mtime_ns = ns(meta.modified());
+        let ctime_ns = meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128;
+        let trusted = self.old.get(path).filter(|e| {
+            e.size == meta.len()
+                && e.mtime_ns == mtime_ns
+                && e.ctime_ns == ctime_ns
+                && e.ino == meta.ino()
+                && mtime_ns.max(ctime_ns) + RACY_NS < e.hashed_at_ns
+        });
+        let entry = match trusted {
+            Some(e) => e.clone(),
+            None => {
+                let hashed_at_ns = now_ns();
+                let info = read_info(path, meta.len())?;
+                self.reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                MemoEntry {
+                    size: meta.len(),
+                    mtime_ns,
+                    ctime_ns,
+                    ino: meta.ino(),
+                    hashed_at_ns,
+                    info,
+                }
+            }
+        };
+        let info = Arc::new(entry.info.clone());
+        self.fresh
+            .lock()
+            .expect("memo lock")
+            .insert(path.to_path_buf(), entry);
+        self.seen
+            .lock()
+            .expect("memo lock")
+            .insert(path.to_path_buf(), info.clone());
+        Ok(info)
+    }
+
+    pub fn hash(&self, path: &Path) -> io::Result<String> {
+        Ok(self.info(path)?.hash.clone())
+    }
+
+    /// Write the memo back (atomically; a failure only costs re-hashing next time).
+    pub fn save(&self) {
+        let Some(path) = &self.memo_path else { return };
+        let fresh = self.fresh.lock().expect("memo lock");
+        if fresh.is_empty() {
+            return;
+        }
+        let mut entries = self.old.clone();
+        entries.extend(fresh.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let file = MemoFile {
+            version: MEMO_VERSION,
+            entries,
+        };
+        let _ = crate::fsutil::write_atomic(path, &serde_json::to_vec(&file).unwrap_or_default());
+    }
+
+    /// Every file the source includes, transitively, that the scanner can resolve
+    /// (excluding the source itself), as (key name, content hash), sorted.
+    pub fn closure(
+        &self,
+        base: &Path,
+        source: &Path,
+        dirs: &[PathBuf],
+    ) -> io::Result<Vec<(String, String)>> {
+        let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut todo = vec![source.to_path_buf()];
+        let mut out = Vec::new();
+        while let Some(file) = todo.pop() {
+            let info = self.info(&file)?;
+            let here = file.parent().unwrap_or(Path::new("/")).to_path_buf();
+            for inc in &info.includes {
+                if let Some(found) = self.resolve(&here, dirs, inc) {
+                    if found != source && seen.insert(found.clone()) {
+                        todo.push(found);
+                    }
+                }
+            }
+        }
+        for f in seen {
+            let hash = self.hash(&f)?;
+            out.push((key_name(base, &f), hash));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn resolve(&self, here: &Path, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {
+        let memo_key = (
+            if inc.quoted {
+                here.to_path_buf()
+            } else {
+                PathBuf::new()
+            },
+            dirs.to_vec(),
+            inc.clone(),
+        );
+        if let Some(r) = self.resolved.lock().expect("memo lock").get(&memo_key) {
+            return r.clone();
+        }
+        let name = Path::new(&inc.name);
+        let found = if name.is_absolute() {
+            name.is_file().then(|| normalize(name))
+        } else {
+            let beside = inc.quoted.then_some(here);
+            beside
+                .into_iter()
+                .chain(dirs.iter().map(PathBuf::as_path))
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+                .map(|p| normalize(&p))
+        };
+        self.resolved
+            .lock()
+            .expect("memo lock")
+            .insert(memo_key, found.clone());
+        found
+    }
+}
+
+/// A file's name in keys and records: relative to `base` when inside it, else absolute.
+pub fn key_name(base: &Path, path: &Path) -> String {
+    match path.strip_prefix(base) {
+        Ok(rel) => rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/"),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+/// Resolve a key name back to a path.
+pub fn key_path(base: &Path, name: &str) -> PathBuf {
+    let p = Path::new(name);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+/// Lexical normalization (`a/./b/../c` → `a/c`) without touching the file system.
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+fn read_info(path: &Path, size: u64) -> io::Result<FileInfo> {
+    let mut f = fs::File::open(path)?;
+    let mut hasher = blake3::Hasher::new();
+    let includes = if size <= SCAN_LIMIT {
+        let mut buf = Vec::with_capacity(size as usize);
+        f.read_to_end(&mut buf)?;
+        hasher.update(&buf);
+        scan_includes(&buf)
+    } else {
+        hasher.update_reader(&mut f)?;
+        Vec::new()
+    };
+    Ok(FileInfo {
+        hash: hasher.finalize().to_hex().to_string(),
+        includes,
+    })
+}
+
+/// Hash a file's content (no memo): for integrity records.
+pub fn hash_file(path: &Path) -> io::Result<String> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(fs::File::open(path)?)?;
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// `#include "x"` and `#include <x>` lines. `#if` is not evaluated (an
+/// over-approximation); computed includes (`#include MACRO`) are skipped — the depfile
+/// re-check covers them.
+pub fn scan_includes(text: &[u8]) -> Vec<Include> {
+    let mut out = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        let line = trim_start(line);
+        let Some(rest) = line.strip_prefix(b"#") else {
+            continue;
+        };
+        let rest = trim_start(rest);
+        let Some(rest) = rest.strip_prefix(b"include") else {
+            continue;
+        };
+        let rest = trim_start(rest);
+        let (close, quoted) = match rest.first() {
+            Some(b'"') => (b'"', true),
+            Some(b'<') => (b'>', false),
+            _ => continue,
+        };
+        let body = &rest[1..];
+        if let Some(end) = body.iter().position(|b| *b == close) {
+            if let Ok(name) = std::str::from_utf8(&body[..end]) {
+                if !name.is_empty() {
+                    out.push(Include {
+                        quoted,
+                        name: name.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn trim_start(b: &[u8]) -> &[u8] {
+    let n = b.iter().take_while(|c| **c == b' ' || **c == b'\t').count();
+    &b[n..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scans_includes() {
+        let src = b"#include \"a.h\"\n  #  include <b/c.h>\n#define X \"y.h\"\n#include X\n// #include \"no.h\"\n#includex\n";
+        let inc = scan_includes(src);
+        assert_eq!(
+            inc,
+            vec![
+                Include {
+                    quoted: true,
+                    name: "a.h".into()
+                },
+                Include {
+                    quoted: false,
+                    name: "b/c.h".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn encoding_is_length_prefixed() {
+        let mut a = KeyHasher::new("k");
+        a.field("x", b"ab");
+        a.field("y", b"c");
+        let mut b = KeyHasher::new("k");
+        b.field("x", b"a");
+        b.field("y", b"bc");
+        assert_ne!(a.finish(), b.finish());
+    }
+}

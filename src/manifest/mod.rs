@@ -1,0 +1,889 @@
+//! The manifest (`scenes.yaml`, version 1): load, validate, and hand out a `Manifest`
+//! in which every path is resolved, every command template parsed for its context, and
+//! every default filled. Every error of a file is collected and reported together, each
+//! with file:line:column where the YAML gives one (exit code 4).
+
+mod locate;
+mod raw;
+pub mod units;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_yaml::Value;
+
+use crate::template::{allowed, Ph, Template};
+use locate::Locations;
+
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
+
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    /// The manifest file as the user named it (for messages).
+    pub file: PathBuf,
+    /// The manifest's directory, absolute and canonical: commands run here.
+    pub dir: PathBuf,
+    pub platform: String,
+    pub env: BTreeMap<String, String>,
+    pub cache: CacheConfig,
+    pub toolchains: BTreeMap<String, Toolchain>,
+    pub lock: Option<LockConfig>,
+    pub scenes: Vec<Scene>,
+    /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// `cache.dir` resolved against the manifest's directory.
+    pub dir: Option<PathBuf>,
+    pub max_size: Option<u64>,
+    pub max_age: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Toolchain {
+    pub name: String,
+    pub compile: Template,
+    pub identity: Option<String>,
+    pub depfile: Option<Template>,
+    pub include_flag: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct LockConfig {
+    pub submit: Template,
+    pub device_env: String,
+    pub device_count: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scene {
+    pub name: String,
+    pub platform: String,
+    pub tags: Vec<String>,
+    /// Top-level env with the scene's env merged over it.
+    pub env: BTreeMap<String, String>,
+    pub kernels: Vec<Kernel>,
+    pub fixture: Option<GenStep>,
+    pub golden: Option<GenStep>,
+    pub device: Option<DeviceStep>,
+}
+
+/// A file or directory named by the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileRef {
+    /// How keys and commands name it: relative to the manifest's directory (with `/`)
+    /// when it is inside it, else absolute.
+    pub rel: String,
+    /// Where to read it.
+    pub abs: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    pub name: String,
+    pub toolchain: String,
+    pub source: FileRef,
+    /// Existing include dirs, in order.
+    pub include_dirs: Vec<FileRef>,
+    pub flags: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenStep {
+    pub run: Template,
+    pub inputs: Vec<FileRef>,
+    pub persist: bool,
+    pub memory: Option<u64>,
+    pub threads: u32,
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeviceStep {
+    pub run: Template,
+    pub devices: u32,
+    pub exclusive: bool,
+    pub timeout: Option<Duration>,
+}
+
+/// One problem in a manifest.
+#[derive(Debug, Clone)]
+pub struct Diag {
+    pub line: Option<usize>,
+    pub col: Option<usize>,
+    /// The key path, e.g. `scenes[1].kernels[0].source`.
+    pub path: String,
+    pub message: String,
+}
+
+/// Every problem found in one manifest.
+#[derive(Debug)]
+pub struct ManifestErrors {
+    pub file: String,
+    pub diags: Vec<Diag>,
+}
+
+impl fmt::Display for ManifestErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.diags.len();
+        write!(
+            f,
+            "manifest {} has {n} error{}:",
+            self.file,
+            if n == 1 { "" } else { "s" }
+        )?;
+        for d in &self.diags {
+            write!(f, "\n  {}", self.file)?;
+            if let Some(line) = d.line {
+                write!(f, ":{line}")?;
+                if let Some(col) = d.col {
+                    write!(f, ":{col}")?;
+                }
+            }
+            if d.path.is_empty() {
+                write!(f, ": {}", d.message)?;
+            } else {
+                write!(f, ": {}: {}", d.path, d.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ManifestErrors {}
+
+/// Names of scenes, kernels and toolchains: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..`
+/// (names become directory names under logs/ and job/).
+pub fn valid_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+        && name != "."
+        && name != ".."
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
+    let file = path.display().to_string();
+    let single = |message: String| ManifestErrors {
+        file: file.clone(),
+        diags: vec![Diag {
+            line: None,
+            col: None,
+            path: String::new(),
+            message,
+        }],
+    };
+    let bytes = std::fs::read(path).map_err(|e| single(format!("cannot read it: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
+    let abs = std::path::absolute(path).map_err(|e| single(format!("cannot resolve it: {e}")))?;
+    let dir = abs
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| single(format!("cannot resolve its directory: {e}")))?;
+    parse(&text, path, &dir)
+}
+
+/// Parse and validate manifest text as if it were the file `file` in directory `dir`.
+pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestErrors> {
+    let mut cx = Ctx {
+        file: file.display().to_string(),
+        dir: dir.to_path_buf(),
+        locs: Locations::index(text),
+        diags: Vec::new(),
+        notes: Vec::new(),
+    };
+    let value: Value = match serde_yaml::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            let loc = e.location();
+            return Err(ManifestErrors {
+                file: cx.file,
+                diags: vec![Diag {
+                    line: loc.as_ref().map(|l| l.line()),
+                    col: loc.as_ref().map(|l| l.column()),
+                    path: String::new(),
+                    message: format!("invalid YAML: {}", strip_location(&e.to_string())),
+                }],
+            });
+        }
+    };
+    let manifest = cx.manifest(value);
+    if cx.diags.is_empty() {
+        Ok(manifest.expect("no errors means a manifest"))
+    } else {
+        Err(ManifestErrors {
+            file: cx.file,
+            diags: cx.diags,
+        })
+    }
+}
+
+/// serde_yaml appends " at line L column C"; the location is printed separately.
+fn strip_location(msg: &str) -> String {
+    match msg.find(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+struct Ctx {
+    file: String,
+    dir: PathBuf,
+    locs: Locations,
+    diags: Vec<Diag>,
+    notes: Vec<String>,
+}
+
+impl Ctx {
+    fn err(&mut self, path: &str, message: impl Into<String>) {
+        let pos = self.locs.find(path);
+        self.diags.push(Diag {
+            line: pos.map(|p| p.line),
+            col: pos.map(|p| p.col),
+            path: path.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Deserialize a mapping into `T`, first reporting (and dropping) every unknown key so
+    /// that all of them are reported, not the first only.
+    fn take<T: DeserializeOwned>(&mut self, mut v: Value, path: &str, known: &[&str]) -> Option<T> {
+        // `known` empty: a free-form mapping (env, toolchains), no field check.
+        if let (Value::Mapping(m), false) = (&mut v, known.is_empty()) {
+            let unknown: Vec<Value> = m
+                .keys()
+                .filter(|k| !k.as_str().is_some_and(|k| known.contains(&k)))
+                .cloned()
+                .collect();
+            for k in unknown {
+                let name = match &k {
+                    Value::String(s) => s.clone(),
+                    other => serde_yaml::to_string(other)
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string(),
+                };
+                let at = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                self.err(
+                    &at,
+                    format!(
+                        "unknown field `{name}` (expected one of: {})",
+                        known.join(", ")
+                    ),
+                );
+                m.remove(&k);
+            }
+        }
+        match serde_yaml::from_value::<T>(v) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let here = if path.is_empty() {
+                    "the manifest"
+                } else {
+                    path
+                };
+                let msg = e.to_string();
+                // Point at the field when serde names it.
+                let at = field_in(&msg)
+                    .map(|f| {
+                        if path.is_empty() {
+                            f.to_string()
+                        } else {
+                            format!("{path}.{f}")
+                        }
+                    })
+                    .unwrap_or_else(|| path.to_string());
+                self.err(&at, format!("{here}: {}", strip_location(&msg)));
+                None
+            }
+        }
+    }
+
+    fn templ(&mut self, text: &str, path: &str, allowed: &[Ph]) -> Option<Template> {
+        match Template::parse(text, allowed) {
+            Ok(t) => Some(t),
+            Err(errs) => {
+                for e in errs {
+                    self.err(path, e.0);
+                }
+                None
+            }
+        }
+    }
+
+    fn size(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<u64> {
+        let v = v?;
+        units::parse_size(&v.text())
+            .map_err(|e| self.err(path, e))
+            .ok()
+    }
+
+    fn duration(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<Duration> {
+        let v = v?;
+        units::parse_duration(&v.text())
+            .map_err(|e| self.err(path, e))
+            .ok()
+    }
+
+    fn env(&mut self, raw: BTreeMap<String, raw::Scalar>, path: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for (k, v) in raw {
+            if !valid_env_name(&k) {
+                self.err(
+                    &format!("{path}.{k}"),
+                    format!("`{k}` is not a valid environment variable name"),
+                );
+            }
+            out.insert(k, v.text());
+        }
+        out
+    }
+
+    /// Resolve a path from the manifest. Relative paths are taken from the manifest's
+    /// directory and may not leave it, lexically (`..`) or through a symlink.
+    /// Returns Ok(None) when the path does not exist.
+    fn resolve(&self, raw: &str) -> Result<Option<FileRef>, String> {
+        if raw.is_empty() {
+            return Err("empty path".into());
+        }
+        let p = Path::new(raw);
+        if p.is_absolute() {
+            let abs = p.to_path_buf();
+            if !abs.exists() {
+                return Ok(None);
+            }
+            return Ok(Some(match abs.strip_prefix(&self.dir) {
+                Ok(inside) if !inside.as_os_str().is_empty() => FileRef {
+                    rel: slash(inside),
+                    abs,
+                },
+                _ => FileRef {
+                    rel: raw.to_string(),
+                    abs,
+                },
+            }));
+        }
+        let mut norm = PathBuf::new();
+        for c in p.components() {
+            match c {
+                Component::Normal(s) => norm.push(s),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !norm.pop() {
+                        return Err(format!(
+                            "`{raw}` escapes the manifest's directory through `..`"
+                        ));
+                    }
+                }
+                _ => return Err(format!("`{raw}` is not a usable path")),
+            }
+        }
+        if norm.as_os_str().is_empty() {
+            norm.push(".");
+        }
+        let abs = self.dir.join(&norm);
+        match abs.canonicalize() {
+            Ok(real) => {
+                if !real.starts_with(&self.dir) {
+                    return Err(format!(
+                        "`{raw}` escapes the manifest's directory through a symlink (it resolves to {})",
+                        real.display()
+                    ));
+                }
+                Ok(Some(FileRef {
+                    rel: slash(&norm),
+                    abs,
+                }))
+            }
+            Err(_) if abs.symlink_metadata().is_ok() => {
+                Err(format!("`{raw}` is a dangling symlink"))
+            }
+            Err(_) => Ok(None),
+        }
+    }
+
+    fn manifest(&mut self, v: Value) -> Option<Manifest> {
+        let Value::Mapping(mut top) = v else {
+            self.err(
+                "",
+                "the manifest must be a mapping with `version: 1` and `scenes:`",
+            );
+            return None;
+        };
+        for k in top.keys().cloned().collect::<Vec<_>>() {
+            let name = k
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{k:?}"));
+            if !raw::TOP.contains(&name.as_str()) {
+                self.err(
+                    &name,
+                    format!(
+                        "unknown field `{name}` (expected one of: {})",
+                        raw::TOP.join(", ")
+                    ),
+                );
+                top.remove(&k);
+            }
+        }
+        let mut field = |name: &str| top.remove(name);
+
+        match field("version") {
+            None => self.err("", "missing field `version` (write `version: 1`)"),
+            Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
+            Some(other) => self.err(
+                "version",
+                format!(
+                    "unsupported manifest version {} (this scenerun reads version 1)",
+                    serde_yaml::to_string(&other).unwrap_or_default().trim()
+                ),
+            ),
+        }
+        let platform = match field("platform") {
+            None => "default".to_string(),
+            Some(v) => self.take::<String>(v, "platform", &[]).unwrap_or_default(),
+        };
+        let env_raw = field("env")
+            .and_then(|v| self.take::<BTreeMap<String, raw::Scalar>>(v, "env", &[]))
+            .unwrap_or_default();
+        let env = self.env(env_raw, "env");
+
+        let cache_raw = field("cache")
+            .and_then(|v| self.take::<raw::Cache>(v, "cache", raw::CACHE))
+            .unwrap_or_default();
+        let cache = CacheConfig {
+            dir: cache_raw.dir.as_deref().map(|d| self.dir.join(d)),
+            max_size: self.size(cache_raw.max_size, "cache.max_size"),
+            max_age: self
+                .duration(cache_raw.max_age, "cache.max_age")
+                .unwrap_or(DEFAULT_MAX_AGE),
+        };
+
+        let mut toolchains = BTreeMap::new();
+        if let Some(v) = field("toolchains") {
+            if let Some(map) = self.take::<BTreeMap<String, Value>>(v, "toolchains", &[]) {
+                for (name, v) in map {
+                    let path = format!("toolchains.{name}");
+                    if !valid_name(&name) {
+                        self.err(&path, bad_name("toolchain", &name));
+                    }
+                    let Some(t) = self.take::<raw::Toolchain>(v, &path, raw::TOOLCHAIN) else {
+                        continue;
+                    };
+                    let compile =
+                        self.templ(&t.compile, &format!("{path}.compile"), allowed::COMPILE);
+                    let depfile = t
+                        .depfile
+                        .as_deref()
+                        .and_then(|d| self.templ(d, &format!("{path}.depfile"), allowed::DEPFILE));
+                    if let Some(compile) = compile {
+                        toolchains.insert(
+                            name.clone(),
+                            Toolchain {
+                                name,
+                                compile,
+                                identity: t.identity,
+                                depfile,
+                                include_flag: t.include_flag.unwrap_or_else(|| "-I".into()),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+
+        let lock = field("lock")
+            .and_then(|v| self.take::<raw::Lock>(v, "lock", raw::LOCK))
+            .and_then(|l| {
+                let submit = self.templ(&l.submit, "lock.submit", allowed::LOCK)?;
+                if !submit.uses(Ph::Run) {
+                    self.err(
+                        "lock.submit",
+                        "the lock command must contain {run} (the device steps run through it)",
+                    );
+                }
+                if l.device_count == Some(0) {
+                    self.err("lock.device_count", "device_count must be at least 1");
+                }
+                let device_env = l.device_env.unwrap_or_else(|| "TASK_DEVICE".into());
+                if !valid_env_name(&device_env) {
+                    self.err(
+                        "lock.device_env",
+                        format!("`{device_env}` is not a valid variable name"),
+                    );
+                }
+                Some(LockConfig {
+                    submit,
+                    device_env,
+                    device_count: l.device_count,
+                })
+            });
+
+        let mut scenes = Vec::new();
+        match field("scenes") {
+            None => self.err("", "missing field `scenes`"),
+            Some(v) => {
+                if let Some(list) = self.take::<Vec<Value>>(v, "scenes", &[]) {
+                    if list.is_empty() {
+                        self.err("scenes", "the manifest has no scenes");
+                    }
+                    let mut seen: HashMap<String, usize> = HashMap::new();
+                    for (i, v) in list.into_iter().enumerate() {
+                        let path = format!("scenes[{i}]");
+                        if let Some(s) = self.scene(v, &path, &platform, &env, &toolchains) {
+                            if let Some(first) = seen.get(&s.name) {
+                                self.err(
+                                    &format!("{path}.name"),
+                                    format!(
+                                        "duplicate scene name `{}` (first defined at scenes[{first}])",
+                                        s.name
+                                    ),
+                                );
+                            } else {
+                                seen.insert(s.name.clone(), i);
+                            }
+                            scenes.push(s);
+                        }
+                    }
+                }
+            }
+        }
+
+        Some(Manifest {
+            file: PathBuf::from(&self.file),
+            dir: self.dir.clone(),
+            platform,
+            env,
+            cache,
+            toolchains,
+            lock,
+            scenes,
+            notes: std::mem::take(&mut self.notes),
+        })
+    }
+
+    fn scene(
+        &mut self,
+        v: Value,
+        path: &str,
+        platform: &str,
+        top_env: &BTreeMap<String, String>,
+        toolchains: &BTreeMap<String, Toolchain>,
+    ) -> Option<Scene> {
+        let s = self.take::<raw::Scene>(v, path, raw::SCENE)?;
+        if !valid_name(&s.name) {
+            self.err(&format!("{path}.name"), bad_name("scene", &s.name));
+        }
+        let mut env = top_env.clone();
+        env.extend(self.env(s.env, &format!("{path}.env")));
+
+        let mut kernels = Vec::new();
+        let mut kernel_names: HashMap<String, usize> = HashMap::new();
+        for (i, kv) in s.kernels.into_iter().enumerate() {
+            let kp = format!("{path}.kernels[{i}]");
+            let Some(k) = self.take::<raw::Kernel>(kv, &kp, raw::KERNEL) else {
+                continue;
+            };
+            if !valid_name(&k.name) {
+                self.err(&format!("{kp}.name"), bad_name("kernel", &k.name));
+            }
+            if let Some(first) = kernel_names.get(&k.name) {
+                self.err(
+                    &format!("{kp}.name"),
+                    format!(
+                        "duplicate kernel name `{}` in scene `{}` (first at kernels[{first}])",
+                        k.name, s.name
+                    ),
+                );
+            } else {
+                kernel_names.insert(k.name.clone(), i);
+            }
+            if !toolchains.contains_key(&k.toolchain) {
+                let known: Vec<&str> = toolchains.keys().map(String::as_str).collect();
+                self.err(
+                    &format!("{kp}.toolchain"),
+                    format!(
+                        "unknown toolchain `{}` (defined: {})",
+                        k.toolchain,
+                        if known.is_empty() {
+                            "none".into()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                );
+            }
+            let source = match self.resolve(&k.source) {
+                Ok(Some(f)) if f.abs.is_file() => Some(f),
+                Ok(Some(_)) => {
+                    self.err(
+                        &format!("{kp}.source"),
+                        format!("`{}` is not a file", k.source),
+                    );
+                    None
+                }
+                Ok(None) => {
+                    self.err(
+                        &format!("{kp}.source"),
+                        format!("source file not found: `{}`", k.source),
+                    );
+                    None
+                }
+                Err(e) => {
+                    self.err(&format!("{kp}.source"), e);
+                    None
+                }
+            };
+            let mut include_dirs = Vec::new();
+            for (j, d) in k.include_dirs.iter().enumerate() {
+                let expanded = expand_vars(d);
+                match self.resolve(&expanded) {
+                    Ok(Some(f)) if f.abs.is_dir() => include_dirs.push(f),
+                    Ok(_) => self.notes.push(format!(
+                        "{}.include_dirs[{j}]: `{d}`{} does not exist; skipped",
+                        kp,
+                        if expanded != *d {
+                            format!(" (= `{expanded}`)")
+                        } else {
+                            String::new()
+                        }
+                    )),
+                    Err(e) => self.err(&format!("{kp}.include_dirs[{j}]"), e),
+                }
+            }
+            if let Some(source) = source {
+                kernels.push(Kernel {
+                    name: k.name,
+                    toolchain: k.toolchain,
+                    source,
+                    include_dirs,
+                    flags: k.flags,
+                });
+            }
+        }
+
+        let fixture = s
+            .fixture
+            .and_then(|v| self.gen_step(v, &format!("{path}.fixture"), allowed::FIXTURE));
+        let golden_allowed: &[Ph] = if fixture.is_some() {
+            allowed::GOLDEN
+        } else {
+            allowed::FIXTURE
+        };
+        let golden = s
+            .golden
+            .and_then(|v| self.gen_step(v, &format!("{path}.golden"), golden_allowed));
+        let device = s.device.and_then(|v| {
+            let dp = format!("{path}.device");
+            let d = self.take::<raw::DeviceStep>(v, &dp, raw::DEVICE_STEP)?;
+            let ok: Vec<Ph> = allowed::DEVICE
+                .iter()
+                .copied()
+                .filter(|p| match p {
+                    Ph::Kernels => !kernel_names.is_empty(),
+                    Ph::Fixture => fixture.is_some(),
+                    Ph::Golden => golden.is_some(),
+                    _ => true,
+                })
+                .collect();
+            let run = self.templ(&d.run, &format!("{dp}.run"), &ok);
+            if d.devices == Some(0) {
+                self.err(&format!("{dp}.devices"), "devices must be at least 1");
+            }
+            let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
+            Some(DeviceStep {
+                run: run?,
+                devices: d.devices.unwrap_or(1).max(1),
+                exclusive: d.exclusive.unwrap_or(false),
+                timeout,
+            })
+        });
+        if kernel_names.is_empty() && fixture.is_none() && golden.is_none() && device.is_none() {
+            self.err(
+                path,
+                format!(
+                    "scene `{}` has no steps (kernels, fixture, golden or device)",
+                    s.name
+                ),
+            );
+        }
+        Some(Scene {
+            name: s.name,
+            platform: s.platform.unwrap_or_else(|| platform.to_string()),
+            tags: s.tags,
+            env,
+            kernels,
+            fixture,
+            golden,
+            device,
+        })
+    }
+
+    fn gen_step(&mut self, v: Value, path: &str, allowed: &[Ph]) -> Option<GenStep> {
+        let g = self.take::<raw::GenStep>(v, path, raw::GEN_STEP)?;
+        let run = self.templ(&g.run, &format!("{path}.run"), allowed);
+        let mut inputs = Vec::new();
+        for (i, pattern) in g.inputs.iter().enumerate() {
+            let ip = format!("{path}.inputs[{i}]");
+            match self.glob_inputs(pattern) {
+                Ok(files) if files.is_empty() => {
+                    self.err(&ip, format!("input `{pattern}` matches no file"))
+                }
+                Ok(files) => inputs.extend(files),
+                Err(e) => self.err(&ip, e),
+            }
+        }
+        inputs.sort();
+        inputs.dedup();
+        if g.threads == Some(0) {
+            self.err(&format!("{path}.threads"), "threads must be at least 1");
+        }
+        let memory = self.size(g.memory, &format!("{path}.memory"));
+        let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
+        Some(GenStep {
+            run: run?,
+            inputs,
+            persist: g.persist.unwrap_or(true),
+            memory,
+            threads: g.threads.unwrap_or(1).max(1),
+            timeout,
+        })
+    }
+
+    fn glob_inputs(&self, pattern: &str) -> Result<Vec<FileRef>, String> {
+        if !pattern.contains(['*', '?', '[']) {
+            return match self.resolve(pattern)? {
+                Some(f) if f.abs.is_file() => Ok(vec![f]),
+                Some(_) => Err(format!("input `{pattern}` is not a file")),
+                None => Err(format!("input file not found: `{pattern}`")),
+            };
+        }
+        // Check the pattern's fixed prefix for escapes, then expand it.
+        if Path::new(pattern)
+            .components()
+            .any(|c| c == Component::ParentDir)
+        {
+            return Err(format!("`{pattern}`: `..` is not allowed in an input glob"));
+        }
+        let full = if Path::new(pattern).is_absolute() {
+            pattern.to_string()
+        } else {
+            format!(
+                "{}/{}",
+                glob::Pattern::escape(&self.dir.to_string_lossy()),
+                pattern
+            )
+        };
+        let paths = glob::glob(&full).map_err(|e| format!("bad glob `{pattern}`: {e}"))?;
+        let mut out = Vec::new();
+        for p in paths.flatten() {
+            if !p.is_file() {
+                continue;
+            }
+            let raw = match p.strip_prefix(&self.dir) {
+                Ok(inside) => slash(inside),
+                Err(_) => p.display().to_string(),
+            };
+            if let Some(f) = self.resolve(&raw)? {
+                out.push(f);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Pull `field `x`` out of a serde message such as "missing field `name`".
+fn field_in(msg: &str) -> Option<&str> {
+    for marker in ["unknown field `", "missing field `", "duplicate field `"] {
+        if let Some(i) = msg.find(marker) {
+            let rest = &msg[i + marker.len()..];
+            return rest.find('`').map(|end| &rest[..end]);
+        }
+    }
+    None
+}
+
+fn bad_name(what: &str, name: &str) -> String {
+    format!("bad {what} name `{name}`: use 1–128 characters from [A-Za-z0-9_.-] (not `.` or `..`)")
+}
+
+fn slash(p: &Path) -> String {
+    p.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Expand `$VAR` and `${VAR}` from the environment (unset = empty).
+pub fn expand_vars(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, consumed) = if let Some(inner) = after.strip_prefix('{') {
+            match inner.find('}') {
+                Some(end) => (&inner[..end], end + 2),
+                None => ("", 0),
+            }
+        } else {
+            let n = after
+                .bytes()
+                .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                .count();
+            (&after[..n], n)
+        };
+        if name.is_empty() {
+            out.push('$');
+            rest = after;
+        } else {
+            out.push_str(&std::env::var(name).unwrap_or_default());
+            rest = &after[consumed..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(valid_name("vector_add-2.v1"));
+        assert!(!valid_name(""));
+        assert!(!valid_name(".."));
+        assert!(!valid_name("a b"));
+        assert!(!valid_name("a;b"));
+        assert!(!valid_name(&"x".repeat(129)));
+    }
+
+    #[test]
+    fn env_expansion() {
+        std::env::set_var("SCENERUN_TEST_HOME", "/opt/x");
+        assert_eq!(expand_vars("$SCENERUN_TEST_HOME/include"), "/opt/x/include");
+        assert_eq!(expand_vars("${SCENERUN_TEST_HOME}/inc"), "/opt/x/inc");
+        assert_eq!(expand_vars("a$"), "a$");
+    }
+}

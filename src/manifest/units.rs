@@ -1,0 +1,110 @@
+//! Sizes (`40GiB`, `512MiB`, `1.5GB`, bytes) and durations (`30m`, `90s`, `1h 30m`).
+
+use std::time::Duration;
+
+/// Parse a size. Binary units (KiB, MiB, GiB, TiB) are powers of 1024, decimal ones (KB, MB,
+/// GB, TB) powers of 1000; a bare number is bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1000,
+        "mb" => 1000_u64.pow(2),
+        "gb" => 1000_u64.pow(3),
+        "tb" => 1000_u64.pow(4),
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        _ => return Err(bad_size(text)),
+    };
+    let value: f64 = num.parse().map_err(|_| bad_size(text))?;
+    let bytes = value * mult as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(bad_size(text));
+    }
+    Ok(bytes.round() as u64)
+}
+
+fn bad_size(text: &str) -> String {
+    format!("bad size `{text}` (write e.g. `512MiB`, `40GiB`, `1.5GB` or a number of bytes)")
+}
+
+/// Parse a duration: humantime syntax (`30m`, `90s`, `1h 30m`, `14d`); a bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if let Ok(secs) = t.parse::<u64>() {
+        if secs > 0 {
+            return Ok(Duration::from_secs(secs));
+        }
+    }
+    match humantime::parse_duration(t) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!(
+            "bad duration `{text}` (write e.g. `90s`, `30m`, `1h 30m`, `14d`)"
+        )),
+    }
+}
+
+/// `1.2s`, `340ms`, `2m05s`: short human durations for terminal lines.
+pub fn short_duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1.0 {
+        format!("{}ms", (s * 1000.0).round() as u64)
+    } else if s < 60.0 {
+        format!("{s:.1}s")
+    } else {
+        let m = (s / 60.0).floor();
+        format!("{}m{:02}s", m as u64, (s - m * 60.0).round() as u64)
+    }
+}
+
+/// `1.5 GiB`-style sizes for reports.
+pub fn short_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("40GiB").unwrap(), 40 << 30);
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1.5GB").unwrap(), 1_500_000_000);
+        assert_eq!(parse_size("1000").unwrap(), 1000);
+        assert!(parse_size("40 gigs").is_err());
+        assert!(parse_size("GiB").is_err());
+        assert!(parse_size("-1GiB").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(
+            parse_duration("14d").unwrap(),
+            Duration::from_secs(14 * 86400)
+        );
+        assert_eq!(parse_duration("12").unwrap(), Duration::from_secs(12));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("0s").is_err());
+    }
+}

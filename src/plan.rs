@@ -1,0 +1,591 @@
+//! Manifest + selection → Plan: every step, its content key, its dependencies and its
+//! cache status. The plan is the one place that knows which steps exist and what their
+//! keys are; warm, device and `--plan` all read it, and nothing recomputes a key its own
+//! way. Building a plan runs only identity commands and reads files; it never writes to
+//! the cache (the stat memo beside the manifest is refreshed).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::Result;
+use rayon::prelude::*;
+
+use crate::cache::history::History;
+use crate::cache::{Kind, Lookup, Store};
+use crate::cli::Selection;
+use crate::exit::Exit;
+use crate::key::{Files, KeyHasher};
+use crate::manifest::{DeviceStep, GenStep, Kernel, Manifest, Scene, Toolchain};
+use crate::template::{Ph, Template, Val};
+use crate::warm::record::WarmRecord;
+
+/// Where scenerun keeps its per-checkout files: `build/scenerun/` beside the manifest.
+pub fn job_dir(manifest: &Manifest) -> PathBuf {
+    manifest.dir.join("build").join("scenerun")
+}
+
+/// The cache directory: `--cache-dir` > `$SCENERUN_CACHE_DIR` (both via clap) > `cache.dir`
+/// > `build/cache` beside the manifest.
+pub fn cache_dir(manifest: &Manifest, flag: Option<&Path>) -> PathBuf {
+    match flag {
+        Some(p) => std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
+        None => manifest
+            .cache
+            .dir
+            .clone()
+            .unwrap_or_else(|| manifest.dir.join("build").join("cache")),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    Hit,
+    Miss,
+    /// In the cache but not servable (a recorded dependency changed, a file is damaged).
+    Stale(String),
+    /// The last warm failed this step with this very key.
+    Failed(String),
+}
+
+impl Status {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::Hit => "hit",
+            Status::Miss => "miss",
+            Status::Stale(_) => "stale",
+            Status::Failed(_) => "failed-in-warm",
+        }
+    }
+
+    pub fn is_hit(&self) -> bool {
+        *self == Status::Hit
+    }
+}
+
+/// A warm step: compile one kernel, generate one fixture, compute one golden.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub kind: Kind,
+    /// Index into `Plan::scenes`.
+    pub scene: usize,
+    /// The kernel's name, or `fixture` / `golden`.
+    pub name: String,
+    pub key: String,
+    /// false: lives in the job dir, never in the shared cache.
+    pub persist: bool,
+    /// Steps that must be published first (a golden's fixture).
+    pub deps: Vec<usize>,
+    pub threads: u32,
+    pub memory: u64,
+    pub timeout: Option<std::time::Duration>,
+    pub status: Status,
+    /// Seconds, from history.
+    pub estimate: Option<f64>,
+}
+
+impl Step {
+    /// Stable identity across content changes, for history and logs.
+    pub fn id(&self, plan: &Plan) -> String {
+        format!(
+            "{}/{}/{}",
+            self.kind.name(),
+            plan.scenes[self.scene].name,
+            self.name
+        )
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self.kind {
+            Kind::Kernel => "compile",
+            Kind::Fixture => "fixture",
+            Kind::Golden => "golden",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PlanScene {
+    pub name: String,
+    /// Index into `Manifest::scenes`.
+    pub index: usize,
+    pub kernels: Vec<usize>,
+    pub fixture: Option<usize>,
+    pub golden: Option<usize>,
+    pub device: Option<DeviceStep>,
+    pub device_estimate: Option<f64>,
+}
+
+pub struct Plan {
+    pub manifest: Manifest,
+    pub scenes: Vec<PlanScene>,
+    pub steps: Vec<Step>,
+    pub store: Store,
+    pub job: Store,
+    pub job_dir: PathBuf,
+    pub device_count: u32,
+    pub history: History,
+    pub files: Files,
+}
+
+/// How path placeholders are filled.
+pub enum Fill<'a> {
+    /// For keys: path placeholders masked.
+    Mask,
+    /// For `--dry-run`: run-time values shown as `<out>`, `<depfile>`, `<devices>`.
+    DryRun,
+    /// For running.
+    Real { out: &'a Path, depfile: &'a Path },
+}
+
+impl Plan {
+    pub fn build(manifest: Manifest, sel: &Selection, cache_flag: Option<&Path>) -> Result<Plan> {
+        let selected = crate::select::select(&manifest.scenes, sel)?;
+        let job_dir = job_dir(&manifest);
+        let store = Store::at(cache_dir(&manifest, cache_flag));
+        let job = Store::at(job_dir.join("job"));
+        let files = Files::new(Some(job_dir.join("statmemo.json")));
+        let history = History::load(&store.root);
+        let record = WarmRecord::load(&job_dir);
+
+        // Identity commands: once per toolchain used by the selection.
+        let mut used: Vec<&str> = selected
+            .iter()
+            .flat_map(|&i| {
+                manifest.scenes[i]
+                    .kernels
+                    .iter()
+                    .map(|k| k.toolchain.as_str())
+            })
+            .collect();
+        used.sort();
+        used.dedup();
+        let identities: HashMap<String, Vec<u8>> = used
+            .par_iter()
+            .map(|name| {
+                let tc = &manifest.toolchains[*name];
+                identity(tc, &manifest).map(|id| (name.to_string(), id))
+            })
+            .collect::<Result<_>>()?;
+
+        let mut scenes = Vec::new();
+        let mut steps = Vec::new();
+        for &i in &selected {
+            let s = &manifest.scenes[i];
+            let si = scenes.len();
+            let mut ps = PlanScene {
+                name: s.name.clone(),
+                index: i,
+                kernels: Vec::new(),
+                fixture: None,
+                golden: None,
+                device: s.device.clone(),
+                device_estimate: history.estimate(&format!("device/{}", s.name)),
+            };
+            let blank = |kind: Kind, name: &str, persist: bool| Step {
+                kind,
+                scene: si,
+                name: name.to_string(),
+                key: String::new(),
+                persist,
+                deps: Vec::new(),
+                threads: 1,
+                memory: 0,
+                timeout: None,
+                status: Status::Miss,
+                estimate: None,
+            };
+            for k in &s.kernels {
+                ps.kernels.push(steps.len());
+                steps.push(blank(Kind::Kernel, &k.name, true));
+            }
+            for (kind, g, slot) in [
+                (Kind::Fixture, &s.fixture, &mut ps.fixture),
+                (Kind::Golden, &s.golden, &mut ps.golden),
+            ] {
+                if let Some(g) = g {
+                    *slot = Some(steps.len());
+                    let mut st = blank(kind, kind.name(), g.persist);
+                    st.threads = g.threads;
+                    st.memory = g.memory.unwrap_or(0);
+                    st.timeout = g.timeout;
+                    steps.push(st);
+                }
+            }
+            if let (Some(f), Some(g)) = (ps.fixture, ps.golden) {
+                steps[g].deps.push(f);
+            }
+            scenes.push(ps);
+        }
+
+        let mut plan = Plan {
+            device_count: 0,
+            manifest,
+            scenes,
+            steps,
+            store,
+            job,
+            job_dir,
+            history,
+            files,
+        };
+
+        // Kernel and fixture keys are independent: compute them in parallel; goldens
+        // need their fixture's key.
+        let keys: Vec<(usize, Result<String>)> = (0..plan.steps.len())
+            .into_par_iter()
+            .filter(|&i| plan.steps[i].kind != Kind::Golden)
+            .map(|i| (i, plan.compute_key(i, &identities, None)))
+            .collect();
+        for (i, k) in keys {
+            plan.steps[i].key = k?;
+        }
+        let golden_keys: Vec<(usize, Result<String>)> = (0..plan.steps.len())
+            .into_par_iter()
+            .filter(|&i| plan.steps[i].kind == Kind::Golden)
+            .map(|i| {
+                let fixture_key = plan.steps[i]
+                    .deps
+                    .first()
+                    .map(|&f| plan.steps[f].key.clone());
+                (i, plan.compute_key(i, &identities, fixture_key))
+            })
+            .collect();
+        for (i, k) in golden_keys {
+            plan.steps[i].key = k?;
+        }
+
+        let statuses: Vec<Status> = (0..plan.steps.len())
+            .into_par_iter()
+            .map(|i| plan.status_of(i, &record))
+            .collect();
+        for (i, st) in statuses.into_iter().enumerate() {
+            plan.steps[i].status = st;
+            let id = plan.steps[i].id(&plan);
+            plan.steps[i].estimate = plan.history.estimate(&id);
+        }
+        plan.files.save();
+        plan.device_count = plan.resolve_device_count()?;
+        Ok(plan)
+    }
+
+    pub fn scene(&self, step: &Step) -> &Scene {
+        &self.manifest.scenes[self.scenes[step.scene].index]
+    }
+
+    fn kernel(&self, step: &Step) -> (&Kernel, &Toolchain) {
+        let s = self.scene(step);
+        let k = s
+            .kernels
+            .iter()
+            .find(|k| k.name == step.name)
+            .expect("kernel step names a kernel");
+        (k, &self.manifest.toolchains[&k.toolchain])
+    }
+
+    fn gen(&self, step: &Step) -> &GenStep {
+        let s = self.scene(step);
+        match step.kind {
+            Kind::Fixture => s.fixture.as_ref(),
+            _ => s.golden.as_ref(),
+        }
+        .expect("gen step has its manifest entry")
+    }
+
+    /// The store a step's artifact lives in.
+    pub fn store_of(&self, step: &Step) -> &Store {
+        if step.persist {
+            &self.store
+        } else {
+            &self.job
+        }
+    }
+
+    /// Where a step's artifact is (or will be) once published.
+    pub fn artifact(&self, step: &Step) -> PathBuf {
+        self.store_of(step)
+            .entry_dir(step.kind, &step.key)
+            .join("out")
+    }
+
+    /// The step's command with everything filled but what `fill` decides.
+    pub fn command(&self, step: &Step, fill: &Fill) -> String {
+        let s = self.scene(step);
+        match step.kind {
+            Kind::Kernel => {
+                let (k, tc) = self.kernel(step);
+                let path = |ph: Ph| -> Val {
+                    match (fill, ph) {
+                        (Fill::Mask, _) => Val::Raw(format!("{{{}}}", ph.name()).into()),
+                        (Fill::DryRun, Ph::Source) | (Fill::Real { .. }, Ph::Source) => {
+                            Val::One(k.source.rel.clone().into())
+                        }
+                        (Fill::DryRun, _) => Val::Raw(format!("<{}>", ph.name()).into()),
+                        (Fill::Real { out, .. }, Ph::Out) => {
+                            Val::One(out.to_string_lossy().to_string().into())
+                        }
+                        (Fill::Real { depfile, .. }, _) => {
+                            Val::One(depfile.to_string_lossy().to_string().into())
+                        }
+                    }
+                };
+                let mut value = |ph: Ph| match ph {
+                    Ph::Source | Ph::Out | Ph::Depfile => path(ph),
+                    Ph::Includes => Val::Many(include_words(tc, k)),
+                    Ph::Flags => Val::Many(k.flags.clone()),
+                    Ph::Platform => Val::One(s.platform.as_str().into()),
+                    Ph::Scene => Val::One(s.name.as_str().into()),
+                    Ph::Kernel => Val::One(k.name.as_str().into()),
+                    _ => Val::Raw("".into()),
+                };
+                let mut cmd = tc.compile.render(&mut value);
+                if let Some(dep) = &tc.depfile {
+                    cmd.push(' ');
+                    cmd.push_str(&dep.render(&mut value));
+                }
+                cmd
+            }
+            Kind::Fixture | Kind::Golden => {
+                let g = self.gen(step);
+                let fixture = step.deps.first().map(|&f| self.artifact(&self.steps[f]));
+                g.run.render(|ph| match (ph, fill) {
+                    (Ph::Out, Fill::Mask)
+                    | (Ph::Fixture, Fill::Mask)
+                    | (Ph::Threads, Fill::Mask) => Val::Raw(format!("{{{}}}", ph.name()).into()),
+                    (Ph::Out, Fill::DryRun) => Val::Raw("<out>".into()),
+                    (Ph::Out, Fill::Real { out, .. }) => {
+                        Val::One(out.to_string_lossy().to_string().into())
+                    }
+                    (Ph::Fixture, _) => Val::One(
+                        fixture
+                            .as_ref()
+                            .map(|p| p.to_string_lossy().to_string())
+                            .unwrap_or_default()
+                            .into(),
+                    ),
+                    (Ph::Threads, _) => Val::One(step.threads.to_string().into()),
+                    (Ph::Scene, _) => Val::One(s.name.as_str().into()),
+                    (Ph::Platform, _) => Val::One(s.platform.as_str().into()),
+                    _ => Val::Raw("".into()),
+                })
+            }
+        }
+    }
+
+    fn compute_key(
+        &self,
+        i: usize,
+        identities: &HashMap<String, Vec<u8>>,
+        fixture_key: Option<String>,
+    ) -> Result<String> {
+        let step = &self.steps[i];
+        let s = self.scene(step);
+        let base = &self.manifest.dir;
+        let read_err = |e: std::io::Error, what: &str| {
+            anyhow::Error::new(e).context(format!("scene {}: reading {what}", s.name))
+        };
+        let mut h = KeyHasher::new(step.kind.name());
+        match step.kind {
+            Kind::Kernel => {
+                let (k, tc) = self.kernel(step);
+                h.field("identity", &identities[&tc.name]);
+                h.field("command", self.command(step, &Fill::Mask).as_bytes());
+                h.field("platform", s.platform.as_bytes());
+                h.env(&s.env);
+                let src_hash = self
+                    .files
+                    .hash(&k.source.abs)
+                    .map_err(|e| read_err(e, &k.source.rel))?;
+                h.file("source", &k.source.rel, &src_hash);
+                let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
+                let closure = self
+                    .files
+                    .closure(base, &k.source.abs, &dirs)
+                    .map_err(|e| read_err(e, &format!("the includes of {}", k.source.rel)))?;
+                h.field("closure-count", &(closure.len() as u64).to_le_bytes());
+                for (name, hash) in &closure {
+                    h.file("include", name, hash);
+                }
+            }
+            Kind::Fixture | Kind::Golden => {
+                let g = self.gen(step);
+                h.field("command", self.command(step, &Fill::Mask).as_bytes());
+                h.field("platform", s.platform.as_bytes());
+                h.env(&s.env);
+                h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
+                for f in &g.inputs {
+                    let hash = self.files.hash(&f.abs).map_err(|e| read_err(e, &f.rel))?;
+                    h.file("input", &f.rel, &hash);
+                }
+                if let Some(fk) = fixture_key {
+                    h.field("fixture-key", fk.as_bytes());
+                }
+            }
+        }
+        Ok(h.finish())
+    }
+
+    /// The one cache-status decision, shared by plan, warm and device.
+    pub fn lookup(&self, step: &Step) -> Lookup {
+        self.store_of(step)
+            .lookup(step.kind, &step.key, &self.manifest.dir, &self.files)
+    }
+
+    fn status_of(&self, i: usize, record: &WarmRecord) -> Status {
+        let step = &self.steps[i];
+        match self.lookup(step) {
+            Lookup::Hit(_) => Status::Hit,
+            other => {
+                if let Some(f) = record.failure(
+                    step.kind,
+                    &self.scenes[step.scene].name,
+                    &step.name,
+                    &step.key,
+                ) {
+                    return Status::Failed(f);
+                }
+                match other {
+                    Lookup::Stale(why) => Status::Stale(why),
+                    _ => Status::Miss,
+                }
+            }
+        }
+    }
+
+    /// `{device_count}`: `lock.device_count`, else the largest `devices` among the
+    /// selected scenes. A count below the largest need is a usage error.
+    fn resolve_device_count(&self) -> Result<u32> {
+        let need = self
+            .scenes
+            .iter()
+            .filter_map(|s| s.device.as_ref().map(|d| d.devices))
+            .max()
+            .unwrap_or(1);
+        match self.manifest.lock.as_ref().and_then(|l| l.device_count) {
+            Some(n) if n < need => Err(crate::coded!(
+                Exit::Usage,
+                "lock.device_count is {n}, but a selected scene needs {need} devices"
+            )),
+            Some(n) => Ok(n),
+            None => Ok(need),
+        }
+    }
+
+    /// Steps that are not servable now, per scene (excluding recorded warm failures).
+    pub fn unique_keys(&self) -> usize {
+        let mut keys: Vec<(Kind, &str)> = self
+            .steps
+            .iter()
+            .map(|s| (s.kind, s.key.as_str()))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys.len()
+    }
+}
+
+fn include_words(tc: &Toolchain, k: &Kernel) -> Vec<String> {
+    let flag = &tc.include_flag;
+    let mut out = Vec::new();
+    for d in &k.include_dirs {
+        if flag.ends_with(char::is_whitespace) {
+            out.push(flag.trim_end().to_string());
+            out.push(d.rel.clone());
+        } else {
+            out.push(format!("{flag}{}", d.rel));
+        }
+    }
+    out
+}
+
+static IDENTITY_MEMO: Mutex<BTreeMap<(PathBuf, String), Vec<u8>>> = Mutex::new(BTreeMap::new());
+
+/// Run a toolchain's identity command (once per toolchain per process). Its output and
+/// exit status go into every key the toolchain builds.
+fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
+    let Some(cmd) = &tc.identity else {
+        return Ok(Vec::new());
+    };
+    let memo_key = (manifest.dir.clone(), cmd.clone());
+    if let Some(v) = IDENTITY_MEMO.lock().expect("identity memo").get(&memo_key) {
+        return Ok(v.clone());
+    }
+    let mut expr = duct::cmd("sh", ["-c", cmd.as_str()])
+        .dir(&manifest.dir)
+        .stderr_to_stdout()
+        .stdout_capture()
+        .stdin_null()
+        .unchecked();
+    for (k, v) in &manifest.env {
+        expr = expr.env(k, v);
+    }
+    let out = expr.run().map_err(|e| {
+        crate::coded!(
+            Exit::Infra,
+            "toolchain `{}`: cannot run its identity command `{cmd}`: {e}",
+            tc.name
+        )
+    })?;
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        return Err(crate::coded!(
+            Exit::Infra,
+            "toolchain `{}`: identity command `{cmd}` failed ({}): {}",
+            tc.name,
+            out.status,
+            text.trim()
+        ));
+    }
+    IDENTITY_MEMO
+        .lock()
+        .expect("identity memo")
+        .insert(memo_key, out.stdout.clone());
+    Ok(out.stdout)
+}
+
+/// Remove a template's path placeholders for display (`--dry-run` of device steps).
+pub fn render_device(
+    d: &DeviceStep,
+    scene: &Scene,
+    kernels: &Path,
+    fixture: Option<&Path>,
+    golden: Option<&Path>,
+    devices: Option<&str>,
+) -> String {
+    render_device_template(
+        &d.run,
+        &scene.name,
+        &scene.platform,
+        kernels,
+        fixture,
+        golden,
+        devices,
+    )
+}
+
+pub fn render_device_template(
+    t: &Template,
+    scene: &str,
+    platform: &str,
+    kernels: &Path,
+    fixture: Option<&Path>,
+    golden: Option<&Path>,
+    devices: Option<&str>,
+) -> String {
+    let p = |p: Option<&Path>| {
+        p.map(|p| p.to_string_lossy().to_string())
+            .unwrap_or_default()
+    };
+    t.render(|ph| match ph {
+        Ph::Kernels => Val::One(kernels.to_string_lossy().to_string().into()),
+        Ph::Fixture => Val::One(p(fixture).into()),
+        Ph::Golden => Val::One(p(golden).into()),
+        Ph::Devices => match devices {
+            Some(d) => Val::One(d.to_string().into()),
+            None => Val::Raw("<devices>".into()),
+        },
+        Ph::Scene => Val::One(scene.to_string().into()),
+        Ph::Platform => Val::One(platform.to_string().into()),
+        _ => Val::Raw("".into()),
+    })
+}

@@ -1,0 +1,286 @@
+//! Child processes of steps: each runs `sh -c` in its own process group, its output in
+//! its log file. One registry knows every live group, so that a timeout, SIGINT/SIGTERM
+//! or the death of scenerun itself (through the watchdog process) kills whole groups,
+//! grandchildren included. Invariant: no step process outlives scenerun.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, BufRead, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{ChildStdin, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Between SIGTERM and SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// How a step's process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    Signaled(i32),
+    TimedOut,
+    Interrupted,
+}
+
+impl Ended {
+    pub fn describe(&self) -> String {
+        match self {
+            Ended::Exited(c) => format!("exited with status {c}"),
+            Ended::Signaled(s) => format!("killed by signal {s}"),
+            Ended::TimedOut => "timed out (process group killed)".into(),
+            Ended::Interrupted => "interrupted".into(),
+        }
+    }
+}
+
+struct Group {
+    deadline: Option<Instant>,
+    /// When SIGTERM was sent: SIGKILL follows after GRACE.
+    termed: Option<Instant>,
+    timed_out: bool,
+}
+
+#[derive(Default)]
+struct Registry {
+    groups: Mutex<HashMap<i32, Group>>,
+    changed: Condvar,
+    interrupted: AtomicBool,
+    watchdog: Mutex<Option<ChildStdin>>,
+}
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| {
+        std::thread::spawn(timer_loop);
+        Registry::default()
+    })
+}
+
+pub fn interrupted() -> bool {
+    registry().interrupted.load(Ordering::SeqCst)
+}
+
+/// SIGTERM every live group now, SIGKILL after the grace period.
+pub fn interrupt_all() {
+    let r = registry();
+    r.interrupted.store(true, Ordering::SeqCst);
+    let mut g = r.groups.lock().expect("registry");
+    let now = Instant::now();
+    for (pgid, grp) in g.iter_mut() {
+        if grp.termed.is_none() {
+            unsafe { libc::killpg(*pgid, libc::SIGTERM) };
+            grp.termed = Some(now);
+        }
+    }
+    r.changed.notify_all();
+}
+
+fn timer_loop() {
+    let r = registry();
+    let mut g = r.groups.lock().expect("registry");
+    loop {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for (pgid, grp) in g.iter_mut() {
+            if let Some(t) = grp.termed {
+                if now >= t + GRACE {
+                    unsafe { libc::killpg(*pgid, libc::SIGKILL) };
+                } else {
+                    next = Some(next.map_or(t + GRACE, |n| n.min(t + GRACE)));
+                }
+            } else if let Some(d) = grp.deadline {
+                if now >= d {
+                    grp.timed_out = true;
+                    grp.termed = Some(now);
+                    unsafe { libc::killpg(*pgid, libc::SIGTERM) };
+                    next = Some(next.map_or(now + GRACE, |n| n.min(now + GRACE)));
+                } else {
+                    next = Some(next.map_or(d, |n| n.min(d)));
+                }
+            }
+        }
+        g = match next {
+            Some(n) => {
+                r.changed
+                    .wait_timeout(g, n.saturating_duration_since(now))
+                    .expect("registry")
+                    .0
+            }
+            None => r.changed.wait(g).expect("registry"),
+        };
+    }
+}
+
+fn tell_watchdog(line: &str) {
+    let r = registry();
+    let mut w = r.watchdog.lock().expect("watchdog");
+    if w.is_none() {
+        *w = start_watchdog();
+    }
+    if let Some(stdin) = w.as_mut() {
+        let _ = writeln!(stdin, "{line}");
+    }
+}
+
+fn start_watchdog() -> Option<ChildStdin> {
+    let exe = std::env::current_exe().ok()?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("watchdog")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    unsafe {
+        cmd.pre_exec(|| {
+            // Its own session: a kill of scenerun's process group spares it.
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().ok()?;
+    let stdin = child.stdin.take();
+    // Reap it whenever it exits; it lives as long as our end of the pipe.
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+    stdin
+}
+
+/// The watchdog: reads `+pgid` / `-pgid` lines; at EOF (scenerun exited or was killed)
+/// SIGKILLs every group still registered.
+pub fn watchdog() -> i32 {
+    let mut live: Vec<i32> = Vec::new();
+    let stdin = io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        if let Some(p) = line.strip_prefix('+').and_then(|p| p.parse().ok()) {
+            live.push(p);
+        } else if let Some(p) = line.strip_prefix('-').and_then(|p| p.parse::<i32>().ok()) {
+            live.retain(|x| *x != p);
+        }
+    }
+    for pgid in live {
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+    0
+}
+
+/// What to run.
+pub struct Spec<'a> {
+    pub command: &'a str,
+    pub dir: &'a Path,
+    pub env: &'a BTreeMap<String, String>,
+    pub log: &'a Path,
+    pub timeout: Option<Duration>,
+}
+
+/// Run `sh -c command` in its own process group, stdout and stderr appended to `log`,
+/// and wait for it. After it ends, whatever it left running in its group is killed, so a
+/// background child neither keeps us waiting nor outlives the step.
+pub fn run(spec: &Spec) -> io::Result<Ended> {
+    if interrupted() {
+        return Ok(Ended::Interrupted);
+    }
+    if let Some(dir) = spec.log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(spec.log)?;
+    let mut expr = duct::cmd("sh", ["-c", spec.command])
+        .dir(spec.dir)
+        .stdin_null()
+        .stdout_file(log)
+        .stderr_to_stdout()
+        .unchecked()
+        .before_spawn(|c| {
+            unsafe {
+                c.pre_exec(|| {
+                    libc::setpgid(0, 0);
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+                    Ok(())
+                });
+            }
+            Ok(())
+        });
+    for (k, v) in spec.env {
+        expr = expr.env(k, v);
+    }
+    let r = registry();
+    // Register under the lock so a concurrent interrupt cannot miss this group.
+    let handle;
+    let pgid;
+    {
+        let mut groups = r.groups.lock().expect("registry");
+        if interrupted() {
+            return Ok(Ended::Interrupted);
+        }
+        handle = expr.start()?;
+        pgid = handle.pids()[0] as i32;
+        groups.insert(
+            pgid,
+            Group {
+                deadline: spec.timeout.map(|t| Instant::now() + t),
+                termed: None,
+                timed_out: false,
+            },
+        );
+        r.changed.notify_all();
+    }
+    tell_watchdog(&format!("+{pgid}"));
+    let waited = handle.wait().map(|o| o.status);
+    // Leftovers of the step (background children) die with it.
+    unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    let grp = r.groups.lock().expect("registry").remove(&pgid);
+    tell_watchdog(&format!("-{pgid}"));
+    let status = waited?;
+    if grp.as_ref().is_some_and(|g| g.timed_out) {
+        return Ok(Ended::TimedOut);
+    }
+    if interrupted() && grp.as_ref().is_some_and(|g| g.termed.is_some()) {
+        return Ok(Ended::Interrupted);
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => Ended::Exited(c),
+        (None, Some(s)) => Ended::Signaled(s),
+        _ => Ended::Exited(-1),
+    })
+}
+
+/// Block SIGINT and SIGTERM in every thread and handle them on one thread: `on_signal`
+/// runs there (once per signal). Call before any other thread starts.
+pub fn install_signal_thread(on_signal: fn(i32)) {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        std::thread::spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            if libc::sigwait(&set, &mut sig) == 0 {
+                on_signal(sig);
+            }
+        });
+    }
+}
+
+/// The last `max` bytes of a log, on line boundaries.
+pub fn log_tail(path: &Path, max: usize) -> String {
+    let Ok(bytes) = std::fs::read(path) else {
+        return String::new();
+    };
+    let start = bytes.len().saturating_sub(max);
+    let mut text = String::from_utf8_lossy(&bytes[start..]).to_string();
+    if start > 0 {
+        if let Some(nl) = text.find('\n') {
+            text = text[nl + 1..].to_string();
+        }
+    }
+    text
+}

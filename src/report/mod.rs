@@ -1,0 +1,277 @@
+//! Reports CI reads (DESIGN.md §10): `report.json` (versioned), `junit.xml` (one
+//! testcase per scene, warm failures included), `logs/`, and under GitHub Actions
+//! `::error` annotations plus a Markdown table in `$GITHUB_STEP_SUMMARY`.
+
+pub mod plan_view;
+pub mod term;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::device::SceneOutcome;
+
+pub const REPORT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub kind: &'static str,
+    pub name: String,
+    pub key: String,
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SceneReport {
+    pub name: String,
+    pub outcome: SceneOutcome,
+    pub message: Option<String>,
+    pub devices: Vec<String>,
+    pub start_secs: f64,
+    pub duration_secs: f64,
+    pub log: Option<PathBuf>,
+    pub log_tail: Option<String>,
+    pub steps: Vec<StepReport>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LockReport {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    /// Unix seconds.
+    pub called_at: f64,
+    pub inner_started_at: Option<f64>,
+    pub inner_ended_at: Option<f64>,
+    pub returned_at: f64,
+    pub queue_wait_secs: Option<f64>,
+    pub held_secs: Option<f64>,
+    pub output_tail: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeviceReport {
+    pub granted: Vec<String>,
+    pub inner_secs: f64,
+    pub busy_secs: f64,
+    pub device_secs_used: f64,
+    pub device_secs_held: f64,
+    /// busy ÷ held.
+    pub efficiency: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub version: u32,
+    pub scenerun: &'static str,
+    pub manifest: String,
+    pub exit_code: i32,
+    pub error: Option<String>,
+    pub scenes: Vec<SceneReport>,
+    pub lock: Option<LockReport>,
+    pub device: Option<DeviceReport>,
+}
+
+impl Report {
+    pub fn new(manifest: &Path) -> Report {
+        Report {
+            version: REPORT_VERSION,
+            scenerun: env!("CARGO_PKG_VERSION"),
+            manifest: manifest.display().to_string(),
+            exit_code: 0,
+            error: None,
+            scenes: Vec::new(),
+            lock: None,
+            device: None,
+        }
+    }
+
+    /// Write report.json and junit.xml into `dir`, and the GitHub outputs when asked.
+    pub fn write(&self, dir: &Path, github: bool) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let json = serde_json::to_vec_pretty(self).expect("report serializes");
+        crate::fsutil::write_atomic(&dir.join("report.json"), &json)
+            .with_context(|| format!("writing {}", dir.join("report.json").display()))?;
+        crate::fsutil::write_atomic(&dir.join("junit.xml"), self.junit().as_bytes())
+            .with_context(|| format!("writing {}", dir.join("junit.xml").display()))?;
+        if github {
+            self.github();
+        }
+        Ok(())
+    }
+
+    pub fn junit(&self) -> String {
+        use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
+        let mut report = quick_junit::Report::new("scenerun");
+        let mut suite = TestSuite::new("scenes");
+        for s in &self.scenes {
+            let status = match s.outcome {
+                SceneOutcome::Passed => TestCaseStatus::success(),
+                SceneOutcome::NotRun => {
+                    let mut st = TestCaseStatus::skipped();
+                    if let Some(m) = &s.message {
+                        st.set_message(m.as_str());
+                    }
+                    st
+                }
+                other => {
+                    let kind = if other == SceneOutcome::FailedInWarm {
+                        NonSuccessKind::Error
+                    } else {
+                        NonSuccessKind::Failure
+                    };
+                    let mut st = TestCaseStatus::non_success(kind);
+                    st.set_message(format!(
+                        "{}: {}",
+                        other.word(),
+                        s.message.clone().unwrap_or_default()
+                    ));
+                    st.set_type(other.word());
+                    if let Some(t) = &s.log_tail {
+                        st.set_description(t.as_str());
+                    }
+                    st
+                }
+            };
+            let mut case = TestCase::new(s.name.as_str(), status);
+            case.set_classname("scenerun");
+            case.set_time(std::time::Duration::from_secs_f64(s.duration_secs.max(0.0)));
+            suite.add_test_case(case);
+        }
+        report.add_test_suite(suite);
+        report.to_string().unwrap_or_default()
+    }
+
+    fn github(&self) {
+        for s in self
+            .scenes
+            .iter()
+            .filter(|s| !s.outcome.passed() && s.outcome != SceneOutcome::NotRun)
+        {
+            println!(
+                "::error title={}::{}",
+                gh_escape_property(&format!("scenerun: {} {}", s.name, s.outcome.word())),
+                gh_escape_data(s.message.as_deref().unwrap_or("failed"))
+            );
+        }
+        if let Some(e) = &self.error {
+            println!("::error title=scenerun::{}", gh_escape_data(e));
+        }
+        let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
+            return;
+        };
+        let mut md = String::from(
+            "### scenerun\n\n| scene | result | devices | time | note |\n|---|---|---|---|---|\n",
+        );
+        for s in &self.scenes {
+            md.push_str(&format!(
+                "| {} | {} {} | {} | {:.2}s | {} |\n",
+                s.name,
+                if s.outcome.passed() { "✅" } else { "❌" },
+                s.outcome.word(),
+                s.devices.join(","),
+                s.duration_secs,
+                s.message
+                    .as_deref()
+                    .unwrap_or("")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .replace('|', "\\|")
+            ));
+        }
+        if let (Some(l), Some(d)) = (&self.lock, &self.device) {
+            md.push_str(&format!(
+                "\nlock: queued {:.1}s, held {:.1}s, device busy {:.1}s, efficiency {:.0}%\n",
+                l.queue_wait_secs.unwrap_or(0.0),
+                l.held_secs.unwrap_or(0.0),
+                d.busy_secs,
+                d.efficiency * 100.0
+            ));
+        }
+        if let Ok(mut f) = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = f.write_all(md.as_bytes());
+        }
+    }
+
+    /// The summary table for stdout.
+    pub fn table(&self, ui: &term::Ui) -> String {
+        let w = self
+            .scenes
+            .iter()
+            .map(|s| s.name.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let mut out = format!(
+            "{:<w$}  {:<15} {:>8}  {}\n",
+            "scene", "result", "time", "devices"
+        );
+        for s in &self.scenes {
+            let word = format!("{:<15}", s.outcome.word());
+            let word = if s.outcome.passed() {
+                ui.green(&word)
+            } else {
+                ui.red(&word)
+            };
+            out.push_str(&format!(
+                "{:<w$}  {word} {:>7.2}s  {}\n",
+                s.name,
+                s.duration_secs,
+                s.devices.join(",")
+            ));
+            if let Some(m) = &s.message {
+                if !s.outcome.passed() {
+                    for line in m.lines().take(6) {
+                        out.push_str(&format!("{:<w$}    {line}\n", ""));
+                    }
+                    if let Some(log) = &s.log {
+                        out.push_str(&format!("{:<w$}    log: {}\n", "", log.display()));
+                    }
+                }
+            }
+        }
+        let passed = self.scenes.iter().filter(|s| s.outcome.passed()).count();
+        out.push_str(&format!(
+            "{passed} passed, {} failed\n",
+            self.scenes.len() - passed
+        ));
+        if let Some(d) = &self.device {
+            match &self.lock {
+                Some(l) => out.push_str(&format!(
+                    "lock: queued {:.2}s, held {:.2}s on {} ids; device busy {:.2}s; device-seconds used {:.2} of {:.2} held; efficiency {:.0}%\n",
+                    l.queue_wait_secs.unwrap_or(0.0),
+                    l.held_secs.unwrap_or(0.0),
+                    d.granted.len(),
+                    d.busy_secs,
+                    d.device_secs_used,
+                    d.device_secs_held,
+                    d.efficiency * 100.0
+                )),
+                None => out.push_str(&format!(
+                    "no lock: devices {}; busy {:.2}s of {:.2}s; efficiency {:.0}%\n",
+                    d.granted.join(","),
+                    d.busy_secs,
+                    d.inner_secs,
+                    d.efficiency * 100.0
+                )),
+            }
+        }
+        out
+    }
+}
+
+fn gh_escape_data(s: &str) -> String {
+    s.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+fn gh_escape_property(s: &str) -> String {
+    gh_escape_data(s).replace(':', "%3A").replace(',', "%2C")
+}

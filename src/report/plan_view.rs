@@ -1,0 +1,316 @@
+//! `--plan` output (text and versioned JSON) and `--dry-run` command listings. Both read
+//! the plan only; neither runs nor writes anything.
+
+use serde_json::{json, Value};
+
+use crate::device::pack::{self, Job};
+use crate::plan::{Fill, Plan, Status};
+use crate::report::term::Ui;
+
+pub const PLAN_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Phases {
+    pub warm: bool,
+    pub device: bool,
+}
+
+struct Packing {
+    /// (plan scene index, start, end, id slots)
+    rows: Vec<(usize, f64, f64, Vec<usize>)>,
+    makespan: f64,
+}
+
+fn packing(plan: &Plan) -> Packing {
+    let runnable: Vec<usize> = (0..plan.scenes.len())
+        .filter(|&i| {
+            let ps = &plan.scenes[i];
+            ps.device.is_some() && !scene_failed(plan, i)
+        })
+        .collect();
+    let known: Vec<f64> = runnable
+        .iter()
+        .filter_map(|&i| plan.scenes[i].device_estimate)
+        .collect();
+    let mean = if known.is_empty() {
+        1.0
+    } else {
+        known.iter().sum::<f64>() / known.len() as f64
+    };
+    let jobs: Vec<Job> = runnable
+        .iter()
+        .map(|&i| {
+            let d = plan.scenes[i].device.as_ref().expect("filtered");
+            Job {
+                devices: d.devices as usize,
+                exclusive: d.exclusive,
+                estimate: plan.scenes[i].device_estimate.unwrap_or(mean),
+            }
+        })
+        .collect();
+    let placed = pack::simulate(&jobs, plan.device_count as usize);
+    let makespan = placed.iter().map(|p| p.end).fold(0.0, f64::max);
+    Packing {
+        rows: placed
+            .into_iter()
+            .map(|p| (runnable[p.job], p.start, p.end, p.ids))
+            .collect(),
+        makespan,
+    }
+}
+
+fn scene_failed(plan: &Plan, i: usize) -> bool {
+    let ps = &plan.scenes[i];
+    ps.kernels
+        .iter()
+        .chain(&ps.fixture)
+        .chain(&ps.golden)
+        .any(|&s| matches!(plan.steps[s].status, Status::Failed(_)))
+}
+
+fn status_text(plan: &Plan, i: usize) -> String {
+    let s = &plan.steps[i];
+    let scope = if s.persist { "" } else { " (job-scoped)" };
+    format!("{}{scope}", s.status.word())
+}
+
+pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
+    let m = &plan.manifest;
+    let mut out = format!(
+        "plan: {} — {} of {} scenes selected\ncache: {}\n",
+        m.file.display(),
+        plan.scenes.len(),
+        m.scenes.len(),
+        plan.store.root.display()
+    );
+    if ui.verbose > 0 {
+        for n in &m.notes {
+            out.push_str(&format!("note: {n}\n"));
+        }
+    }
+    if phases.warm {
+        let hits = plan.steps.iter().filter(|s| s.status.is_hit()).count();
+        let failed = plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s.status, Status::Failed(_)))
+            .count();
+        let todo: f64 = plan
+            .steps
+            .iter()
+            .filter(|s| !s.status.is_hit())
+            .map(|s| s.estimate.unwrap_or(0.0))
+            .sum();
+        out.push_str(&format!(
+            "\nwarm: {} steps ({} unique keys): {hits} hit, {} to build{}{}\n",
+            plan.steps.len(),
+            plan.unique_keys(),
+            plan.steps.len() - hits,
+            if failed > 0 {
+                format!(" ({failed} failed in the last warm)")
+            } else {
+                String::new()
+            },
+            if todo > 0.0 {
+                format!(", ~{todo:.1}s of work by history")
+            } else {
+                String::new()
+            },
+        ));
+        let w = plan
+            .steps
+            .iter()
+            .map(|s| plan.scenes[s.scene].name.len() + s.name.len() + 1)
+            .max()
+            .unwrap_or(10);
+        for (i, s) in plan.steps.iter().enumerate() {
+            let est = s
+                .estimate
+                .map(|e| format!("{e:.1}s"))
+                .unwrap_or_else(|| "-".into());
+            out.push_str(&format!(
+                "  {:<8} {:<w$}  {}  {:<22} {est:>7}\n",
+                s.label(),
+                format!("{}/{}", plan.scenes[s.scene].name, s.name),
+                &s.key[..12],
+                status_text(plan, i),
+            ));
+            if let Status::Stale(why) | Status::Failed(why) = &s.status {
+                if let Some(first) = why.lines().next() {
+                    out.push_str(&format!("           {}\n", ui.dim(first)));
+                }
+            }
+        }
+    }
+    if phases.device {
+        let p = packing(plan);
+        let device_scenes = plan.scenes.iter().filter(|s| s.device.is_some()).count();
+        out.push_str(&format!(
+            "\ndevice: {device_scenes} scenes with device steps on {} ids (device_count {}), ~{:.1}s by history\n",
+            plan.device_count, plan.device_count, p.makespan
+        ));
+        for (i, start, end, ids) in &p.rows {
+            let ps = &plan.scenes[*i];
+            let d = ps
+                .device
+                .as_ref()
+                .expect("packed scenes have a device step");
+            let mode = if d.exclusive {
+                "alone (exclusive)".to_string()
+            } else {
+                let side: Vec<&str> = p
+                    .rows
+                    .iter()
+                    .filter(|(j, s, e, _)| j != i && *s < *end && *e > *start)
+                    .map(|(j, ..)| plan.scenes[*j].name.as_str())
+                    .collect();
+                if side.is_empty() {
+                    "alone".into()
+                } else {
+                    format!("beside {}", side.join(", "))
+                }
+            };
+            out.push_str(&format!(
+                "  {:<24} {} id{}  slots {:<8} +{start:.1}s  {mode}\n",
+                ps.name,
+                d.devices,
+                if d.devices == 1 { " " } else { "s" },
+                ids.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ));
+        }
+        for (i, ps) in plan.scenes.iter().enumerate() {
+            if ps.device.is_some() && scene_failed(plan, i) {
+                out.push_str(&format!(
+                    "  {:<24} not run: failed in the last warm\n",
+                    ps.name
+                ));
+            }
+        }
+        match crate::device::outer::lock_command(plan) {
+            Some(c) => out.push_str(&format!("lock command (called once):\n  {c}\n")),
+            None => {
+                out.push_str("lock command: none (the manifest has no `lock:`; use --no-lock)\n")
+            }
+        }
+    }
+    out
+}
+
+pub fn json(plan: &Plan) -> Value {
+    let steps: Vec<Value> = plan
+        .steps
+        .iter()
+        .map(|s| {
+            let (status, reason) = match &s.status {
+                Status::Stale(w) | Status::Failed(w) => (s.status.word(), Some(w.clone())),
+                _ => (s.status.word(), None),
+            };
+            json!({
+                "kind": s.kind.name(),
+                "scene": plan.scenes[s.scene].name,
+                "name": s.name,
+                "key": s.key,
+                "status": status,
+                "reason": reason,
+                "scope": if s.persist { "cache" } else { "job" },
+                "estimate_secs": s.estimate,
+                "threads": s.threads,
+                "memory": s.memory,
+                "depends_on": s.deps.iter().map(|&d| json!({"kind": plan.steps[d].kind.name(), "key": plan.steps[d].key})).collect::<Vec<_>>(),
+                "command": plan.command(s, &Fill::DryRun),
+            })
+        })
+        .collect();
+    let p = packing(plan);
+    let scenes: Vec<Value> = plan
+        .scenes
+        .iter()
+        .enumerate()
+        .map(|(i, ps)| {
+            let row = p.rows.iter().find(|r| r.0 == i);
+            json!({
+                "name": ps.name,
+                "devices": ps.device.as_ref().map(|d| d.devices),
+                "exclusive": ps.device.as_ref().map(|d| d.exclusive),
+                "estimate_secs": ps.device_estimate,
+                "failed_in_warm": scene_failed(plan, i),
+                "start_secs": row.map(|r| r.1),
+                "slots": row.map(|r| r.3.clone()),
+            })
+        })
+        .collect();
+    let hits = plan.steps.iter().filter(|s| s.status.is_hit()).count();
+    json!({
+        "schema": "scenerun-plan",
+        "version": PLAN_SCHEMA_VERSION,
+        "manifest": plan.manifest.file.display().to_string(),
+        "cache_dir": plan.store.root.display().to_string(),
+        "warm": {
+            "steps": steps,
+            "unique_keys": plan.unique_keys(),
+            "hits": hits,
+            "to_build": plan.steps.len() - hits,
+        },
+        "device": {
+            "device_count": plan.device_count,
+            "scenes": scenes,
+            "estimated_secs": p.makespan,
+            "lock_command": crate::device::outer::lock_command(plan),
+        },
+    })
+}
+
+/// `--dry-run`: every command as it would run.
+pub fn dry_run(plan: &Plan, phases: Phases) -> String {
+    let mut out = String::new();
+    if phases.warm {
+        out.push_str("# warm (in the manifest's directory, `sh -c`)\n");
+        for s in &plan.steps {
+            let note = if s.status.is_hit() {
+                "  # hit: would not run"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "# {} {}/{}{note}\n{}\n",
+                s.label(),
+                plan.scenes[s.scene].name,
+                s.name,
+                plan.command(s, &Fill::DryRun)
+            ));
+        }
+    }
+    if phases.device {
+        out.push_str("# device\n");
+        if let Some(c) = crate::device::outer::lock_command(plan) {
+            out.push_str(&format!(
+                "# lock command, called once:\n{c}\n# inside it:\n"
+            ));
+        }
+        for ps in &plan.scenes {
+            let Some(d) = &ps.device else { continue };
+            let scene = &plan.manifest.scenes[ps.index];
+            let kernels = crate::device::kernels_dir(&plan.job_dir, &ps.name);
+            let fixture = ps.fixture.map(|f| plan.artifact(&plan.steps[f]));
+            let golden = ps.golden.map(|g| plan.artifact(&plan.steps[g]));
+            out.push_str(&format!(
+                "# device {} ({} id{})\n{}\n",
+                ps.name,
+                d.devices,
+                if d.devices == 1 { "" } else { "s" },
+                crate::plan::render_device(
+                    d,
+                    scene,
+                    &kernels,
+                    fixture.as_deref(),
+                    golden.as_deref(),
+                    None
+                )
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,93 @@
+//! Terminal output: results on stdout, progress and diagnostics on stderr; indicatif only
+//! on a TTY outside CI; `NO_COLOR` and `--color` honoured; `-q` keeps failures and the
+//! final line.
+
+use std::io::{IsTerminal, Write};
+
+use crate::cli::{Cli, Color};
+
+#[derive(Debug, Clone)]
+pub struct Ui {
+    pub quiet: bool,
+    pub verbose: u8,
+    pub color: bool,
+    /// Progress bars (TTY, not CI).
+    pub bars: bool,
+    pub github: bool,
+}
+
+impl Ui {
+    pub fn new(cli: &Cli) -> Ui {
+        let tty = std::io::stderr().is_terminal();
+        let color = match cli.color {
+            Color::Always => true,
+            Color::Never => false,
+            Color::Auto => tty && std::env::var_os("NO_COLOR").is_none(),
+        };
+        Ui {
+            quiet: cli.quiet,
+            verbose: cli.verbose,
+            color,
+            bars: tty && std::env::var_os("CI").is_none() && !cli.quiet,
+            github: std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true"),
+        }
+    }
+
+    pub fn plain() -> Ui {
+        Ui {
+            quiet: false,
+            verbose: 0,
+            color: false,
+            bars: false,
+            github: false,
+        }
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    pub fn red(&self, t: &str) -> String {
+        self.paint("31", t)
+    }
+
+    pub fn green(&self, t: &str) -> String {
+        self.paint("32", t)
+    }
+
+    pub fn dim(&self, t: &str) -> String {
+        self.paint("2", t)
+    }
+
+    /// An error report (already formatted by `exit::render`).
+    pub fn error(&self, text: &str) {
+        let mut e = std::io::stderr().lock();
+        let _ = match text.strip_prefix("error:") {
+            Some(rest) => write!(e, "{}{rest}", self.red("error:")),
+            None => write!(e, "{text}"),
+        };
+    }
+
+    /// A progress or status line on stderr (suppressed by -q).
+    pub fn info(&self, line: &str) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+
+    /// A line that -q keeps (failures, the final summary).
+    pub fn always(&self, line: &str) {
+        eprintln!("{line}");
+    }
+
+    /// Result text on stdout.
+    pub fn out(&self, text: &str) {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(text.as_bytes());
+        let _ = o.flush();
+    }
+}

@@ -1,0 +1,137 @@
+//! Selection: `-k`, `--tag`, `--skip-tag`, `--platform`, `--partition K/N`. Partitions
+//! come from a hash of the scene name alone, so adding or filtering other scenes never
+//! moves a scene to another shard.
+
+use crate::cli::Selection;
+use crate::exit::Exit;
+use crate::manifest::Scene;
+
+/// A parsed `--partition K/N` (1-based K).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    pub k: u64,
+    pub n: u64,
+}
+
+impl Partition {
+    pub fn parse(text: &str) -> Result<Partition, String> {
+        let bad = || format!("bad --partition `{text}`: write K/N with 1 ≤ K ≤ N, e.g. 1/2");
+        let (k, n) = text.split_once('/').ok_or_else(bad)?;
+        let k: u64 = k.trim().parse().map_err(|_| bad())?;
+        let n: u64 = n.trim().parse().map_err(|_| bad())?;
+        if n == 0 || k == 0 || k > n {
+            return Err(bad());
+        }
+        Ok(Partition { k, n })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        shard_of(name, self.n) == self.k - 1
+    }
+}
+
+/// The 0-based shard of a scene name among `n`.
+pub fn shard_of(name: &str, n: u64) -> u64 {
+    let h = blake3::hash(name.as_bytes());
+    let v = u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"));
+    v % n
+}
+
+fn matches_pattern(pattern: &str, name: &str) -> bool {
+    if pattern.contains(['*', '?', '[']) {
+        glob::Pattern::new(pattern)
+            .map(|p| p.matches(name))
+            .unwrap_or(false)
+    } else {
+        name.contains(pattern)
+    }
+}
+
+/// The indices of the selected scenes, in manifest order. Nothing selected is exit 5 with
+/// a message that says what each filter removed.
+pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
+    let partition = sel
+        .partition
+        .as_deref()
+        .map(Partition::parse)
+        .transpose()
+        .map_err(|e| crate::coded!(Exit::Usage, "{e}"))?;
+    for p in &sel.patterns {
+        if p.contains(['*', '?', '[']) {
+            glob::Pattern::new(p)
+                .map_err(|e| crate::coded!(Exit::Usage, "bad -k glob `{p}`: {e}"))?;
+        }
+    }
+    type Filter<'a> = (String, Box<dyn Fn(&Scene) -> bool + 'a>);
+    let mut filters: Vec<Filter> = Vec::new();
+    if !sel.patterns.is_empty() {
+        filters.push((
+            format!("-k {}", sel.patterns.join(" -k ")),
+            Box::new(|s: &Scene| sel.patterns.iter().any(|p| matches_pattern(p, &s.name))),
+        ));
+    }
+    if !sel.tags.is_empty() {
+        filters.push((
+            format!("--tag {}", sel.tags.join(" --tag ")),
+            Box::new(|s: &Scene| sel.tags.iter().any(|t| s.tags.contains(t))),
+        ));
+    }
+    if !sel.skip_tags.is_empty() {
+        filters.push((
+            format!("--skip-tag {}", sel.skip_tags.join(" --skip-tag ")),
+            Box::new(|s: &Scene| !sel.skip_tags.iter().any(|t| s.tags.contains(t))),
+        ));
+    }
+    if let Some(p) = &sel.platform {
+        filters.push((
+            format!("--platform {p}"),
+            Box::new(move |s: &Scene| &s.platform == p),
+        ));
+    }
+    if let Some(part) = partition {
+        filters.push((
+            format!("--partition {}/{}", part.k, part.n),
+            Box::new(move |s: &Scene| part.contains(&s.name)),
+        ));
+    }
+    let mut left: Vec<usize> = (0..scenes.len()).collect();
+    let mut removed = Vec::new();
+    for (label, keep) in &filters {
+        let before = left.len();
+        left.retain(|&i| keep(&scenes[i]));
+        removed.push(format!("{label} removed {}", before - left.len()));
+    }
+    if left.is_empty() {
+        let detail = if removed.is_empty() {
+            "the manifest has no scenes".to_string()
+        } else {
+            format!("of {} scenes: {}", scenes.len(), removed.join(", "))
+        };
+        return Err(crate::coded!(
+            Exit::NoneSelected,
+            "no scene selected ({detail})"
+        ));
+    }
+    Ok(left)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_parse() {
+        assert_eq!(Partition::parse("1/2").unwrap(), Partition { k: 1, n: 2 });
+        assert!(Partition::parse("0/2").is_err());
+        assert!(Partition::parse("3/2").is_err());
+        assert!(Partition::parse("1/0").is_err());
+        assert!(Partition::parse("x").is_err());
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(matches_pattern("add", "vector_add"));
+        assert!(matches_pattern("vec*", "vector_add"));
+        assert!(!matches_pattern("vec?", "vector_add"));
+    }
+}

@@ -1,0 +1,83 @@
+//! Make-style depfiles as compilers write them (`-MD -MF`): several rules, line
+//! continuations, `\ ` escaped spaces, `$$`. Only prerequisites matter: they are the
+//! files the compiler read.
+
+/// Every prerequisite, in order of first appearance, without duplicates.
+pub fn parse(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let joined = text.replace("\\\r\n", " ").replace("\\\n", " ");
+    for line in joined.lines() {
+        let mut tokens: Vec<String> = Vec::new();
+        let mut cur = String::new();
+        let mut after_colon = false;
+        let mut prereqs_from = None;
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            match c {
+                '\\' if matches!(
+                    chars.get(i + 1),
+                    Some(' ') | Some('#') | Some(':') | Some('\\') | Some('\t')
+                ) =>
+                {
+                    cur.push(chars[i + 1]);
+                    i += 2;
+                    continue;
+                }
+                '$' if chars.get(i + 1) == Some(&'$') => {
+                    cur.push('$');
+                    i += 2;
+                    continue;
+                }
+                ' ' | '\t' => {
+                    if !cur.is_empty() {
+                        tokens.push(std::mem::take(&mut cur));
+                    }
+                }
+                ':' if !after_colon && chars.get(i + 1).is_none_or(|n| n.is_whitespace()) => {
+                    if !cur.is_empty() {
+                        tokens.push(std::mem::take(&mut cur));
+                    }
+                    after_colon = true;
+                    prereqs_from = Some(tokens.len());
+                }
+                '#' if cur.is_empty() => break,
+                _ => cur.push(c),
+            }
+            i += 1;
+        }
+        if !cur.is_empty() {
+            tokens.push(cur);
+        }
+        if let Some(from) = prereqs_from {
+            for t in tokens.into_iter().skip(from) {
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gcc_style() {
+        let d = "out.o: src/a.c include/a\\ b.h \\\n  include/c.h\ninclude/c.h:\nother.o x.o: src/a.c $$HOME/d.h\n";
+        assert_eq!(
+            parse(d),
+            ["src/a.c", "include/a b.h", "include/c.h", "$HOME/d.h"]
+        );
+    }
+
+    #[test]
+    fn garbage_does_not_panic() {
+        for t in ["", ":", "\\", "a:\\", "::: \\ \\", "# c\n x", "\u{0}:\u{1}"] {
+            let _ = parse(t);
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! `scenerun warm`: build every missing artifact outside the lock, in parallel, into the
+//! cache (or the job dir for `persist: false`). Invariants kept here: a key is built at
+//! most once per cache (per-key lock, look again after acquiring it); a failure is never
+//! cached and fails only its scene; nothing partial is ever published.
+
+pub mod depfile;
+pub mod record;
+pub mod sched;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::cache::history::History;
+use crate::cache::maintain::{self, LastWarm};
+use crate::cache::{Dep, Kind, Lookup};
+use crate::manifest::units::short_duration;
+use crate::plan::{Fill, Plan};
+use crate::proc::{self, Ended};
+use crate::report::term::Ui;
+use record::{Outcome, StepRecord, WarmRecord};
+
+pub struct Options {
+    pub jobs: usize,
+    pub memory: u64,
+}
+
+/// Default `--memory`: 80 % of physical memory.
+pub fn default_memory() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|kb| kb.parse::<u64>().ok())
+                })
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(8 << 30);
+    total / 10 * 8
+}
+
+/// What one warm did.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub built: usize,
+    pub hits: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub wall_secs: f64,
+    pub saved_secs: f64,
+    /// (scene, why)
+    pub failed_scenes: Vec<(String, String)>,
+}
+
+/// One unique artifact to produce, and the steps (scenes) that want it.
+struct Unit {
+    steps: Vec<usize>,
+}
+
+enum Done {
+    Built { secs: f64 },
+    Hit,
+    Failed { error: String, tail: String },
+}
+
+struct UnitResult {
+    unit: usize,
+    done: Result<Done>,
+}
+
+pub fn log_path(plan: &Plan, step: &crate::plan::Step) -> PathBuf {
+    let file = match step.kind {
+        Kind::Kernel => format!("compile-{}.log", step.name),
+        k => format!("{}.log", k.name()),
+    };
+    plan.job_dir
+        .join("logs")
+        .join(&plan.scenes[step.scene].name)
+        .join(file)
+}
+
+pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
+    let started = Instant::now();
+    plan.store.ensure()?;
+    if plan.steps.iter().any(|s| !s.persist) {
+        plan.job.ensure()?;
+    }
+    plan.store.sweep_tmp();
+    plan.job.sweep_tmp();
+
+    // One unit per unique (store, kind, key).
+    let mut units: Vec<Unit> = Vec::new();
+    let mut by_key: HashMap<(bool, Kind, &str), usize> = HashMap::new();
+    let mut unit_of = vec![0; plan.steps.len()];
+    for (i, s) in plan.steps.iter().enumerate() {
+        let u = *by_key
+            .entry((s.persist, s.kind, s.key.as_str()))
+            .or_insert_with(|| {
+                units.push(Unit { steps: Vec::new() });
+                units.len() - 1
+            });
+        units[u].steps.push(i);
+        unit_of[i] = u;
+    }
+    let known: Vec<f64> = plan.steps.iter().filter_map(|s| s.estimate).collect();
+    let mean = if known.is_empty() {
+        1.0
+    } else {
+        known.iter().sum::<f64>() / known.len() as f64
+    };
+    let tasks: Vec<sched::Task> = units
+        .iter()
+        .map(|u| {
+            let s = &plan.steps[u.steps[0]];
+            let mut deps: Vec<usize> = u
+                .steps
+                .iter()
+                .flat_map(|&i| plan.steps[i].deps.iter().map(|&d| unit_of[d]))
+                .collect();
+            deps.sort();
+            deps.dedup();
+            sched::Task {
+                estimate: if s.status.is_hit() {
+                    0.0
+                } else {
+                    s.estimate.unwrap_or(mean)
+                },
+                threads: s.threads as usize,
+                memory: s.memory,
+                deps,
+            }
+        })
+        .collect();
+    let total_steps = plan.steps.len();
+    let mut scheduler = sched::Scheduler::new(tasks, opts.jobs, opts.memory);
+
+    let (job_tx, job_rx) = mpsc::channel::<usize>();
+    let job_rx = Arc::new(Mutex::new(job_rx));
+    let (done_tx, done_rx) = mpsc::channel::<UnitResult>();
+    let bar = ui.bars.then(|| {
+        let pb = indicatif::ProgressBar::new(total_steps as u64);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("warm [{bar:30}] {pos}/{len} {wide_msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    });
+    let running_names: Mutex<BTreeMap<usize, String>> = Mutex::new(BTreeMap::new());
+
+    let mut records: Vec<StepRecord> = Vec::new();
+    let mut summary = Summary::default();
+    let mut history: Vec<(String, f64)> = Vec::new();
+    let mut infra: Option<anyhow::Error> = None;
+    let mut finished = 0usize;
+
+    std::thread::scope(|scope| {
+        for _ in 0..opts.jobs.max(1) {
+            let rx = job_rx.clone();
+            let tx = done_tx.clone();
+            let units = &units;
+            scope.spawn(move || loop {
+                let next = rx.lock().expect("job queue").recv();
+                let Ok(u) = next else { break };
+                let done = build_unit(plan, &units[u]);
+                if tx.send(UnitResult { unit: u, done }).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(done_tx);
+        let mut in_flight = 0usize;
+        let mut outstanding = units.len();
+        let mut skipped_units: Vec<usize> = Vec::new();
+        loop {
+            if infra.is_none() && !proc::interrupted() {
+                while let Some(u) = scheduler.next_task() {
+                    in_flight += 1;
+                    if let Some(pb) = &bar {
+                        let s = &plan.steps[units[u].steps[0]];
+                        running_names.lock().expect("names").insert(u, s.id(plan));
+                        pb.set_message(
+                            running_names
+                                .lock()
+                                .expect("names")
+                                .values()
+                                .cloned()
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        );
+                    }
+                    let _ = job_tx.send(u);
+                }
+            }
+            if in_flight == 0 {
+                break;
+            }
+            let Ok(res) = done_rx.recv() else { break };
+            in_flight -= 1;
+            outstanding -= 1;
+            running_names.lock().expect("names").remove(&res.unit);
+            let ok = matches!(res.done, Ok(Done::Built { .. }) | Ok(Done::Hit));
+            let newly_skipped = scheduler.finish(res.unit, ok);
+            let (outcome, secs, error, tail) = match res.done {
+                Ok(Done::Built { secs }) => (Outcome::Built, secs, None, None),
+                Ok(Done::Hit) => (Outcome::Hit, 0.0, None, None),
+                Ok(Done::Failed { error, tail }) => (Outcome::Failed, 0.0, Some(error), Some(tail)),
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    if infra.is_none() {
+                        infra = Some(e);
+                    }
+                    (Outcome::Failed, 0.0, Some(msg), None)
+                }
+            };
+            for &si in &units[res.unit].steps {
+                let s = &plan.steps[si];
+                finished += 1;
+                match outcome {
+                    Outcome::Built => {
+                        summary.built += 1;
+                        history.push((s.id(plan), secs));
+                    }
+                    Outcome::Hit => {
+                        summary.hits += 1;
+                        summary.saved_secs += s.estimate.unwrap_or(0.0);
+                    }
+                    _ => summary.failed += 1,
+                }
+                let line = format!(
+                    "[{finished}/{total_steps}] {} {}/{} {} {}",
+                    s.label(),
+                    plan.scenes[s.scene].name,
+                    s.name,
+                    short_duration(std::time::Duration::from_secs_f64(secs)),
+                    match outcome {
+                        Outcome::Built => "built".to_string(),
+                        Outcome::Hit => "hit".to_string(),
+                        _ => ui.red("FAILED"),
+                    }
+                );
+                let log = log_path(plan, s);
+                if outcome == Outcome::Failed {
+                    let why = error.clone().unwrap_or_default();
+                    let detail = format!("{line}\n  {why}\n  log: {}", log.display());
+                    match &bar {
+                        Some(pb) => pb.println(detail),
+                        None => ui.always(&detail),
+                    }
+                    summary.failed_scenes.push((
+                        plan.scenes[s.scene].name.clone(),
+                        format!("{} {}: {why}", s.label(), s.name),
+                    ));
+                } else {
+                    match &bar {
+                        Some(pb) => {
+                            if ui.verbose > 0 {
+                                pb.println(&line)
+                            }
+                        }
+                        None => ui.info(&line),
+                    }
+                }
+                if let Some(pb) = &bar {
+                    pb.inc(1);
+                }
+                records.push(StepRecord {
+                    kind: s.kind,
+                    scene: plan.scenes[s.scene].name.clone(),
+                    name: s.name.clone(),
+                    key: s.key.clone(),
+                    outcome,
+                    duration_secs: secs,
+                    log: Some(log.display().to_string()),
+                    error: error.clone(),
+                    log_tail: tail.clone(),
+                });
+            }
+            for u in newly_skipped {
+                if skipped_units.contains(&u) {
+                    continue;
+                }
+                skipped_units.push(u);
+                outstanding -= 1;
+                for &si in &units[u].steps {
+                    let s = &plan.steps[si];
+                    finished += 1;
+                    summary.skipped += 1;
+                    ui.always(&format!(
+                        "[{finished}/{total_steps}] {} {}/{} skipped (a step it needs failed)",
+                        s.label(),
+                        plan.scenes[s.scene].name,
+                        s.name
+                    ));
+                    records.push(StepRecord {
+                        kind: s.kind,
+                        scene: plan.scenes[s.scene].name.clone(),
+                        name: s.name.clone(),
+                        key: s.key.clone(),
+                        outcome: Outcome::Skipped,
+                        duration_secs: 0.0,
+                        log: None,
+                        error: Some("not run: the fixture it needs failed".into()),
+                        log_tail: None,
+                    });
+                }
+            }
+        }
+        drop(job_tx);
+        let _ = outstanding;
+    });
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    summary.wall_secs = started.elapsed().as_secs_f64();
+
+    if proc::interrupted() {
+        return Err(crate::coded!(
+            crate::exit::Exit::Interrupted,
+            "interrupted: nothing partial was published"
+        ));
+    }
+    if let Some(e) = infra {
+        // Keep what is known, but an unusable cache is exit 3.
+        let _ = WarmRecord::merge_and_save(&plan.job_dir, records);
+        return Err(e);
+    }
+    History::record(&plan.store.root, &history);
+    WarmRecord::merge_and_save(&plan.job_dir, records).map_err(|e| {
+        crate::coded!(
+            crate::exit::Exit::Infra,
+            "cannot write the warm record in {}: {e}",
+            plan.job_dir.display()
+        )
+    })?;
+    LastWarm {
+        hits: summary.hits,
+        built: summary.built,
+        failed: summary.failed + summary.skipped,
+        wall_secs: summary.wall_secs,
+    }
+    .save(&plan.store);
+    let cfg = &plan.manifest.cache;
+    let mut notes = Vec::new();
+    maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |l| {
+        notes.push(l)
+    })?;
+    if ui.verbose > 0 {
+        for n in notes {
+            ui.info(&n);
+        }
+    }
+    summary.failed_scenes.sort();
+    summary.failed_scenes.dedup();
+    Ok(summary)
+}
+
+/// Build one unit: lock its key, look again, run the step into staging, publish.
+/// Err only for infrastructure (the cache); a failing step is `Done::Failed`.
+fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
+    let step = &plan.steps[unit.steps[0]];
+    let store = plan.store_of(step);
+    if let Lookup::Hit(e) = plan.lookup(step) {
+        store.touch(&e);
+        return Ok(Done::Hit);
+    }
+    let _lock = store.lock_key(step.kind, &step.key)?;
+    if let Lookup::Hit(e) = plan.lookup(step) {
+        store.touch(&e);
+        return Ok(Done::Hit);
+    }
+    let staging = store.stage(step.kind)?;
+    let out = staging.out();
+    let depfile = staging.dir.join("deps.d");
+    let command = plan.command(
+        step,
+        &Fill::Real {
+            out: &out,
+            depfile: &depfile,
+        },
+    );
+    let scene = plan.scene(step);
+    let mut env = scene.env.clone();
+    env.insert("SCENERUN_OUT".into(), out.display().to_string());
+    env.insert("SCENERUN_SCENE".into(), scene.name.clone());
+    env.insert("SCENERUN_THREADS".into(), step.threads.to_string());
+    if let Some(&f) = step.deps.first() {
+        env.insert(
+            "SCENERUN_FIXTURE".into(),
+            plan.artifact(&plan.steps[f]).display().to_string(),
+        );
+    }
+    let log = log_path(plan, step);
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::create_dir_all(log.parent().expect("log has a dir"));
+    let _ = std::fs::write(&log, format!("$ {command}\n"));
+    let t0 = Instant::now();
+    let ended = proc::run(&proc::Spec {
+        command: &command,
+        dir: &plan.manifest.dir,
+        env: &env,
+        log: &log,
+        timeout: step.timeout,
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let fail = |error: String| -> Result<Done> {
+        Ok(Done::Failed {
+            error,
+            tail: proc::log_tail(&log, 4000),
+        })
+    };
+    match ended {
+        Err(e) => return fail(format!("could not start `sh -c`: {e}")),
+        Ok(Ended::Exited(0)) => {}
+        Ok(Ended::Interrupted) => return fail("interrupted".into()),
+        Ok(other) => return fail(other.describe()),
+    }
+    let empty = match std::fs::metadata(&out) {
+        Ok(m) if m.is_file() => m.len() == 0,
+        Ok(m) if m.is_dir() => std::fs::read_dir(&out)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(true),
+        _ => true,
+    };
+    if empty {
+        return fail(format!(
+            "exited 0 but left {{out}} {} ({})",
+            if out.exists() { "empty" } else { "missing" },
+            out.display()
+        ));
+    }
+    let mut deps = Vec::new();
+    if step.kind == Kind::Kernel {
+        let tc = &plan.manifest.toolchains[&plan
+            .scene(step)
+            .kernels
+            .iter()
+            .find(|k| k.name == step.name)
+            .expect("kernel")
+            .toolchain];
+        if tc.depfile.is_some() {
+            let text =
+                match std::fs::read_to_string(&depfile) {
+                    Ok(t) => t,
+                    Err(_) => return fail(format!(
+                        "the toolchain's depfile option was given but no depfile was written at {}",
+                        depfile.display()
+                    )),
+                };
+            for p in depfile::parse(&text) {
+                let path = crate::key::normalize(&plan.manifest.dir.join(&p));
+                if path.starts_with(&staging.dir) {
+                    continue;
+                }
+                match plan.files.hash(&path) {
+                    Ok(h) => deps.push(Dep {
+                        path: crate::key::key_name(&plan.manifest.dir, &path),
+                        blake3: h,
+                    }),
+                    Err(e) => return fail(format!("depfile names {p}, which cannot be read: {e}")),
+                }
+            }
+        }
+    }
+    let built_by = step.id(plan);
+    let entry = store.publish(staging, step.kind, &step.key, &built_by, secs, deps)?;
+    store.touch(&entry);
+    Ok(Done::Built { secs })
+}
+
+/// The failed scenes and the final line.
+pub fn print_summary(s: &Summary, ui: &Ui) {
+    for (scene, why) in &s.failed_scenes {
+        ui.always(&format!("{} scene {scene}: {why}", ui.red("failed:")));
+    }
+    ui.always(&format!(
+        "warm: {} built, {} hit, {} failed{} in {:.1}s; hits saved ~{:.1}s of CPU time",
+        s.built,
+        s.hits,
+        s.failed,
+        if s.skipped > 0 {
+            format!(", {} skipped", s.skipped)
+        } else {
+            String::new()
+        },
+        s.wall_secs,
+        s.saved_secs
+    ));
+}

@@ -1,0 +1,91 @@
+//! The warm record, `build/scenerun/warm.json`: per step its key, status, duration, log
+//! and the log tail of failures. The device phase reads it; a recorded failure counts
+//! only while its step's key is unchanged.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::Kind;
+use crate::fsutil;
+
+pub const RECORD_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Built,
+    Hit,
+    Failed,
+    /// Not run because a step it depends on failed.
+    Skipped,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub kind: Kind,
+    pub scene: String,
+    pub name: String,
+    pub key: String,
+    pub outcome: Outcome,
+    pub duration_secs: f64,
+    pub log: Option<String>,
+    pub error: Option<String>,
+    pub log_tail: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct WarmRecord {
+    pub version: u32,
+    pub steps: Vec<StepRecord>,
+}
+
+impl WarmRecord {
+    pub fn path(job_dir: &Path) -> std::path::PathBuf {
+        job_dir.join("warm.json")
+    }
+
+    pub fn load(job_dir: &Path) -> WarmRecord {
+        std::fs::read(Self::path(job_dir))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<WarmRecord>(&b).ok())
+            .filter(|r| r.version == RECORD_VERSION)
+            .unwrap_or_default()
+    }
+
+    /// The failure message recorded for this step with this exact key.
+    pub fn failure(&self, kind: Kind, scene: &str, name: &str, key: &str) -> Option<String> {
+        self.steps
+            .iter()
+            .find(|r| {
+                r.kind == kind
+                    && r.scene == scene
+                    && r.name == name
+                    && r.key == key
+                    && matches!(r.outcome, Outcome::Failed | Outcome::Skipped)
+            })
+            .map(|r| {
+                let mut msg = r.error.clone().unwrap_or_else(|| "failed".into());
+                if let Some(tail) = &r.log_tail {
+                    if !tail.trim().is_empty() {
+                        msg.push('\n');
+                        msg.push_str(tail.trim_end());
+                    }
+                }
+                msg
+            })
+    }
+
+    /// Replace the records of the steps this warm ran, keep the others.
+    pub fn merge_and_save(job_dir: &Path, new: Vec<StepRecord>) -> std::io::Result<()> {
+        let mut rec = WarmRecord::load(job_dir);
+        rec.version = RECORD_VERSION;
+        rec.steps.retain(|o| {
+            !new.iter()
+                .any(|n| n.kind == o.kind && n.scene == o.scene && n.name == o.name)
+        });
+        rec.steps.extend(new);
+        let bytes = serde_json::to_vec_pretty(&rec).expect("record serializes");
+        fsutil::write_atomic(&Self::path(job_dir), &bytes)
+    }
+}
