@@ -70,6 +70,10 @@ macro_rules! coded {
 /// The exit code of an error: the first coded error or manifest error in its chain;
 /// anything else is an infrastructure error (I/O, a command that could not start).
 pub fn exit_of(err: &anyhow::Error) -> Exit {
+    // A `Coded` attached with `.context()` is found by anyhow's own downcast only.
+    if let Some(c) = err.downcast_ref::<Coded>() {
+        return c.exit;
+    }
     for cause in err.chain() {
         if let Some(c) = cause.downcast_ref::<Coded>() {
             return c.exit;
@@ -90,13 +94,21 @@ pub fn render(err: &anyhow::Error) -> String {
     for cause in err.chain().skip(1) {
         out.push_str(&format!("  caused by: {cause}\n"));
     }
+    let mut hinted = false;
     for cause in err.chain() {
         if let Some(Coded {
             hint: Some(hint), ..
         }) = cause.downcast_ref::<Coded>()
         {
             out.push_str(&format!("hint: {hint}\n"));
+            hinted = true;
         }
+    }
+    // A `Coded` attached with `.context()` is not visible through `chain()`'s
+    // `dyn Error` downcast; anyhow's own downcast finds it.
+    let context_hint = err.downcast_ref::<Coded>().and_then(|c| c.hint.as_ref());
+    if let (false, Some(hint)) = (hinted, context_hint) {
+        out.push_str(&format!("hint: {hint}\n"));
     }
     out
 }

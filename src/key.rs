@@ -188,7 +188,8 @@ impl Files {
     pub fn save(&self) {
         let Some(path) = &self.memo_path else { return };
         let fresh = self.fresh.lock().expect("memo lock");
-        if fresh.is_empty() {
+        // Nothing was hashed: the file on disk already says all we know.
+        if self.reads.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return;
         }
         let mut entries = self.old.clone();

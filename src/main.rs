@@ -1,7 +1,17 @@
 use clap::Parser;
 
 fn main() {
-    let cli = scenerun::cli::Cli::parse();
+    // A bad command line is a usage error (exit 4, DESIGN.md §9), not clap's default 2,
+    // which means "interrupted" here; --help and --version still exit 0.
+    let cli = scenerun::cli::Cli::try_parse().unwrap_or_else(|e| {
+        let _ = e.print();
+        let code = if e.use_stderr() {
+            scenerun::exit::Exit::Usage.code()
+        } else {
+            0
+        };
+        std::process::exit(code)
+    });
     let exit = scenerun::run(cli);
     std::process::exit(exit.code());
 }

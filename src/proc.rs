@@ -124,6 +124,15 @@ fn tell_watchdog(line: &str) {
     }
 }
 
+/// Start the watchdog before the first step spawns: a step must never run while nobody
+/// would kill its group if scenerun died (starting it lazily left a window of several ms).
+fn ensure_watchdog() {
+    let mut w = registry().watchdog.lock().expect("watchdog");
+    if w.is_none() {
+        *w = start_watchdog();
+    }
+}
+
 fn start_watchdog() -> Option<ChildStdin> {
     let exe = std::env::current_exe().ok()?;
     let mut cmd = std::process::Command::new(exe);
@@ -192,8 +201,10 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
     let mut expr = duct::cmd("sh", ["-c", spec.command])
         .dir(spec.dir)
         .stdin_null()
-        .stdout_file(log)
+        // duct applies the outer redirection first: join stderr to stdout *after*
+        // stdout points at the log (`>log 2>&1`), or stderr leaks to our stdout.
         .stderr_to_stdout()
+        .stdout_file(log)
         .unchecked()
         .before_spawn(|c| {
             unsafe {
@@ -212,6 +223,7 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
         expr = expr.env(k, v);
     }
     let r = registry();
+    ensure_watchdog();
     // Register under the lock so a concurrent interrupt cannot miss this group.
     let handle;
     let pgid;

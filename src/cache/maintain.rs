@@ -187,6 +187,14 @@ pub fn prune(
         if lock.try_lock().is_err() {
             continue;
         }
+        // Look again under the lock: a warm may have used (touched) it since the listing.
+        let used_now = fs::metadata(dir.join("meta.json"))
+            .and_then(|m| m.modified())
+            .unwrap_or(*used);
+        let age_now = now.duration_since(used_now).unwrap_or_default();
+        if age_now < RECENT || (age_now <= max_age && !too_big) {
+            continue;
+        }
         let trash = store.root.join("tmp").join(format!(
             "trash.{}.{}",
             std::process::id(),

@@ -274,17 +274,29 @@ impl Store {
     /// A fresh staging directory. For kernels `out` does not exist yet; for fixtures and
     /// goldens it is an empty directory.
     pub fn stage(&self, kind: Kind) -> Result<Staging> {
-        let name = format!(
-            "{}.{}.{}",
-            kind.name(),
-            std::process::id(),
-            fsutil::unique()
-        );
+        use std::os::unix::fs::MetadataExt;
         let tmp = self.root.join("tmp");
-        let dir = tmp.join(&name);
-        let lock_path = tmp.join(format!("{name}.lock"));
-        let lock = fs::File::create(&lock_path).map_err(|e| infra(e, "create", &lock_path))?;
-        lock.lock().map_err(|e| infra(e, "lock", &lock_path))?;
+        let (dir, lock_path, lock) = loop {
+            let name = format!(
+                "{}.{}.{}",
+                kind.name(),
+                std::process::id(),
+                fsutil::unique()
+            );
+            let lock_path = tmp.join(format!("{name}.lock"));
+            let lock =
+                fs::File::create(&lock_path).map_err(|e| infra(e, "create", &lock_path))?;
+            lock.lock().map_err(|e| infra(e, "lock", &lock_path))?;
+            // Another warm's `sweep_tmp` may have locked and removed the file between
+            // our create and lock: then the lock guards nothing, take another name.
+            let ours = lock.metadata().map_err(|e| infra(e, "lock", &lock_path))?;
+            match fs::metadata(&lock_path) {
+                Ok(m) if m.ino() == ours.ino() && m.dev() == ours.dev() => {
+                    break (tmp.join(&name), lock_path, lock)
+                }
+                _ => continue,
+            }
+        };
         fs::create_dir_all(&dir).map_err(|e| infra(e, "create", &dir))?;
         if kind != Kind::Kernel {
             fs::create_dir(dir.join("out")).map_err(|e| infra(e, "create", &dir))?;

@@ -54,7 +54,7 @@ fn result(s: &FrozenScene, outcome: SceneOutcome, message: Option<String>) -> Sc
     }
 }
 
-/// Check every artifact by `stat` (presence and size) and lay out `{kernels}`.
+/// Check every artifact by `stat` (presence and size), and the `{kernels}` links.
 fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
     for a in s.kernels.iter().chain(&s.fixture).chain(&s.golden) {
         for f in &a.files {
@@ -73,12 +73,12 @@ fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
             }
         }
     }
+    // The outer laid out `{kernels}` before the lock; only check it here.
     let dir = super::kernels_dir(&frozen.job_dir, &s.name);
-    let _ = crate::fsutil::remove_any(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for k in &s.kernels {
-        std::os::unix::fs::symlink(&k.out, dir.join(&k.name))
-            .map_err(|e| format!("cannot link kernel {}: {e}", k.name))?;
+        if std::fs::metadata(dir.join(&k.name)).is_err() {
+            return Err(format!("kernel link {} is missing in {}", k.name, dir.display()));
+        }
     }
     Ok(())
 }
@@ -111,9 +111,9 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
                 s,
                 SceneOutcome::Failed,
                 Some(format!(
-                    "needs {} devices but only {} were granted ({})",
+                    "needs {} devices but {} granted ({})",
                     s.devices,
-                    granted.len(),
+                    if granted.len() == 1 { "only 1 was".to_string() } else { format!("only {} were", granted.len()) },
                     granted.join(",")
                 )),
             ))

@@ -98,6 +98,22 @@ pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
     })
 }
 
+/// Lay out each scene's `{kernels}` directory: one symlink per kernel into the cache
+/// (never a copy), before the lock is taken.
+fn link_kernels(frozen: &Frozen) -> Result<()> {
+    for s in frozen.scenes.iter().filter(|s| s.warm_failure.is_none()) {
+        let dir = super::kernels_dir(&frozen.job_dir, &s.name);
+        let _ = crate::fsutil::remove_any(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| crate::coded!(Exit::Infra, "cannot create {}: {e}", dir.display()))?;
+        for k in &s.kernels {
+            std::os::unix::fs::symlink(&k.out, dir.join(&k.name))
+                .map_err(|e| crate::coded!(Exit::Infra, "cannot link kernel {}: {e}", k.name))?;
+        }
+    }
+    Ok(())
+}
+
 /// The lock command exactly as it will run, `{run}` re-entering this binary.
 pub fn lock_command(plan: &Plan) -> Option<String> {
     let lock = plan.manifest.lock.as_ref()?;
@@ -190,6 +206,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     )
     .map_err(|e| crate::coded!(Exit::Infra, "cannot write {}: {e}", frozen_file.display()))?;
     let _ = std::fs::remove_file(&frozen.results);
+    link_kernels(&frozen)?;
 
     let results: Option<Results>;
     if opts.no_lock {
@@ -285,6 +302,43 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
                 "the lock command returned ({how}) without running the device steps; lock command: {command}"
             );
             report.scenes = scene_reports(plan, None, &frozen);
+            report.exit_code = Exit::Infra.code();
+            report.error = Some(format!("{msg}\n{tail}"));
+            let _ = report.write(&opts.report_dir, ui.github);
+            return Err(crate::coded!(
+                Exit::Infra,
+                "{msg}\n--- lock command output (last lines) ---\n{}",
+                tail.trim_end()
+            ));
+        }
+        // The inner exits 0 or 1 and the lock tool passes that on. Any other ending, even
+        // with results on disk, means the lock tool cut the run short (`--max-time`, a
+        // signal); results without ids mean it handed none over. Either is an
+        // infrastructure error, not a scene failure.
+        let no_ids = results
+            .as_ref()
+            .filter(|r| r.granted.is_empty())
+            .and_then(|r| {
+                r.scenes
+                    .iter()
+                    .find(|s| s.outcome == SceneOutcome::NotRun)
+                    .map(|s| s.message.clone().unwrap_or_default())
+            });
+        let failure = match (&ended, no_ids) {
+            (Ok(e @ crate::proc::Ended::Exited(c)), _) if !matches!(c, 0 | 1) => Some(format!(
+                "ended ({}) before the device steps finished",
+                e.describe()
+            )),
+            (Ok(e @ crate::proc::Ended::Signaled(_)), _) => Some(format!(
+                "ended ({}) before the device steps finished",
+                e.describe()
+            )),
+            (_, Some(why)) => Some(format!("ran the device phase without device ids: {why}")),
+            _ => None,
+        };
+        if let Some(failure) = failure {
+            let msg = format!("the lock command {failure}; lock command: {command}");
+            report.scenes = scene_reports(plan, results.as_ref(), &frozen);
             report.exit_code = Exit::Infra.code();
             report.error = Some(format!("{msg}\n{tail}"));
             let _ = report.write(&opts.report_dir, ui.github);

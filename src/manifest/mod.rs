@@ -20,6 +20,10 @@ use locate::Locations;
 
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
 
+/// The most device ids a scene or the lock may ask for (as many as `--devices 0-4095`
+/// grants): the packer keeps one slot per id.
+pub const MAX_DEVICES: u32 = 4096;
+
 #[derive(Debug, Clone)]
 pub struct Manifest {
     /// The manifest file as the user named it (for messages).
@@ -207,6 +211,7 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
         locs: Locations::index(text),
         diags: Vec::new(),
         notes: Vec::new(),
+        broken_toolchains: Vec::new(),
     };
     let value: Value = match serde_yaml::from_str(text) {
         Ok(v) => v,
@@ -248,6 +253,9 @@ struct Ctx {
     locs: Locations,
     diags: Vec<Diag>,
     notes: Vec<String>,
+    /// Toolchains that are defined but invalid: a kernel naming one is not told
+    /// "unknown toolchain" on top of the toolchain's own error.
+    broken_toolchains: Vec<String>,
 }
 
 impl Ctx {
@@ -313,7 +321,15 @@ impl Ctx {
                         }
                     })
                     .unwrap_or_else(|| path.to_string());
-                self.err(&at, format!("{here}: {}", strip_location(&msg)));
+                // The key path is printed with the error already; say "the manifest" only
+                // when there is none.
+                let msg = strip_location(&msg);
+                let msg = if at.is_empty() {
+                    format!("{here}: {msg}")
+                } else {
+                    msg
+                };
+                self.err(&at, msg);
                 None
             }
         }
@@ -488,6 +504,7 @@ impl Ctx {
                         self.err(&path, bad_name("toolchain", &name));
                     }
                     let Some(t) = self.take::<raw::Toolchain>(v, &path, raw::TOOLCHAIN) else {
+                        self.broken_toolchains.push(name);
                         continue;
                     };
                     let compile =
@@ -507,6 +524,8 @@ impl Ctx {
                                 include_flag: t.include_flag.unwrap_or_else(|| "-I".into()),
                             },
                         );
+                    } else {
+                        self.broken_toolchains.push(name);
                     }
                 }
             }
@@ -524,6 +543,12 @@ impl Ctx {
                 }
                 if l.device_count == Some(0) {
                     self.err("lock.device_count", "device_count must be at least 1");
+                }
+                if l.device_count.is_some_and(|n| n > MAX_DEVICES) {
+                    self.err(
+                        "lock.device_count",
+                        format!("device_count must be at most {MAX_DEVICES}"),
+                    );
                 }
                 let device_env = l.device_env.unwrap_or_else(|| "TASK_DEVICE".into());
                 if !valid_env_name(&device_env) {
@@ -597,6 +622,11 @@ impl Ctx {
         let mut env = top_env.clone();
         env.extend(self.env(s.env, &format!("{path}.env")));
 
+        // Which steps the scene has as written: an invalid fixture still makes `{fixture}`
+        // a valid placeholder for its golden and device step (one error, not three).
+        let has_kernels = !s.kernels.is_empty();
+        let (has_fixture, has_golden, has_device) =
+            (s.fixture.is_some(), s.golden.is_some(), s.device.is_some());
         let mut kernels = Vec::new();
         let mut kernel_names: HashMap<String, usize> = HashMap::new();
         for (i, kv) in s.kernels.into_iter().enumerate() {
@@ -618,7 +648,9 @@ impl Ctx {
             } else {
                 kernel_names.insert(k.name.clone(), i);
             }
-            if !toolchains.contains_key(&k.toolchain) {
+            if !toolchains.contains_key(&k.toolchain)
+                && !self.broken_toolchains.contains(&k.toolchain)
+            {
                 let known: Vec<&str> = toolchains.keys().map(String::as_str).collect();
                 self.err(
                     &format!("{kp}.toolchain"),
@@ -657,7 +689,13 @@ impl Ctx {
             let mut include_dirs = Vec::new();
             for (j, d) in k.include_dirs.iter().enumerate() {
                 let expanded = expand_vars(d);
-                match self.resolve(&expanded) {
+                // `$VAR` of an unset variable names no dir: skipped, like a missing one.
+                let resolved = if expanded.is_empty() && !d.is_empty() {
+                    Ok(None)
+                } else {
+                    self.resolve(&expanded)
+                };
+                match resolved {
                     Ok(Some(f)) if f.abs.is_dir() => include_dirs.push(f),
                     Ok(_) => self.notes.push(format!(
                         "{}.include_dirs[{j}]: `{d}`{} does not exist; skipped",
@@ -685,7 +723,7 @@ impl Ctx {
         let fixture = s
             .fixture
             .and_then(|v| self.gen_step(v, &format!("{path}.fixture"), allowed::FIXTURE));
-        let golden_allowed: &[Ph] = if fixture.is_some() {
+        let golden_allowed: &[Ph] = if has_fixture {
             allowed::GOLDEN
         } else {
             allowed::FIXTURE
@@ -700,15 +738,21 @@ impl Ctx {
                 .iter()
                 .copied()
                 .filter(|p| match p {
-                    Ph::Kernels => !kernel_names.is_empty(),
-                    Ph::Fixture => fixture.is_some(),
-                    Ph::Golden => golden.is_some(),
+                    Ph::Kernels => has_kernels,
+                    Ph::Fixture => has_fixture,
+                    Ph::Golden => has_golden,
                     _ => true,
                 })
                 .collect();
             let run = self.templ(&d.run, &format!("{dp}.run"), &ok);
             if d.devices == Some(0) {
                 self.err(&format!("{dp}.devices"), "devices must be at least 1");
+            }
+            if d.devices.is_some_and(|n| n > MAX_DEVICES) {
+                self.err(
+                    &format!("{dp}.devices"),
+                    format!("devices must be at most {MAX_DEVICES}"),
+                );
             }
             let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
             Some(DeviceStep {
@@ -718,7 +762,7 @@ impl Ctx {
                 timeout,
             })
         });
-        if kernel_names.is_empty() && fixture.is_none() && golden.is_none() && device.is_none() {
+        if !has_kernels && !has_fixture && !has_golden && !has_device {
             self.err(
                 path,
                 format!(

@@ -333,6 +333,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
         return Err(e);
     }
     History::record(&plan.store.root, &history);
+    plan.files.save();
     WarmRecord::merge_and_save(&plan.job_dir, records).map_err(|e| {
         crate::coded!(
             crate::exit::Exit::Infra,
@@ -367,10 +368,8 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
 fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
     let step = &plan.steps[unit.steps[0]];
     let store = plan.store_of(step);
-    if let Lookup::Hit(e) = plan.lookup(step) {
-        store.touch(&e);
-        return Ok(Done::Hit);
-    }
+    // A hit, too, is decided and touched under the key lock: `cache prune` takes the same
+    // lock before it evicts, so it can never remove an entry this warm reports as a hit.
     let _lock = store.lock_key(step.kind, &step.key)?;
     if let Lookup::Hit(e) = plan.lookup(step) {
         store.touch(&e);
