@@ -146,8 +146,11 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
         let p = packing(plan);
         let device_scenes = plan.scenes.iter().filter(|s| s.device.is_some()).count();
         out.push_str(&format!(
-            "\ndevice: {device_scenes} scenes with device steps on {} ids (device_count {}), ~{:.1}s by history\n",
-            plan.device_count, plan.device_count, p.makespan
+            "\ndevice: {device_scenes} scene{} with device steps, packed on device_count = {} id{}, ~{:.1}s by history\n",
+            if device_scenes == 1 { "" } else { "s" },
+            plan.device_count,
+            if plan.device_count == 1 { "" } else { "s" },
+            p.makespan
         ));
         for (i, start, end, ids) in &p.rows {
             let ps = &plan.scenes[*i];
