@@ -126,11 +126,38 @@ fn tell_watchdog(line: &str) {
 
 /// Start the watchdog before the first step spawns: a step must never run while nobody
 /// would kill its group if scenerun died (starting it lazily left a window of several ms).
-fn ensure_watchdog() {
+/// Returns the write end of its pipe, for children to register themselves.
+fn ensure_watchdog() -> Option<std::os::fd::RawFd> {
+    use std::os::fd::AsRawFd;
     let mut w = registry().watchdog.lock().expect("watchdog");
     if w.is_none() {
         *w = start_watchdog();
     }
+    w.as_ref().map(|s| s.as_raw_fd())
+}
+
+/// In the forked child, before exec: write `+<pid>\n` to the watchdog pipe, so the group
+/// is registered before the step runs a single instruction of its own. Only
+/// async-signal-safe calls here (no allocation); one short write is atomic on a pipe.
+fn register_self(fd: std::os::fd::RawFd) {
+    let mut buf = [0u8; 24];
+    let mut digits = [0u8; 20];
+    let mut pid = unsafe { libc::getpid() } as u64;
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (pid % 10) as u8;
+        n += 1;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    buf[0] = b'+';
+    for i in 0..n {
+        buf[1 + i] = digits[n - 1 - i];
+    }
+    buf[1 + n] = b'\n';
+    unsafe { libc::write(fd, buf.as_ptr().cast(), n + 2) };
 }
 
 fn start_watchdog() -> Option<ChildStdin> {
@@ -198,6 +225,7 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
         .create(true)
         .append(true)
         .open(spec.log)?;
+    let watchdog_fd = ensure_watchdog();
     let mut expr = duct::cmd("sh", ["-c", spec.command])
         .dir(spec.dir)
         .stdin_null()
@@ -206,10 +234,15 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
         .stderr_to_stdout()
         .stdout_file(log)
         .unchecked()
-        .before_spawn(|c| {
+        .before_spawn(move |c| {
             unsafe {
-                c.pre_exec(|| {
+                c.pre_exec(move || {
                     libc::setpgid(0, 0);
+                    if let Some(fd) = watchdog_fd {
+                        register_self(fd);
+                    }
+                    // Parent ignores SIGXFSZ (to get EFBIG); steps get the default.
+                    libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
                     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                     let mut set: libc::sigset_t = std::mem::zeroed();
                     libc::sigemptyset(&mut set);
@@ -223,7 +256,6 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
         expr = expr.env(k, v);
     }
     let r = registry();
-    ensure_watchdog();
     // Register under the lock so a concurrent interrupt cannot miss this group.
     let handle;
     let pgid;
@@ -244,7 +276,6 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
         );
         r.changed.notify_all();
     }
-    tell_watchdog(&format!("+{pgid}"));
     let waited = handle.wait().map(|o| o.status);
     // Leftovers of the step (background children) die with it.
     unsafe { libc::killpg(pgid, libc::SIGKILL) };
