@@ -52,6 +52,12 @@ pub fn walk_files(root: &Path) -> io::Result<Vec<(String, u64)>> {
         out.push((String::new(), meta.len()));
         return Ok(out);
     }
+    if !meta.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file (symlinks and special files cannot be cached)",
+            root.display()
+        )));
+    }
     let mut stack = vec![(root.to_path_buf(), String::new())];
     while let Some((dir, prefix)) = stack.pop() {
         for e in fs::read_dir(&dir)? {

@@ -95,6 +95,12 @@ const MEMO_VERSION: u32 = 1;
 /// (directory of the including file, include dirs, directive) → the file it names.
 type ResolveKey = (PathBuf, Vec<PathBuf>, Include);
 
+/// (source, include dirs) → its closure.
+type ClosureKey = (PathBuf, Vec<PathBuf>);
+
+/// An include closure: (key name, content hash) of every file, sorted.
+pub type Closure = Vec<(String, String)>;
+
 /// Content hashes of files, memoized within the process and across runs.
 pub struct Files {
     memo_path: Option<PathBuf>,
@@ -102,6 +108,8 @@ pub struct Files {
     fresh: Mutex<HashMap<PathBuf, MemoEntry>>,
     seen: Mutex<HashMap<PathBuf, Arc<FileInfo>>>,
     resolved: Mutex<HashMap<ResolveKey, Option<PathBuf>>>,
+    /// (source, include dirs) → its closure: scenes that share a source walk it once.
+    closures: Mutex<HashMap<ClosureKey, Arc<Closure>>>,
     pub reads: std::sync::atomic::AtomicUsize,
 }
 
@@ -132,6 +140,7 @@ impl Files {
             fresh: Mutex::default(),
             seen: Mutex::default(),
             resolved: Mutex::default(),
+            closures: Mutex::default(),
             reads: Default::default(),
         }
     }
@@ -204,6 +213,24 @@ impl Files {
     /// Every file the source includes, transitively, that the scanner can resolve
     /// (excluding the source itself), as (key name, content hash), sorted.
     pub fn closure(
+        &self,
+        base: &Path,
+        source: &Path,
+        dirs: &[PathBuf],
+    ) -> io::Result<Vec<(String, String)>> {
+        let memo_key = (source.to_path_buf(), dirs.to_vec());
+        if let Some(c) = self.closures.lock().expect("memo lock").get(&memo_key) {
+            return Ok(c.as_ref().clone());
+        }
+        let out = self.closure_walk(base, source, dirs)?;
+        self.closures
+            .lock()
+            .expect("memo lock")
+            .insert(memo_key, Arc::new(out.clone()));
+        Ok(out)
+    }
+
+    fn closure_walk(
         &self,
         base: &Path,
         source: &Path,

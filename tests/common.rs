@@ -104,7 +104,10 @@ impl Suite {
 pub fn basic_suite(n: usize) -> Suite {
     let s = Suite::new();
     let cc = s.logging_cc();
-    s.write("include/common.h", "#include \"inner.h\"\n#define SCALE 2\n");
+    s.write(
+        "include/common.h",
+        "#include \"inner.h\"\n#define SCALE 2\n",
+    );
     s.write("include/inner.h", "#define OFFSET 1\n");
     s.write("include/unrelated.h", "#define NOTHING 0\n");
     s.write(

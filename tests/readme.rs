@@ -4,7 +4,8 @@
 use crate::common::*;
 
 fn blocks(lang: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let mut out = Vec::new();
     let mut cur: Option<String> = None;
     for line in readme.lines() {
@@ -24,11 +25,24 @@ fn blocks(lang: &str) -> Vec<String> {
     out
 }
 
+/// Manifest examples validate; the only errors allowed are files of the reader's own
+/// project that the example names (a missing source or input). Other YAML (workflow
+/// snippets) must parse.
 #[test]
-fn readme_manifest_reference_validates() {
+fn readme_yaml_examples_validate() {
     let yaml = blocks("yaml");
-    assert!(!yaml.is_empty(), "README has a yaml example");
-    for text in yaml {
+    let manifests: Vec<&String> = yaml
+        .iter()
+        .filter(|t| t.contains("version: 1") && t.contains("scenes:"))
+        .collect();
+    assert!(!manifests.is_empty(), "README has a manifest example");
+    for text in &yaml {
+        serde_yaml::from_str::<serde_yaml::Value>(text)
+            .unwrap_or_else(|e| panic!("README YAML does not parse ({e}):\n{text}"));
+    }
+    // The manifest reference itself must validate with no error at all.
+    let mut clean = 0;
+    for text in manifests {
         let s = Suite::new();
         // The files the reference names.
         s.write("kernels/add.c", "int main(void) { return 0; }\n");
@@ -36,23 +50,38 @@ fn readme_manifest_reference_validates() {
         s.script("gen.sh", "#!/bin/sh\n");
         s.script("golden.sh", "#!/bin/sh\n");
         s.write("data/a/b.json", "{}\n");
-        s.write("scenes.yaml", &text);
-        // `cc --version` is the identity; `plan` validates everything and runs nothing else.
+        s.write("scenes.yaml", text);
+        // `plan` validates everything and runs nothing but identity commands.
         let out = s.cmd(&["plan"]).output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "README example does not validate:\n{}\n{}",
-            text,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        match out.status.code() {
+            Some(0) => clean += 1,
+            Some(4) => {
+                let problems: Vec<&str> = err
+                    .lines()
+                    .skip(1)
+                    .filter(|l| !(l.contains("not found") || l.contains("matches no file")))
+                    .collect();
+                assert!(
+                    problems.is_empty(),
+                    "README example has errors:\n{text}\n{err}"
+                );
+            }
+            // A toolchain the machine lacks (a vendor compiler's identity) is exit 3.
+            Some(3) => assert!(err.contains("identity"), "{err}"),
+            other => panic!("README example: exit {other:?}\n{text}\n{err}"),
+        }
     }
+    assert!(clean >= 1, "the manifest reference validates cleanly");
 }
 
 #[test]
 fn readme_json_samples_parse() {
     let json = blocks("json");
-    assert!(json.len() >= 2, "README documents report.json and plan JSON");
+    assert!(
+        json.len() >= 2,
+        "README documents report.json and plan JSON"
+    );
     for text in json {
         serde_json::from_str::<serde_json::Value>(&text)
             .unwrap_or_else(|e| panic!("README JSON sample does not parse ({e}):\n{text}"));

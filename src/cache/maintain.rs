@@ -89,6 +89,11 @@ pub fn verify(store: &Store, fix: bool, report: &mut dyn FnMut(String)) -> Resul
             if fix {
                 // Hold the key lock so a concurrent warm does not see a half-removed entry.
                 let _lock = store.lock_key(*kind, key)?;
+                // Look again under the lock: a warm may have replaced it since.
+                if verify_entry(*kind, key, dir).is_ok() {
+                    report(format!("kept {} {}: rebuilt meanwhile", kind.name(), key));
+                    continue;
+                }
                 let trash = store.root.join("tmp").join(format!(
                     "trash.{}.{}",
                     std::process::id(),

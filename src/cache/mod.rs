@@ -284,8 +284,7 @@ impl Store {
                 fsutil::unique()
             );
             let lock_path = tmp.join(format!("{name}.lock"));
-            let lock =
-                fs::File::create(&lock_path).map_err(|e| infra(e, "create", &lock_path))?;
+            let lock = fs::File::create(&lock_path).map_err(|e| infra(e, "create", &lock_path))?;
             lock.lock().map_err(|e| infra(e, "lock", &lock_path))?;
             // Another warm's `sweep_tmp` may have locked and removed the file between
             // our create and lock: then the lock guards nothing, take another name.

@@ -27,6 +27,10 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
             frozen.device_env
         )
     });
+    // Held until this process exits (the kernel drops it even on SIGKILL).
+    let _alive = std::fs::File::create(super::inner_lock_path(&frozen.job_dir))
+        .and_then(|f| f.try_lock().map_err(std::io::Error::other).map(|_| f))
+        .ok();
     let results = run(&frozen, ids);
     let bytes = serde_json::to_vec_pretty(&results).expect("results serialize");
     crate::fsutil::write_atomic(&frozen.results, &bytes)
@@ -65,11 +69,13 @@ fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
             };
             match std::fs::metadata(&p) {
                 Ok(m) if m.len() == f.size => {}
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "artifact {} ({}) is missing or damaged since warm: run `scenerun warm` again",
                     a.name,
                     p.display()
-                )),
+                ))
+                }
             }
         }
     }
@@ -77,7 +83,11 @@ fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
     let dir = super::kernels_dir(&frozen.job_dir, &s.name);
     for k in &s.kernels {
         if std::fs::metadata(dir.join(&k.name)).is_err() {
-            return Err(format!("kernel link {} is missing in {}", k.name, dir.display()));
+            return Err(format!(
+                "kernel link {} is missing in {}",
+                k.name,
+                dir.display()
+            ));
         }
     }
     Ok(())
@@ -113,7 +123,11 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
                 Some(format!(
                     "needs {} devices but {} granted ({})",
                     s.devices,
-                    if granted.len() == 1 { "only 1 was".to_string() } else { format!("only {} were", granted.len()) },
+                    if granted.len() == 1 {
+                        "only 1 was".to_string()
+                    } else {
+                        format!("only {} were", granted.len())
+                    },
                     granted.join(",")
                 )),
             ))
@@ -238,6 +252,9 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
         if !outcome.passed() {
             r.log_tail = Some(proc::log_tail(&log, 4000));
         }
+        // A snapshot after every finished scene: if the lock tool kills this run (its
+        // `--max-time`), the outer still reports what had finished.
+        snapshot(frozen, &out, &granted, started, busy, used);
     });
 
     // Scenes the packer never started (interrupted) are not run.
@@ -262,6 +279,42 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
         busy_secs: busy,
         device_secs_used: used,
         scenes,
+    }
+}
+
+/// Write the results so far; scenes not finished yet are `not_run`, saying so.
+fn snapshot(
+    frozen: &Frozen,
+    out: &[Option<SceneResult>],
+    granted: &[String],
+    started: f64,
+    busy: f64,
+    used: f64,
+) {
+    let scenes = out
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut r = r
+                .clone()
+                .unwrap_or_else(|| result(&frozen.scenes[i], SceneOutcome::NotRun, None));
+            if r.outcome == SceneOutcome::NotRun && r.message.is_none() {
+                r.message = Some("not finished when the inner run was ended".into());
+            }
+            r
+        })
+        .collect();
+    let partial = Results {
+        version: super::RESULTS_VERSION,
+        granted: granted.to_vec(),
+        started,
+        ended: super::unix_now(),
+        busy_secs: busy,
+        device_secs_used: used,
+        scenes,
+    };
+    if let Ok(bytes) = serde_json::to_vec_pretty(&partial) {
+        let _ = crate::fsutil::write_atomic(&frozen.results, &bytes);
     }
 }
 

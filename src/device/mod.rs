@@ -125,6 +125,33 @@ pub fn results_path(job_dir: &Path) -> PathBuf {
     job_dir.join("device-results.json")
 }
 
+/// Held (flock) by the inner run for its whole life, so the outer can tell when it ended.
+pub fn inner_lock_path(job_dir: &Path) -> PathBuf {
+    job_dir.join("inner.lock")
+}
+
+/// Wait, at most `limit`, until no inner run holds its lock. A lock tool may return
+/// before the inner run has exited (it killed only the shell around it, or left it in
+/// the background); its results are complete only once it has. False: still running.
+pub fn wait_for_inner(job_dir: &Path, limit: std::time::Duration) -> bool {
+    let Ok(f) = std::fs::File::options()
+        .write(true)
+        .open(inner_lock_path(job_dir))
+    else {
+        return true;
+    };
+    let start = std::time::Instant::now();
+    loop {
+        if f.try_lock().is_ok() {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Where a scene's device step gets its `{kernels}` directory of links.
 pub fn kernels_dir(job_dir: &Path, scene: &str) -> PathBuf {
     job_dir.join("device").join(scene).join("kernels")

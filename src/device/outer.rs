@@ -246,6 +246,12 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
             timeout: None,
         });
         let returned_at = super::unix_now();
+        // Read the results only once the inner run has really ended (bounded: it kills
+        // its device steps within the grace period after a SIGTERM).
+        let inner_ended = super::wait_for_inner(
+            &plan.job_dir,
+            crate::proc::GRACE * 2 + std::time::Duration::from_secs(1),
+        );
         let tail = crate::proc::log_tail(&log, 3000);
         results = std::fs::read(&frozen.results)
             .ok()
@@ -298,9 +304,15 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
                 Ok(e) => e.describe(),
                 Err(e) => format!("could not start: {e}"),
             };
-            let msg = format!(
-                "the lock command returned ({how}) without running the device steps; lock command: {command}"
-            );
+            let msg = if inner_ended {
+                format!(
+                    "the lock command returned ({how}) without running the device steps; lock command: {command}"
+                )
+            } else {
+                format!(
+                    "the lock command returned ({how}) while the device steps were still running outside it; lock command: {command}"
+                )
+            };
             report.scenes = scene_reports(plan, None, &frozen);
             report.exit_code = Exit::Infra.code();
             report.error = Some(format!("{msg}\n{tail}"));
@@ -334,6 +346,9 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
                 e.describe()
             )),
             (_, Some(why)) => Some(format!("ran the device phase without device ids: {why}")),
+            _ if !inner_ended || results.as_ref().is_some_and(|r| r.ended > returned_at) => {
+                Some("returned while the device steps were still running outside it".into())
+            }
             _ => None,
         };
         if let Some(failure) = failure {

@@ -435,6 +435,10 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
             out.display()
         ));
     }
+    // An artifact the cache cannot hold (a symlink, a fifo) fails this step, not the warm.
+    if let Err(e) = crate::fsutil::walk_files(&out) {
+        return fail(format!("left {{out}} that cannot be cached: {e}"));
+    }
     let mut deps = Vec::new();
     if step.kind == Kind::Kernel {
         let tc = &plan.manifest.toolchains[&plan
@@ -445,14 +449,15 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
             .expect("kernel")
             .toolchain];
         if tc.depfile.is_some() {
-            let text =
-                match std::fs::read_to_string(&depfile) {
-                    Ok(t) => t,
-                    Err(_) => return fail(format!(
+            let text = match std::fs::read_to_string(&depfile) {
+                Ok(t) => t,
+                Err(_) => {
+                    return fail(format!(
                         "the toolchain's depfile option was given but no depfile was written at {}",
                         depfile.display()
-                    )),
-                };
+                    ))
+                }
+            };
             for p in depfile::parse(&text) {
                 let path = crate::key::normalize(&plan.manifest.dir.join(&p));
                 if path.starts_with(&staging.dir) {

@@ -80,10 +80,13 @@ impl WarmRecord {
     pub fn merge_and_save(job_dir: &Path, new: Vec<StepRecord>) -> std::io::Result<()> {
         let mut rec = WarmRecord::load(job_dir);
         rec.version = RECORD_VERSION;
-        rec.steps.retain(|o| {
-            !new.iter()
-                .any(|n| n.kind == o.kind && n.scene == o.scene && n.name == o.name)
-        });
+        let replaced: std::collections::HashSet<(Kind, &str, &str)> = new
+            .iter()
+            .map(|n| (n.kind, n.scene.as_str(), n.name.as_str()))
+            .collect();
+        rec.steps
+            .retain(|o| !replaced.contains(&(o.kind, o.scene.as_str(), o.name.as_str())));
+        drop(replaced);
         rec.steps.extend(new);
         let bytes = serde_json::to_vec_pretty(&rec).expect("record serializes");
         fsutil::write_atomic(&Self::path(job_dir), &bytes)

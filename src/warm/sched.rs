@@ -20,7 +20,9 @@ pub struct Scheduler {
     priority: Vec<f64>,
     waiting_on: Vec<usize>,
     dependents: Vec<Vec<usize>>,
+    /// Ready tasks, most urgent last (cheap to remove); re-sorted only after a push.
     ready: Vec<usize>,
+    ready_sorted: bool,
     pub free_slots: usize,
     used_memory: u64,
     running: usize,
@@ -63,6 +65,7 @@ impl Scheduler {
             waiting_on,
             dependents,
             ready,
+            ready_sorted: false,
             free_slots: slots,
             used_memory: 0,
             running: 0,
@@ -80,23 +83,29 @@ impl Scheduler {
 
     /// The next task to start now, if any fits.
     pub fn next_task(&mut self) -> Option<usize> {
-        if self.alone_running {
+        // Every task needs at least one slot: with none free, nothing can start (without
+        // this, every call scanned the whole ready list: quadratic in a 20,000-step warm).
+        if self.alone_running || self.free_slots == 0 {
             return None;
         }
-        let pr = &self.priority;
-        self.ready
-            .sort_by(|&a, &b| pr[b].total_cmp(&pr[a]).then(a.cmp(&b)));
-        let head = *self.ready.first()?;
+        if !self.ready_sorted {
+            // Ascending urgency: highest priority (then lowest index) last.
+            let pr = &self.priority;
+            self.ready
+                .sort_by(|&a, &b| pr[a].total_cmp(&pr[b]).then(b.cmp(&a)));
+            self.ready_sorted = true;
+        }
+        let head = *self.ready.last()?;
         if self.alone(head) {
             // It waits for everything else to drain and lets nothing pass it.
             if self.running == 0 {
-                self.ready.remove(0);
+                self.ready.pop();
                 self.start(head);
                 return Some(head);
             }
             return None;
         }
-        let pos = self.ready.iter().position(|&i| {
+        let pos = self.ready.iter().rposition(|&i| {
             !self.alone(i)
                 && self.width(i) <= self.free_slots
                 && self.used_memory + self.tasks[i].memory <= self.budget
@@ -129,6 +138,7 @@ impl Scheduler {
                 self.waiting_on[d] -= 1;
                 if self.waiting_on[d] == 0 {
                     self.ready.push(d);
+                    self.ready_sorted = false;
                 }
             }
         } else {

@@ -1,0 +1,12 @@
+//! One integration test binary (link time on two cores); topic modules below.
+
+mod common;
+
+mod device;
+mod lock_standin;
+mod manifest;
+mod plan;
+mod readme;
+mod reliability;
+mod warm;
+mod workflows;
