@@ -26,6 +26,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Open (creating) a file that exists only to be `flock`ed.
+pub fn open_lock_file(path: &Path) -> io::Result<fs::File> {
+    fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+}
+
 /// A number unique within this process.
 pub fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};

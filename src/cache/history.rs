@@ -42,12 +42,7 @@ impl History {
             return;
         }
         let lock_path = root.join("locks").join("history.lock");
-        let Ok(lock) = fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-        else {
+        let Ok(lock) = fsutil::open_lock_file(&lock_path) else {
             return;
         };
         if lock.lock().is_err() {

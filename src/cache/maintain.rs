@@ -94,14 +94,7 @@ pub fn verify(store: &Store, fix: bool, report: &mut dyn FnMut(String)) -> Resul
                     report(format!("kept {} {}: rebuilt meanwhile", kind.name(), key));
                     continue;
                 }
-                let trash = store.root.join("tmp").join(format!(
-                    "trash.{}.{}",
-                    std::process::id(),
-                    fsutil::unique()
-                ));
-                if fs::rename(dir, &trash).is_ok() {
-                    let _ = fsutil::remove_any(&trash);
-                }
+                let _ = store.discard(dir);
                 report(format!("removed {} {}", kind.name(), key));
             }
         }
@@ -177,21 +170,9 @@ pub fn prune(
             continue;
         }
         // Skip entries someone is building or publishing right now.
-        let lock_path = store
-            .root
-            .join("locks")
-            .join(format!("{}-{key}.lock", kind.name()));
-        let Ok(lock) = fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-        else {
+        let Some(_lock) = store.try_lock_key(*kind, key) else {
             continue;
         };
-        if lock.try_lock().is_err() {
-            continue;
-        }
         // Look again under the lock: a warm may have used (touched) it since the listing.
         let used_now = fs::metadata(dir.join("meta.json"))
             .and_then(|m| m.modified())
@@ -200,13 +181,7 @@ pub fn prune(
         if age_now < RECENT || (age_now <= max_age && !too_big) {
             continue;
         }
-        let trash = store.root.join("tmp").join(format!(
-            "trash.{}.{}",
-            std::process::id(),
-            fsutil::unique()
-        ));
-        if fs::rename(dir, &trash).is_ok() {
-            let _ = fsutil::remove_any(&trash);
+        if store.discard(dir).is_ok() {
             total -= bytes;
             removed += 1;
             freed += bytes;

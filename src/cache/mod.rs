@@ -257,18 +257,36 @@ impl Store {
 
     /// Take the per-key build lock (blocking until another builder finishes).
     pub fn lock_key(&self, kind: Kind, key: &str) -> Result<KeyLock> {
-        let path = self
-            .root
-            .join("locks")
-            .join(format!("{}-{key}.lock", kind.name()));
-        let file = fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| infra(e, "create lock", &path))?;
+        let path = self.key_lock_path(kind, key);
+        let file = fsutil::open_lock_file(&path).map_err(|e| infra(e, "create lock", &path))?;
         file.lock().map_err(|e| infra(e, "lock", &path))?;
         Ok(KeyLock { _file: file })
+    }
+
+    /// The per-key lock if nobody holds it now (prune skips entries being built).
+    pub fn try_lock_key(&self, kind: Kind, key: &str) -> Option<KeyLock> {
+        let file = fsutil::open_lock_file(&self.key_lock_path(kind, key)).ok()?;
+        file.try_lock().ok()?;
+        Some(KeyLock { _file: file })
+    }
+
+    fn key_lock_path(&self, kind: Kind, key: &str) -> PathBuf {
+        self.root
+            .join("locks")
+            .join(format!("{}-{key}.lock", kind.name()))
+    }
+
+    /// Remove an entry directory: one rename out of `entries/` (readers see it whole or
+    /// gone), then delete at leisure.
+    pub fn discard(&self, dir: &Path) -> io::Result<()> {
+        let trash = self.root.join("tmp").join(format!(
+            "trash.{}.{}",
+            std::process::id(),
+            fsutil::unique()
+        ));
+        fs::rename(dir, &trash)?;
+        let _ = fsutil::remove_any(&trash);
+        Ok(())
     }
 
     /// A fresh staging directory. For kernels `out` does not exist yet; for fixtures and
@@ -354,13 +372,8 @@ impl Store {
         let parent = target.parent().expect("entry has a parent");
         fs::create_dir_all(parent).map_err(|e| infra(e, "create", parent))?;
         if target.exists() {
-            let trash = self.root.join("tmp").join(format!(
-                "trash.{}.{}",
-                std::process::id(),
-                fsutil::unique()
-            ));
-            fs::rename(&target, &trash).map_err(|e| infra(e, "replace", &target))?;
-            let _ = fsutil::remove_any(&trash);
+            self.discard(&target)
+                .map_err(|e| infra(e, "replace", &target))?;
         }
         fs::rename(&staging.dir, &target).map_err(|e| infra(e, "publish", &target))?;
         drop(staging);

@@ -140,26 +140,10 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
         out[i] = r;
     }
 
-    let known: Vec<f64> = runnable
-        .iter()
-        .filter_map(|&i| frozen.scenes[i].estimate)
-        .collect();
-    let mean = if known.is_empty() {
-        1.0
-    } else {
-        known.iter().sum::<f64>() / known.len() as f64
-    };
-    let jobs: Vec<Job> = runnable
-        .iter()
-        .map(|&i| {
-            let s = &frozen.scenes[i];
-            Job {
-                devices: s.devices,
-                exclusive: s.exclusive,
-                estimate: s.estimate.unwrap_or(mean),
-            }
-        })
-        .collect();
+    let jobs = Job::with_estimates(runnable.iter().map(|&i| {
+        let s = &frozen.scenes[i];
+        (s.devices, s.exclusive, s.estimate)
+    }));
     let mut packer = Packer::new(&jobs);
     let mut free: Vec<usize> = (0..granted.len()).collect();
     let mut running: Vec<(usize, Vec<usize>, f64)> = Vec::new();

@@ -98,6 +98,146 @@ pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
     })
 }
 
+fn device_report(r: &Results, held: f64) -> DeviceReport {
+    DeviceReport {
+        granted: r.granted.clone(),
+        inner_secs: r.ended - r.started,
+        busy_secs: r.busy_secs,
+        device_secs_used: r.device_secs_used,
+        device_secs_held: r.granted.len() as f64 * held,
+        efficiency: if held > 0.0 {
+            (r.busy_secs / held).min(1.0)
+        } else {
+            0.0
+        },
+    }
+}
+
+/// Call the lock command — the one acquisition — and read what the inner run left.
+/// Anything but complete results from an inner run that ended inside the lock is an
+/// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
+fn through_lock(
+    plan: &Plan,
+    frozen: &Frozen,
+    opts: &Options,
+    ui: &Ui,
+    report: &mut Report,
+) -> Result<Results> {
+    let Some(command) = lock_command(plan) else {
+        return Err(crate::coded!(
+            Exit::Usage,
+            "the manifest has no `lock:` section; add one, or run with --no-lock --devices LIST"
+        ));
+    };
+    let log = plan.job_dir.join("lock.log");
+    let _ = std::fs::remove_file(&log);
+    ui.info(&format!("device: taking the lock once: {command}"));
+    let called_at = super::unix_now();
+    let ended = crate::proc::run(&crate::proc::Spec {
+        command: &command,
+        dir: &plan.manifest.dir,
+        env: &plan.manifest.env,
+        log: &log,
+        timeout: None,
+    });
+    let returned_at = super::unix_now();
+    // Read the results only once the inner run has really ended (bounded: it kills
+    // its device steps within the grace period after a SIGTERM).
+    let inner_ended = super::wait_for_inner(
+        &plan.job_dir,
+        crate::proc::GRACE * 2 + std::time::Duration::from_secs(1),
+    );
+    let tail = crate::proc::log_tail(&log, 3000);
+    let results = std::fs::read(&frozen.results)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
+        .filter(|r| r.started >= called_at - 1.0);
+    let mut lock = LockReport {
+        command: command.clone(),
+        exit_code: match &ended {
+            Ok(crate::proc::Ended::Exited(c)) => Some(*c),
+            _ => None,
+        },
+        called_at,
+        returned_at,
+        output_tail: Some(tail.clone()),
+        ..Default::default()
+    };
+    if let Some(r) = &results {
+        let held = returned_at - r.started;
+        lock.inner_started_at = Some(r.started);
+        lock.inner_ended_at = Some(r.ended);
+        lock.queue_wait_secs = Some((r.started - called_at).max(0.0));
+        lock.held_secs = Some(held);
+        report.device = Some(device_report(r, held));
+    }
+    report.lock = Some(lock);
+
+    let how = match &ended {
+        Ok(e) => e.describe(),
+        Err(e) => format!("could not start: {e}"),
+    };
+    // The inner exits 0 or 1 and the lock tool passes that on. Any other ending, even
+    // with results on disk, means the lock tool cut the run short (`--max-time`, a
+    // signal); results without ids mean it handed none over.
+    let no_ids = results
+        .as_ref()
+        .filter(|r| r.granted.is_empty())
+        .and_then(|r| {
+            r.scenes
+                .iter()
+                .find(|s| s.outcome == SceneOutcome::NotRun)
+                .map(|s| s.message.clone().unwrap_or_default())
+        });
+    let cut_short = match &ended {
+        Ok(crate::proc::Ended::Exited(c)) => !matches!(c, 0 | 1),
+        Ok(crate::proc::Ended::Signaled(_)) => true,
+        _ => false,
+    };
+    let still_running = !inner_ended || results.as_ref().is_some_and(|r| r.ended > returned_at);
+    let failure = if crate::proc::interrupted() {
+        Some((Exit::Interrupted, "was interrupted".to_string()))
+    } else if results.is_none() && inner_ended {
+        Some((
+            Exit::Infra,
+            format!("returned ({how}) without running the device steps"),
+        ))
+    } else if cut_short {
+        Some((
+            Exit::Infra,
+            format!("ended ({how}) before the device steps finished"),
+        ))
+    } else if let Some(why) = no_ids {
+        Some((
+            Exit::Infra,
+            format!("ran the device phase without device ids: {why}"),
+        ))
+    } else if still_running {
+        Some((
+            Exit::Infra,
+            format!("returned ({how}) while the device steps were still running outside it"),
+        ))
+    } else {
+        None
+    };
+    match (failure, results) {
+        (None, Some(r)) => Ok(r),
+        (failure, results) => {
+            let (exit, what) = failure.expect("no failure means results are present");
+            let msg = format!("the lock command {what}; lock command: {command}");
+            report.scenes = scene_reports(plan, results.as_ref(), frozen);
+            report.exit_code = exit.code();
+            report.error = Some(format!("{msg}\n{tail}"));
+            let _ = report.write(&opts.report_dir, ui.github);
+            Err(crate::coded!(
+                exit,
+                "{msg}\n--- lock command output (last lines) ---\n{}",
+                tail.trim_end()
+            ))
+        }
+    }
+}
+
 /// Lay out each scene's `{kernels}` directory: one symlink per kernel into the cache
 /// (never a copy), before the lock is taken.
 fn link_kernels(frozen: &Frozen) -> Result<()> {
@@ -208,163 +348,15 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     let _ = std::fs::remove_file(&frozen.results);
     link_kernels(&frozen)?;
 
-    let results: Option<Results>;
-    if opts.no_lock {
+    let r = if opts.no_lock {
         let ids = super::pack::parse_ids(&opts.devices)
             .map_err(|e| crate::coded!(Exit::Usage, "--devices: {e}"))?;
         let r = super::inner::run(&frozen, Ok(ids));
-        let inner_secs = r.ended - r.started;
-        report.device = Some(DeviceReport {
-            granted: r.granted.clone(),
-            inner_secs,
-            busy_secs: r.busy_secs,
-            device_secs_used: r.device_secs_used,
-            device_secs_held: r.granted.len() as f64 * inner_secs,
-            efficiency: if inner_secs > 0.0 {
-                r.busy_secs / inner_secs
-            } else {
-                0.0
-            },
-        });
-        results = Some(r);
+        report.device = Some(device_report(&r, r.ended - r.started));
+        r
     } else {
-        let Some(command) = lock_command(plan) else {
-            return Err(crate::coded!(
-                Exit::Usage,
-                "the manifest has no `lock:` section; add one, or run with --no-lock --devices LIST"
-            ));
-        };
-        let log = plan.job_dir.join("lock.log");
-        let _ = std::fs::remove_file(&log);
-        ui.info(&format!("device: taking the lock once: {command}"));
-        let called_at = super::unix_now();
-        let ended = crate::proc::run(&crate::proc::Spec {
-            command: &command,
-            dir: &plan.manifest.dir,
-            env: &plan.manifest.env,
-            log: &log,
-            timeout: None,
-        });
-        let returned_at = super::unix_now();
-        // Read the results only once the inner run has really ended (bounded: it kills
-        // its device steps within the grace period after a SIGTERM).
-        let inner_ended = super::wait_for_inner(
-            &plan.job_dir,
-            crate::proc::GRACE * 2 + std::time::Duration::from_secs(1),
-        );
-        let tail = crate::proc::log_tail(&log, 3000);
-        results = std::fs::read(&frozen.results)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
-            .filter(|r| r.started >= called_at - 1.0);
-        let exit_code = match &ended {
-            Ok(crate::proc::Ended::Exited(c)) => Some(*c),
-            _ => None,
-        };
-        let mut lock = LockReport {
-            command: command.clone(),
-            exit_code,
-            called_at,
-            returned_at,
-            output_tail: Some(tail.clone()),
-            ..Default::default()
-        };
-        if let Some(r) = &results {
-            let held = returned_at - r.started;
-            lock.inner_started_at = Some(r.started);
-            lock.inner_ended_at = Some(r.ended);
-            lock.queue_wait_secs = Some((r.started - called_at).max(0.0));
-            lock.held_secs = Some(held);
-            report.device = Some(DeviceReport {
-                granted: r.granted.clone(),
-                inner_secs: r.ended - r.started,
-                busy_secs: r.busy_secs,
-                device_secs_used: r.device_secs_used,
-                device_secs_held: r.granted.len() as f64 * held,
-                efficiency: if held > 0.0 {
-                    (r.busy_secs / held).min(1.0)
-                } else {
-                    0.0
-                },
-            });
-        }
-        report.lock = Some(lock);
-        if crate::proc::interrupted() {
-            report.scenes = scene_reports(plan, results.as_ref(), &frozen);
-            report.exit_code = Exit::Interrupted.code();
-            report.error = Some("interrupted".into());
-            let _ = report.write(&opts.report_dir, ui.github);
-            return Err(crate::coded!(
-                Exit::Interrupted,
-                "interrupted while in the lock command"
-            ));
-        }
-        if results.is_none() {
-            let how = match &ended {
-                Ok(e) => e.describe(),
-                Err(e) => format!("could not start: {e}"),
-            };
-            let msg = if inner_ended {
-                format!(
-                    "the lock command returned ({how}) without running the device steps; lock command: {command}"
-                )
-            } else {
-                format!(
-                    "the lock command returned ({how}) while the device steps were still running outside it; lock command: {command}"
-                )
-            };
-            report.scenes = scene_reports(plan, None, &frozen);
-            report.exit_code = Exit::Infra.code();
-            report.error = Some(format!("{msg}\n{tail}"));
-            let _ = report.write(&opts.report_dir, ui.github);
-            return Err(crate::coded!(
-                Exit::Infra,
-                "{msg}\n--- lock command output (last lines) ---\n{}",
-                tail.trim_end()
-            ));
-        }
-        // The inner exits 0 or 1 and the lock tool passes that on. Any other ending, even
-        // with results on disk, means the lock tool cut the run short (`--max-time`, a
-        // signal); results without ids mean it handed none over. Either is an
-        // infrastructure error, not a scene failure.
-        let no_ids = results
-            .as_ref()
-            .filter(|r| r.granted.is_empty())
-            .and_then(|r| {
-                r.scenes
-                    .iter()
-                    .find(|s| s.outcome == SceneOutcome::NotRun)
-                    .map(|s| s.message.clone().unwrap_or_default())
-            });
-        let failure = match (&ended, no_ids) {
-            (Ok(e @ crate::proc::Ended::Exited(c)), _) if !matches!(c, 0 | 1) => Some(format!(
-                "ended ({}) before the device steps finished",
-                e.describe()
-            )),
-            (Ok(e @ crate::proc::Ended::Signaled(_)), _) => Some(format!(
-                "ended ({}) before the device steps finished",
-                e.describe()
-            )),
-            (_, Some(why)) => Some(format!("ran the device phase without device ids: {why}")),
-            _ if !inner_ended || results.as_ref().is_some_and(|r| r.ended > returned_at) => {
-                Some("returned while the device steps were still running outside it".into())
-            }
-            _ => None,
-        };
-        if let Some(failure) = failure {
-            let msg = format!("the lock command {failure}; lock command: {command}");
-            report.scenes = scene_reports(plan, results.as_ref(), &frozen);
-            report.exit_code = Exit::Infra.code();
-            report.error = Some(format!("{msg}\n{tail}"));
-            let _ = report.write(&opts.report_dir, ui.github);
-            return Err(crate::coded!(
-                Exit::Infra,
-                "{msg}\n--- lock command output (last lines) ---\n{}",
-                tail.trim_end()
-            ));
-        }
-    }
-    let r = results.expect("results are present here");
+        through_lock(plan, &frozen, opts, ui, &mut report)?
+    };
     report.scenes = scene_reports(plan, Some(&r), &frozen);
     let durations: Vec<(String, f64)> = r
         .scenes

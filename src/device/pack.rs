@@ -12,6 +12,28 @@ pub struct Job {
     pub estimate: f64,
 }
 
+impl Job {
+    /// Jobs from (devices, exclusive, history estimate); a scene without history counts
+    /// as the mean of those with one (1 s when none has).
+    pub fn with_estimates(scenes: impl Iterator<Item = (usize, bool, Option<f64>)>) -> Vec<Job> {
+        let scenes: Vec<_> = scenes.collect();
+        let known: Vec<f64> = scenes.iter().filter_map(|s| s.2).collect();
+        let mean = if known.is_empty() {
+            1.0
+        } else {
+            known.iter().sum::<f64>() / known.len() as f64
+        };
+        scenes
+            .into_iter()
+            .map(|(devices, exclusive, estimate)| Job {
+                devices,
+                exclusive,
+                estimate: estimate.unwrap_or(mean),
+            })
+            .collect()
+    }
+}
+
 /// Decides which scene starts next.
 pub struct Packer {
     pending: Vec<usize>,

@@ -28,26 +28,14 @@ fn packing(plan: &Plan) -> Packing {
             ps.device.is_some() && !scene_failed(plan, i)
         })
         .collect();
-    let known: Vec<f64> = runnable
-        .iter()
-        .filter_map(|&i| plan.scenes[i].device_estimate)
-        .collect();
-    let mean = if known.is_empty() {
-        1.0
-    } else {
-        known.iter().sum::<f64>() / known.len() as f64
-    };
-    let jobs: Vec<Job> = runnable
-        .iter()
-        .map(|&i| {
-            let d = plan.scenes[i].device.as_ref().expect("filtered");
-            Job {
-                devices: d.devices as usize,
-                exclusive: d.exclusive,
-                estimate: plan.scenes[i].device_estimate.unwrap_or(mean),
-            }
-        })
-        .collect();
+    let jobs = Job::with_estimates(runnable.iter().map(|&i| {
+        let d = plan.scenes[i].device.as_ref().expect("filtered");
+        (
+            d.devices as usize,
+            d.exclusive,
+            plan.scenes[i].device_estimate,
+        )
+    }));
     let placed = pack::simulate(&jobs, plan.device_count as usize);
     let makespan = placed.iter().map(|p| p.end).fold(0.0, f64::max);
     Packing {
