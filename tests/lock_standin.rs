@@ -5,144 +5,26 @@
 //! sharing a lock. Assertions count events in the log and check files the
 //! commands leave behind; none depends on how long something took.
 
-use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const TASK_SUBMIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/bin/task-submit");
-
-/// One isolated pool: its lock directory, event log and working directory.
-struct Pool {
-    dir: tempfile::TempDir,
-    devices: String,
-}
-
-/// One parsed line of the event log: `EVENT key=value ...`.
-#[derive(Debug, Clone)]
-struct Event {
-    kind: String,
-    fields: HashMap<String, String>,
-}
-
-impl Event {
-    fn get(&self, key: &str) -> &str {
-        self.fields
-            .get(key)
-            .unwrap_or_else(|| panic!("event {self:?} has no field {key}"))
-    }
-    fn t(&self) -> f64 {
-        self.get("t").parse().expect("t is a number")
-    }
-}
-
-impl Pool {
-    fn new(devices: &str) -> Pool {
-        let dir = tempfile::tempdir().expect("tempdir");
-        fs::create_dir(dir.path().join("pool")).unwrap();
-        Pool {
-            dir,
-            devices: devices.to_string(),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.path("events.log")
-    }
-
-    /// `task-submit ARGS...` in this pool, run in the test's working directory.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(TASK_SUBMIT);
-        cmd.args(args)
-            .current_dir(self.dir.path())
-            .env("TASK_SUBMIT_DEVICES", &self.devices)
-            .env("TASK_SUBMIT_POOL", self.path("pool"))
-            .env("TASK_SUBMIT_LOG", self.log_path())
-            .env_remove("TASK_DEVICE")
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("run task-submit")
-    }
-
-    fn spawn(&self, args: &[&str]) -> Child {
-        self.command(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn task-submit")
-    }
-
-    fn events(&self) -> Vec<Event> {
-        let text = fs::read_to_string(self.log_path()).unwrap_or_default();
-        text.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|line| {
-                let mut words = line.split_whitespace();
-                let kind = words.next().unwrap().to_string();
-                let fields = words
-                    .map(|w| {
-                        let (k, v) = w
-                            .split_once('=')
-                            .unwrap_or_else(|| panic!("bad log field {w:?} in {line:?}"));
-                        (k.to_string(), v.to_string())
-                    })
-                    .collect();
-                Event { kind, fields }
-            })
-            .collect()
-    }
-
-    fn count(&self, kind: &str) -> usize {
-        self.events().iter().filter(|e| e.kind == kind).count()
-    }
-}
-
-fn code(out: &Output) -> i32 {
-    out.status
-        .code()
-        .unwrap_or_else(|| panic!("task-submit killed by a signal: {out:?}"))
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use crate::common::*;
 
 /// Waits (up to 10 s) until `path` exists.
 fn wait_for(path: &Path) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{} never appeared",
-            path.display()
-        );
-        sleep(Duration::from_millis(20));
-    }
-}
-
-fn pid_alive(pid: &str) -> bool {
-    // a zombie is as good as dead for these tests
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
+    assert!(
+        wait_for_file(path, Duration::from_secs(10)),
+        "{} never appeared",
+        path.display()
+    );
 }
 
 #[test]
 fn task_device_carries_ids_of_the_pool() {
-    let pool = Pool::new("4-5");
+    let pool = Pool::strict("4-5");
     let out = pool.run(&[
         "--device",
         "auto",
@@ -189,7 +71,7 @@ fn task_device_carries_ids_of_the_pool() {
 
 #[test]
 fn concurrent_calls_on_a_one_id_pool_queue() {
-    let pool = Pool::new("3");
+    let pool = Pool::strict("3");
     let body =
         "echo \"start $TASK_DEVICE $$\" >> marks; sleep 0.4; echo \"end $TASK_DEVICE $$\" >> marks";
     let a = pool.spawn(&["--timeout", "30", "--run", body]);
@@ -241,7 +123,7 @@ fn concurrent_calls_on_a_one_id_pool_queue() {
 
 #[test]
 fn max_time_kills_the_run() {
-    let pool = Pool::new("0");
+    let pool = Pool::strict("0");
     let out = pool.run(&[
         "--max-time",
         "1",
@@ -270,7 +152,7 @@ fn max_time_kills_the_run() {
 
 #[test]
 fn max_time_kills_the_whole_process_group() {
-    let pool = Pool::new("0");
+    let pool = Pool::strict("0");
     let out = pool.run(&[
         "--max-time",
         "2",
@@ -283,11 +165,7 @@ fn max_time_kills_the_whole_process_group() {
         .trim()
         .to_string();
     // the orphan is reaped by init / the subreaper: give it a moment
-    let start = Instant::now();
-    while pid_alive(&sleeper) && start.elapsed() < Duration::from_secs(2) {
-        sleep(Duration::from_millis(20));
-    }
-    let alive = pid_alive(&sleeper);
+    let alive = !wait_until(Duration::from_secs(2), || !pid_alive(&sleeper));
     if alive {
         let _ = Command::new("kill").arg(&sleeper).status();
     }
@@ -297,7 +175,7 @@ fn max_time_kills_the_whole_process_group() {
 
 #[test]
 fn max_time_kills_a_run_that_ignores_sigterm() {
-    let pool = Pool::new("0");
+    let pool = Pool::strict("0");
     let out = pool.run(&[
         "--max-time",
         "1",
@@ -327,7 +205,7 @@ fn max_time_kills_a_run_that_ignores_sigterm() {
 
 #[test]
 fn queue_timeout_exits_75_without_acquiring() {
-    let pool = Pool::new("7");
+    let pool = Pool::strict("7");
     let holder = pool.spawn(&[
         "--run",
         "touch holding; while [ ! -e done ]; do sleep 0.05; done",
@@ -352,7 +230,7 @@ fn queue_timeout_exits_75_without_acquiring() {
 
 #[test]
 fn exit_status_of_the_command_is_passed_through() {
-    let pool = Pool::new("0-1");
+    let pool = Pool::strict("0-1");
     let out = pool.run(&["--run", "echo out; echo err >&2; exit 3"]);
     assert_eq!(code(&out), 3);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
@@ -370,7 +248,7 @@ fn exit_status_of_the_command_is_passed_through() {
 
 #[test]
 fn a_background_child_does_not_keep_the_ids() {
-    let pool = Pool::new("2");
+    let pool = Pool::strict("2");
     let out = pool.run(&["--run", "sleep 30 >/dev/null 2>&1 & echo $! > bgpid"]);
     assert_eq!(code(&out), 0, "stderr: {}", stderr(&out));
     let bg = fs::read_to_string(pool.path("bgpid"))
@@ -401,7 +279,7 @@ fn a_background_child_does_not_keep_the_ids() {
 
 #[test]
 fn usage_errors_exit_64_without_acquiring() {
-    let pool = Pool::new("0-1");
+    let pool = Pool::strict("0-1");
     let no_run = pool.run(&["--device", "auto", "--device-num", "1"]);
     assert_eq!(code(&no_run), 64, "stderr: {}", stderr(&no_run));
     let too_many = pool.run(&["--device-num", "3", "--run", "touch ran"]);
@@ -417,7 +295,7 @@ fn usage_errors_exit_64_without_acquiring() {
 
 #[test]
 fn sigterm_is_forwarded_to_the_run_and_ids_are_released() {
-    let pool = Pool::new("0");
+    let pool = Pool::strict("0");
     let child = pool.spawn(&[
         "--run",
         "trap 'touch got_term; exit 0' TERM; touch started; while :; do sleep 0.05; done",

@@ -15,6 +15,7 @@ use crate::common::*;
 // ---------------------------------------------------------------------------------------
 // helpers
 
+// Stricter than common's lossy readers: plan output must be UTF-8.
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
@@ -112,21 +113,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap().flatten() {
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        let ft = e.file_type().unwrap();
-        if ft.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if ft.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            fs::copy(&src, &dst).unwrap();
-        }
-    }
 }
 
 /// Escape a literal for an insta filter regex.
@@ -535,7 +521,7 @@ fn keys_survive_moving_the_suite() {
 
     let other = tempfile::tempdir().unwrap();
     let moved = other.path().join("a much/longer/workspace path");
-    copy_tree(s.dir(), &moved);
+    copy_tree(s.dir(), &moved, &[]);
     let out = scenerun()
         .current_dir(&moved)
         .arg("--manifest")

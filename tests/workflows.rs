@@ -318,23 +318,6 @@ fn matrix_runs(file: &str, job: &str, j: &Mapping) -> Vec<BTreeMap<String, Strin
     runs
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        let ty = e.file_type().unwrap();
-        if ty.is_dir() {
-            // build/ holds a developer's own cache and reports: not part of a checkout.
-            if e.file_name() != "build" {
-                copy_tree(&src, &dst);
-            }
-        } else if ty.is_file() {
-            fs::copy(&src, &dst).unwrap(); // keeps the mode bits (scripts stay executable)
-        }
-    }
-}
-
 fn uses_of(step: &Mapping) -> String {
     get_str(step, "uses").unwrap_or_default()
 }
@@ -606,7 +589,8 @@ fn run_job(
     let label = format!("{f}: jobs.{job} {matrix:?}");
     let ws_tmp = tempfile::tempdir().unwrap();
     let workspace = ws_tmp.path().join("workspace");
-    copy_tree(Path::new(FIXTURES), &workspace.join("fixtures"));
+    // build/ holds a developer's own cache and reports: not part of a checkout.
+    copy_tree(Path::new(FIXTURES), &workspace.join("fixtures"), &["build"]);
     let gh = ws_tmp.path().join("github");
     fs::create_dir_all(&gh).unwrap();
     let lock_log = gh.join("task-submit.log");

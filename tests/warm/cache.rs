@@ -1,0 +1,250 @@
+//! The cache shared: a moved suite or cache is all hits, concurrent warms build each
+//! key once, job-scoped fixtures, and `cache stats | prune | clean`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as StdCommand};
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::common::*;
+
+// ---------------------------------------------------------------------------------------
+// Relocation and concurrency
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn moved_suite_and_cache_are_all_hits() {
+    let parent = tempfile::tempdir().unwrap();
+    let s = three_scene_suite_with(true);
+    warm(&s, &[]);
+    // Move the checkout (cache.dir is relative: the cache moves with it). The original
+    // path is gone afterwards.
+    let moved = parent.path().join("elsewhere/checkout two");
+    fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    let status = StdCommand::new("cp")
+        .arg("-a")
+        .arg(s.dir())
+        .arg(&moved)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let old = s.dir().to_path_buf();
+    let s2 = Suite {
+        tmp: tempfile::TempDir::new_in(parent.path()).unwrap(),
+    };
+    fs::remove_dir_all(s2.dir()).unwrap();
+    fs::rename(&moved, s2.dir()).unwrap();
+    drop(s);
+    assert!(!old.exists());
+
+    let steps = plan_steps(&s2, &[]);
+    assert!(all_hits(&steps), "moved checkout: {steps:#?}");
+    warm(&s2, &[]);
+    assert_eq!(s2.count("logs/cc.log"), 3);
+    assert_eq!(s2.count("logs/gen.log"), 3);
+    assert_eq!(s2.count("logs/golden.log"), 3);
+
+    // Now the cache alone moves elsewhere (as actions/cache restores it), via --cache-dir.
+    let cache = parent.path().join("restored-cache");
+    fs::rename(s2.path("cache"), &cache).unwrap();
+    let flag = cache.display().to_string();
+    let steps = plan_steps(&s2, &["--cache-dir", &flag]);
+    assert!(all_hits(&steps), "moved cache: {steps:#?}");
+    warm(&s2, &["--cache-dir", &flag]);
+    assert_eq!(s2.count("logs/cc.log"), 3);
+    assert_eq!(s2.count("logs/gen.log"), 3);
+    assert_eq!(s2.count("logs/golden.log"), 3);
+}
+
+#[test]
+fn concurrent_warms_on_one_cache_build_each_key_once() {
+    let shared = tempfile::tempdir().unwrap();
+    let cache = shared.path().join("cache");
+    let suites: Vec<Suite> = (0..3)
+        .map(|_| {
+            let s = three_scene_suite_with(true);
+            // Slow steps, so that the three runs overlap.
+            s.script(
+                "bin/cc-log",
+                "#!/bin/sh\necho \"$*\" >> logs/cc.log\nsleep 0.3\nexec cc \"$@\"\n",
+            );
+            s.script(
+                "gen.sh",
+                "#!/bin/sh\necho \"$2\" >> logs/gen.log\nsleep 0.3\ncp \"data/$2.txt\" \"$1/input.txt\"\n",
+            );
+            s
+        })
+        .collect();
+    let flag = cache.display().to_string();
+    let children: Vec<Child> = suites
+        .iter()
+        .map(|s| spawn_warm(s, &["--cache-dir", &flag]))
+        .collect();
+    for (i, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "warm {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let total = |rel: &str| suites.iter().map(|s| s.count(rel)).sum::<usize>();
+    assert_eq!(total("logs/cc.log"), 3, "each kernel key compiled once");
+    assert_eq!(total("logs/gen.log"), 3, "each fixture key generated once");
+    assert_eq!(total("logs/golden.log"), 3, "each golden key computed once");
+    for s in &suites {
+        assert!(all_hits(&plan_steps(s, &["--cache-dir", &flag])));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Job-scoped fixtures
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn persist_false_fixture_lives_in_the_job_dir_and_is_reused() {
+    let s = base_suite();
+    data(&s, "big", "huge tensors\n");
+    one_scene(
+        &s,
+        false,
+        "big",
+        &[],
+        "    fixture:\n      run: \"./gen.sh {out} {scene}\"\n      inputs: [gen.sh, data/big.txt]\n      persist: false\n    golden:\n      run: \"./golden.sh {fixture} {out} {scene}\"\n      inputs: [golden.sh]\n",
+    );
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/gen.log"), 1);
+    assert!(
+        entries(&s.path("cache"), "fixture").is_empty(),
+        "never in the cache"
+    );
+    let job = entries(&s.path("build/scenerun/job"), "fixture");
+    assert_eq!(job.len(), 1, "in the job dir");
+    assert_eq!(
+        fs::read_to_string(job[0].join("out/input.txt")).unwrap(),
+        "huge tensors\n"
+    );
+    // The golden (persist by default) is in the cache.
+    assert_eq!(entries(&s.path("cache"), "golden").len(), 1);
+    let steps = plan_steps(&s, &[]);
+    let f = steps.iter().find(|v| v["kind"] == "fixture").unwrap();
+    assert_eq!(f["status"], "hit");
+    assert_eq!(f["scope"], "job");
+
+    warm(&s, &[]);
+    assert_eq!(
+        s.count("logs/gen.log"),
+        1,
+        "reused while its key is unchanged"
+    );
+    assert_eq!(s.count("logs/golden.log"), 1);
+
+    data(&s, "big", "other tensors\n");
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/gen.log"), 2, "a new key: generated again");
+    assert_eq!(s.count("logs/golden.log"), 2);
+    assert!(entries(&s.path("cache"), "fixture").is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// cache stats | prune | clean
+// ---------------------------------------------------------------------------------------
+
+fn cache_out(s: &Suite, args: &[&str]) -> String {
+    let mut a = vec!["cache"];
+    a.extend_from_slice(args);
+    let out = s.cmd(&a).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "cache {args:?}: {}",
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+/// `cache stats` → entries of one kind ("kernel", "fixture", "golden", "total").
+fn stat_entries(text: &str, kind: &str) -> usize {
+    text.lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(kind)).then(|| w.next().unwrap().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no {kind} line in {text}"))
+}
+
+fn backdate(entry: &Path, ago: Duration) {
+    fs::File::options()
+        .write(true)
+        .open(entry.join("meta.json"))
+        .unwrap()
+        .set_modified(SystemTime::now() - ago)
+        .unwrap();
+}
+
+#[test]
+fn cache_stats_prune_and_clean() {
+    let s = three_scene_suite();
+    warm(&s, &[]);
+    let stats = cache_out(&s, &["stats"]);
+    assert_eq!(stat_entries(&stats, "kernel"), 3, "{stats}");
+    assert_eq!(stat_entries(&stats, "fixture"), 3, "{stats}");
+    assert_eq!(stat_entries(&stats, "golden"), 3, "{stats}");
+    assert_eq!(stat_entries(&stats, "total"), 9, "{stats}");
+    assert!(stats.contains("last warm: 0 hits"), "{stats}");
+    warm(&s, &[]);
+    let stats = cache_out(&s, &["stats"]);
+    assert!(stats.contains("last warm: 11 hits, 0 misses"), "{stats}");
+
+    // Older than --max-age but used in the last 24 h: kept.
+    let cache = s.path("cache");
+    let all: Vec<PathBuf> = ["kernel", "fixture", "golden"]
+        .iter()
+        .flat_map(|k| entries(&cache, k))
+        .collect();
+    for e in &all {
+        backdate(e, Duration::from_secs(2 * 3600));
+    }
+    let out = cache_out(&s, &["prune", "--max-age", "1s"]);
+    assert!(out.contains("pruned 0 entries"), "{out}");
+    assert!(all.iter().all(|e| e.exists()), "a recent entry was pruned");
+
+    // Over --max-size, but everything is recent: kept, and it says so.
+    let out = cache_out(&s, &["prune", "--max-size", "1KiB"]);
+    assert!(out.contains("pruned 0 entries"), "{out}");
+    assert!(out.contains("over its cap"), "{out}");
+    assert!(all.iter().all(|e| e.exists()));
+
+    // Unused for three days: evicted by age, unless a warm hit it since.
+    let old = entries(&cache, "kernel")[0].clone();
+    backdate(&old, Duration::from_secs(3 * 86400));
+    warm(&s, &[]);
+    let out = cache_out(&s, &["prune", "--max-age", "1d"]);
+    assert!(
+        out.contains("pruned 0 entries"),
+        "a hit refreshes the last use: {out}"
+    );
+    backdate(&old, Duration::from_secs(3 * 86400));
+    let out = cache_out(&s, &["prune", "--max-age", "1d"]);
+    assert!(out.contains("pruned 1 entries"), "{out}");
+    assert!(!old.exists());
+    assert_eq!(stat_entries(&cache_out(&s, &["stats"]), "kernel"), 2);
+    warm(&s, &[]);
+    assert_eq!(
+        s.count("logs/cc.log"),
+        4,
+        "the pruned kernel was compiled again"
+    );
+    assert_verify_clean(&s);
+
+    // clean removes all; the next warm rebuilds everything.
+    let out = cache_out(&s, &["clean"]);
+    assert!(out.contains("removed 9 entries"), "{out}");
+    assert_eq!(stat_entries(&cache_out(&s, &["stats"]), "total"), 0);
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/cc.log"), 7);
+    assert_eq!(s.count("logs/gen.log"), 6);
+    assert_eq!(s.count("logs/golden.log"), 6);
+}
