@@ -153,7 +153,11 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
         );
         pb
     });
-    let running_names: Mutex<BTreeMap<usize, String>> = Mutex::new(BTreeMap::new());
+    // What the bar shows as running (scheduler thread only).
+    let mut running_names: BTreeMap<usize, String> = BTreeMap::new();
+    let show_running = |pb: &indicatif::ProgressBar, names: &BTreeMap<usize, String>| {
+        pb.set_message(names.values().cloned().collect::<Vec<_>>().join(", "));
+    };
 
     let mut records: Vec<StepRecord> = Vec::new();
     let mut summary = Summary::default();
@@ -177,24 +181,14 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
         }
         drop(done_tx);
         let mut in_flight = 0usize;
-        let mut outstanding = units.len();
         let mut skipped_units: Vec<usize> = Vec::new();
         loop {
             if infra.is_none() && !proc::interrupted() {
                 while let Some(u) = scheduler.next_task() {
                     in_flight += 1;
                     if let Some(pb) = &bar {
-                        let s = &plan.steps[units[u].steps[0]];
-                        running_names.lock().expect("names").insert(u, s.id(plan));
-                        pb.set_message(
-                            running_names
-                                .lock()
-                                .expect("names")
-                                .values()
-                                .cloned()
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                        );
+                        running_names.insert(u, plan.steps[units[u].steps[0]].id(plan));
+                        show_running(pb, &running_names);
                     }
                     let _ = job_tx.send(u);
                 }
@@ -204,8 +198,10 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
             }
             let Ok(res) = done_rx.recv() else { break };
             in_flight -= 1;
-            outstanding -= 1;
-            running_names.lock().expect("names").remove(&res.unit);
+            if let Some(pb) = &bar {
+                running_names.remove(&res.unit);
+                show_running(pb, &running_names);
+            }
             let ok = matches!(res.done, Ok(Done::Built { .. }) | Ok(Done::Hit));
             let newly_skipped = scheduler.finish(res.unit, ok);
             let (outcome, secs, error, tail) = match res.done {
@@ -288,7 +284,6 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
                     continue;
                 }
                 skipped_units.push(u);
-                outstanding -= 1;
                 for &si in &units[u].steps {
                     let s = &plan.steps[si];
                     finished += 1;
@@ -314,7 +309,6 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
             }
         }
         drop(job_tx);
-        let _ = outstanding;
     });
     if let Some(pb) = bar {
         pb.finish_and_clear();
