@@ -3,7 +3,7 @@
 //! unchanged file skip re-reading. Keys never contain an absolute path of the checkout:
 //! files inside the manifest's directory are named relative to it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// Bump when the encoding changes: every key changes with it.
-pub const KEY_SCHEMA: &str = "scenerun-key-1";
+pub const KEY_SCHEMA: &str = "scenerun-key-2";
 
 /// Files above this size are hashed but not scanned for `#include`.
 const SCAN_LIMIT: u64 = 4 << 20;
@@ -95,11 +95,35 @@ const MEMO_VERSION: u32 = 1;
 /// (directory of the including file, include dirs, directive) → the file it names.
 type ResolveKey = (PathBuf, Vec<PathBuf>, Include);
 
-/// (source, include dirs) → its closure.
-type ClosureKey = (PathBuf, Vec<PathBuf>);
+/// A file of an include closure: its name in keys and its content hash.
+#[derive(Debug)]
+pub struct Node {
+    pub name: String,
+    pub hash: String,
+}
 
-/// An include closure: (key name, content hash) of every file, sorted.
-pub type Closure = Vec<(String, String)>;
+/// An include closure: its files sorted by name, and the digest of that list (names
+/// and content hashes, length-prefixed) that goes into kernel keys, computed once per
+/// (source, include dirs) however many kernels share them.
+#[derive(Debug)]
+pub struct ClosureSet {
+    pub files: Vec<Arc<Node>>,
+    pub digest: String,
+}
+
+pub type Closure = Arc<ClosureSet>;
+
+/// The include graph over interned files: each file's resolved includes are found once
+/// per include-dir list, and a closure is a walk over small ids.
+#[derive(Default)]
+struct Graph {
+    ids: HashMap<PathBuf, u32>,
+    nodes: Vec<Arc<Node>>,
+    paths: Vec<PathBuf>,
+    dir_sets: HashMap<Vec<PathBuf>, u32>,
+    children: HashMap<(u32, u32), Arc<[u32]>>,
+    closures: HashMap<(u32, u32), Closure>,
+}
 
 /// Content hashes of files, memoized within the process and across runs.
 pub struct Files {
@@ -108,8 +132,7 @@ pub struct Files {
     fresh: Mutex<HashMap<PathBuf, MemoEntry>>,
     seen: Mutex<HashMap<PathBuf, Arc<FileInfo>>>,
     resolved: Mutex<HashMap<ResolveKey, Option<PathBuf>>>,
-    /// (source, include dirs) → its closure: scenes that share a source walk it once.
-    closures: Mutex<HashMap<ClosureKey, Arc<Closure>>>,
+    graph: Mutex<Graph>,
     pub reads: std::sync::atomic::AtomicUsize,
 }
 
@@ -140,7 +163,7 @@ impl Files {
             fresh: Mutex::default(),
             seen: Mutex::default(),
             resolved: Mutex::default(),
-            closures: Mutex::default(),
+            graph: Mutex::default(),
             reads: Default::default(),
         }
     }
@@ -211,51 +234,94 @@ impl Files {
     }
 
     /// Every file the source includes, transitively, that the scanner can resolve
-    /// (excluding the source itself), as (key name, content hash), sorted.
-    pub fn closure(
-        &self,
-        base: &Path,
-        source: &Path,
-        dirs: &[PathBuf],
-    ) -> io::Result<Vec<(String, String)>> {
-        let memo_key = (source.to_path_buf(), dirs.to_vec());
-        if let Some(c) = self.closures.lock().expect("memo lock").get(&memo_key) {
-            return Ok(c.as_ref().clone());
+    /// (excluding the source itself), sorted by key name.
+    pub fn closure(&self, base: &Path, source: &Path, dirs: &[PathBuf]) -> io::Result<Closure> {
+        let src = self.intern(base, source)?;
+        let set = self.dir_set(dirs);
+        if let Some(c) = self.graph.lock().expect("graph").closures.get(&(src, set)) {
+            return Ok(c.clone());
         }
-        let out = self.closure_walk(base, source, dirs)?;
-        self.closures
-            .lock()
-            .expect("memo lock")
-            .insert(memo_key, Arc::new(out.clone()));
-        Ok(out)
-    }
-
-    fn closure_walk(
-        &self,
-        base: &Path,
-        source: &Path,
-        dirs: &[PathBuf],
-    ) -> io::Result<Vec<(String, String)>> {
-        let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut todo = vec![source.to_path_buf()];
-        let mut out = Vec::new();
+        let mut seen: HashSet<u32> = HashSet::new();
+        let mut todo = vec![src];
         while let Some(file) = todo.pop() {
-            let info = self.info(&file)?;
-            let here = file.parent().unwrap_or(Path::new("/")).to_path_buf();
-            for inc in &info.includes {
-                if let Some(found) = self.resolve(&here, dirs, inc) {
-                    if found != source && seen.insert(found.clone()) {
-                        todo.push(found);
-                    }
+            for &child in self.children(base, file, set, dirs)?.iter() {
+                if child != src && seen.insert(child) {
+                    todo.push(child);
                 }
             }
         }
-        for f in seen {
-            let hash = self.hash(&f)?;
-            out.push((key_name(base, &f), hash));
+        let mut g = self.graph.lock().expect("graph");
+        let mut files: Vec<Arc<Node>> = seen.iter().map(|&i| g.nodes[i as usize].clone()).collect();
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut h = KeyHasher::new("include-closure");
+        h.field("count", &(files.len() as u64).to_le_bytes());
+        for n in &files {
+            h.file("include", &n.name, &n.hash);
         }
-        out.sort();
+        let out: Closure = Arc::new(ClosureSet {
+            digest: h.finish(),
+            files,
+        });
+        g.closures.insert((src, set), out.clone());
         Ok(out)
+    }
+
+    /// The node id of a file, hashing it the first time.
+    fn intern(&self, base: &Path, path: &Path) -> io::Result<u32> {
+        if let Some(&id) = self.graph.lock().expect("graph").ids.get(path) {
+            return Ok(id);
+        }
+        let node = Node {
+            name: key_name(base, path),
+            hash: self.hash(path)?,
+        };
+        let mut g = self.graph.lock().expect("graph");
+        if let Some(&id) = g.ids.get(path) {
+            return Ok(id);
+        }
+        let id = g.nodes.len() as u32;
+        g.nodes.push(Arc::new(node));
+        g.paths.push(path.to_path_buf());
+        g.ids.insert(path.to_path_buf(), id);
+        Ok(id)
+    }
+
+    fn dir_set(&self, dirs: &[PathBuf]) -> u32 {
+        let mut g = self.graph.lock().expect("graph");
+        let next = g.dir_sets.len() as u32;
+        *g.dir_sets.entry(dirs.to_vec()).or_insert(next)
+    }
+
+    /// The files a file's `#include`s resolve to, with these include dirs.
+    fn children(
+        &self,
+        base: &Path,
+        file: u32,
+        set: u32,
+        dirs: &[PathBuf],
+    ) -> io::Result<Arc<[u32]>> {
+        let path = {
+            let g = self.graph.lock().expect("graph");
+            if let Some(c) = g.children.get(&(file, set)) {
+                return Ok(c.clone());
+            }
+            g.paths[file as usize].clone()
+        };
+        let info = self.info(&path)?;
+        let here = path.parent().unwrap_or(Path::new("/"));
+        let mut ids = Vec::new();
+        for inc in &info.includes {
+            if let Some(found) = self.resolve(here, dirs, inc) {
+                ids.push(self.intern(base, &found)?);
+            }
+        }
+        let ids: Arc<[u32]> = ids.into();
+        self.graph
+            .lock()
+            .expect("graph")
+            .children
+            .insert((file, set), ids.clone());
+        Ok(ids)
     }
 
     fn resolve(&self, here: &Path, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {

@@ -18,7 +18,7 @@ use crate::exit::Exit;
 use crate::key::{Files, KeyHasher};
 use crate::manifest::{DeviceStep, GenStep, Kernel, Manifest, Scene, Toolchain};
 use crate::template::{Ph, Template, Val};
-use crate::warm::record::WarmRecord;
+use crate::warm::record::{Failures, WarmRecord};
 
 /// Where scenerun keeps its per-checkout files: `build/scenerun/` beside the manifest.
 pub fn job_dir(manifest: &Manifest) -> PathBuf {
@@ -255,9 +255,26 @@ impl Plan {
             plan.steps[i].key = k?;
         }
 
-        let statuses: Vec<Status> = (0..plan.steps.len())
+        // One lookup per unique artifact (scenes share kernels).
+        let mut unique: HashMap<(bool, Kind, &str), usize> = HashMap::new();
+        for (i, s) in plan.steps.iter().enumerate() {
+            unique
+                .entry((s.persist, s.kind, s.key.as_str()))
+                .or_insert(i);
+        }
+        let firsts: Vec<usize> = unique.values().copied().collect();
+        let lookups: HashMap<usize, Lookup> = firsts
             .into_par_iter()
-            .map(|i| plan.status_of(i, &record))
+            .map(|i| (i, plan.lookup(&plan.steps[i])))
+            .collect();
+        let failures = record.failures();
+        let statuses: Vec<Status> = plan
+            .steps
+            .iter()
+            .map(|s| {
+                let first = unique[&(s.persist, s.kind, s.key.as_str())];
+                plan.status_of(s, &lookups[&first], &failures)
+            })
             .collect();
         for (i, st) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
@@ -402,10 +419,7 @@ impl Plan {
                     .files
                     .closure(base, &k.source.abs, &dirs)
                     .map_err(|e| read_err(e, &format!("the includes of {}", k.source.rel)))?;
-                h.field("closure-count", &(closure.len() as u64).to_le_bytes());
-                for (name, hash) in &closure {
-                    h.file("include", name, hash);
-                }
+                h.field("include-closure", closure.digest.as_bytes());
             }
             Kind::Fixture | Kind::Golden => {
                 let g = self.gen(step);
@@ -431,12 +445,11 @@ impl Plan {
             .lookup(step.kind, &step.key, &self.manifest.dir, &self.files)
     }
 
-    fn status_of(&self, i: usize, record: &WarmRecord) -> Status {
-        let step = &self.steps[i];
-        match self.lookup(step) {
+    fn status_of(&self, step: &Step, lookup: &Lookup, failures: &Failures) -> Status {
+        match lookup {
             Lookup::Hit(_) => Status::Hit,
             other => {
-                if let Some(f) = record.failure(
+                if let Some(f) = failures.get(
                     step.kind,
                     &self.scenes[step.scene].name,
                     &step.name,
@@ -445,7 +458,7 @@ impl Plan {
                     return Status::Failed(f);
                 }
                 match other {
-                    Lookup::Stale(why) => Status::Stale(why),
+                    Lookup::Stale(why) => Status::Stale(why.clone()),
                     _ => Status::Miss,
                 }
             }

@@ -147,16 +147,22 @@ pub fn prune(
     report: &mut dyn FnMut(String),
 ) -> Result<()> {
     let now = SystemTime::now();
+    let entry_bytes = |dir: &std::path::Path| {
+        read_meta(dir)
+            .ok()
+            .flatten()
+            .map(|m| m.bytes())
+            .unwrap_or(0)
+    };
+    // Sizes are read only when a cap needs them (or for what is removed): after every
+    // warm this runs over the whole cache, so the common case is one stat per entry.
+    let sized = max_size.is_some();
     let mut live = Vec::new();
     for (kind, key, dir) in store.entries() {
         let used = fs::metadata(dir.join("meta.json"))
             .and_then(|m| m.modified())
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        let bytes = read_meta(&dir)
-            .ok()
-            .flatten()
-            .map(|m| m.bytes())
-            .unwrap_or(0);
+        let bytes = if sized { entry_bytes(&dir) } else { 0 };
         live.push((used, kind, key, dir, bytes));
     }
     live.sort_by_key(|e| e.0);
@@ -181,17 +187,22 @@ pub fn prune(
         if age_now < RECENT || (age_now <= max_age && !too_big) {
             continue;
         }
+        let bytes = if sized { *bytes } else { entry_bytes(dir) };
         if store.discard(dir).is_ok() {
-            total -= bytes;
+            total = total.saturating_sub(bytes);
             removed += 1;
             freed += bytes;
         }
     }
-    report(format!(
-        "pruned {removed} entries ({}); cache now {}",
-        short_size(freed),
-        short_size(total)
-    ));
+    if sized {
+        report(format!(
+            "pruned {removed} entries ({}); cache now {}",
+            short_size(freed),
+            short_size(total)
+        ));
+    } else {
+        report(format!("pruned {removed} entries ({})", short_size(freed)));
+    }
     if let Some(cap) = max_size {
         if total > cap {
             report(format!(

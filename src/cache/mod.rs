@@ -365,7 +365,7 @@ impl Store {
         let meta_path = staging.dir.join("meta.json");
         fs::write(
             &meta_path,
-            serde_json::to_vec_pretty(&meta).expect("meta serializes"),
+            serde_json::to_vec(&meta).expect("meta serializes"),
         )
         .map_err(|e| infra(e, "write", &meta_path))?;
         let target = self.entry_dir(kind, key);

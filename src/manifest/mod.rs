@@ -208,9 +208,9 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
     let mut cx = Ctx {
         file: file.display().to_string(),
         dir: dir.to_path_buf(),
-        locs: Locations::index(text),
         diags: Vec::new(),
         notes: Vec::new(),
+        resolved: Default::default(),
         broken_toolchains: Vec::new(),
     };
     let value: Value = match serde_yaml::from_str(text) {
@@ -230,13 +230,20 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
     };
     let manifest = cx.manifest(value);
     if cx.diags.is_empty() {
-        Ok(manifest.expect("no errors means a manifest"))
-    } else {
-        Err(ManifestErrors {
-            file: cx.file,
-            diags: cx.diags,
-        })
+        return Ok(manifest.expect("no errors means a manifest"));
     }
+    // Positions are needed only to report errors: index the text then, not on every load.
+    let locs = Locations::index(text);
+    for d in &mut cx.diags {
+        if let Some(pos) = locs.find(&d.path) {
+            d.line = Some(pos.line);
+            d.col = Some(pos.col);
+        }
+    }
+    Err(ManifestErrors {
+        file: cx.file,
+        diags: cx.diags,
+    })
 }
 
 /// serde_yaml appends " at line L column C"; the location is printed separately.
@@ -250,9 +257,10 @@ fn strip_location(msg: &str) -> String {
 struct Ctx {
     file: String,
     dir: PathBuf,
-    locs: Locations,
     diags: Vec<Diag>,
     notes: Vec<String>,
+    /// Paths already resolved (kernels share include dirs and sources).
+    resolved: std::cell::RefCell<HashMap<String, Result<Option<FileRef>, String>>>,
     /// Toolchains that are defined but invalid: a kernel naming one is not told
     /// "unknown toolchain" on top of the toolchain's own error.
     broken_toolchains: Vec<String>,
@@ -260,10 +268,9 @@ struct Ctx {
 
 impl Ctx {
     fn err(&mut self, path: &str, message: impl Into<String>) {
-        let pos = self.locs.find(path);
         self.diags.push(Diag {
-            line: pos.map(|p| p.line),
-            col: pos.map(|p| p.col),
+            line: None,
+            col: None,
             path: path.to_string(),
             message: message.into(),
         });
@@ -379,6 +386,17 @@ impl Ctx {
     /// directory and may not leave it, lexically (`..`) or through a symlink.
     /// Returns Ok(None) when the path does not exist.
     fn resolve(&self, raw: &str) -> Result<Option<FileRef>, String> {
+        if let Some(r) = self.resolved.borrow().get(raw) {
+            return r.clone();
+        }
+        let r = self.resolve_uncached(raw);
+        self.resolved
+            .borrow_mut()
+            .insert(raw.to_string(), r.clone());
+        r
+    }
+
+    fn resolve_uncached(&self, raw: &str) -> Result<Option<FileRef>, String> {
         if raw.is_empty() {
             return Err("empty path".into());
         }

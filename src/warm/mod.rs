@@ -365,7 +365,17 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
     // A hit, too, is decided and touched under the key lock: `cache prune` takes the same
     // lock before it evicts, so it can never remove an entry this warm reports as a hit.
     let _lock = store.lock_key(step.kind, &step.key)?;
-    if let Lookup::Hit(e) = plan.lookup(step) {
+    // The plan, moments ago in this process, already re-checked a hit's dependencies;
+    // under the lock it is enough that the entry is still whole.
+    let hit = if step.status.is_hit() {
+        store.present(step.kind, &step.key)
+    } else {
+        None
+    };
+    if let Some(e) = hit.or_else(|| match plan.lookup(step) {
+        Lookup::Hit(e) => Some(e),
+        _ => None,
+    }) {
         store.touch(&e);
         return Ok(Done::Hit);
     }

@@ -53,27 +53,15 @@ impl WarmRecord {
             .unwrap_or_default()
     }
 
-    /// The failure message recorded for this step with this exact key.
-    pub fn failure(&self, kind: Kind, scene: &str, name: &str, key: &str) -> Option<String> {
-        self.steps
-            .iter()
-            .find(|r| {
-                r.kind == kind
-                    && r.scene == scene
-                    && r.name == name
-                    && r.key == key
-                    && matches!(r.outcome, Outcome::Failed | Outcome::Skipped)
-            })
-            .map(|r| {
-                let mut msg = r.error.clone().unwrap_or_else(|| "failed".into());
-                if let Some(tail) = &r.log_tail {
-                    if !tail.trim().is_empty() {
-                        msg.push('\n');
-                        msg.push_str(tail.trim_end());
-                    }
-                }
-                msg
-            })
+    /// The recorded failures, indexed by step.
+    pub fn failures(&self) -> Failures<'_> {
+        Failures(
+            self.steps
+                .iter()
+                .filter(|r| matches!(r.outcome, Outcome::Failed | Outcome::Skipped))
+                .map(|r| ((r.kind, r.scene.as_str(), r.name.as_str()), r))
+                .collect(),
+        )
     }
 
     /// Replace the records of the steps this warm ran, keep the others.
@@ -90,5 +78,23 @@ impl WarmRecord {
         rec.steps.extend(new);
         let bytes = serde_json::to_vec_pretty(&rec).expect("record serializes");
         fsutil::write_atomic(&Self::path(job_dir), &bytes)
+    }
+}
+
+/// Failed steps of a warm record, by (kind, scene, name).
+pub struct Failures<'a>(std::collections::HashMap<(Kind, &'a str, &'a str), &'a StepRecord>);
+
+impl Failures<'_> {
+    /// The failure message recorded for this step with this exact key.
+    pub fn get(&self, kind: Kind, scene: &str, name: &str, key: &str) -> Option<String> {
+        let r = self.0.get(&(kind, scene, name)).filter(|r| r.key == key)?;
+        let mut msg = r.error.clone().unwrap_or_else(|| "failed".into());
+        if let Some(tail) = &r.log_tail {
+            if !tail.trim().is_empty() {
+                msg.push('\n');
+                msg.push_str(tail.trim_end());
+            }
+        }
+        Some(msg)
     }
 }
