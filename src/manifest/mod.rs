@@ -211,6 +211,8 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
         diags: Vec::new(),
         notes: Vec::new(),
         resolved: Default::default(),
+        canon: Default::default(),
+        kinds: Default::default(),
         broken_toolchains: Vec::new(),
     };
     let value: Value = match serde_yaml::from_str(text) {
@@ -261,6 +263,9 @@ struct Ctx {
     notes: Vec<String>,
     /// Paths already resolved (kernels share include dirs and sources).
     resolved: std::cell::RefCell<HashMap<String, Result<Option<FileRef>, String>>>,
+    /// Real paths of directories, and whether resolved paths are directories.
+    canon: std::cell::RefCell<HashMap<PathBuf, Option<PathBuf>>>,
+    kinds: std::cell::RefCell<HashMap<PathBuf, bool>>,
     /// Toolchains that are defined but invalid: a kernel naming one is not told
     /// "unknown toolchain" on top of the toolchain's own error.
     broken_toolchains: Vec<String>,
@@ -436,23 +441,57 @@ impl Ctx {
             norm.push(".");
         }
         let abs = self.dir.join(&norm);
-        match abs.canonicalize() {
-            Ok(real) => {
-                if !real.starts_with(&self.dir) {
-                    return Err(format!(
-                        "`{raw}` escapes the manifest's directory through a symlink (it resolves to {})",
-                        real.display()
-                    ));
+        // One lstat per path; the parent directory's real path is resolved once (kernels
+        // share directories) — a full `realpath` only for a path that is a symlink itself.
+        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+            return Ok(None);
+        };
+        let (real, is_dir) = if meta.file_type().is_symlink() {
+            match abs.canonicalize() {
+                Ok(real) => {
+                    let is_dir = real.is_dir();
+                    (real, is_dir)
                 }
-                Ok(Some(FileRef {
-                    rel: slash(&norm),
-                    abs,
-                }))
+                Err(_) => return Err(format!("`{raw}` is a dangling symlink")),
             }
-            Err(_) if abs.symlink_metadata().is_ok() => {
-                Err(format!("`{raw}` is a dangling symlink"))
+        } else {
+            let parent = abs.parent().unwrap_or(Path::new("/"));
+            let Some(parent) = self.canonical_dir(parent) else {
+                return Ok(None);
+            };
+            match abs.file_name() {
+                Some(name) => (parent.join(name), meta.is_dir()),
+                None => (parent, meta.is_dir()),
             }
-            Err(_) => Ok(None),
+        };
+        if !real.starts_with(&self.dir) {
+            return Err(format!(
+                "`{raw}` escapes the manifest's directory through a symlink (it resolves to {})",
+                real.display()
+            ));
+        }
+        self.kinds.borrow_mut().insert(abs.clone(), is_dir);
+        Ok(Some(FileRef {
+            rel: slash(&norm),
+            abs,
+        }))
+    }
+
+    /// The real path of a directory, memoized.
+    fn canonical_dir(&self, dir: &Path) -> Option<PathBuf> {
+        if let Some(r) = self.canon.borrow().get(dir) {
+            return r.clone();
+        }
+        let r = dir.canonicalize().ok();
+        self.canon.borrow_mut().insert(dir.to_path_buf(), r.clone());
+        r
+    }
+
+    /// Whether a resolved path is a directory (known from resolving it).
+    fn is_dir(&self, f: &FileRef) -> bool {
+        match self.kinds.borrow().get(&f.abs) {
+            Some(d) => *d,
+            None => f.abs.is_dir(),
         }
     }
 
@@ -684,7 +723,7 @@ impl Ctx {
                 );
             }
             let source = match self.resolve(&k.source) {
-                Ok(Some(f)) if f.abs.is_file() => Some(f),
+                Ok(Some(f)) if !self.is_dir(&f) => Some(f),
                 Ok(Some(_)) => {
                     self.err(
                         &format!("{kp}.source"),
@@ -714,7 +753,7 @@ impl Ctx {
                     self.resolve(&expanded)
                 };
                 match resolved {
-                    Ok(Some(f)) if f.abs.is_dir() => include_dirs.push(f),
+                    Ok(Some(f)) if self.is_dir(&f) => include_dirs.push(f),
                     Ok(_) => self.notes.push(format!(
                         "{}.include_dirs[{j}]: `{d}`{} does not exist; skipped",
                         kp,
@@ -835,7 +874,7 @@ impl Ctx {
     fn glob_inputs(&self, pattern: &str) -> Result<Vec<FileRef>, String> {
         if !pattern.contains(['*', '?', '[']) {
             return match self.resolve(pattern)? {
-                Some(f) if f.abs.is_file() => Ok(vec![f]),
+                Some(f) if !self.is_dir(&f) => Ok(vec![f]),
                 Some(_) => Err(format!("input `{pattern}` is not a file")),
                 None => Err(format!("input file not found: `{pattern}`")),
             };
