@@ -1,0 +1,197 @@
+//! Paths named by a manifest: `$VAR` expansion, resolution against the manifest's
+//! directory, and the rule that a relative path may not leave it (lexically through `..`
+//! or through a symlink). Absolute paths are allowed: toolchain headers live outside the
+//! checkout.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::{Ctx, FileRef};
+
+impl Ctx {
+    /// Resolve a path from the manifest. Relative paths are taken from the manifest's
+    /// directory and may not leave it, lexically (`..`) or through a symlink.
+    /// Returns Ok(None) when the path does not exist.
+    pub(super) fn resolve(&self, raw: &str) -> Result<Option<FileRef>, String> {
+        if let Some(r) = self.resolved.borrow().get(raw) {
+            return r.clone();
+        }
+        let r = self.resolve_uncached(raw);
+        self.resolved
+            .borrow_mut()
+            .insert(raw.to_string(), r.clone());
+        r
+    }
+
+    fn resolve_uncached(&self, raw: &str) -> Result<Option<FileRef>, String> {
+        if raw.is_empty() {
+            return Err("empty path".into());
+        }
+        let p = Path::new(raw);
+        if p.is_absolute() {
+            let abs = p.to_path_buf();
+            if !abs.exists() {
+                return Ok(None);
+            }
+            return Ok(Some(match abs.strip_prefix(&self.dir) {
+                Ok(inside) if !inside.as_os_str().is_empty() => FileRef {
+                    rel: slash(inside),
+                    abs,
+                },
+                _ => FileRef {
+                    rel: raw.to_string(),
+                    abs,
+                },
+            }));
+        }
+        let mut norm = PathBuf::new();
+        for c in p.components() {
+            match c {
+                Component::Normal(s) => norm.push(s),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !norm.pop() {
+                        return Err(format!(
+                            "`{raw}` escapes the manifest's directory through `..`"
+                        ));
+                    }
+                }
+                _ => return Err(format!("`{raw}` is not a usable path")),
+            }
+        }
+        if norm.as_os_str().is_empty() {
+            norm.push(".");
+        }
+        let abs = self.dir.join(&norm);
+        // One lstat per path; the parent directory's real path is resolved once (kernels
+        // share directories) — a full `realpath` only for a path that is a symlink itself.
+        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+            return Ok(None);
+        };
+        let (real, is_dir) = if meta.file_type().is_symlink() {
+            match abs.canonicalize() {
+                Ok(real) => {
+                    let is_dir = real.is_dir();
+                    (real, is_dir)
+                }
+                Err(_) => return Err(format!("`{raw}` is a dangling symlink")),
+            }
+        } else {
+            let parent = abs.parent().unwrap_or(Path::new("/"));
+            let Some(parent) = self.canonical_dir(parent) else {
+                return Ok(None);
+            };
+            match abs.file_name() {
+                Some(name) => (parent.join(name), meta.is_dir()),
+                None => (parent, meta.is_dir()),
+            }
+        };
+        if !real.starts_with(&self.dir) {
+            return Err(format!(
+                "`{raw}` escapes the manifest's directory through a symlink (it resolves to {})",
+                real.display()
+            ));
+        }
+        self.kinds.borrow_mut().insert(abs.clone(), is_dir);
+        Ok(Some(FileRef {
+            rel: slash(&norm),
+            abs,
+        }))
+    }
+
+    /// The real path of a directory, memoized.
+    fn canonical_dir(&self, dir: &Path) -> Option<PathBuf> {
+        if let Some(r) = self.canon.borrow().get(dir) {
+            return r.clone();
+        }
+        let r = dir.canonicalize().ok();
+        self.canon.borrow_mut().insert(dir.to_path_buf(), r.clone());
+        r
+    }
+
+    /// Whether a resolved path is a directory (known from resolving it).
+    pub(super) fn is_dir(&self, f: &FileRef) -> bool {
+        match self.kinds.borrow().get(&f.abs) {
+            Some(d) => *d,
+            None => f.abs.is_dir(),
+        }
+    }
+
+    pub(super) fn glob_inputs(&self, pattern: &str) -> Result<Vec<FileRef>, String> {
+        if !pattern.contains(['*', '?', '[']) {
+            return match self.resolve(pattern)? {
+                Some(f) if !self.is_dir(&f) => Ok(vec![f]),
+                Some(_) => Err(format!("input `{pattern}` is not a file")),
+                None => Err(format!("input file not found: `{pattern}`")),
+            };
+        }
+        // Check the pattern's fixed prefix for escapes, then expand it.
+        if Path::new(pattern)
+            .components()
+            .any(|c| c == Component::ParentDir)
+        {
+            return Err(format!("`{pattern}`: `..` is not allowed in an input glob"));
+        }
+        let full = if Path::new(pattern).is_absolute() {
+            pattern.to_string()
+        } else {
+            format!(
+                "{}/{}",
+                glob::Pattern::escape(&self.dir.to_string_lossy()),
+                pattern
+            )
+        };
+        let paths = glob::glob(&full).map_err(|e| format!("bad glob `{pattern}`: {e}"))?;
+        let mut out = Vec::new();
+        for p in paths.flatten() {
+            if !p.is_file() {
+                continue;
+            }
+            let raw = match p.strip_prefix(&self.dir) {
+                Ok(inside) => slash(inside),
+                Err(_) => p.display().to_string(),
+            };
+            if let Some(f) = self.resolve(&raw)? {
+                out.push(f);
+            }
+        }
+        Ok(out)
+    }
+}
+
+pub(super) fn slash(p: &Path) -> String {
+    p.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Expand `$VAR` and `${VAR}` from the environment (unset = empty).
+pub fn expand_vars(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, consumed) = if let Some(inner) = after.strip_prefix('{') {
+            match inner.find('}') {
+                Some(end) => (&inner[..end], end + 2),
+                None => ("", 0),
+            }
+        } else {
+            let n = after
+                .bytes()
+                .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+                .count();
+            (&after[..n], n)
+        };
+        if name.is_empty() {
+            out.push('$');
+            rest = after;
+        } else {
+            out.push_str(&std::env::var(name).unwrap_or_default());
+            rest = &after[consumed..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
