@@ -245,6 +245,9 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
             d.col = Some(pos.col);
         }
     }
+    // In file order, as an editor would walk them.
+    cx.diags
+        .sort_by_key(|d| (d.line.unwrap_or(usize::MAX), d.col.unwrap_or(0)));
     Err(ManifestErrors {
         file: cx.file,
         diags: cx.diags,
