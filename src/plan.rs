@@ -484,12 +484,13 @@ impl Plan {
         }
     }
 
-    /// Steps that are not servable now, per scene (excluding recorded warm failures).
+    /// How many distinct artifacts the steps name (scenes share identical steps); the
+    /// same grouping warm builds by.
     pub fn unique_keys(&self) -> usize {
-        let mut keys: Vec<(Kind, &str)> = self
+        let mut keys: Vec<(bool, Kind, &str)> = self
             .steps
             .iter()
-            .map(|s| (s.kind, s.key.as_str()))
+            .map(|s| (s.persist, s.kind, s.key.as_str()))
             .collect();
         keys.sort();
         keys.dedup();
@@ -556,26 +557,9 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// Remove a template's path placeholders for display (`--dry-run` of device steps).
-pub fn render_device(
-    d: &DeviceStep,
-    scene: &Scene,
-    kernels: &Path,
-    fixture: Option<&Path>,
-    golden: Option<&Path>,
-    devices: Option<&str>,
-) -> String {
-    render_device_template(
-        &d.run,
-        &scene.name,
-        &scene.platform,
-        kernels,
-        fixture,
-        golden,
-        devices,
-    )
-}
-
+/// A device step's command: every placeholder filled; `{devices}` shown as `<devices>`
+/// when `devices` is None (`--dry-run`). The one renderer of device commands, for the
+/// preview and for the inner run.
 pub fn render_device_template(
     t: &Template,
     scene: &str,

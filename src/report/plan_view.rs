@@ -292,9 +292,10 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
                 ps.name,
                 d.devices,
                 if d.devices == 1 { "" } else { "s" },
-                crate::plan::render_device(
-                    d,
-                    scene,
+                crate::plan::render_device_template(
+                    &d.run,
+                    &scene.name,
+                    &scene.platform,
                     &kernels,
                     fixture.as_deref(),
                     golden.as_deref(),
