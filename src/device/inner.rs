@@ -236,45 +236,24 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
         if !outcome.passed() {
             r.log_tail = Some(proc::log_tail(&log, 4000));
         }
-        // A snapshot after every finished scene: if the lock tool kills this run (its
-        // `--max-time`), the outer still reports what had finished.
         snapshot(frozen, &out, &granted, started, busy, used);
     });
 
     // Scenes the packer never started (interrupted) are not run.
-    let scenes = out
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            r.unwrap_or_else(|| {
-                result(
-                    &frozen.scenes[i],
-                    SceneOutcome::NotRun,
-                    Some("interrupted".into()),
-                )
-            })
-        })
-        .collect();
-    Results {
-        version: super::RESULTS_VERSION,
-        granted,
-        started,
-        ended: super::unix_now(),
-        busy_secs: busy,
-        device_secs_used: used,
-        scenes,
-    }
+    collect(frozen, &out, &granted, started, busy, used, "interrupted")
 }
 
-/// Write the results so far; scenes not finished yet are `not_run`, saying so.
-fn snapshot(
+/// The results as they stand: a scene not (yet) finished is `not_run`, with `unfinished`
+/// as its message.
+fn collect(
     frozen: &Frozen,
     out: &[Option<SceneResult>],
     granted: &[String],
     started: f64,
     busy: f64,
     used: f64,
-) {
+    unfinished: &str,
+) -> Results {
     let scenes = out
         .iter()
         .enumerate()
@@ -283,12 +262,12 @@ fn snapshot(
                 .clone()
                 .unwrap_or_else(|| result(&frozen.scenes[i], SceneOutcome::NotRun, None));
             if r.outcome == SceneOutcome::NotRun && r.message.is_none() {
-                r.message = Some("not finished when the inner run was ended".into());
+                r.message = Some(unfinished.into());
             }
             r
         })
         .collect();
-    let partial = Results {
+    Results {
         version: super::RESULTS_VERSION,
         granted: granted.to_vec(),
         started,
@@ -296,7 +275,28 @@ fn snapshot(
         busy_secs: busy,
         device_secs_used: used,
         scenes,
-    };
+    }
+}
+
+/// Write the results so far (after every finished scene): if the lock tool kills this
+/// run, the outer still reports what had finished.
+fn snapshot(
+    frozen: &Frozen,
+    out: &[Option<SceneResult>],
+    granted: &[String],
+    started: f64,
+    busy: f64,
+    used: f64,
+) {
+    let partial = collect(
+        frozen,
+        out,
+        granted,
+        started,
+        busy,
+        used,
+        "not finished when the inner run was ended",
+    );
     if let Ok(bytes) = serde_json::to_vec_pretty(&partial) {
         let _ = crate::fsutil::write_atomic(&frozen.results, &bytes);
     }

@@ -33,16 +33,6 @@ impl Ui {
         }
     }
 
-    pub fn plain() -> Ui {
-        Ui {
-            quiet: false,
-            verbose: 0,
-            color: false,
-            bars: false,
-            github: false,
-        }
-    }
-
     fn paint(&self, code: &str, text: &str) -> String {
         if self.color {
             format!("\x1b[{code}m{text}\x1b[0m")

@@ -159,6 +159,18 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
         pb.set_message(names.values().cloned().collect::<Vec<_>>().join(", "));
     };
 
+    // One finished step's line: above the bar on a TTY (only failures unless -v), else on
+    // stderr (all but `keep: false` lines under -q).
+    let say = |line: &str, keep: bool| match &bar {
+        Some(pb) => {
+            if keep || ui.verbose > 0 {
+                pb.println(line);
+            }
+            pb.inc(1);
+        }
+        None if keep => ui.always(line),
+        None => ui.info(line),
+    };
     let mut records: Vec<StepRecord> = Vec::new();
     let mut summary = Summary::default();
     let mut history: Vec<(String, f64)> = Vec::new();
@@ -245,39 +257,23 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
                 let log = log_path(plan, s);
                 if outcome == Outcome::Failed {
                     let why = error.clone().unwrap_or_default();
-                    let detail = format!("{line}\n  {why}\n  log: {}", log.display());
-                    match &bar {
-                        Some(pb) => pb.println(detail),
-                        None => ui.always(&detail),
-                    }
+                    say(&format!("{line}\n  {why}\n  log: {}", log.display()), true);
                     summary.failed_scenes.push((
                         plan.scenes[s.scene].name.clone(),
                         format!("{} {}: {why}", s.label(), s.name),
                     ));
                 } else {
-                    match &bar {
-                        Some(pb) => {
-                            if ui.verbose > 0 {
-                                pb.println(&line)
-                            }
-                        }
-                        None => ui.info(&line),
-                    }
+                    say(&line, false);
                 }
-                if let Some(pb) = &bar {
-                    pb.inc(1);
-                }
-                records.push(StepRecord {
-                    kind: s.kind,
-                    scene: plan.scenes[s.scene].name.clone(),
-                    name: s.name.clone(),
-                    key: s.key.clone(),
+                records.push(step_record(
+                    plan,
+                    s,
                     outcome,
-                    duration_secs: secs,
-                    log: Some(log.display().to_string()),
-                    error: error.clone(),
-                    log_tail: tail.clone(),
-                });
+                    secs,
+                    Some(&log),
+                    error.clone(),
+                    tail.clone(),
+                ));
             }
             for u in newly_skipped {
                 if skipped_units.contains(&u) {
@@ -288,23 +284,24 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
                     let s = &plan.steps[si];
                     finished += 1;
                     summary.skipped += 1;
-                    ui.always(&format!(
-                        "[{finished}/{total_steps}] {} {}/{} skipped (a step it needs failed)",
-                        s.label(),
-                        plan.scenes[s.scene].name,
-                        s.name
+                    say(
+                        &format!(
+                            "[{finished}/{total_steps}] {} {}/{} skipped (a step it needs failed)",
+                            s.label(),
+                            plan.scenes[s.scene].name,
+                            s.name
+                        ),
+                        true,
+                    );
+                    records.push(step_record(
+                        plan,
+                        s,
+                        Outcome::Skipped,
+                        0.0,
+                        None,
+                        Some("not run: the fixture it needs failed".into()),
+                        None,
                     ));
-                    records.push(StepRecord {
-                        kind: s.kind,
-                        scene: plan.scenes[s.scene].name.clone(),
-                        name: s.name.clone(),
-                        key: s.key.clone(),
-                        outcome: Outcome::Skipped,
-                        duration_secs: 0.0,
-                        log: None,
-                        error: Some("not run: the fixture it needs failed".into()),
-                        log_tail: None,
-                    });
                 }
             }
         }
@@ -355,6 +352,28 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
     summary.failed_scenes.sort();
     summary.failed_scenes.dedup();
     Ok(summary)
+}
+
+fn step_record(
+    plan: &Plan,
+    s: &crate::plan::Step,
+    outcome: Outcome,
+    duration_secs: f64,
+    log: Option<&std::path::Path>,
+    error: Option<String>,
+    log_tail: Option<String>,
+) -> StepRecord {
+    StepRecord {
+        kind: s.kind,
+        scene: plan.scenes[s.scene].name.clone(),
+        name: s.name.clone(),
+        key: s.key.clone(),
+        outcome,
+        duration_secs,
+        log: log.map(|l| l.display().to_string()),
+        error,
+        log_tail,
+    }
 }
 
 /// Build one unit: lock its key, look again, run the step into staging, publish.

@@ -23,7 +23,7 @@ pub struct Scheduler {
     /// Ready tasks, most urgent last (cheap to remove); re-sorted only after a push.
     ready: Vec<usize>,
     ready_sorted: bool,
-    pub free_slots: usize,
+    free_slots: usize,
     used_memory: u64,
     running: usize,
     alone_running: bool,
@@ -151,10 +151,6 @@ impl Scheduler {
             }
         }
         skipped
-    }
-
-    pub fn running(&self) -> usize {
-        self.running
     }
 }
 
