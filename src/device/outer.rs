@@ -315,16 +315,17 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     let frozen = match freeze(plan, &opts.report_dir) {
         Ok(f) => f,
         Err(missing) => {
-            return Err(crate::coded!(
-                Exit::NotWarm,
-                "not warm: {} artifact{} missing, the lock was not taken:\n  {}",
-                missing.len(),
-                if missing.len() == 1 { " is" } else { "s are" },
-                missing.join("\n  ")
-            )
-            .context(
-                crate::exit::Coded::new(Exit::NotWarm, "device: not warm")
-                    .hint("run `scenerun warm` first"),
+            return Err(anyhow::Error::new(
+                crate::exit::Coded::new(
+                    Exit::NotWarm,
+                    format!(
+                        "not warm: {} artifact{} missing, the lock was not taken:\n  {}",
+                        missing.len(),
+                        if missing.len() == 1 { " is" } else { "s are" },
+                        missing.join("\n  ")
+                    ),
+                )
+                .hint("run `scenerun warm` first"),
             ));
         }
     };
