@@ -12,7 +12,7 @@ use anyhow::Result;
 use rayon::prelude::*;
 
 use crate::cache::history::History;
-use crate::cache::{Kind, Lookup, Store};
+use crate::cache::{Entry, Kind, Lookup, Store};
 use crate::cli::Selection;
 use crate::exit::Exit;
 use crate::key::{Files, KeyHasher};
@@ -80,6 +80,8 @@ pub struct Step {
     pub memory: u64,
     pub timeout: Option<std::time::Duration>,
     pub status: Status,
+    /// The published entry, when `status` is a hit.
+    pub entry: Option<Entry>,
     /// Seconds, from history.
     pub estimate: Option<f64>,
 }
@@ -193,6 +195,7 @@ impl Plan {
                 memory: 0,
                 timeout: None,
                 status: Status::Miss,
+                entry: None,
                 estimate: None,
             };
             for k in &s.kernels {
@@ -268,16 +271,21 @@ impl Plan {
             .map(|i| (i, plan.lookup(&plan.steps[i])))
             .collect();
         let failures = record.failures();
-        let statuses: Vec<Status> = plan
+        let statuses: Vec<(Status, Option<Entry>)> = plan
             .steps
             .iter()
             .map(|s| {
-                let first = unique[&(s.persist, s.kind, s.key.as_str())];
-                plan.status_of(s, &lookups[&first], &failures)
+                let lookup = &lookups[&unique[&(s.persist, s.kind, s.key.as_str())]];
+                let entry = match lookup {
+                    Lookup::Hit(e) => Some(e.clone()),
+                    _ => None,
+                };
+                (plan.status_of(s, lookup, &failures), entry)
             })
             .collect();
-        for (i, st) in statuses.into_iter().enumerate() {
+        for (i, (st, entry)) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
+            plan.steps[i].entry = entry;
             let id = plan.steps[i].id(&plan);
             plan.steps[i].estimate = plan.history.estimate(&id);
         }

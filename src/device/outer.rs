@@ -36,7 +36,8 @@ pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
                 arts.push(None);
                 continue;
             }
-            match plan.store_of(step).present(step.kind, &step.key) {
+            // The plan's own lookup, moments ago, is the cheap check before the lock.
+            match step.entry.clone() {
                 Some(e) => arts.push(Some(Artifact {
                     name: step.name.clone(),
                     key: step.key.clone(),
