@@ -113,14 +113,11 @@ fn timer_loop() {
     }
 }
 
-fn tell_watchdog(line: &str) {
-    let r = registry();
-    let mut w = r.watchdog.lock().expect("watchdog");
-    if w.is_none() {
-        *w = start_watchdog();
-    }
-    if let Some(stdin) = w.as_mut() {
-        let _ = writeln!(stdin, "{line}");
+/// The step's group is gone: the watchdog forgets it (children register themselves,
+/// see `register_self`).
+fn forget_group(pgid: i32) {
+    if let Some(stdin) = registry().watchdog.lock().expect("watchdog").as_mut() {
+        let _ = writeln!(stdin, "-{pgid}");
     }
 }
 
@@ -280,7 +277,7 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
     // Leftovers of the step (background children) die with it.
     unsafe { libc::killpg(pgid, libc::SIGKILL) };
     let grp = r.groups.lock().expect("registry").remove(&pgid);
-    tell_watchdog(&format!("-{pgid}"));
+    forget_group(pgid);
     let status = waited?;
     if grp.as_ref().is_some_and(|g| g.timed_out) {
         return Ok(Ended::TimedOut);
