@@ -178,7 +178,7 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
     let store = Store::at(root);
     match c {
         CacheCommand::Stats => {
-            ui.out(&maintain::stats(&store));
+            ui.out(&maintain::stats(&store)?);
             Ok(Exit::Ok)
         }
         CacheCommand::Verify { fix } => {
@@ -206,10 +206,18 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         CacheCommand::Clean => {
-            let n = maintain::clean(&store)?;
+            let done = maintain::clean(&store)?;
+            for e in &done.in_use {
+                ui.out(&format!("in use, kept: {e}\n"));
+            }
             ui.out(&format!(
-                "removed {n} entries from {}\n",
-                store.root.display()
+                "removed {} entries from {}{}\n",
+                done.removed,
+                store.root.display(),
+                match done.in_use.len() {
+                    0 => String::new(),
+                    n => format!("; kept {n} in use by another scenerun"),
+                }
             ));
             Ok(Exit::Ok)
         }

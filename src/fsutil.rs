@@ -1,4 +1,7 @@
-//! Small file-system helpers shared by the cache, the warm record and the reports.
+//! Small file-system helpers shared by the cache, the warm record and the reports, and
+//! the checked opens that keep scenerun inside its cache: `lstat` before walking,
+//! `O_NOFOLLOW` for files inside the cache, `O_NONBLOCK` + `fstat` so a FIFO or a
+//! device is refused instead of blocking or being read forever (docs/cache-trust.md).
 
 use std::fs;
 use std::io::{self, Write};
@@ -26,12 +29,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
-/// Open (creating) a file that exists only to be `flock`ed.
+/// Open (creating) a file that exists only to be `flock`ed. A symlink in its place is
+/// refused (ELOOP), never followed: a lock file must not create or touch anything else.
 pub fn open_lock_file(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
     fs::File::options()
         .create(true)
         .truncate(false)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
 }
 
@@ -100,4 +106,150 @@ pub fn is_disk_full(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT)
     )
+}
+
+/// What `lstat` found at a path (never following a symlink).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    Missing,
+    Dir,
+    File,
+    Symlink,
+    /// A FIFO, socket or device.
+    Special,
+}
+
+impl Node {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Node::Missing => "missing",
+            Node::Dir => "a directory",
+            Node::File => "a regular file",
+            Node::Symlink => "a symlink",
+            Node::Special => "a special file (FIFO, socket or device)",
+        }
+    }
+}
+
+/// `lstat` a path: what is there, without following a symlink.
+pub fn node(path: &Path) -> io::Result<Node> {
+    match fs::symlink_metadata(path) {
+        Ok(m) => {
+            let t = m.file_type();
+            Ok(if t.is_symlink() {
+                Node::Symlink
+            } else if t.is_dir() {
+                Node::Dir
+            } else if t.is_file() {
+                Node::File
+            } else {
+                Node::Special
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Node::Missing),
+        Err(e) => Err(e),
+    }
+}
+
+/// The error for a path that must be a regular file and is not (a FIFO, a device, a
+/// directory, or a symlink where links are not followed).
+#[derive(Debug)]
+pub struct NotRegular {
+    pub path: std::path::PathBuf,
+    pub found: &'static str,
+}
+
+impl std::fmt::Display for NotRegular {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is {}, not a regular file",
+            self.path.display(),
+            self.found
+        )
+    }
+}
+
+impl std::error::Error for NotRegular {}
+
+pub fn not_regular(path: &Path, found: &'static str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        NotRegular {
+            path: path.to_path_buf(),
+            found,
+        },
+    )
+}
+
+/// True when an I/O error says the path was not a regular file.
+pub fn is_not_regular(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<NotRegular>().is_some())
+}
+
+fn open_checked(path: &Path, follow: bool) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let f = match fs::File::options().read(true).custom_flags(flags).open(path) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) && !follow => {
+            return Err(not_regular(path, "a symlink"))
+        }
+        Err(e) => return Err(e),
+    };
+    let t = f.metadata()?.file_type();
+    if !t.is_file() {
+        let found = if t.is_dir() {
+            "a directory"
+        } else {
+            "a special file (FIFO, socket or device)"
+        };
+        return Err(not_regular(path, found));
+    }
+    Ok(f)
+}
+
+/// Open a regular file for reading, following symlinks (a checkout may link its
+/// sources), but never blocking on a FIFO and never reading a device or a directory.
+pub fn open_regular(path: &Path) -> io::Result<fs::File> {
+    open_checked(path, true)
+}
+
+/// Open a regular file for reading inside the cache: a symlink at the last component is
+/// refused, never followed; a FIFO never blocks.
+pub fn open_regular_nofollow(path: &Path) -> io::Result<fs::File> {
+    open_checked(path, false)
+}
+
+/// Read a whole regular file inside the cache (see `open_regular_nofollow`).
+pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = open_regular_nofollow(path)?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Create a directory that must be a real one: an existing directory is fine; a symlink
+/// or file in its place is an error naming what was found (nothing is followed).
+pub fn ensure_real_dir(path: &Path) -> io::Result<()> {
+    match node(path)? {
+        Node::Dir => Ok(()),
+        Node::Missing => match fs::create_dir(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && node(path)? == Node::Dir => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
+        other => Err(io::Error::other(format!(
+            "{} is {}, not a directory",
+            path.display(),
+            other.describe()
+        ))),
+    }
 }

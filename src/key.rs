@@ -174,6 +174,16 @@ impl Files {
             return Ok(i.clone());
         }
         let meta = fs::metadata(path)?;
+        // Sources, inputs and depfile entries are regular files: a FIFO would hang the
+        // plan, a device (`/dev/zero`) would be read forever.
+        if !meta.is_file() {
+            let found = if meta.is_dir() {
+                "a directory"
+            } else {
+                "a special file (FIFO, socket or device)"
+            };
+            return Err(crate::fsutil::not_regular(path, found));
+        }
         let mtime_ns = ns(meta.modified());
         let ctime_ns = meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128;
         let trusted = self.old.get(path).filter(|e| {
@@ -395,7 +405,7 @@ pub fn normalize(p: &Path) -> PathBuf {
 }
 
 fn read_info(path: &Path, size: u64) -> io::Result<FileInfo> {
-    let mut f = fs::File::open(path)?;
+    let mut f = crate::fsutil::open_regular(path)?;
     let mut hasher = blake3::Hasher::new();
     let includes = if size <= SCAN_LIMIT {
         let mut buf = Vec::with_capacity(size as usize);
@@ -415,7 +425,7 @@ fn read_info(path: &Path, size: u64) -> io::Result<FileInfo> {
 /// Hash a file's content (no memo): for integrity records.
 pub fn hash_file(path: &Path) -> io::Result<String> {
     let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(fs::File::open(path)?)?;
+    hasher.update_reader(crate::fsutil::open_regular(path)?)?;
     Ok(hasher.finalize().to_hex().to_string())
 }
 

@@ -145,6 +145,8 @@ impl Plan {
         let selected = crate::select::select(&manifest.scenes, sel)?;
         let job_dir = job_dir(&manifest);
         let store = Store::at(cache_dir(&manifest, cache_flag));
+        // Not a cache, or a link at its own directories: exit 3 before anything is read.
+        store.check()?;
         let job = Store::at(job_dir.join("job"));
         let files = Files::new(Some(job_dir.join("statmemo.json")));
         let history = History::load(&store.root);
@@ -407,7 +409,15 @@ impl Plan {
         let s = self.scene(step);
         let base = &self.manifest.dir;
         let read_err = |e: std::io::Error, what: &str| {
-            anyhow::Error::new(e).context(format!("scene {}: reading {what}", s.name))
+            // A FIFO or device named as a source or input is a manifest error (exit 4).
+            let exit = match crate::fsutil::is_not_regular(&e) {
+                true => Exit::Usage,
+                false => Exit::Infra,
+            };
+            anyhow::Error::new(e).context(crate::exit::Coded::new(
+                exit,
+                format!("scene {}: reading {what}", s.name),
+            ))
         };
         let mut h = KeyHasher::new(step.kind.name());
         match step.kind {

@@ -1,6 +1,8 @@
 //! `scenerun cache stats | verify | prune | clean`. Prune never evicts an entry used in
-//! the last 24 h (a device phase may still be queued for it) and never one whose key
-//! lock is held (being rebuilt or published).
+//! the last 24 h (a device phase may still be queued for it); prune and clean never
+//! remove one whose key lock is held (being built, hit-checked or published), and never
+//! count a removal that failed. Every command first checks the directory is a cache
+//! (`Store::check`); nothing here follows a link (docs/cache-trust.md).
 
 use std::fs;
 use std::time::{Duration, SystemTime};
@@ -10,7 +12,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{read_meta, Kind, Store};
 use crate::fsutil;
-use crate::key;
 use crate::manifest::units::short_size;
 
 pub const RECENT: Duration = Duration::from_secs(24 * 3600);
@@ -32,7 +33,8 @@ impl LastWarm {
     }
 }
 
-pub fn stats(store: &Store) -> String {
+pub fn stats(store: &Store) -> Result<String> {
+    store.check()?;
     let mut out = format!("cache {}\n", store.root.display());
     let mut total = (0usize, 0u64);
     for kind in Kind::ALL {
@@ -61,7 +63,7 @@ pub fn stats(store: &Store) -> String {
         total.0,
         short_size(total.1)
     ));
-    match fs::read(store.root.join("last-warm.json"))
+    match fsutil::read_nofollow(&store.root.join("last-warm.json"))
         .ok()
         .and_then(|b| serde_json::from_slice::<LastWarm>(&b).ok())
     {
@@ -75,12 +77,32 @@ pub fn stats(store: &Store) -> String {
         )),
         None => out.push_str("last warm: none recorded\n"),
     }
-    out
+    Ok(out)
 }
 
 /// Re-hash every entry. Returns the number of corrupt entries; with `fix` they are removed.
 pub fn verify(store: &Store, fix: bool, report: &mut dyn FnMut(String)) -> Result<usize> {
+    store.check()?;
     let mut bad = 0;
+    let mut failed_removals = Vec::new();
+    // A link or file where a shard or entry directory belongs: corrupt, never followed;
+    // `--fix` removes the link itself.
+    let strays = store.strays();
+    for (kind, path) in &strays {
+        bad += 1;
+        let found = fsutil::node(path).map(|n| n.describe()).unwrap_or("unreadable");
+        report(format!(
+            "corrupt {} {}: {found} where a directory belongs",
+            kind.name(),
+            path.strip_prefix(&store.root).unwrap_or(path).display()
+        ));
+        if fix {
+            match store.discard(path) {
+                Ok(()) => report(format!("removed {}", path.display())),
+                Err(e) => failed_removals.push(format!("{}: {e}", path.display())),
+            }
+        }
+    }
     let entries = store.entries();
     for (kind, key, dir) in &entries {
         if let Err(why) = verify_entry(*kind, key, dir) {
@@ -94,16 +116,19 @@ pub fn verify(store: &Store, fix: bool, report: &mut dyn FnMut(String)) -> Resul
                     report(format!("kept {} {}: rebuilt meanwhile", kind.name(), key));
                     continue;
                 }
-                let _ = store.discard(dir);
-                report(format!("removed {} {}", kind.name(), key));
+                match store.discard(dir) {
+                    Ok(()) => report(format!("removed {} {}", kind.name(), key)),
+                    Err(e) => failed_removals.push(format!("{} {key}: {e}", kind.name())),
+                }
             }
         }
     }
     report(format!(
         "verified {} entries: {} intact, {bad} corrupt",
-        entries.len(),
-        entries.len() - bad
+        entries.len() + strays.len(),
+        entries.len() + strays.len() - bad
     ));
+    removal_errors(store, &failed_removals)?;
     Ok(bad)
 }
 
@@ -113,22 +138,15 @@ fn verify_entry(kind: Kind, key: &str, dir: &std::path::Path) -> Result<(), Stri
         return Err("integrity record names another key".into());
     }
     let out = dir.join("out");
-    let actual = fsutil::walk_files(&out).map_err(|e| format!("cannot read: {e}"))?;
-    let recorded: Vec<(String, u64)> = meta
-        .files
-        .iter()
-        .map(|f| (f.path.clone(), f.size))
-        .collect();
-    if actual != recorded {
-        return Err("files differ from the integrity record (missing, extra or resized)".into());
-    }
+    // The listing first: no path in the record may leave `out`, nothing is followed.
+    super::guard::check_listing(&out, &meta.files)?;
     for f in &meta.files {
         let p = if f.path.is_empty() {
             out.clone()
         } else {
             out.join(&f.path)
         };
-        let h = key::hash_file(&p).map_err(|e| format!("cannot read {}: {e}", f.path))?;
+        let h = super::hash_in_cache(&p).map_err(|e| format!("cannot read {}: {e}", f.path))?;
         if h != f.blake3 {
             return Err(format!(
                 "{} content does not match its BLAKE3",
@@ -139,6 +157,21 @@ fn verify_entry(kind: Kind, key: &str, dir: &std::path::Path) -> Result<(), Stri
     Ok(())
 }
 
+/// Removals that failed: reported by the caller, and the command exits 3.
+fn removal_errors(store: &Store, failed: &[String]) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(crate::coded!(
+        crate::exit::Exit::Infra,
+        "cache {}: could not remove {} entr{} (not counted as removed):\n  {}",
+        store.root.display(),
+        failed.len(),
+        if failed.len() == 1 { "y" } else { "ies" },
+        failed.join("\n  ")
+    ))
+}
+
 /// Evict by age, then by size (least recently used first), never a recent entry.
 pub fn prune(
     store: &Store,
@@ -146,6 +179,9 @@ pub fn prune(
     max_size: Option<u64>,
     report: &mut dyn FnMut(String),
 ) -> Result<()> {
+    store.check()?;
+    let mut failed_removals = Vec::new();
+    let mut in_use = 0usize;
     let now = SystemTime::now();
     let entry_bytes = |dir: &std::path::Path| {
         read_meta(dir)
@@ -159,7 +195,7 @@ pub fn prune(
     let sized = max_size.is_some();
     let mut live = Vec::new();
     for (kind, key, dir) in store.entries() {
-        let used = fs::metadata(dir.join("meta.json"))
+        let used = fs::symlink_metadata(dir.join("meta.json"))
             .and_then(|m| m.modified())
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let bytes = if sized { entry_bytes(&dir) } else { 0 };
@@ -176,11 +212,20 @@ pub fn prune(
             continue;
         }
         // Skip entries someone is building or publishing right now.
-        let Some(_lock) = store.try_lock_key(*kind, key) else {
-            continue;
+        let _lock = match store.try_lock_key(*kind, key) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => {
+                in_use += 1;
+                report(format!("in use, kept: {} {key}", kind.name()));
+                continue;
+            }
+            Err(e) => {
+                failed_removals.push(format!("{} {key}: cannot take its lock: {e}", kind.name()));
+                continue;
+            }
         };
         // Look again under the lock: a warm may have used (touched) it since the listing.
-        let used_now = fs::metadata(dir.join("meta.json"))
+        let used_now = fs::symlink_metadata(dir.join("meta.json"))
             .and_then(|m| m.modified())
             .unwrap_or(*used);
         let age_now = now.duration_since(used_now).unwrap_or_default();
@@ -188,10 +233,13 @@ pub fn prune(
             continue;
         }
         let bytes = if sized { *bytes } else { entry_bytes(dir) };
-        if store.discard(dir).is_ok() {
-            total = total.saturating_sub(bytes);
-            removed += 1;
-            freed += bytes;
+        match store.discard(dir) {
+            Ok(()) => {
+                total = total.saturating_sub(bytes);
+                removed += 1;
+                freed += bytes;
+            }
+            Err(e) => failed_removals.push(format!("{} {key}: {e}", kind.name())),
         }
     }
     if sized {
@@ -203,6 +251,9 @@ pub fn prune(
     } else {
         report(format!("pruned {removed} entries ({})", short_size(freed)));
     }
+    if in_use > 0 {
+        report(format!("kept {in_use} entries in use by another scenerun"));
+    }
     if let Some(cap) = max_size {
         if total > cap {
             report(format!(
@@ -212,14 +263,47 @@ pub fn prune(
             ));
         }
     }
+    removal_errors(store, &failed_removals)?;
     Ok(())
 }
 
-pub fn clean(store: &Store) -> Result<usize> {
-    let entries = store.entries();
-    for (_, _, dir) in &entries {
-        let _ = fsutil::remove_any(dir);
+/// What `cache clean` did.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    pub removed: usize,
+    /// Entries whose key lock another scenerun holds: kept.
+    pub in_use: Vec<String>,
+}
+
+/// Remove every entry nobody is using (its key lock is free), and every stray link or
+/// file among the entries (the link itself). A removal that fails is exit 3.
+pub fn clean(store: &Store) -> Result<Cleaned> {
+    store.check()?;
+    let mut done = Cleaned::default();
+    let mut failed_removals = Vec::new();
+    for (_, path) in store.strays() {
+        if let Err(e) = store.discard(&path) {
+            failed_removals.push(format!("{}: {e}", path.display()));
+        }
+    }
+    for (kind, key, dir) in store.entries() {
+        let _lock = match store.try_lock_key(kind, &key) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => {
+                done.in_use.push(format!("{} {key}", kind.name()));
+                continue;
+            }
+            Err(e) => {
+                failed_removals.push(format!("{} {key}: cannot take its lock: {e}", kind.name()));
+                continue;
+            }
+        };
+        match store.discard(&dir) {
+            Ok(()) => done.removed += 1,
+            Err(e) => failed_removals.push(format!("{} {key}: {e}", kind.name())),
+        }
     }
     store.sweep_tmp();
-    Ok(entries.len())
+    removal_errors(store, &failed_removals)?;
+    Ok(done)
 }

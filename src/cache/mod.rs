@@ -12,8 +12,11 @@
 //!
 //! Invariant: an entry directory appears only by one `rename` of a complete staging
 //! directory, so a reader sees a whole entry or none, whatever is killed when. A hit
-//! checks presence and sizes only; `verify` re-hashes.
+//! checks the listing of `out` against the record (paths, sizes, regular files) and never
+//! re-hashes; `verify` re-hashes. Nothing inside the cache is followed through a symlink
+//! (see `guard` and docs/cache-trust.md).
 
+pub mod guard;
 pub mod history;
 pub mod maintain;
 
@@ -165,42 +168,6 @@ impl Store {
         Store { root }
     }
 
-    /// Create the layout if needed and check that it can be written.
-    pub fn ensure(&self) -> Result<()> {
-        for d in ["tmp", "locks", "entries"] {
-            let p = self.root.join(d);
-            fs::create_dir_all(&p).map_err(|e| infra(e, "create", &p))?;
-        }
-        let marker = self.root.join(MARKER);
-        match fs::read_to_string(&marker) {
-            Ok(text) => {
-                let layout = serde_json::from_str::<serde_json::Value>(&text)
-                    .ok()
-                    .and_then(|v| v.get("layout").and_then(|l| l.as_u64()));
-                if layout != Some(LAYOUT as u64) {
-                    return Err(crate::coded!(
-                        Exit::Infra,
-                        "cache {} has layout {:?}; this scenerun uses layout {LAYOUT} (use another --cache-dir or `scenerun cache clean`)",
-                        self.root.display(),
-                        layout
-                    ));
-                }
-            }
-            Err(_) => {
-                fsutil::write_atomic(&marker, format!("{{\"layout\": {LAYOUT}}}\n").as_bytes())
-                    .map_err(|e| infra(e, "write", &marker))?
-            }
-        }
-        // Probe that the tmp dir is writable now, not halfway through a build.
-        let probe = self
-            .root
-            .join("tmp")
-            .join(format!(".probe.{}", std::process::id()));
-        fs::write(&probe, b"").map_err(|e| infra(e, "write to", &self.root.join("tmp")))?;
-        let _ = fs::remove_file(&probe);
-        Ok(())
-    }
-
     pub fn entry_dir(&self, kind: Kind, key: &str) -> PathBuf {
         self.root
             .join("entries")
@@ -212,7 +179,11 @@ impl Store {
     /// The one lookup function: `plan`, `warm` and `device` all decide hit or miss here.
     /// `base` resolves relative dependency paths; `files` hashes them (stat memo).
     pub fn lookup(&self, kind: Kind, key: &str, base: &Path, files: &Files) -> Lookup {
-        let dir = self.entry_dir(kind, key);
+        let dir = match self.entry_checked(kind, key) {
+            Ok(Some(dir)) => dir,
+            Ok(None) => return Lookup::Miss,
+            Err(why) => return Lookup::Stale(why),
+        };
         let meta = match read_meta(&dir) {
             Ok(Some(m)) => m,
             Ok(None) => return Lookup::Miss,
@@ -221,7 +192,7 @@ impl Store {
         if meta.key != key || meta.kind != kind || meta.layout != LAYOUT {
             return Lookup::Stale("integrity record does not match its key".into());
         }
-        if let Err(why) = check_sizes(&dir.join("out"), &meta.files) {
+        if let Err(why) = guard::check_listing(&dir.join("out"), &meta.files) {
             return Lookup::Stale(why);
         }
         for dep in &meta.deps {
@@ -239,18 +210,23 @@ impl Store {
         Lookup::Hit(Entry { dir, meta })
     }
 
-    /// Cheap presence check for the device phase: the record and every file with its size.
+    /// Cheap presence check: the record, and a listing of `out` equal to it.
     pub fn present(&self, kind: Kind, key: &str) -> Option<Entry> {
-        let dir = self.entry_dir(kind, key);
+        let dir = self.entry_checked(kind, key).ok().flatten()?;
         let meta = read_meta(&dir).ok().flatten()?;
-        check_sizes(&dir.join("out"), &meta.files).ok()?;
+        if meta.key != key || meta.kind != kind || meta.layout != LAYOUT {
+            return None;
+        }
+        guard::check_listing(&dir.join("out"), &meta.files).ok()?;
         Some(Entry { dir, meta })
     }
 
     /// Mark an entry used now (for pruning by last use).
     pub fn touch(&self, entry: &Entry) {
+        use std::os::unix::fs::OpenOptionsExt;
         let _ = fs::File::options()
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(entry.dir.join("meta.json"))
             .and_then(|f| f.set_modified(SystemTime::now()));
     }
@@ -258,16 +234,20 @@ impl Store {
     /// Take the per-key build lock (blocking until another builder finishes).
     pub fn lock_key(&self, kind: Kind, key: &str) -> Result<KeyLock> {
         let path = self.key_lock_path(kind, key);
-        let file = fsutil::open_lock_file(&path).map_err(|e| infra(e, "create lock", &path))?;
+        let file = open_key_lock(&path).map_err(|e| infra(e, "create lock", &path))?;
         file.lock().map_err(|e| infra(e, "lock", &path))?;
         Ok(KeyLock { _file: file })
     }
 
-    /// The per-key lock if nobody holds it now (prune skips entries being built).
-    pub fn try_lock_key(&self, kind: Kind, key: &str) -> Option<KeyLock> {
-        let file = fsutil::open_lock_file(&self.key_lock_path(kind, key)).ok()?;
-        file.try_lock().ok()?;
-        Some(KeyLock { _file: file })
+    /// The per-key lock if nobody holds it now (prune and clean skip entries in use).
+    /// Err when the lock file cannot be made (a read-only cache): not "in use".
+    pub fn try_lock_key(&self, kind: Kind, key: &str) -> io::Result<Option<KeyLock>> {
+        let file = open_key_lock(&self.key_lock_path(kind, key))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(KeyLock { _file: file })),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
     }
 
     fn key_lock_path(&self, kind: Kind, key: &str) -> PathBuf {
@@ -284,9 +264,10 @@ impl Store {
             std::process::id(),
             fsutil::unique()
         ));
+        // A symlink at `dir` is renamed as the link itself; `remove_any` removes links,
+        // never their targets, and never descends through one.
         fs::rename(dir, &trash)?;
-        let _ = fsutil::remove_any(&trash);
-        Ok(())
+        fsutil::remove_any(&trash)
     }
 
     /// A fresh staging directory. For kernels `out` does not exist yet; for fixtures and
@@ -302,19 +283,28 @@ impl Store {
                 fsutil::unique()
             );
             let lock_path = tmp.join(format!("{name}.lock"));
-            let lock = fs::File::create(&lock_path).map_err(|e| infra(e, "create", &lock_path))?;
+            // `create_new` (O_EXCL) never follows a planted link.
+            let lock = match fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&lock_path)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(infra(e, "create", &lock_path)),
+            };
             lock.lock().map_err(|e| infra(e, "lock", &lock_path))?;
             // Another warm's `sweep_tmp` may have locked and removed the file between
             // our create and lock: then the lock guards nothing, take another name.
             let ours = lock.metadata().map_err(|e| infra(e, "lock", &lock_path))?;
-            match fs::metadata(&lock_path) {
+            match fs::symlink_metadata(&lock_path) {
                 Ok(m) if m.ino() == ours.ino() && m.dev() == ours.dev() => {
                     break (tmp.join(&name), lock_path, lock)
                 }
                 _ => continue,
             }
         };
-        fs::create_dir_all(&dir).map_err(|e| infra(e, "create", &dir))?;
+        fs::create_dir(&dir).map_err(|e| infra(e, "create", &dir))?;
         if kind != Kind::Kernel {
             fs::create_dir(dir.join("out")).map_err(|e| infra(e, "create", &dir))?;
         }
@@ -346,7 +336,7 @@ impl Store {
             } else {
                 out.join(&rel)
             };
-            let blake3 = key::hash_file(&path).map_err(|e| infra(e, "read", &path))?;
+            let blake3 = hash_in_cache(&path).map_err(|e| infra(e, "read", &path))?;
             files.push(FileRecord {
                 path: rel,
                 size,
@@ -363,15 +353,22 @@ impl Store {
             deps,
         };
         let meta_path = staging.dir.join("meta.json");
-        fs::write(
-            &meta_path,
-            serde_json::to_vec(&meta).expect("meta serializes"),
-        )
-        .map_err(|e| infra(e, "write", &meta_path))?;
+        // The step knew the staging dir: whatever it left at meta.json is replaced, and
+        // a link there is removed, never written through.
+        let _ = fsutil::remove_any(&meta_path);
+        write_new(&meta_path, &serde_json::to_vec(&meta).expect("meta serializes"))
+            .map_err(|e| infra(e, "write", &meta_path))?;
         let target = self.entry_dir(kind, key);
-        let parent = target.parent().expect("entry has a parent");
-        fs::create_dir_all(parent).map_err(|e| infra(e, "create", parent))?;
-        if target.exists() {
+        let shard = target.parent().expect("entry has a parent");
+        let kind_dir = shard.parent().expect("shard has a parent");
+        fsutil::ensure_real_dir(kind_dir).map_err(|e| infra(e, "use", kind_dir))?;
+        // A link or file planted at the shard is corruption: removed (the link, not its
+        // target), then the real directory made.
+        if !matches!(fsutil::node(shard), Ok(fsutil::Node::Dir | fsutil::Node::Missing)) {
+            self.discard(shard).map_err(|e| infra(e, "replace", shard))?;
+        }
+        fsutil::ensure_real_dir(shard).map_err(|e| infra(e, "create", shard))?;
+        if fsutil::node(&target).map_err(|e| infra(e, "read", &target))? != fsutil::Node::Missing {
             self.discard(&target)
                 .map_err(|e| infra(e, "replace", &target))?;
         }
@@ -380,24 +377,35 @@ impl Store {
         Ok(Entry { dir: target, meta })
     }
 
-    /// Remove staging dirs whose builder is gone (its lock is free).
+    /// Remove staging dirs whose builder is gone (its lock is free). `tmp/` itself was
+    /// checked to be a real directory; inside it links are removed, never followed.
     pub fn sweep_tmp(&self) {
-        let Ok(rd) = fs::read_dir(self.root.join("tmp")) else {
+        let tmp = self.root.join("tmp");
+        if fsutil::node(&tmp).ok() != Some(fsutil::Node::Dir) {
+            return;
+        }
+        let Ok(rd) = fs::read_dir(&tmp) else {
             return;
         };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             if let Some(stage) = name.strip_suffix(".lock") {
-                let Ok(f) = fs::File::options().write(true).open(e.path()) else {
-                    continue;
-                };
-                if f.try_lock().is_ok() {
-                    let _ = fsutil::remove_any(&self.root.join("tmp").join(stage));
-                    let _ = fs::remove_file(e.path());
+                match fsutil::open_lock_file(&e.path()) {
+                    Ok(f) => {
+                        if f.try_lock().is_ok() {
+                            let _ = fsutil::remove_any(&tmp.join(stage));
+                            let _ = fs::remove_file(e.path());
+                        }
+                    }
+                    // Not a lock file we made (a link, a FIFO): remove the thing itself.
+                    Err(_) => {
+                        let _ = fsutil::remove_any(&e.path());
+                    }
                 }
             } else if name.starts_with("trash.") {
                 let _ = fsutil::remove_any(&e.path());
-            } else if !self.root.join("tmp").join(format!("{name}.lock")).exists()
+            } else if fsutil::node(&tmp.join(format!("{name}.lock"))).ok()
+                == Some(fsutil::Node::Missing)
                 && !name.starts_with('.')
             {
                 // A stage whose lock file is already gone: its builder died mid-cleanup.
@@ -406,76 +414,95 @@ impl Store {
         }
     }
 
-    /// Every entry: (kind, key, dir).
+    /// Every entry that is a real directory under real shard directories: (kind, key,
+    /// dir). Anything else found there is listed by `strays`.
     pub fn entries(&self) -> Vec<(Kind, String, PathBuf)> {
-        let mut out = Vec::new();
+        self.scan().0
+    }
+
+    /// Symlinks, files and special files where a shard or an entry directory belongs:
+    /// corruption, never followed.
+    pub fn strays(&self) -> Vec<(Kind, PathBuf)> {
+        self.scan().1
+    }
+
+    fn scan(&self) -> (Vec<(Kind, String, PathBuf)>, Vec<(Kind, PathBuf)>) {
+        let (mut out, mut strays) = (Vec::new(), Vec::new());
         for kind in Kind::ALL {
-            let Ok(shards) = fs::read_dir(self.root.join("entries").join(kind.name())) else {
+            let kind_dir = self.root.join("entries").join(kind.name());
+            if fsutil::node(&kind_dir).ok() != Some(fsutil::Node::Dir) {
+                continue;
+            }
+            let Ok(shards) = fs::read_dir(&kind_dir) else {
                 continue;
             };
             for shard in shards.flatten() {
+                if !shard.file_type().is_ok_and(|t| t.is_dir()) {
+                    strays.push((kind, shard.path()));
+                    continue;
+                }
                 let Ok(keys) = fs::read_dir(shard.path()) else {
                     continue;
                 };
                 for k in keys.flatten() {
-                    out.push((kind, k.file_name().to_string_lossy().to_string(), k.path()));
+                    if k.file_type().is_ok_and(|t| t.is_dir()) {
+                        out.push((kind, k.file_name().to_string_lossy().to_string(), k.path()));
+                    } else {
+                        strays.push((kind, k.path()));
+                    }
                 }
             }
         }
         out.sort();
-        out
+        strays.sort();
+        (out, strays)
     }
+}
+
+/// Open a per-key lock file; a link or special file planted in its place is removed (the
+/// link itself) and a real lock file made.
+fn open_key_lock(path: &Path) -> io::Result<fs::File> {
+    match fsutil::open_lock_file(path) {
+        Ok(f) if f.metadata()?.is_file() => Ok(f),
+        Ok(_) => {
+            fsutil::remove_any(path)?;
+            fsutil::open_lock_file(path)
+        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENXIO)) => {
+            fs::remove_file(path)?;
+            fsutil::open_lock_file(path)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Create a file that must not exist yet (O_EXCL never follows a link) and write it.
+fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = fs::File::options().write(true).create_new(true).open(path)?;
+    f.write_all(bytes)
+}
+
+/// BLAKE3 of a file inside the cache: regular files only, no link followed.
+pub fn hash_in_cache(path: &Path) -> io::Result<String> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(fsutil::open_regular_nofollow(path)?)?;
+    Ok(hasher.finalize().to_hex().to_string())
 }
 
 /// Ok(None): no entry. Err: an entry directory without a readable record.
 pub fn read_meta(dir: &Path) -> Result<Option<Meta>, String> {
-    match fs::read(dir.join("meta.json")) {
+    match fsutil::read_nofollow(&dir.join("meta.json")) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| format!("integrity record unreadable: {e}")),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if dir.exists() {
+            if fsutil::node(dir).ok() != Some(fsutil::Node::Missing) {
                 Err("integrity record missing".into())
             } else {
                 Ok(None)
             }
         }
         Err(e) => Err(format!("integrity record unreadable: {e}")),
-    }
-}
-
-fn check_sizes(out: &Path, files: &[FileRecord]) -> Result<(), String> {
-    if files.is_empty() {
-        return Err("entry records no files".into());
-    }
-    for f in files {
-        let p = if f.path.is_empty() {
-            out.to_path_buf()
-        } else {
-            out.join(&f.path)
-        };
-        match fs::symlink_metadata(&p) {
-            Ok(m) if m.is_file() && m.len() == f.size => {}
-            Ok(m) if m.is_file() => {
-                return Err(format!(
-                    "{} has {} bytes, recorded {}",
-                    f.path_or_out(),
-                    m.len(),
-                    f.size
-                ))
-            }
-            _ => return Err(format!("{} is missing", f.path_or_out())),
-        }
-    }
-    Ok(())
-}
-
-impl FileRecord {
-    fn path_or_out(&self) -> &str {
-        if self.path.is_empty() {
-            "out"
-        } else {
-            &self.path
-        }
     }
 }

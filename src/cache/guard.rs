@@ -1,0 +1,287 @@
+//! The cache's trust boundary (docs/cache-trust.md): what a directory must look like
+//! before scenerun reads, writes or deletes in it, and what an entry must look like
+//! before it is served.
+//!
+//! Invariants kept here: a non-empty directory without the marker is never adopted; the
+//! cache's own top-level directories are real directories (a symlink there is exit 3,
+//! never followed); an entry is served only when its `out` listing equals its integrity
+//! record exactly, with regular files only and no path leaving `out`. Nothing here
+//! re-hashes: a hit costs one `lstat` per file.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::Result;
+
+use super::{FileRecord, Kind, Store, LAYOUT, MARKER};
+use crate::exit::Exit;
+use crate::fsutil::{self, Node};
+
+/// The directories of the layout that must be real directories.
+pub(super) fn top_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![root.join("tmp"), root.join("locks"), root.join("entries")];
+    for kind in Kind::ALL {
+        dirs.push(root.join("entries").join(kind.name()));
+    }
+    dirs
+}
+
+/// Roots already warned about in this process (one warning per cache per run).
+static WARNED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+/// Write-atomic temp files of the marker itself, seen while another process creates
+/// the cache: they do not make the directory "not a cache".
+fn is_marker_temp(name: &str) -> bool {
+    name.starts_with(&format!(".{MARKER}.tmp."))
+}
+
+impl Store {
+    /// Check, without writing anything, that the directory is a scenerun cache (or empty,
+    /// or absent) whose own directories are real ones. Warns once when other users can
+    /// write to it.
+    pub fn check(&self) -> Result<()> {
+        let root_meta = match fs::metadata(&self.root) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(super::infra(e, "read", &self.root)),
+        };
+        if !root_meta.is_dir() {
+            return Err(crate::coded!(
+                Exit::Infra,
+                "cache dir {} is not a directory",
+                self.root.display()
+            ));
+        }
+        let marker = self.root.join(MARKER);
+        match fsutil::read_nofollow(&marker) {
+            Ok(text) => {
+                let layout = serde_json::from_slice::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v.get("layout").and_then(|l| l.as_u64()));
+                if layout != Some(LAYOUT as u64) {
+                    return Err(crate::coded!(
+                        Exit::Infra,
+                        "cache {} has layout {:?}; this scenerun uses layout {LAYOUT} (use another --cache-dir or `scenerun cache clean`)",
+                        self.root.display(),
+                        layout
+                    ));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let rd = fs::read_dir(&self.root).map_err(|e| super::infra(e, "read", &self.root))?;
+                let foreign = rd
+                    .flatten()
+                    .any(|e| !is_marker_temp(&e.file_name().to_string_lossy()));
+                if foreign {
+                    return Err(anyhow::Error::new(
+                        crate::exit::Coded::new(
+                            Exit::Infra,
+                            format!(
+                                "{} is not a scenerun cache: it is not empty and has no {MARKER}",
+                                self.root.display()
+                            ),
+                        )
+                        .hint(
+                            "point --cache-dir (or cache.dir, SCENERUN_CACHE_DIR) at an empty or new directory; scenerun never adopts one that holds other files",
+                        ),
+                    ));
+                }
+            }
+            Err(e) => {
+                return Err(crate::coded!(
+                    Exit::Infra,
+                    "cache unusable: its marker {} cannot be read: {e}",
+                    marker.display()
+                ))
+            }
+        }
+        for dir in top_dirs(&self.root) {
+            let found = fsutil::node(&dir).map_err(|e| super::infra(e, "read", &dir))?;
+            if !matches!(found, Node::Dir | Node::Missing) {
+                return Err(anyhow::Error::new(
+                    crate::exit::Coded::new(
+                        Exit::Infra,
+                        format!(
+                            "cache unusable: {} is {}, where the cache keeps its own directory",
+                            dir.display(),
+                            found.describe()
+                        ),
+                    )
+                    .hint("scenerun never follows links inside a cache; remove it, or run `scenerun cache clean` on a fresh --cache-dir"),
+                ));
+            }
+        }
+        let mode = root_meta.permissions().mode();
+        if mode & 0o022 != 0 && WARNED.lock().expect("warned").insert(self.root.clone()) {
+            eprintln!(
+                "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
+                self.root.display(),
+                if mode & 0o002 != 0 { "all users" } else { "its group" },
+                mode & 0o7777
+            );
+        }
+        Ok(())
+    }
+
+    /// Create the layout if needed and check that it can be written.
+    pub fn ensure(&self) -> Result<()> {
+        self.check()?;
+        fs::create_dir_all(&self.root).map_err(|e| super::infra(e, "create", &self.root))?;
+        // The marker first: a second process creating the same cache must not find the
+        // directory non-empty without it.
+        let marker = self.root.join(MARKER);
+        if fsutil::node(&marker).map_err(|e| super::infra(e, "read", &marker))? == Node::Missing {
+            fsutil::write_atomic(&marker, format!("{{\"layout\": {LAYOUT}}}\n").as_bytes())
+                .map_err(|e| super::infra(e, "write", &marker))?;
+        }
+        for d in top_dirs(&self.root) {
+            fsutil::ensure_real_dir(&d).map_err(|e| super::infra(e, "create", &d))?;
+        }
+        // Probe that the tmp dir is writable now, not halfway through a build.
+        let probe = self
+            .root
+            .join("tmp")
+            .join(format!(".probe.{}", std::process::id()));
+        fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .or_else(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => fs::remove_file(&probe)
+                    .and_then(|_| fs::File::options().write(true).create_new(true).open(&probe)),
+                _ => Err(e),
+            })
+            .map_err(|e| super::infra(e, "write to", &self.root.join("tmp")))?;
+        let _ = fs::remove_file(&probe);
+        Ok(())
+    }
+
+    /// The entry directory of a key, checked component by component with `lstat`:
+    /// Ok(None) when absent; Err (corruption) when a symlink or a file stands where a
+    /// directory belongs.
+    pub(super) fn entry_checked(&self, kind: Kind, key: &str) -> Result<Option<PathBuf>, String> {
+        let kind_dir = self.root.join("entries").join(kind.name());
+        let shard = kind_dir.join(&key[..2.min(key.len())]);
+        let entry = shard.join(key);
+        for (i, p) in [&kind_dir, &shard, &entry].into_iter().enumerate() {
+            match fsutil::node(p) {
+                Ok(Node::Dir) => {}
+                Ok(Node::Missing) => return Ok(None),
+                Ok(found) => {
+                    let what = ["entries/<kind>", "shard", "entry"][i];
+                    return Err(format!("its {what} {} is {}", p.display(), found.describe()));
+                }
+                Err(e) => return Err(format!("cannot read {}: {e}", p.display())),
+            }
+        }
+        Ok(Some(entry))
+    }
+}
+
+/// Whether a recorded path stays inside `out`: relative, no `..`, `.` or empty parts.
+pub fn record_path_ok(path: &str) -> bool {
+    !path.starts_with('/')
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+/// The hit check: the listing of `out` (by `lstat`, nothing followed) must equal the
+/// record — the same paths, the same sizes, regular files only. O(files), no hashing.
+pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<(), String> {
+    if files.is_empty() {
+        return Err("entry records no files".into());
+    }
+    let single = files.len() == 1 && files[0].path.is_empty();
+    if let Some(bad) = files.iter().find(|f| !single && !record_path_ok(&f.path)) {
+        return Err(format!(
+            "integrity record names `{}`, a path outside the entry",
+            bad.path
+        ));
+    }
+    let actual = fsutil::walk_files(out).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => "out is missing".to_string(),
+        _ => format!("out holds what the cache cannot serve: {e}"),
+    })?;
+    let mut recorded: Vec<(&str, u64)> = files.iter().map(|f| (f.path.as_str(), f.size)).collect();
+    recorded.sort();
+    let mut a = actual.iter().map(|(p, s)| (p.as_str(), *s)).peekable();
+    let mut r = recorded.iter().copied().peekable();
+    loop {
+        match (a.peek().copied(), r.peek().copied()) {
+            (None, None) => return Ok(()),
+            (Some((ap, _)), Some((rp, _))) if ap < rp => {
+                return Err(format!("{} is not in the integrity record", or_out(ap)))
+            }
+            (Some((ap, _)), None) => {
+                return Err(format!("{} is not in the integrity record", or_out(ap)))
+            }
+            (Some((ap, asz)), Some((rp, rsz))) if ap == rp => {
+                if asz != rsz {
+                    return Err(format!("{} has {asz} bytes, recorded {rsz}", or_out(ap)));
+                }
+                a.next();
+                r.next();
+            }
+            (_, Some((rp, _))) => return Err(format!("{} is missing", or_out(rp))),
+        }
+    }
+}
+
+fn or_out(p: &str) -> &str {
+    if p.is_empty() {
+        "out"
+    } else {
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(path: &str, size: u64) -> FileRecord {
+        FileRecord {
+            path: path.into(),
+            size,
+            blake3: String::new(),
+        }
+    }
+
+    #[test]
+    fn record_paths_stay_inside() {
+        for ok in ["a", "a/b.bin", "x..y"] {
+            assert!(record_path_ok(ok), "{ok}");
+        }
+        for bad in ["/etc/passwd", "../x", "a/../../b", "a//b", "./a", "", "a/"] {
+            assert!(!record_path_ok(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn listing_must_equal_the_record() {
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("out");
+        fs::create_dir_all(out.join("d")).unwrap();
+        fs::write(out.join("a"), b"12").unwrap();
+        fs::write(out.join("d/b"), b"123").unwrap();
+        let good = [rec("a", 2), rec("d/b", 3)];
+        assert_eq!(check_listing(&out, &good), Ok(()));
+        assert!(check_listing(&out, &[rec("a", 2)]).unwrap_err().contains("d/b is not in"));
+        assert!(check_listing(&out, &[rec("a", 2), rec("d/b", 3), rec("z", 1)])
+            .unwrap_err()
+            .contains("z is missing"));
+        assert!(check_listing(&out, &[rec("a", 3), rec("d/b", 3)])
+            .unwrap_err()
+            .contains("recorded 3"));
+        assert!(check_listing(&out, &[rec("a", 2), rec("../../etc/passwd", 3)])
+            .unwrap_err()
+            .contains("outside"));
+        std::os::unix::fs::symlink("/etc/passwd", out.join("l")).unwrap();
+        assert!(check_listing(&out, &good).unwrap_err().contains("cannot serve"));
+    }
+}
