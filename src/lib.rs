@@ -6,6 +6,7 @@ pub mod cli;
 pub mod device;
 pub mod exit;
 pub mod fsutil;
+pub mod identity;
 pub mod key;
 pub mod manifest;
 pub mod plan;

@@ -4,9 +4,8 @@
 //! way. Building a plan runs only identity commands and reads files; it never writes to
 //! the cache (the stat memo beside the manifest is refreshed).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use anyhow::Result;
 use rayon::prelude::*;
@@ -530,49 +529,14 @@ fn include_words(tc: &Toolchain, k: &Kernel) -> Vec<String> {
     out
 }
 
-static IDENTITY_MEMO: Mutex<BTreeMap<(PathBuf, String), Vec<u8>>> = Mutex::new(BTreeMap::new());
-
-/// Run a toolchain's identity command (once per toolchain per process). Its output and
-/// exit status go into every key the toolchain builds.
+/// Run a toolchain's identity command (once per process, bounded by its
+/// `identity_timeout`). Its output and exit status go into every key the toolchain builds.
 fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
     let Some(cmd) = &tc.identity else {
         return Ok(Vec::new());
     };
-    let memo_key = (manifest.dir.clone(), cmd.clone());
-    if let Some(v) = IDENTITY_MEMO.lock().expect("identity memo").get(&memo_key) {
-        return Ok(v.clone());
-    }
-    let mut expr = duct::cmd("sh", ["-c", cmd.as_str()])
-        .dir(&manifest.dir)
-        .stderr_to_stdout()
-        .stdout_capture()
-        .stdin_null()
-        .unchecked();
-    for (k, v) in &manifest.env {
-        expr = expr.env(k, v);
-    }
-    let out = expr.run().map_err(|e| {
-        crate::coded!(
-            Exit::Infra,
-            "toolchain `{}`: cannot run its identity command `{cmd}`: {e}",
-            tc.name
-        )
-    })?;
-    if !out.status.success() {
-        let text = String::from_utf8_lossy(&out.stdout);
-        return Err(crate::coded!(
-            Exit::Infra,
-            "toolchain `{}`: identity command `{cmd}` failed ({}): {}",
-            tc.name,
-            out.status,
-            text.trim()
-        ));
-    }
-    IDENTITY_MEMO
-        .lock()
-        .expect("identity memo")
-        .insert(memo_key, out.stdout.clone());
-    Ok(out.stdout)
+    crate::identity::run(cmd, &manifest.dir, &manifest.env, tc.identity_timeout)
+        .map_err(|e| crate::coded!(Exit::Infra, "toolchain `{}`: {e}", tc.name))
 }
 
 /// A device step's command: every placeholder filled; `{devices}` shown as `<devices>`

@@ -3,6 +3,7 @@
 //! every default filled. Every error of a file is collected and reported together, each
 //! with file:line:column where the YAML gives one (exit code 4).
 
+pub mod depth;
 mod locate;
 mod paths;
 mod raw;
@@ -56,6 +57,8 @@ pub struct Toolchain {
     pub name: String,
     pub compile: Template,
     pub identity: Option<String>,
+    /// How long the identity command may run (exit 3 past it).
+    pub identity_timeout: Duration,
     pub depfile: Option<Template>,
     pub include_flag: String,
 }
@@ -208,6 +211,22 @@ pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
 
 /// Parse and validate manifest text as if it were the file `file` in directory `dir`.
 pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestErrors> {
+    // A UTF-8 byte order mark (editors on Windows write one) is not a second document.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if let Some((line, col)) = depth::too_deep(text, depth::LIMIT) {
+        return Err(ManifestErrors {
+            file: file.display().to_string(),
+            diags: vec![Diag {
+                line: Some(line),
+                col: Some(col),
+                path: String::new(),
+                message: format!(
+                    "nested deeper than {} levels of `[` / `{{` (scenerun's limit; see docs/cache-trust.md)",
+                    depth::LIMIT
+                ),
+            }],
+        });
+    }
     let mut cx = Ctx {
         file: file.display().to_string(),
         dir: dir.to_path_buf(),
@@ -388,7 +407,14 @@ impl Ctx {
                     format!("`{k}` is not a valid environment variable name"),
                 );
             }
-            out.insert(k, v.text());
+            let v = v.text();
+            if v.contains('\0') {
+                self.err(
+                    &format!("{path}.{k}"),
+                    format!("the value of `{k}` contains a NUL byte, which no environment variable can hold"),
+                );
+            }
+            out.insert(k, v);
         }
         out
     }
@@ -475,6 +501,12 @@ impl Ctx {
                                 name,
                                 compile,
                                 identity: t.identity,
+                                identity_timeout: self
+                                    .duration(
+                                        t.identity_timeout,
+                                        &format!("{path}.identity_timeout"),
+                                    )
+                                    .unwrap_or(crate::identity::DEFAULT_TIMEOUT),
                                 depfile,
                                 include_flag: t.include_flag.unwrap_or_else(|| "-I".into()),
                             },

@@ -52,10 +52,17 @@ pub const CACHE: &[&str] = &["dir", "max_size", "max_age"];
 pub struct Toolchain {
     pub compile: String,
     pub identity: Option<String>,
+    pub identity_timeout: Option<Scalar>,
     pub depfile: Option<String>,
     pub include_flag: Option<String>,
 }
-pub const TOOLCHAIN: &[&str] = &["compile", "identity", "depfile", "include_flag"];
+pub const TOOLCHAIN: &[&str] = &[
+    "compile",
+    "identity",
+    "identity_timeout",
+    "depfile",
+    "include_flag",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,0 +1,169 @@
+//! Identity commands (a toolchain's `identity:`, docs/cache-trust.md): their output and
+//! success go into keys. Invariants kept here: each distinct command (per manifest
+//! directory) runs at most once per process, even when asked for from many threads at
+//! once; and it is bounded by its timeout (`identity_timeout`, default 60 s) — when that
+//! expires its whole process group is killed and the caller gets `TimedOut` (exit 3),
+//! never a hang.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `identity_timeout` when the manifest does not set one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why an identity command gave no identity.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum IdentityError {
+    #[error("cannot run its identity command `{command}`: {why}")]
+    Start { command: String, why: String },
+    #[error("identity command `{command}` failed ({status}): {output}")]
+    Failed {
+        command: String,
+        status: String,
+        output: String,
+    },
+    #[error("identity command `{command}` did not finish within {}s (identity_timeout); it was killed", .limit.as_secs_f64())]
+    TimedOut { command: String, limit: Duration },
+}
+
+type Slot = Arc<Mutex<Option<Result<Vec<u8>, IdentityError>>>>;
+
+static MEMO: Mutex<Option<HashMap<(PathBuf, String), Slot>>> = Mutex::new(None);
+
+/// How many identity commands this process started (for tests and `-v`).
+pub static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The output of `command` run by `sh -c` in `dir` with `env` (stderr merged into
+/// stdout), memoized for the process: a second caller, even concurrent, waits for the
+/// first run and shares its result (success or failure).
+pub fn run(
+    command: &str,
+    dir: &Path,
+    env: &BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<Vec<u8>, IdentityError> {
+    let slot = MEMO
+        .lock()
+        .expect("identity memo")
+        .get_or_insert_with(HashMap::new)
+        .entry((dir.to_path_buf(), command.to_string()))
+        .or_default()
+        .clone();
+    let mut slot = slot.lock().expect("identity slot");
+    if let Some(done) = &*slot {
+        return done.clone();
+    }
+    let result = run_once(command, dir, env, timeout);
+    *slot = Some(result.clone());
+    result
+}
+
+fn run_once(
+    command: &str,
+    dir: &Path,
+    env: &BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<Vec<u8>, IdentityError> {
+    let start_err = |e: std::io::Error| IdentityError::Start {
+        command: command.to_string(),
+        why: e.to_string(),
+    };
+    let (mut reader, writer) = std::io::pipe().map_err(start_err)?;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().map_err(start_err)?)
+        .stderr(writer)
+        // Its own process group: a timeout kills everything it started.
+        .process_group(0);
+    let deadline = Instant::now() + timeout;
+    let mut child = cmd.spawn().map_err(start_err)?;
+    // The write ends now live only in the child (and what it starts).
+    drop(cmd);
+    STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = reader.read_to_end(&mut out);
+        let _ = tx.send(out);
+    });
+    let kill = |child: &mut std::process::Child| {
+        // SAFETY: killpg on the group this child leads; no memory is touched.
+        unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
+        let _ = child.wait();
+    };
+    let timed_out = || IdentityError::TimedOut {
+        command: command.to_string(),
+        limit: timeout,
+    };
+    let status = loop {
+        match child.try_wait().map_err(start_err)? {
+            Some(status) => break status,
+            None if Instant::now() >= deadline => {
+                kill(&mut child);
+                return Err(timed_out());
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    // Something it left running may still hold the pipe: the deadline bounds that too.
+    let left = deadline.saturating_duration_since(Instant::now());
+    let output = match rx.recv_timeout(left) {
+        Ok(out) => out,
+        Err(_) => {
+            // SAFETY: as above; the group outlived its leader.
+            unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
+            return Err(timed_out());
+        }
+    };
+    if !status.success() {
+        return Err(IdentityError::Failed {
+            command: command.to_string(),
+            status: status.to_string(),
+            output: String::from_utf8_lossy(&output).trim().to_string(),
+        });
+    }
+    Ok(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hanging_identity_is_killed_at_its_timeout() {
+        let t0 = Instant::now();
+        let r = run(
+            "sleep 30 & sleep 30; echo never",
+            Path::new("/"),
+            &BTreeMap::new(),
+            Duration::from_millis(300),
+        );
+        assert!(matches!(r, Err(IdentityError::TimedOut { .. })), "{r:?}");
+        assert!(t0.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn runs_once_per_process_even_concurrently() {
+        let t = tempfile::tempdir().unwrap();
+        let count = t.path().join("runs");
+        let cmd = format!("echo run >> '{}'; echo v1", count.display());
+        let outs: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| run(&cmd, t.path(), &BTreeMap::new(), DEFAULT_TIMEOUT)))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+        });
+        assert!(outs.iter().all(|o| o == b"v1\n"));
+        run(&cmd, t.path(), &BTreeMap::new(), DEFAULT_TIMEOUT).unwrap();
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
+    }
+}
