@@ -194,7 +194,11 @@ fn open_checked(path: &Path, follow: bool) -> io::Result<fs::File> {
     if !follow {
         flags |= libc::O_NOFOLLOW;
     }
-    let f = match fs::File::options().read(true).custom_flags(flags).open(path) {
+    let f = match fs::File::options()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) && !follow => {
             return Err(not_regular(path, "a symlink"))

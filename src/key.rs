@@ -222,6 +222,32 @@ impl Files {
         Ok(info)
     }
 
+    /// Whether a file hashed in this process differs now from when it was hashed (size,
+    /// mtime, ctime or inode; gone counts as changed). A file never hashed: false.
+    pub fn changed_since_hashed(&self, path: &Path) -> bool {
+        let Some(e) = self.fresh.lock().expect("memo lock").get(path).cloned() else {
+            return false;
+        };
+        match fs::metadata(path) {
+            Ok(m) => {
+                let ctime_ns = m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128;
+                m.len() != e.size
+                    || ns(m.modified()) != e.mtime_ns
+                    || ctime_ns != e.ctime_ns
+                    || m.ino() != e.ino
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Forget what this process learned about file contents (not the persisted memo,
+    /// which re-checks every file by its stat): the next key computed reads files anew.
+    pub fn forget(&self) {
+        self.seen.lock().expect("memo lock").clear();
+        self.resolved.lock().expect("memo lock").clear();
+        *self.graph.lock().expect("graph") = Graph::default();
+    }
+
     pub fn hash(&self, path: &Path) -> io::Result<String> {
         Ok(self.info(path)?.hash.clone())
     }

@@ -14,7 +14,7 @@ use crate::cache::history::History;
 use crate::cache::{Entry, Kind, Lookup, Store};
 use crate::cli::Selection;
 use crate::exit::Exit;
-use crate::key::{Files, KeyHasher};
+use crate::key::{self, Files, KeyHasher};
 use crate::manifest::{DeviceStep, GenStep, Kernel, Manifest, Scene, Toolchain};
 use crate::template::{Ph, Template, Val};
 use crate::warm::record::{Failures, WarmRecord};
@@ -460,6 +460,43 @@ impl Plan {
     pub fn lookup(&self, step: &Step) -> Lookup {
         self.store_of(step)
             .lookup(step.kind, &step.key, &self.manifest.dir, &self.files)
+    }
+
+    /// Every file a step's key read (its source and include closure, or its inputs):
+    /// warm re-checks them after the step (docs/cache-trust.md).
+    pub fn key_files(&self, step: &Step) -> Vec<PathBuf> {
+        let base = &self.manifest.dir;
+        match step.kind {
+            Kind::Kernel => {
+                let (k, _) = self.kernel(step);
+                let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
+                let mut out = vec![k.source.abs.clone()];
+                if let Ok(c) = self.files.closure(base, &k.source.abs, &dirs) {
+                    out.extend(c.files.iter().map(|n| key::key_path(base, &n.name)));
+                }
+                out
+            }
+            _ => self
+                .gen(step)
+                .inputs
+                .iter()
+                .map(|f| f.abs.clone())
+                .collect(),
+        }
+    }
+
+    /// The key a step gets from its files as they are now, read anew (warm, after an
+    /// input changed while the step ran).
+    pub fn rekey(&self, step_index: usize) -> Result<String> {
+        self.files.forget();
+        let step = &self.steps[step_index];
+        let mut identities = HashMap::new();
+        if step.kind == Kind::Kernel {
+            let (_, tc) = self.kernel(step);
+            identities.insert(tc.name.clone(), identity(tc, &self.manifest)?);
+        }
+        let fixture_key = step.deps.first().map(|&f| self.steps[f].key.clone());
+        self.compute_key(step_index, &identities, fixture_key)
     }
 
     fn status_of(&self, step: &Step, lookup: &Lookup, failures: &Failures) -> Status {

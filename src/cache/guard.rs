@@ -72,7 +72,8 @@ impl Store {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let rd = fs::read_dir(&self.root).map_err(|e| super::infra(e, "read", &self.root))?;
+                let rd =
+                    fs::read_dir(&self.root).map_err(|e| super::infra(e, "read", &self.root))?;
                 let foreign = rd
                     .flatten()
                     .any(|e| !is_marker_temp(&e.file_name().to_string_lossy()));
@@ -151,8 +152,12 @@ impl Store {
             .create_new(true)
             .open(&probe)
             .or_else(|e| match e.kind() {
-                io::ErrorKind::AlreadyExists => fs::remove_file(&probe)
-                    .and_then(|_| fs::File::options().write(true).create_new(true).open(&probe)),
+                io::ErrorKind::AlreadyExists => fs::remove_file(&probe).and_then(|_| {
+                    fs::File::options()
+                        .write(true)
+                        .create_new(true)
+                        .open(&probe)
+                }),
                 _ => Err(e),
             })
             .map_err(|e| super::infra(e, "write to", &self.root.join("tmp")))?;
@@ -173,7 +178,11 @@ impl Store {
                 Ok(Node::Missing) => return Ok(None),
                 Ok(found) => {
                     let what = ["entries/<kind>", "shard", "entry"][i];
-                    return Err(format!("its {what} {} is {}", p.display(), found.describe()));
+                    return Err(format!(
+                        "its {what} {} is {}",
+                        p.display(),
+                        found.describe()
+                    ));
                 }
                 Err(e) => return Err(format!("cannot read {}: {e}", p.display())),
             }
@@ -271,17 +280,25 @@ mod tests {
         fs::write(out.join("d/b"), b"123").unwrap();
         let good = [rec("a", 2), rec("d/b", 3)];
         assert_eq!(check_listing(&out, &good), Ok(()));
-        assert!(check_listing(&out, &[rec("a", 2)]).unwrap_err().contains("d/b is not in"));
-        assert!(check_listing(&out, &[rec("a", 2), rec("d/b", 3), rec("z", 1)])
+        assert!(check_listing(&out, &[rec("a", 2)])
             .unwrap_err()
-            .contains("z is missing"));
+            .contains("d/b is not in"));
+        assert!(
+            check_listing(&out, &[rec("a", 2), rec("d/b", 3), rec("z", 1)])
+                .unwrap_err()
+                .contains("z is missing")
+        );
         assert!(check_listing(&out, &[rec("a", 3), rec("d/b", 3)])
             .unwrap_err()
             .contains("recorded 3"));
-        assert!(check_listing(&out, &[rec("a", 2), rec("../../etc/passwd", 3)])
-            .unwrap_err()
-            .contains("outside"));
+        assert!(
+            check_listing(&out, &[rec("a", 2), rec("../../etc/passwd", 3)])
+                .unwrap_err()
+                .contains("outside")
+        );
         std::os::unix::fs::symlink("/etc/passwd", out.join("l")).unwrap();
-        assert!(check_listing(&out, &good).unwrap_err().contains("cannot serve"));
+        assert!(check_listing(&out, &good)
+            .unwrap_err()
+            .contains("cannot serve"));
     }
 }

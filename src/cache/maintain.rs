@@ -90,7 +90,9 @@ pub fn verify(store: &Store, fix: bool, report: &mut dyn FnMut(String)) -> Resul
     let strays = store.strays();
     for (kind, path) in &strays {
         bad += 1;
-        let found = fsutil::node(path).map(|n| n.describe()).unwrap_or("unreadable");
+        let found = fsutil::node(path)
+            .map(|n| n.describe())
+            .unwrap_or("unreadable");
         report(format!(
             "corrupt {} {}: {found} where a directory belongs",
             kind.name(),

@@ -356,16 +356,23 @@ impl Store {
         // The step knew the staging dir: whatever it left at meta.json is replaced, and
         // a link there is removed, never written through.
         let _ = fsutil::remove_any(&meta_path);
-        write_new(&meta_path, &serde_json::to_vec(&meta).expect("meta serializes"))
-            .map_err(|e| infra(e, "write", &meta_path))?;
+        write_new(
+            &meta_path,
+            &serde_json::to_vec(&meta).expect("meta serializes"),
+        )
+        .map_err(|e| infra(e, "write", &meta_path))?;
         let target = self.entry_dir(kind, key);
         let shard = target.parent().expect("entry has a parent");
         let kind_dir = shard.parent().expect("shard has a parent");
         fsutil::ensure_real_dir(kind_dir).map_err(|e| infra(e, "use", kind_dir))?;
         // A link or file planted at the shard is corruption: removed (the link, not its
         // target), then the real directory made.
-        if !matches!(fsutil::node(shard), Ok(fsutil::Node::Dir | fsutil::Node::Missing)) {
-            self.discard(shard).map_err(|e| infra(e, "replace", shard))?;
+        if !matches!(
+            fsutil::node(shard),
+            Ok(fsutil::Node::Dir | fsutil::Node::Missing)
+        ) {
+            self.discard(shard)
+                .map_err(|e| infra(e, "replace", shard))?;
         }
         fsutil::ensure_real_dir(shard).map_err(|e| infra(e, "create", shard))?;
         if fsutil::node(&target).map_err(|e| infra(e, "read", &target))? != fsutil::Node::Missing {
@@ -479,7 +486,10 @@ fn open_key_lock(path: &Path) -> io::Result<fs::File> {
 /// Create a file that must not exist yet (O_EXCL never follows a link) and write it.
 fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
-    let mut f = fs::File::options().write(true).create_new(true).open(path)?;
+    let mut f = fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
     f.write_all(bytes)
 }
 

@@ -4,6 +4,7 @@
 //! cached and fails only its scene; nothing partial is ever published.
 
 pub mod depfile;
+mod inputs;
 pub mod record;
 pub mod sched;
 
@@ -380,23 +381,42 @@ fn step_record(
 /// Err only for infrastructure (the cache); a failing step is `Done::Failed`.
 fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
     let step = &plan.steps[unit.steps[0]];
+    match build_as(plan, unit, &step.key)? {
+        Attempt::Done(done) => Ok(done),
+        Attempt::InputChanged(path) => inputs::rerun(plan, unit, &path),
+    }
+}
+
+/// One try at a unit under `key`.
+enum Attempt {
+    Done(Done),
+    /// A file the key read changed while the step ran: nothing was published.
+    InputChanged(PathBuf),
+}
+
+fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
+    let step = &plan.steps[unit.steps[0]];
     let store = plan.store_of(step);
     // A hit, too, is decided and touched under the key lock: `cache prune` takes the same
     // lock before it evicts, so it can never remove an entry this warm reports as a hit.
-    let _lock = store.lock_key(step.kind, &step.key)?;
+    let _lock = store.lock_key(step.kind, key)?;
     // The plan, moments ago in this process, already re-checked a hit's dependencies;
     // under the lock it is enough that the entry is still whole.
-    let hit = if step.status.is_hit() {
-        store.present(step.kind, &step.key)
+    let hit = if step.status.is_hit() && key == step.key {
+        store.present(step.kind, key)
     } else {
         None
     };
-    if let Some(e) = hit.or_else(|| match plan.lookup(step) {
-        Lookup::Hit(e) => Some(e),
-        _ => None,
-    }) {
+    if let Some(e) =
+        hit.or_else(
+            || match store.lookup(step.kind, key, &plan.manifest.dir, &plan.files) {
+                Lookup::Hit(e) => Some(e),
+                _ => None,
+            },
+        )
+    {
         store.touch(&e);
-        return Ok(Done::Hit);
+        return Ok(Attempt::Done(Done::Hit));
     }
     let staging = store.stage(step.kind)?;
     let out = staging.out();
@@ -432,11 +452,11 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
         timeout: step.timeout,
     });
     let secs = t0.elapsed().as_secs_f64();
-    let fail = |error: String| -> Result<Done> {
-        Ok(Done::Failed {
+    let fail = |error: String| -> Result<Attempt> {
+        Ok(Attempt::Done(Done::Failed {
             error,
             tail: proc::log_tail(&log, 4000),
-        })
+        }))
     };
     match ended {
         Err(e) => return fail(format!("could not start `sh -c`: {e}")),
@@ -496,10 +516,15 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
             }
         }
     }
+    // What was built from an input edited meanwhile is not what the key names.
+    if let Some(path) = inputs::changed_during(plan, step) {
+        drop(staging);
+        return Ok(Attempt::InputChanged(path));
+    }
     let built_by = step.id(plan);
-    let entry = store.publish(staging, step.kind, &step.key, &built_by, secs, deps)?;
+    let entry = store.publish(staging, step.kind, key, &built_by, secs, deps)?;
     store.touch(&entry);
-    Ok(Done::Built { secs })
+    Ok(Attempt::Done(Done::Built { secs }))
 }
 
 /// The failed scenes and the final line.

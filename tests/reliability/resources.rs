@@ -215,6 +215,8 @@ fn resource_read_only_cache() {
     // (b) the entries directory is read-only (bind mount): publish fails → exit 3, staging removed.
     let cache = s.path("cache");
     fs::create_dir_all(cache.join("entries")).unwrap();
+    // A directory scenerun adopts must carry its marker (docs/cache-trust.md).
+    fs::write(cache.join("scenerun-cache.json"), "{\"layout\": 1}\n").unwrap();
     let mut mounted = 0;
     if let Some(m) = Mount::read_only_bind(&cache.join("entries")) {
         mounted += 1;

@@ -1,0 +1,151 @@
+//! What scenerun reads besides the cache: sources and inputs must be regular files,
+//! identity commands are bounded, the manifest parser is linear, and an input edited
+//! while its step runs is never published under the old key.
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// `/dev/zero` or a FIFO as an input or a source: exit 4 at plan time, never a hang,
+/// never gigabytes read.
+#[test]
+fn devices_and_fifos_are_not_sources_or_inputs() {
+    for (what, path) in [
+        ("input", "/dev/zero"),
+        ("input", "pipe"),
+        ("source", "pipe"),
+    ] {
+        let s = light_suite();
+        mkfifo(&s.path("pipe"));
+        let yaml = s.read("scenes.yaml");
+        let yaml = match what {
+            "input" => yaml.replace("inputs: [gen.sh]", &format!("inputs: [gen.sh, {path}]")),
+            _ => yaml.replace("source: kernels/k.c", &format!("source: {path}")),
+        };
+        s.manifest(&yaml);
+        for cmd in ["plan", "warm"] {
+            let o = run(&s, &[cmd]);
+            assert_eq!(code(&o), 4, "{what} {path} {cmd}: {}", show(&o));
+            assert!(stderr(&o).contains("not a regular file"), "{}", show(&o));
+        }
+        assert_eq!(s.count("logs/gen.log"), 0);
+    }
+}
+
+/// An identity command that never ends: exit 3 when `identity_timeout` expires, and the
+/// whole process group it started is gone.
+#[test]
+fn a_hanging_identity_command_is_exit_3_at_its_timeout() {
+    let s = light_suite();
+    let yaml = s.read("scenes.yaml").replace(
+        "    compile: \"echo run",
+        "    identity: \"echo $$ > logs/identity.pid; sleep 1000\"\n    identity_timeout: 1s\n    compile: \"echo run",
+    );
+    s.manifest(&yaml);
+    let t0 = Instant::now();
+    let o = run(&s, &["plan"]);
+    assert_eq!(code(&o), 3, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("did not finish within 1s"),
+        "{}",
+        show(&o)
+    );
+    // Bounded only to catch a hang; the 1 s timeout itself is not asserted.
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    let pid = s.read("logs/identity.pid").trim().to_string();
+    assert!(
+        wait_until(Duration::from_secs(10), || !pid_alive(&pid)),
+        "identity shell {pid} outlived its timeout"
+    );
+}
+
+/// An identity command runs once per process, however many kernels share it.
+#[test]
+fn an_identity_command_runs_once_per_process() {
+    let s = light_suite();
+    let mut yaml = s.read("scenes.yaml").replace(
+        "    compile: \"echo run",
+        "    identity: \"echo id >> logs/identity.log; echo v1\"\n    compile: \"echo run",
+    );
+    for i in 1..4 {
+        yaml.push_str(&format!(
+            "  - name: s{i}\n    kernels:\n      - name: k\n        toolchain: cp\n        source: kernels/k.c\n        flags: [\"-D{i}\"]\n    device:\n      run: \"true\"\n"
+        ));
+    }
+    s.manifest(&yaml);
+    let o = run(&s, &["run", "--no-lock"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    // `run` plans once for warm and device in one process.
+    assert_eq!(s.count("logs/identity.log"), 1);
+}
+
+/// The fixture script edits its own input while it runs (the first time only): what it
+/// built is not published under the key of the old content; it reruns once under the
+/// key of the new content; reverting the edit is a miss, never a hit on wrong content.
+#[test]
+fn an_input_edited_during_its_step_is_not_published_under_the_old_key() {
+    let s = light_suite();
+    s.write("data.txt", "v1\n");
+    s.script(
+        "gen.sh",
+        "#!/bin/sh\necho run >> logs/gen.log\nif [ ! -e logs/edited ]; then touch logs/edited; echo v2-longer > data.txt; fi\ncat data.txt > \"$1/input.txt\"\n",
+    );
+    let yaml = s
+        .read("scenes.yaml")
+        .replace("inputs: [gen.sh]", "inputs: [gen.sh, data.txt]");
+    s.manifest(&yaml);
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("input changed during the step"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(s.count("logs/gen.log"), 2, "rerun once");
+    let entry = only_entry(&s, "fixture");
+    assert_eq!(
+        fs::read_to_string(entry.join("out/input.txt")).unwrap(),
+        "v2-longer\n"
+    );
+    // The published key is the key of the content now: a second warm hits.
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(s.count("logs/gen.log"), 2, "{}", show(&o));
+    // Back to the old content: its key was never published, so it is built, not served.
+    fs::write(s.path("data.txt"), "v1\n").unwrap();
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(s.count("logs/gen.log"), 3);
+    let o = run(&s, &["cache", "verify"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+}
+
+/// A BOM is accepted, a NUL in an env value is a manifest error, and 400 KB of nested
+/// brackets is refused at once instead of parsing in quadratic time.
+#[test]
+fn manifest_bom_nul_and_deep_nesting() {
+    let s = light_suite();
+    let yaml = s.read("scenes.yaml");
+    s.manifest(&format!("\u{feff}{yaml}"));
+    let o = run(&s, &["plan"]);
+    assert_eq!(code(&o), 0, "BOM: {}", show(&o));
+
+    s.manifest(&yaml.replace(
+        "platform: a2a3\n",
+        "platform: a2a3\nenv:\n  BAD: \"a\\0b\"\n",
+    ));
+    let o = run(&s, &["plan"]);
+    assert_eq!(code(&o), 4, "NUL: {}", show(&o));
+    assert!(stderr(&o).contains("NUL"), "{}", show(&o));
+
+    let n = 200_000;
+    s.manifest(&format!(
+        "version: 1\nscenes: {}{}\n",
+        "[".repeat(n),
+        "]".repeat(n)
+    ));
+    let o = run(&s, &["plan"]);
+    assert_eq!(code(&o), 4, "nesting: {}", show(&o));
+    assert!(stderr(&o).contains("nested deeper than"), "{}", show(&o));
+}
