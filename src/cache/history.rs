@@ -3,7 +3,6 @@
 //! edited kernel keeps its estimate.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -24,7 +23,7 @@ impl History {
     }
 
     pub fn load(root: &std::path::Path) -> History {
-        fs::read(Self::path(root))
+        fsutil::read_nofollow(&Self::path(root))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()

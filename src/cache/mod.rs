@@ -139,6 +139,9 @@ impl Drop for Staging {
     }
 }
 
+/// An entry directory found on disk: (kind, key, dir).
+pub type EntryDir = (Kind, String, PathBuf);
+
 /// A per-key build lock; released on drop (and by the kernel if the process dies).
 pub struct KeyLock {
     _file: fs::File,
@@ -423,7 +426,7 @@ impl Store {
 
     /// Every entry that is a real directory under real shard directories: (kind, key,
     /// dir). Anything else found there is listed by `strays`.
-    pub fn entries(&self) -> Vec<(Kind, String, PathBuf)> {
+    pub fn entries(&self) -> Vec<EntryDir> {
         self.scan().0
     }
 
@@ -433,7 +436,7 @@ impl Store {
         self.scan().1
     }
 
-    fn scan(&self) -> (Vec<(Kind, String, PathBuf)>, Vec<(Kind, PathBuf)>) {
+    fn scan(&self) -> (Vec<EntryDir>, Vec<(Kind, PathBuf)>) {
         let (mut out, mut strays) = (Vec::new(), Vec::new());
         for kind in Kind::ALL {
             let kind_dir = self.root.join("entries").join(kind.name());

@@ -492,8 +492,9 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
             .expect("kernel")
             .toolchain];
         if tc.depfile.is_some() {
-            let text = match std::fs::read_to_string(&depfile) {
-                Ok(t) => t,
+            // The step made it: a FIFO or link there must not block or lead out.
+            let text = match crate::fsutil::read_nofollow(&depfile) {
+                Ok(t) => String::from_utf8_lossy(&t).into_owned(),
                 Err(_) => {
                     return fail(format!(
                         "the toolchain's depfile option was given but no depfile was written at {}",
