@@ -33,10 +33,11 @@ pub(super) fn top_dirs(root: &Path) -> Vec<PathBuf> {
 /// Roots already warned about in this process (one warning per cache per run).
 static WARNED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
-/// Write-atomic temp files of the marker itself, seen while another process creates
-/// the cache: they do not make the directory "not a cache".
-fn is_marker_temp(name: &str) -> bool {
-    name.starts_with(&format!(".{MARKER}.tmp."))
+/// The marker and its write-atomic temp files, seen while another process creates the
+/// cache (it writes the marker before anything else): they do not make the directory
+/// "not a cache".
+fn is_marker_or_temp(name: &str) -> bool {
+    name == MARKER || name.starts_with(&format!(".{MARKER}.tmp."))
 }
 
 impl Store {
@@ -76,7 +77,7 @@ impl Store {
                     fs::read_dir(&self.root).map_err(|e| super::infra(e, "read", &self.root))?;
                 let foreign = rd
                     .flatten()
-                    .any(|e| !is_marker_temp(&e.file_name().to_string_lossy()));
+                    .any(|e| !is_marker_or_temp(&e.file_name().to_string_lossy()));
                 if foreign {
                     return Err(anyhow::Error::new(
                         crate::exit::Coded::new(

@@ -43,10 +43,12 @@ fn plant(at: &Path, what: &Plant, v: &Victim) {
         Plant::Dir => fs::create_dir_all(at.join("inner")),
         Plant::LinkToVictimDir => std::os::unix::fs::symlink(v.path("deep"), at),
         Plant::LinkToVictimFile => std::os::unix::fs::symlink(v.path("precious.txt"), at),
-        Plant::Fifo => {
-            mkfifo(at);
-            Ok(())
-        }
+        // Where the parent is a file (a kernel's `out`), nothing can be planted: skipped.
+        Plant::Fifo => std::process::Command::new("mkfifo")
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|_| ()),
     };
 }
 
@@ -77,10 +79,13 @@ const NAMES: [&str; 6] = [
 #[test]
 fn planted_trees_never_change_anything_outside_the_cache() {
     let mut runner = TestRunner::new(Config {
-        cases: 12,
+        cases: 24,
         failure_persistence: None,
         ..Config::default()
     });
+    // Exit codes seen and plants made, printed as a figure (`--nocapture`).
+    let exits = std::cell::RefCell::new(std::collections::BTreeMap::<i32, usize>::new());
+    let planted = std::cell::Cell::new(0usize);
     runner
         .run(&plant_strategy(), |plants| {
             let s = light_suite();
@@ -105,13 +110,31 @@ fn planted_trees_never_change_anything_outside_the_cache() {
                 let spots = spots(&cache);
                 let at = &spots[spot % spots.len()];
                 let target = if *replace {
-                    let _ = fs::remove_dir_all(at);
                     at.clone()
                 } else {
                     at.join(NAMES[*name as usize])
                 };
+                // Plant (and clear) only inside the cache: an earlier plant may have made
+                // a path of the listing lead out through a link, and the test itself must
+                // not write or delete there.
+                let inside = target
+                    .parent()
+                    .and_then(|p| p.canonicalize().ok())
+                    .is_some_and(|p| p.starts_with(cache.canonicalize().unwrap()));
+                if !inside {
+                    continue;
+                }
+                if *replace {
+                    let _ = match fs::symlink_metadata(&target) {
+                        Ok(m) if m.is_dir() => fs::remove_dir_all(&target),
+                        _ => fs::remove_file(&target),
+                    };
+                }
                 if fs::symlink_metadata(&target).is_err() {
                     plant(&target, what, &v);
+                    if fs::symlink_metadata(&target).is_ok() {
+                        planted.set(planted.get() + 1);
+                    }
                 }
             }
             for args in [
@@ -122,6 +145,7 @@ fn planted_trees_never_change_anything_outside_the_cache() {
                 &["cache", "clean"],
             ] {
                 let o = run(&s, args);
+                *exits.borrow_mut().entry(code(&o)).or_default() += 1;
                 prop_assert!(
                     matches!(code(&o), 0 | 1 | 3),
                     "{args:?} after {plants:?}: {}",
@@ -139,4 +163,9 @@ fn planted_trees_never_change_anything_outside_the_cache() {
             Ok(())
         })
         .unwrap();
+    eprintln!(
+        "figure trust_planted: 24 cases, {} things planted, exits {:?}, victim and suite unchanged",
+        planted.get(),
+        exits.borrow()
+    );
 }
