@@ -412,7 +412,9 @@ impl Store {
                         let _ = fsutil::remove_any(&e.path());
                     }
                 }
-            } else if name.starts_with("trash.") {
+            } else if name.starts_with("trash.") || name.starts_with(".probe.") {
+                // A trash dir, or the write probe of a warm killed between its two calls
+                // (removing a live one only makes its own removal a no-op).
                 let _ = fsutil::remove_any(&e.path());
             } else if fsutil::node(&tmp.join(format!("{name}.lock"))).ok()
                 == Some(fsutil::Node::Missing)
