@@ -235,11 +235,19 @@ pub struct Spec<'a> {
     pub timeout: Option<Duration>,
 }
 
+/// A check every spawn must pass (the device phase's watch over the lock): false
+/// means start nothing more.
+static SPAWN_GATE: OnceLock<fn() -> bool> = OnceLock::new();
+
+pub fn set_spawn_gate(gate: fn() -> bool) {
+    let _ = SPAWN_GATE.set(gate);
+}
+
 /// Run `sh -c command` in its own process group, stdout and stderr appended to `log`,
 /// and wait for it. After it ends, whatever it left running in its group is killed, so a
 /// background child neither keeps us waiting nor outlives the step.
 pub fn run(spec: &Spec) -> io::Result<Ended> {
-    if interrupted() {
+    if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
         return Ok(Ended::Interrupted);
     }
     if let Some(dir) = spec.log.parent() {

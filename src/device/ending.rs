@@ -10,7 +10,8 @@ use crate::exit::Exit;
 /// `cache clean` during the phase is not the scene's failure).
 pub fn classify(frozen: &Frozen, results: &mut Results, lost: bool, interrupted: bool) {
     for (r, s) in results.scenes.iter_mut().zip(&frozen.scenes) {
-        if r.infra.is_some() || matches!(r.outcome, SceneOutcome::Passed | SceneOutcome::FailedInWarm)
+        if r.infra.is_some()
+            || matches!(r.outcome, SceneOutcome::Passed | SceneOutcome::FailedInWarm)
         {
             continue;
         }

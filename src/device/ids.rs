@@ -90,8 +90,10 @@ pub fn parse_grant(text: &str, need: usize) -> Result<Vec<String>, IdError> {
 /// The message for an unusable grant from the lock tool, naming the manifest key, the
 /// variable and its value.
 pub fn grant_error(var: &str, value: Option<&str>, e: &IdError) -> String {
-    match value {
-        None => format!("lock.device_env: ${var} is not set: the lock command handed over no device ids"),
+    match value.filter(|v| !v.trim().is_empty()) {
+        None => format!(
+            "lock.device_env: ${var} is not set or empty: the lock command handed over no device ids"
+        ),
         Some(v) => format!("lock.device_env: ${var}={v:?} is not a usable grant: {e}"),
     }
 }
@@ -116,7 +118,9 @@ mod tests {
 
     #[test]
     fn garbage_is_refused() {
-        for bad in ["", " ", "garbage", "a,b", "1;rm", "-1", "1,", ",1", "1-", "0x1", "1.0"] {
+        for bad in [
+            "", " ", "garbage", "a,b", "1;rm", "-1", "1,", ",1", "1-", "0x1", "1.0",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }
         assert!(matches!(parse("3-1"), Err(IdError::BadRange(_))));

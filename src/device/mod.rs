@@ -2,12 +2,12 @@
 //! lock exactly once; `inner` runs inside it from the frozen plan and never builds
 //! anything. This file holds what the two share: the frozen plan and the results.
 
+mod ending;
 pub mod ids;
 pub mod inner;
 mod lockrun;
 pub mod outer;
 pub mod pack;
-mod ending;
 pub mod runs;
 mod watch;
 

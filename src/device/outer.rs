@@ -53,13 +53,16 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
                     files: e.meta.files,
                 })),
                 None => {
-                    missing.push((scenes.len(), format!(
-                        "{}: {} {} (key {}) is not warm",
-                        ps.name,
-                        step.label(),
-                        step.name,
-                        &step.key[..12]
-                    )));
+                    missing.push((
+                        scenes.len(),
+                        format!(
+                            "{}: {} {} (key {}) is not warm",
+                            ps.name,
+                            step.label(),
+                            step.name,
+                            &step.key[..12]
+                        ),
+                    ));
                     arts.push(None);
                 }
             }
@@ -180,8 +183,18 @@ fn through_lock(
         ..Default::default()
     };
     if crate::proc::interrupted() {
-        return Err(fail(plan, frozen, opts, ui, report, None, lock, Exit::Interrupted,
-            "interrupted before the lock command was called".into(), String::new()));
+        return Err(fail(
+            plan,
+            frozen,
+            opts,
+            ui,
+            report,
+            None,
+            lock,
+            Exit::Interrupted,
+            "interrupted before the lock command was called".into(),
+            String::new(),
+        ));
     }
     ui.info(&format!("device: taking the lock once: {command}"));
     let run_dir = frozen.run_dir.clone();
@@ -199,10 +212,7 @@ fn through_lock(
     );
     // Read the results only once the inner run has really ended (bounded: it kills its
     // steps within the grace after a SIGTERM, at once when the lock tool is gone).
-    let inner_ended = super::wait_for_inner(
-        &run_dir,
-        limits.grace * 2 + Duration::from_secs(1),
-    );
+    let inner_ended = super::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
     let tail = crate::proc::log_tail(&log, 3000);
     lock.output_tail = Some(tail.clone());
     let results = read_results(frozen);
@@ -210,8 +220,18 @@ fn through_lock(
         Ok(r) => r,
         Err(e) => {
             lock.returned_at = super::unix_now();
-            return Err(fail(plan, frozen, opts, ui, report, results, lock, Exit::Infra,
-                format!("could not be started: {e}"), tail));
+            return Err(fail(
+                plan,
+                frozen,
+                opts,
+                ui,
+                report,
+                results,
+                lock,
+                Exit::Infra,
+                format!("could not be started: {e}"),
+                tail,
+            ));
         }
     };
     lock.called_at = ran.called_at;
@@ -258,15 +278,30 @@ fn through_lock(
         };
     let still_running = !inner_ended || results.as_ref().is_some_and(|r| r.ended > ran.returned_at);
     let failure = if crate::proc::interrupted() {
-        Some((Exit::Interrupted, format!("was interrupted: SIGTERM forwarded to it, it {how}")))
+        Some((
+            Exit::Interrupted,
+            format!("was interrupted: SIGTERM forwarded to it, it {how}"),
+        ))
     } else if let Some(why) = results.as_ref().and_then(|r| r.infra_error.clone()) {
-        Some((Exit::Infra, format!("ran the device phase with an unusable grant: {why}")))
+        Some((
+            Exit::Infra,
+            format!("ran the device phase with an unusable grant: {why}"),
+        ))
     } else if results.is_none() && inner_ended {
-        Some((Exit::Infra, format!("returned ({how}) without running the device steps")))
+        Some((
+            Exit::Infra,
+            format!("returned ({how}) without running the device steps"),
+        ))
     } else if cut_short {
-        Some((Exit::Infra, format!("ended ({how}) before the device steps finished")))
+        Some((
+            Exit::Infra,
+            format!("ended ({how}) before the device steps finished"),
+        ))
     } else if still_running {
-        Some((Exit::Infra, format!("returned ({how}) while the device steps were still running outside it")))
+        Some((
+            Exit::Infra,
+            format!("returned ({how}) while the device steps were still running outside it"),
+        ))
     } else {
         None
     };
@@ -277,7 +312,9 @@ fn through_lock(
         }
         (failure, results) => {
             let (exit, what) = failure.expect("no failure means results are present");
-            Err(fail(plan, frozen, opts, ui, report, results, lock, exit, what, tail))
+            Err(fail(
+                plan, frozen, opts, ui, report, results, lock, exit, what, tail,
+            ))
         }
     }
 }
@@ -308,12 +345,13 @@ fn fail(
         Infra::LockFailed
     };
     report.scenes = scene_reports(plan, results.as_ref(), frozen);
-    for s in report.scenes.iter_mut().filter(|s| {
-        s.infra.is_none() && !matches!(s.outcome, SceneOutcome::Passed | SceneOutcome::FailedInWarm)
-    }) {
-        if s.outcome == SceneOutcome::NotRun {
-            s.message = Some(what.clone());
-        }
+    // Scenes that finished keep their outcome; the rest did not run because of this.
+    for s in report
+        .scenes
+        .iter_mut()
+        .filter(|s| s.infra.is_none() && s.outcome == SceneOutcome::NotRun)
+    {
+        s.message = Some(what.clone());
         s.infra = Some(cause);
     }
     report.exit_code = exit.code();
@@ -466,14 +504,19 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
                 s.message = Some(what.join("\n"));
             } else if s.outcome == SceneOutcome::NotRun {
                 s.infra = Some(Infra::NotWarm);
-                s.message = Some("not run: other scenes are not warm, the lock was not taken".into());
+                s.message =
+                    Some("not run: other scenes are not warm, the lock was not taken".into());
             }
         }
         let msg = format!(
             "not warm: {} artifact{} missing, the lock was not taken:\n  {}",
             missing.len(),
             if missing.len() == 1 { " is" } else { "s are" },
-            missing.iter().map(|(_, w)| w.as_str()).collect::<Vec<_>>().join("\n  ")
+            missing
+                .iter()
+                .map(|(_, w)| w.as_str())
+                .collect::<Vec<_>>()
+                .join("\n  ")
         );
         report.exit_code = Exit::NotWarm.code();
         report.error = Some(msg.clone());
@@ -522,7 +565,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         History::record(&plan.store.root, &durations);
     }
     let exit = if crate::proc::interrupted() {
-        Exit::Interrupted.max(super::ending::exit_of(&r))
+        Exit::Interrupted
     } else {
         super::ending::exit_of(&r)
     };

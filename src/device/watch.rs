@@ -69,24 +69,42 @@ pub fn start(frozen: &Frozen, plan: &std::path::Path) {
     if unsafe { libc::getppid() } != parent || parent == 1 {
         PARENT_DIED.store(true, Ordering::SeqCst);
     }
-    let look = move || {
-        check(
-            outer.map(|p| p.alive()),
-            lock.map(|p| p.alive()),
-            PARENT_DIED.load(Ordering::SeqCst),
-        )
-    };
-    if let Some(gone) = look() {
-        lost(gone, outer, lock);
+    let _ = WATCHED.set((outer, lock));
+    // Every step spawn looks too, so that none starts in the gap between two looks.
+    crate::proc::set_spawn_gate(still_held);
+    if !still_held() {
         return;
     }
     std::thread::spawn(move || loop {
         std::thread::sleep(PERIOD);
-        if let Some(gone) = look() {
-            lost(gone, outer, lock);
+        if !still_held() {
             return;
         }
     });
+}
+
+/// The processes watched: the outer and the lock command.
+static WATCHED: std::sync::OnceLock<(Option<ProcId>, Option<ProcId>)> = std::sync::OnceLock::new();
+
+/// Look now; on a loss, kill everything (once). False once the lock is lost.
+fn still_held() -> bool {
+    if lock_lost() {
+        return false;
+    }
+    let Some(&(outer, lock)) = WATCHED.get() else {
+        return true;
+    };
+    match check(
+        outer.map(|p| p.alive()),
+        lock.map(|p| p.alive()),
+        PARENT_DIED.load(Ordering::SeqCst),
+    ) {
+        Some(gone) => {
+            lost(gone, outer, lock);
+            false
+        }
+        None => true,
+    }
 }
 
 /// The outer records the lock command's pid in the plan right after starting it; a
@@ -109,7 +127,9 @@ fn recorded_lock_tool(plan: &std::path::Path) -> Option<ProcId> {
 const RECORD_WAIT: Duration = Duration::from_secs(5);
 
 fn lost(gone: Gone, outer: Option<ProcId>, lock: Option<ProcId>) {
-    LOST.store(true, Ordering::SeqCst);
+    if LOST.swap(true, Ordering::SeqCst) {
+        return;
+    }
     crate::proc::kill_all_now();
     let who = match gone {
         Gone::Outer => format!(
