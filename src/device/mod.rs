@@ -53,6 +53,21 @@ impl ProcId {
     pub fn alive(&self) -> bool {
         matches!(stat(self.pid), Some((state, start)) if start == self.start && !matches!(state, 'Z' | 'X'))
     }
+
+    /// This process, as the leader of its process group, or any process left in that
+    /// group. The lock command runs as `sh -c`: the shell may die of a forwarded signal
+    /// while the lock tool it started is still forwarding it and holds the cards.
+    pub fn group_alive(&self) -> bool {
+        if self.alive() {
+            return true;
+        }
+        // A pid stays allocated while its group has members; once it names another
+        // process, that one leads a new group and the old group is gone.
+        if stat(self.pid).is_some_and(|(_, start)| start != self.start) {
+            return false;
+        }
+        unsafe { libc::killpg(self.pid, 0) == 0 }
+    }
 }
 
 /// State and start time of a process, from `/proc/<pid>/stat`.

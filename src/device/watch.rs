@@ -1,6 +1,8 @@
 //! The inner run's watch over what holds the lock for it. If the lock tool or
 //! `scenerun device` dies, the lock may already be released: every step group is
-//! SIGKILLed at once (no grace) and nothing else starts. The inner's parent is often a
+//! SIGKILLed at once (no grace) and nothing else starts. The lock command counts as
+//! alive while any process of its process group is (its `sh -c` may die of a forwarded
+//! signal before the lock tool it started has finished forwarding it). The inner's parent is often a
 //! `sh -c` of the lock tool, so a parent-death signal alone proves nothing; the watcher
 //! checks both recorded processes (pid and start time) every `PERIOD`, and the
 //! parent-death signal only makes it look at once (docs/device.md, cancellation).
@@ -96,7 +98,7 @@ fn still_held() -> bool {
     };
     match check(
         outer.map(|p| p.alive()),
-        lock.map(|p| p.alive()),
+        lock.map(|p| p.group_alive()),
         PARENT_DIED.load(Ordering::SeqCst),
     ) {
         Some(gone) => {

@@ -267,7 +267,11 @@ fn cancellation_never_frees_cards_under_a_running_step() {
                         .map(|a| a.iter().filter(|x| x["outcome"] != "passed").count())
                         .unwrap_or(0);
                     faults.check(cut == 0 || junit.contains("type=\"interrupted\""), || {
-                        format!("{what}: junit lacks interrupted errors:\n{junit}")
+                        format!(
+                            "{what}: junit lacks interrupted errors:\n{junit}\n--- lock.log\n{}\n--- lock events\n{}",
+                            s.read("build/scenerun/lock.log"),
+                            s.read("lock-events.log")
+                        )
                     });
                 }
             }
