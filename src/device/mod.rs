@@ -252,7 +252,7 @@ pub fn wait_for_inner(run_dir: &Path, limit: std::time::Duration) -> bool {
 /// Where a scene's device step gets its `{kernels}` directory of links (per invocation,
 /// so that two `device` runs never relink each other's).
 pub fn kernels_dir(run_dir: &Path, scene: &str) -> PathBuf {
-    run_dir.join("kernels").join(scene)
+    run_dir.join("scenes").join(scene).join("kernels")
 }
 
 /// The command that re-enters this binary inside the lock.

@@ -284,12 +284,13 @@ fn every_ending_leaves_a_current_report_or_none() {
         &s,
         &format!("{TASK_SUBMIT} --timeout 0.5 --device 0 --run {{run}}"),
     );
-    let holder = pool.spawn(&["--device", "0", "--run", "touch held; sleep 300.72"]);
+    let mut holder = pool.spawn(&["--device", "0", "--run", "touch held; sleep 300.72"]);
     wait_for("the holder", || pool.path("held").exists());
     let o = run_in(&s, &pool, &["device"]);
     let _ = std::process::Command::new("kill")
         .arg(holder.id().to_string())
         .status();
+    let _ = wait_bounded(&mut holder, Duration::from_secs(30));
     expect_code(&o, 3);
     let r = report(&s);
     assert!(
