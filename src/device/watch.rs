@@ -163,6 +163,27 @@ mod tests {
     }
 
     #[test]
+    fn a_group_outlives_its_leader() {
+        use std::os::unix::process::CommandExt;
+        // The leader (a shell) exits at once; its child stays in the group.
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $! > \"$0\"", "/dev/null"])
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let id = ProcId::of(leader.id() as i32).expect("leader");
+        leader.wait().expect("leader ends");
+        assert!(!id.alive(), "the leader is gone");
+        assert!(id.group_alive(), "its group still has the sleep");
+        unsafe { libc::killpg(id.pid, libc::SIGKILL) };
+        let t = std::time::Instant::now();
+        while id.group_alive() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!id.group_alive(), "the group is gone after SIGKILL");
+    }
+
+    #[test]
     fn proc_ids_tell_reuse_apart() {
         let me = ProcId::me().expect("own stat");
         assert!(me.alive());
