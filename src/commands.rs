@@ -31,6 +31,35 @@ fn handle_signals() {
 }
 
 pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
+    let reports = device_report_dir(&cli);
+    let result = dispatch_command(cli, ui);
+    // A usage error or an empty selection writes no report: at least no earlier run's
+    // report may stay looking current.
+    if let (Err(e), Some(dir)) = (&result, reports) {
+        if matches!(crate::exit::exit_of(e), Exit::Usage | Exit::NoneSelected) {
+            device::runs::clear_stale_reports(&dir);
+        }
+    }
+    result
+}
+
+/// Where `device` or `run` would write its report, guessed without the manifest (which
+/// may be what is broken).
+fn device_report_dir(cli: &Cli) -> Option<PathBuf> {
+    let d = match &cli.command {
+        Command::Device(a) => &a.device,
+        Command::Run(a) => &a.device,
+        _ => return None,
+    };
+    if let Some(p) = &d.report_dir {
+        return std::path::absolute(p).ok();
+    }
+    let abs = std::path::absolute(&cli.manifest).ok()?;
+    let dir = abs.parent()?.canonicalize().ok()?;
+    Some(dir.join("build").join("scenerun"))
+}
+
+fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
     // Writes beyond `ulimit -f` must fail with EFBIG (exit 3), not kill us with SIGXFSZ.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     if matches!(cli.command, Command::Watchdog) {

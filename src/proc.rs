@@ -12,8 +12,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Between SIGTERM and SIGKILL.
+/// Between SIGTERM and SIGKILL, unless a phase sets its own (`set_grace`).
 pub const GRACE: Duration = Duration::from_secs(2);
+
+static GRACE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2000);
+
+/// The grace period for every group of this process from now on (the device phase's
+/// cancellation grace, docs/device.md).
+pub fn set_grace(grace: Duration) {
+    GRACE_MS.store(grace.as_millis() as u64, Ordering::SeqCst);
+}
+
+pub fn grace() -> Duration {
+    Duration::from_millis(GRACE_MS.load(Ordering::SeqCst))
+}
 
 /// How a step's process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +49,7 @@ impl Ended {
 
 struct Group {
     deadline: Option<Instant>,
-    /// When SIGTERM was sent: SIGKILL follows after GRACE.
+    /// When SIGTERM was sent: SIGKILL follows after the grace period.
     termed: Option<Instant>,
     timed_out: bool,
 }
@@ -77,25 +89,40 @@ pub fn interrupt_all() {
     r.changed.notify_all();
 }
 
+/// SIGKILL every live group at once, and start nothing any more: the lock may be gone,
+/// so no grace is left to give.
+pub fn kill_all_now() {
+    let r = registry();
+    r.interrupted.store(true, Ordering::SeqCst);
+    let mut g = r.groups.lock().expect("registry");
+    let now = Instant::now();
+    for (pgid, grp) in g.iter_mut() {
+        unsafe { libc::killpg(*pgid, libc::SIGKILL) };
+        grp.termed.get_or_insert(now);
+    }
+    r.changed.notify_all();
+}
+
 fn timer_loop() {
     let r = registry();
     let mut g = r.groups.lock().expect("registry");
     loop {
         let now = Instant::now();
+        let grace = grace();
         let mut next: Option<Instant> = None;
         for (pgid, grp) in g.iter_mut() {
             if let Some(t) = grp.termed {
-                if now >= t + GRACE {
+                if now >= t + grace {
                     unsafe { libc::killpg(*pgid, libc::SIGKILL) };
                 } else {
-                    next = Some(next.map_or(t + GRACE, |n| n.min(t + GRACE)));
+                    next = Some(next.map_or(t + grace, |n| n.min(t + grace)));
                 }
             } else if let Some(d) = grp.deadline {
                 if now >= d {
                     grp.timed_out = true;
                     grp.termed = Some(now);
                     unsafe { libc::killpg(*pgid, libc::SIGTERM) };
-                    next = Some(next.map_or(now + GRACE, |n| n.min(now + GRACE)));
+                    next = Some(next.map_or(now + grace, |n| n.min(now + grace)));
                 } else {
                     next = Some(next.map_or(d, |n| n.min(d)));
                 }
@@ -208,11 +235,19 @@ pub struct Spec<'a> {
     pub timeout: Option<Duration>,
 }
 
+/// A check every spawn must pass (the device phase's watch over the lock): false
+/// means start nothing more.
+static SPAWN_GATE: OnceLock<fn() -> bool> = OnceLock::new();
+
+pub fn set_spawn_gate(gate: fn() -> bool) {
+    let _ = SPAWN_GATE.set(gate);
+}
+
 /// Run `sh -c command` in its own process group, stdout and stderr appended to `log`,
 /// and wait for it. After it ends, whatever it left running in its group is killed, so a
 /// background child neither keeps us waiting nor outlives the step.
 pub fn run(spec: &Spec) -> io::Result<Ended> {
-    if interrupted() {
+    if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
         return Ok(Ended::Interrupted);
     }
     if let Some(dir) = spec.log.parent() {

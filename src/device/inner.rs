@@ -14,35 +14,45 @@ use super::{Frozen, FrozenScene, Results, SceneOutcome, SceneResult};
 use crate::exit::Exit;
 use crate::proc::{self, Ended};
 
-/// `scenerun inner FROZEN`: run, write the results file, exit 0 or 1.
+/// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3.
 pub fn main(frozen_path: &Path) -> Result<Exit> {
     let bytes = std::fs::read(frozen_path)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
     let frozen: Frozen = serde_json::from_slice(&bytes)
         .with_context(|| format!("parsing the frozen plan {}", frozen_path.display()))?;
-    let granted = std::env::var(&frozen.device_env).unwrap_or_default();
-    let ids = pack::parse_ids(&granted).map_err(|e| {
-        format!(
-            "the lock command did not hand over device ids in ${} ({e})",
-            frozen.device_env
-        )
-    });
     // Held until this process exits (the kernel drops it even on SIGKILL).
-    let _alive = std::fs::File::create(super::inner_lock_path(&frozen.job_dir))
-        .and_then(|f| f.try_lock().map_err(std::io::Error::other).map(|_| f))
-        .ok();
-    let results = run(&frozen, ids);
+    let _alive = match super::runs::claim_inner(&frozen.run_dir)? {
+        super::runs::Claim::First(lock) => lock,
+        super::runs::Claim::Repeat => return Ok(super::runs::repeat_exit(&frozen)),
+    };
+    proc::set_grace(Duration::from_secs_f64(frozen.grace_secs));
+    super::watch::start(&frozen, frozen_path);
+    let granted = std::env::var(&frozen.device_env).ok();
+    let ids = super::ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
+        .map_err(|e| super::ids::grant_error(&frozen.device_env, granted.as_deref(), &e));
+    let results = match ids {
+        Err(why) => {
+            eprintln!("scenerun inner: {why}");
+            super::ending::refused(&frozen, why)
+        }
+        Ok(ids) => {
+            let mut r = run(&frozen, Ok(ids));
+            super::ending::classify(
+                &frozen,
+                &mut r,
+                super::watch::lock_lost(),
+                proc::interrupted(),
+            );
+            r
+        }
+    };
     let bytes = serde_json::to_vec_pretty(&results).expect("results serialize");
     crate::fsutil::write_atomic(&frozen.results, &bytes)
         .with_context(|| format!("writing {}", frozen.results.display()))?;
-    if proc::interrupted() {
+    if proc::interrupted() && !super::watch::lock_lost() {
         return Ok(Exit::Interrupted);
     }
-    Ok(if results.scenes.iter().all(|s| s.outcome.passed()) {
-        Exit::Ok
-    } else {
-        Exit::Failed
-    })
+    Ok(super::ending::exit_of(&results))
 }
 
 fn result(s: &FrozenScene, outcome: SceneOutcome, message: Option<String>) -> SceneResult {
@@ -55,11 +65,12 @@ fn result(s: &FrozenScene, outcome: SceneOutcome, message: Option<String>) -> Sc
         message,
         log: None,
         log_tail: None,
+        infra: None,
     }
 }
 
 /// Check every artifact by `stat` (presence and size), and the `{kernels}` links.
-fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
+pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
     for a in s.kernels.iter().chain(&s.fixture).chain(&s.golden) {
         for f in &a.files {
             let p = if f.path.is_empty() {
@@ -80,7 +91,7 @@ fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
         }
     }
     // The outer laid out `{kernels}` before the lock; only check it here.
-    let dir = super::kernels_dir(&frozen.job_dir, &s.name);
+    let dir = super::kernels_dir(&frozen.run_dir, &s.name);
     for k in &s.kernels {
         if std::fs::metadata(dir.join(&k.name)).is_err() {
             return Err(format!(
@@ -275,6 +286,7 @@ fn collect(
         busy_secs: busy,
         device_secs_used: used,
         scenes,
+        infra_error: None,
     }
 }
 
@@ -311,7 +323,7 @@ pub fn log_path(frozen: &Frozen, scene: &str) -> std::path::PathBuf {
 }
 
 fn run_scene(frozen: &Frozen, s: &FrozenScene, devices: &str) -> std::io::Result<Ended> {
-    let kernels = super::kernels_dir(&frozen.job_dir, &s.name);
+    let kernels = super::kernels_dir(&frozen.run_dir, &s.name);
     let template = s.run.as_ref().expect("runnable scenes have a device step");
     let fixture = s.fixture.as_ref().map(|a| a.out.as_path());
     let golden = s.golden.as_ref().map(|a| a.out.as_path());

@@ -2,9 +2,14 @@
 //! lock exactly once; `inner` runs inside it from the frozen plan and never builds
 //! anything. This file holds what the two share: the frozen plan and the results.
 
+mod ending;
+pub mod ids;
 pub mod inner;
+mod lockrun;
 pub mod outer;
 pub mod pack;
+pub mod runs;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +21,98 @@ use crate::template::Template;
 
 pub const FROZEN_VERSION: u32 = 1;
 pub const RESULTS_VERSION: u32 = 1;
+
+/// Between SIGTERM and SIGKILL when a device run is cancelled (`lock.grace`).
+pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the outer waits for the lock command after the inner run ended
+/// (`lock.release_timeout`).
+pub const DEFAULT_RELEASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// After forwarding a signal, the lock tool gets the grace plus this much to return.
+pub const LOCK_EXTRA_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A process the inner run watches: its pid and its start time (clock ticks after boot,
+/// field 22 of `/proc/<pid>/stat`), so that a reused pid is never taken for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcId {
+    pub pid: i32,
+    pub start: u64,
+}
+
+impl ProcId {
+    /// The process `pid` as it is now; None when there is no such process.
+    pub fn of(pid: i32) -> Option<ProcId> {
+        let (state, start) = stat(pid)?;
+        (!matches!(state, 'Z' | 'X')).then_some(ProcId { pid, start })
+    }
+
+    pub fn me() -> Option<ProcId> {
+        ProcId::of(std::process::id() as i32)
+    }
+
+    /// Still the same process, and not a zombie (a zombie runs nothing any more).
+    pub fn alive(&self) -> bool {
+        matches!(stat(self.pid), Some((state, start)) if start == self.start && !matches!(state, 'Z' | 'X'))
+    }
+
+    /// This process, as the leader of its process group, or any process left in that
+    /// group. The lock command runs as `sh -c`: the shell may die of a forwarded signal
+    /// while the lock tool it started is still forwarding it and holds the cards.
+    pub fn group_alive(&self) -> bool {
+        if self.alive() {
+            return true;
+        }
+        // A pid stays allocated while its group has members; once it names another
+        // process, that one leads a new group and the old group is gone.
+        if stat(self.pid).is_some_and(|(_, start)| start != self.start) {
+            return false;
+        }
+        unsafe { libc::killpg(self.pid, 0) == 0 }
+    }
+}
+
+/// State and start time of a process, from `/proc/<pid>/stat`.
+fn stat(pid: i32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything, `)` included.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Why a scene did not run, or was cut short, for a reason that is not the scene's own
+/// fault. junit shows these as `<error>` testcases with the reason as `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Infra {
+    /// The lock command failed, timed out, or never ran the device steps.
+    LockFailed,
+    /// SIGINT/SIGTERM.
+    Interrupted,
+    /// An artifact was missing before the lock (exit 6).
+    NotWarm,
+    /// The granted ids were unusable.
+    BadDeviceIds,
+    /// An artifact vanished or changed size while the device phase ran.
+    ArtifactMissing,
+    /// The lock tool or `scenerun device` itself died: every step was killed at once.
+    LockLost,
+}
+
+impl Infra {
+    /// The machine-readable name (junit `type`, report.json `infra`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Infra::LockFailed => "lock_failed",
+            Infra::Interrupted => "interrupted",
+            Infra::NotWarm => "not_warm",
+            Infra::BadDeviceIds => "bad_device_ids",
+            Infra::ArtifactMissing => "artifact_missing",
+            Infra::LockLost => "lock_lost",
+        }
+    }
+}
 
 /// An artifact as the inner run receives it: where it is and what `stat` must find.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,9 +147,21 @@ pub struct Frozen {
     pub version: u32,
     pub manifest_dir: PathBuf,
     pub job_dir: PathBuf,
+    /// This invocation's own directory (plan, results, kernel links): see `runs`.
+    pub run_dir: PathBuf,
     pub report_dir: PathBuf,
     pub results: PathBuf,
     pub device_env: String,
+    /// `{device_count}`: a grant with fewer ids is refused.
+    pub device_count: usize,
+    /// Between SIGTERM and SIGKILL for the device steps when cancelled.
+    pub grace_secs: f64,
+    /// `scenerun device` itself; the inner run kills every step at once if it dies.
+    pub outer: Option<ProcId>,
+    /// The lock command's process, likewise; recorded right after it was started.
+    pub lock_tool: Option<ProcId>,
+    /// The inner run runs through a lock command (so `lock_tool` will be recorded).
+    pub through_lock: bool,
     pub scenes: Vec<FrozenScene>,
 }
 
@@ -93,6 +202,9 @@ pub struct SceneResult {
     pub message: Option<String>,
     pub log: Option<PathBuf>,
     pub log_tail: Option<String>,
+    /// Set when infrastructure, not the scene, decided its ending.
+    #[serde(default)]
+    pub infra: Option<Infra>,
 }
 
 /// What the inner run writes into the job dir for the outer to read.
@@ -108,6 +220,10 @@ pub struct Results {
     /// Sum over device steps of ids held × duration.
     pub device_secs_used: f64,
     pub scenes: Vec<SceneResult>,
+    /// Set when the whole inner run failed for infrastructure (unusable ids, the lock
+    /// lost): the outer exits 3 with this message.
+    #[serde(default)]
+    pub infra_error: Option<String>,
 }
 
 pub fn unix_now() -> f64 {
@@ -117,32 +233,13 @@ pub fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-pub fn frozen_path(job_dir: &Path) -> PathBuf {
-    job_dir.join("device-plan.json")
-}
-
-pub fn results_path(job_dir: &Path) -> PathBuf {
-    job_dir.join("device-results.json")
-}
-
-/// Held (flock) by the inner run for its whole life, so the outer can tell when it ended.
-pub fn inner_lock_path(job_dir: &Path) -> PathBuf {
-    job_dir.join("inner.lock")
-}
-
-/// Wait, at most `limit`, until no inner run holds its lock. A lock tool may return
-/// before the inner run has exited (it killed only the shell around it, or left it in
-/// the background); its results are complete only once it has. False: still running.
-pub fn wait_for_inner(job_dir: &Path, limit: std::time::Duration) -> bool {
-    let Ok(f) = std::fs::File::options()
-        .write(true)
-        .open(inner_lock_path(job_dir))
-    else {
-        return true;
-    };
+/// Wait, at most `limit`, until no inner run holds the run dir's lock. A lock tool may
+/// return before the inner run has exited (it killed only the shell around it, or left it
+/// in the background); its results are complete only once it has. False: still running.
+pub fn wait_for_inner(run_dir: &Path, limit: std::time::Duration) -> bool {
     let start = std::time::Instant::now();
     loop {
-        if f.try_lock().is_ok() {
+        if !runs::inner_running(run_dir) {
             return true;
         }
         if start.elapsed() >= limit {
@@ -152,9 +249,10 @@ pub fn wait_for_inner(job_dir: &Path, limit: std::time::Duration) -> bool {
     }
 }
 
-/// Where a scene's device step gets its `{kernels}` directory of links.
-pub fn kernels_dir(job_dir: &Path, scene: &str) -> PathBuf {
-    job_dir.join("device").join(scene).join("kernels")
+/// Where a scene's device step gets its `{kernels}` directory of links (per invocation,
+/// so that two `device` runs never relink each other's).
+pub fn kernels_dir(run_dir: &Path, scene: &str) -> PathBuf {
+    run_dir.join("scenes").join(scene).join("kernels")
 }
 
 /// The command that re-enters this binary inside the lock.

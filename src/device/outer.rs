@@ -1,12 +1,16 @@
 //! `scenerun device` (outer): verify that every selected scene is warm, freeze the plan,
 //! and call the lock command — exactly once, here, and only when something can run. A
 //! scene with missing artifacts never costs a card: the check happens before the lock.
+//! Every ending writes report.json and junit.xml (docs/device.md, docs/reports.md).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{Artifact, Frozen, FrozenScene, Results, SceneOutcome};
+use super::lockrun::{self, Killed, LockEnding};
+use super::runs::{self, Invocation};
+use super::{Artifact, Frozen, FrozenScene, Infra, Results, SceneOutcome};
 use crate::cache::history::History;
 use crate::exit::Exit;
 use crate::plan::{Plan, Status};
@@ -20,8 +24,12 @@ pub struct Options {
     pub report_dir: PathBuf,
 }
 
-/// Freeze the plan, or list what is missing.
-pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
+/// An artifact that is not warm: (scene index, what is missing).
+pub type Missing = (usize, String);
+
+/// Freeze the plan into `run_dir`, and list what is missing (the lock is never taken
+/// then).
+pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Missing>) {
     let mut missing = Vec::new();
     let mut scenes = Vec::new();
     for ps in &plan.scenes {
@@ -45,12 +53,15 @@ pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
                     files: e.meta.files,
                 })),
                 None => {
-                    missing.push(format!(
-                        "{}: {} {} (key {}) is not warm",
-                        ps.name,
-                        step.label(),
-                        step.name,
-                        &step.key[..12]
+                    missing.push((
+                        scenes.len(),
+                        format!(
+                            "{}: {} {} (key {}) is not warm",
+                            ps.name,
+                            step.label(),
+                            step.name,
+                            &step.key[..12]
+                        ),
                     ));
                     arts.push(None);
                 }
@@ -80,23 +91,34 @@ pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
             warm_failure,
         });
     }
-    if !missing.is_empty() {
-        return Err(missing);
-    }
-    Ok(Frozen {
+    let lock = plan.manifest.lock.as_ref();
+    let frozen = Frozen {
         version: super::FROZEN_VERSION,
         manifest_dir: plan.manifest.dir.clone(),
         job_dir: plan.job_dir.clone(),
+        run_dir: run_dir.to_path_buf(),
         report_dir: report_dir.to_path_buf(),
-        results: super::results_path(&plan.job_dir),
-        device_env: plan
-            .manifest
-            .lock
-            .as_ref()
+        results: runs::results_path(run_dir),
+        device_env: lock
             .map(|l| l.device_env.clone())
             .unwrap_or_else(|| "TASK_DEVICE".into()),
+        device_count: plan.device_count as usize,
+        grace_secs: grace(plan).as_secs_f64(),
+        outer: super::ProcId::me(),
+        lock_tool: None,
+        through_lock: false,
         scenes,
-    })
+    };
+    (frozen, missing)
+}
+
+/// Between SIGTERM and SIGKILL for device steps when cancelled.
+fn grace(plan: &Plan) -> Duration {
+    plan.manifest
+        .lock
+        .as_ref()
+        .and_then(|l| l.grace)
+        .unwrap_or(super::DEFAULT_GRACE)
 }
 
 fn device_report(r: &Results, held: f64) -> DeviceReport {
@@ -114,17 +136,33 @@ fn device_report(r: &Results, held: f64) -> DeviceReport {
     }
 }
 
+/// Write the frozen plan where the inner run reads it.
+fn write_frozen(frozen: &Frozen) -> Result<()> {
+    let path = runs::plan_path(&frozen.run_dir);
+    crate::fsutil::write_atomic(
+        &path,
+        &serde_json::to_vec_pretty(frozen).expect("frozen serializes"),
+    )
+    .map_err(|e| crate::coded!(Exit::Infra, "cannot write {}: {e}", path.display()))
+}
+
+fn read_results(frozen: &Frozen) -> Option<Results> {
+    std::fs::read(&frozen.results)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
+}
+
 /// Call the lock command — the one acquisition — and read what the inner run left.
 /// Anything but complete results from an inner run that ended inside the lock is an
 /// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
 fn through_lock(
     plan: &Plan,
-    frozen: &Frozen,
+    frozen: &mut Frozen,
     opts: &Options,
     ui: &Ui,
     report: &mut Report,
 ) -> Result<Results> {
-    let Some(command) = lock_command(plan) else {
+    let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
         return Err(crate::coded!(
             Exit::Usage,
             "the manifest has no `lock:` section; add one, or run with --no-lock --devices LIST"
@@ -132,72 +170,123 @@ fn through_lock(
     };
     let log = plan.job_dir.join("lock.log");
     let _ = std::fs::remove_file(&log);
-    ui.info(&format!("device: taking the lock once: {command}"));
-    let called_at = super::unix_now();
-    let ended = crate::proc::run(&crate::proc::Spec {
-        command: &command,
-        dir: &plan.manifest.dir,
-        env: &plan.manifest.env,
-        log: &log,
-        timeout: None,
-    });
-    let returned_at = super::unix_now();
-    // Read the results only once the inner run has really ended (bounded: it kills
-    // its device steps within the grace period after a SIGTERM).
-    let inner_ended = super::wait_for_inner(
-        &plan.job_dir,
-        crate::proc::GRACE * 2 + std::time::Duration::from_secs(1),
-    );
-    let tail = crate::proc::log_tail(&log, 3000);
-    let results = std::fs::read(&frozen.results)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
-        .filter(|r| r.started >= called_at - 1.0);
+    let lock_cfg = plan.manifest.lock.as_ref();
+    let limits = lockrun::Limits {
+        grace: grace(plan),
+        release_timeout: lock_cfg
+            .and_then(|l| l.release_timeout)
+            .unwrap_or(super::DEFAULT_RELEASE_TIMEOUT),
+    };
     let mut lock = LockReport {
         command: command.clone(),
-        exit_code: match &ended {
-            Ok(crate::proc::Ended::Exited(c)) => Some(*c),
-            _ => None,
-        },
-        called_at,
-        returned_at,
-        output_tail: Some(tail.clone()),
+        called_at: super::unix_now(),
         ..Default::default()
     };
+    if crate::proc::interrupted() {
+        return Err(fail(
+            plan,
+            frozen,
+            opts,
+            ui,
+            report,
+            None,
+            lock,
+            Exit::Interrupted,
+            "interrupted before the lock command was called".into(),
+            String::new(),
+        ));
+    }
+    ui.info(&format!("device: taking the lock once: {command}"));
+    let run_dir = frozen.run_dir.clone();
+    let ran = lockrun::run(
+        &command,
+        &plan.manifest.dir,
+        &plan.manifest.env,
+        &log,
+        &limits,
+        |pid| {
+            frozen.lock_tool = pid;
+            write_frozen(frozen)
+        },
+        || runs::inner_started(&run_dir) && !runs::inner_running(&run_dir),
+    );
+    // Read the results only once the inner run has really ended (bounded: it kills its
+    // steps within the grace after a SIGTERM, at once when the lock tool is gone).
+    let inner_ended = super::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
+    let tail = crate::proc::log_tail(&log, 3000);
+    lock.output_tail = Some(tail.clone());
+    let results = read_results(frozen);
+    let ran = match ran {
+        Ok(r) => r,
+        Err(e) => {
+            lock.returned_at = super::unix_now();
+            return Err(fail(
+                plan,
+                frozen,
+                opts,
+                ui,
+                report,
+                results,
+                lock,
+                Exit::Infra,
+                format!("could not be started: {e}"),
+                tail,
+            ));
+        }
+    };
+    lock.called_at = ran.called_at;
+    lock.returned_at = ran.returned_at;
+    lock.signal_forwarded_at = ran.forwarded_at;
+    lock.exit_code = match ran.ending {
+        LockEnding::Exited(c) => Some(c),
+        LockEnding::Signaled(_) => None,
+    };
+    // Queue wait: until the inner run started, or the whole call when it never did (a
+    // queue timeout waited all along).
+    lock.queue_wait_secs = Some(match &results {
+        Some(r) => (r.started - ran.called_at).max(0.0),
+        None => ran.returned_at - ran.called_at,
+    });
     if let Some(r) = &results {
-        let held = returned_at - r.started;
+        let held = ran.returned_at - r.started;
         lock.inner_started_at = Some(r.started);
         lock.inner_ended_at = Some(r.ended);
-        lock.queue_wait_secs = Some((r.started - called_at).max(0.0));
         lock.held_secs = Some(held);
         report.device = Some(device_report(r, held));
     }
-    report.lock = Some(lock);
+    let repeated = runs::repeated(&run_dir);
+    if repeated {
+        ui.always("warning: device: the lock command started the inner run more than once; only the first run counted");
+    }
+    if ran.killed == Some(Killed::ReleaseTimeout) {
+        ui.always(&format!(
+            "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
+            crate::manifest::units::short_duration(limits.release_timeout)
+        ));
+    }
 
-    let how = match &ended {
-        Ok(e) => e.describe(),
-        Err(e) => format!("could not start: {e}"),
-    };
+    let how = ran.ending.describe();
     // The inner exits 0 or 1 and the lock tool passes that on. Any other ending, even
     // with results on disk, means the lock tool cut the run short (`--max-time`, a
-    // signal); results without ids mean it handed none over.
-    let no_ids = results
-        .as_ref()
-        .filter(|r| r.granted.is_empty())
-        .and_then(|r| {
-            r.scenes
-                .iter()
-                .find(|s| s.outcome == SceneOutcome::NotRun)
-                .map(|s| s.message.clone().unwrap_or_default())
-        });
-    let cut_short = match &ended {
-        Ok(crate::proc::Ended::Exited(c)) => !matches!(c, 0 | 1),
-        Ok(crate::proc::Ended::Signaled(_)) => true,
-        _ => false,
-    };
-    let still_running = !inner_ended || results.as_ref().is_some_and(|r| r.ended > returned_at);
+    // signal) — unless scenerun killed it itself for not returning, or the lock tool ran
+    // the inner command twice (the second run's code is not the first's).
+    let cut_short = ran.killed.is_none()
+        && !repeated
+        && match ran.ending {
+            LockEnding::Exited(c) => !matches!(c, 0 | 1),
+            LockEnding::Signaled(_) => true,
+        };
+    let still_running = !inner_ended || results.as_ref().is_some_and(|r| r.ended > ran.returned_at);
     let failure = if crate::proc::interrupted() {
-        Some((Exit::Interrupted, "was interrupted".to_string()))
+        Some((
+            Exit::Interrupted,
+            format!("was interrupted: SIGTERM forwarded to it, it {how}"),
+        ))
+    } else if let Some(why) = results.as_ref().and_then(|r| r.infra_error.clone()) {
+        Some((
+            Exit::Infra,
+            format!("ran the device phase with an unusable grant: {why}"),
+        ))
     } else if results.is_none() && inner_ended {
         Some((
             Exit::Infra,
@@ -208,11 +297,6 @@ fn through_lock(
             Exit::Infra,
             format!("ended ({how}) before the device steps finished"),
         ))
-    } else if let Some(why) = no_ids {
-        Some((
-            Exit::Infra,
-            format!("ran the device phase without device ids: {why}"),
-        ))
     } else if still_running {
         Some((
             Exit::Infra,
@@ -222,20 +306,65 @@ fn through_lock(
         None
     };
     match (failure, results) {
-        (None, Some(r)) => Ok(r),
+        (None, Some(r)) => {
+            report.lock = Some(lock);
+            Ok(r)
+        }
         (failure, results) => {
             let (exit, what) = failure.expect("no failure means results are present");
-            let msg = format!("the lock command {what}; lock command: {command}");
-            report.scenes = scene_reports(plan, results.as_ref(), frozen);
-            report.exit_code = exit.code();
-            report.error = Some(format!("{msg}\n{tail}"));
-            let _ = report.write(&opts.report_dir, ui.github);
-            Err(crate::coded!(
-                exit,
-                "{msg}\n--- lock command output (last lines) ---\n{}",
-                tail.trim_end()
+            Err(fail(
+                plan, frozen, opts, ui, report, results, lock, exit, what, tail,
             ))
         }
+    }
+}
+
+/// Write the report of a device phase the lock command did not complete, and the error.
+#[allow(clippy::too_many_arguments)]
+fn fail(
+    plan: &Plan,
+    frozen: &Frozen,
+    opts: &Options,
+    ui: &Ui,
+    report: &mut Report,
+    results: Option<Results>,
+    mut lock: LockReport,
+    exit: Exit,
+    what: String,
+    tail: String,
+) -> anyhow::Error {
+    if lock.returned_at == 0.0 {
+        lock.returned_at = super::unix_now();
+    }
+    let command = lock.command.clone();
+    report.lock = Some(lock);
+    let msg = format!("the lock command {what}; lock command: {command}");
+    let cause = if exit == Exit::Interrupted {
+        Infra::Interrupted
+    } else {
+        Infra::LockFailed
+    };
+    report.scenes = scene_reports(plan, results.as_ref(), frozen);
+    // Scenes that finished keep their outcome; the rest did not run because of this.
+    for s in report
+        .scenes
+        .iter_mut()
+        .filter(|s| s.infra.is_none() && s.outcome == SceneOutcome::NotRun)
+    {
+        s.message = Some(what.clone());
+        s.infra = Some(cause);
+    }
+    report.exit_code = exit.code();
+    report.error = Some(format!("{msg}\n{tail}"));
+    let _ = report.write(&opts.report_dir, ui.github);
+    if tail.trim().is_empty() {
+        crate::coded!(exit, "{msg}")
+    } else {
+        crate::coded!(
+            exit,
+            "{msg}\n--- lock command output (last lines) ---\n{}",
+            tail.trim_end()
+        )
     }
 }
 
@@ -243,7 +372,7 @@ fn through_lock(
 /// (never a copy), before the lock is taken.
 fn link_kernels(frozen: &Frozen) -> Result<()> {
     for s in frozen.scenes.iter().filter(|s| s.warm_failure.is_none()) {
-        let dir = super::kernels_dir(&frozen.job_dir, &s.name);
+        let dir = super::kernels_dir(&frozen.run_dir, &s.name);
         let _ = crate::fsutil::remove_any(&dir);
         std::fs::create_dir_all(&dir)
             .map_err(|e| crate::coded!(Exit::Infra, "cannot create {}: {e}", dir.display()))?;
@@ -255,10 +384,17 @@ fn link_kernels(frozen: &Frozen) -> Result<()> {
     Ok(())
 }
 
-/// The lock command exactly as it will run, `{run}` re-entering this binary.
+/// The lock command as `--plan` and `--dry-run` show it (the run dir exists only at
+/// run time).
 pub fn lock_command(plan: &Plan) -> Option<String> {
+    lock_command_in(plan, &runs::preview_dir(&plan.job_dir))
+}
+
+/// The lock command exactly as it will run, `{run}` re-entering this binary with the
+/// frozen plan of the invocation whose directory is `run_dir`.
+fn lock_command_in(plan: &Plan, run_dir: &Path) -> Option<String> {
     let lock = plan.manifest.lock.as_ref()?;
-    let inner = super::inner_command(&super::frozen_path(&plan.job_dir));
+    let inner = super::inner_command(&runs::plan_path(run_dir));
     Some(lock.submit.render(|ph| match ph {
         Ph::DeviceCount => Val::One(plan.device_count.to_string().into()),
         Ph::Run => Val::One(inner.clone().into()),
@@ -307,30 +443,88 @@ fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec
                 log: r.and_then(|r| r.log.clone()),
                 log_tail: r.and_then(|r| r.log_tail.clone()),
                 steps: step_reports(plan, i),
+                infra: r.and_then(|r| r.infra),
             }
         })
         .collect()
 }
 
 pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
-    let frozen = match freeze(plan, &opts.report_dir) {
-        Ok(f) => f,
-        Err(missing) => {
-            return Err(anyhow::Error::new(
-                crate::exit::Coded::new(
-                    Exit::NotWarm,
-                    format!(
-                        "not warm: {} artifact{} missing, the lock was not taken:\n  {}",
-                        missing.len(),
-                        if missing.len() == 1 { " is" } else { "s are" },
-                        missing.join("\n  ")
-                    ),
-                )
-                .hint("run `scenerun warm` first"),
-            ));
+    // The report dir first: a second run on it is refused before it writes anything.
+    let _report_lock = match runs::lock_report_dir(&opts.report_dir) {
+        Ok(Ok(l)) => l,
+        Ok(Err(busy)) => {
+            return Err(crate::exit::Coded::new(
+                Exit::Infra,
+                format!(
+                    "another `scenerun device`{} is writing its report to {}; this run is refused so that the two reports never mix",
+                    busy.holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                    opts.report_dir.display()
+                ),
+            )
+            .hint("wait for it, or give each run its own --report-dir")
+            .into())
+        }
+        Err(e) => {
+            return Err(crate::coded!(
+                Exit::Infra,
+                "cannot use the report dir {}: {e}",
+                opts.report_dir.display()
+            ))
         }
     };
+    // From here on every ending writes its own report; none from an earlier run stays.
+    let _ = std::fs::remove_file(opts.report_dir.join("report.json"));
+    let _ = std::fs::remove_file(opts.report_dir.join("junit.xml"));
+    let inv = Invocation::create(&plan.job_dir).map_err(|e| {
+        crate::coded!(
+            Exit::Infra,
+            "cannot create a run directory under {}: {e}",
+            plan.job_dir.display()
+        )
+    })?;
+    let result = run_in(plan, opts, ui, &inv);
+    inv.remove();
+    result
+}
+
+fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit> {
+    let (mut frozen, missing) = freeze(plan, &opts.report_dir, &inv.dir);
     let mut report = Report::new(&plan.manifest.file);
+    if !missing.is_empty() {
+        report.scenes = scene_reports(plan, None, &frozen);
+        for (i, s) in report.scenes.iter_mut().enumerate() {
+            let what: Vec<&str> = missing
+                .iter()
+                .filter(|(m, _)| *m == i)
+                .map(|(_, w)| w.as_str())
+                .collect();
+            if !what.is_empty() {
+                s.infra = Some(Infra::NotWarm);
+                s.message = Some(what.join("\n"));
+            } else if s.outcome == SceneOutcome::NotRun {
+                s.infra = Some(Infra::NotWarm);
+                s.message =
+                    Some("not run: other scenes are not warm, the lock was not taken".into());
+            }
+        }
+        let msg = format!(
+            "not warm: {} artifact{} missing, the lock was not taken:\n  {}",
+            missing.len(),
+            if missing.len() == 1 { " is" } else { "s are" },
+            missing
+                .iter()
+                .map(|(_, w)| w.as_str())
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        );
+        report.exit_code = Exit::NotWarm.code();
+        report.error = Some(msg.clone());
+        report.write(&opts.report_dir, ui.github)?;
+        return Err(anyhow::Error::new(
+            crate::exit::Coded::new(Exit::NotWarm, msg).hint("run `scenerun warm` first"),
+        ));
+    }
     if frozen.scenes.iter().all(|s| s.warm_failure.is_some()) {
         report.scenes = scene_reports(plan, None, &frozen);
         report.exit_code = Exit::Failed.code();
@@ -340,24 +534,25 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
         ui.always("device: every selected scene failed in warm; the lock was not taken");
         return Ok(Exit::Failed);
     }
-    let frozen_file = super::frozen_path(&plan.job_dir);
-    std::fs::create_dir_all(&plan.job_dir)?;
-    crate::fsutil::write_atomic(
-        &frozen_file,
-        &serde_json::to_vec_pretty(&frozen).expect("frozen serializes"),
-    )
-    .map_err(|e| crate::coded!(Exit::Infra, "cannot write {}: {e}", frozen_file.display()))?;
-    let _ = std::fs::remove_file(&frozen.results);
-    link_kernels(&frozen)?;
+    frozen.through_lock = !opts.no_lock;
+    if let Err(e) = write_frozen(&frozen).and_then(|_| link_kernels(&frozen)) {
+        report.scenes = scene_reports(plan, None, &frozen);
+        report.exit_code = Exit::Infra.code();
+        report.error = Some(format!("{e:#}"));
+        let _ = report.write(&opts.report_dir, ui.github);
+        return Err(e);
+    }
 
     let r = if opts.no_lock {
-        let ids = super::pack::parse_ids(&opts.devices)
-            .map_err(|e| crate::coded!(Exit::Usage, "--devices: {e}"))?;
-        let r = super::inner::run(&frozen, Ok(ids));
+        let ids = super::ids::parse(&opts.devices)
+            .map_err(|e| crate::coded!(Exit::Usage, "--devices {:?}: {e}", opts.devices))?;
+        crate::proc::set_grace(grace(plan));
+        let mut r = super::inner::run(&frozen, Ok(ids));
+        super::ending::classify(&frozen, &mut r, false, crate::proc::interrupted());
         report.device = Some(device_report(&r, r.ended - r.started));
         r
     } else {
-        through_lock(plan, &frozen, opts, ui, &mut report)?
+        through_lock(plan, &mut frozen, opts, ui, &mut report)?
     };
     report.scenes = scene_reports(plan, Some(&r), &frozen);
     let durations: Vec<(String, f64)> = r
@@ -369,10 +564,30 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     if plan.store.root.join("locks").is_dir() {
         History::record(&plan.store.root, &durations);
     }
-    let failed = report.scenes.iter().any(|s| !s.outcome.passed());
-    let exit = if failed { Exit::Failed } else { Exit::Ok };
+    let exit = if crate::proc::interrupted() {
+        Exit::Interrupted
+    } else {
+        super::ending::exit_of(&r)
+    };
     report.exit_code = exit.code();
+    if exit == Exit::Infra {
+        let why: Vec<String> = r
+            .scenes
+            .iter()
+            .filter(|s| s.infra.is_some())
+            .map(|s| format!("{}: {}", s.name, s.message.clone().unwrap_or_default()))
+            .collect();
+        report.error = Some(format!(
+            "infrastructure failed during the device phase:\n  {}",
+            why.join("\n  ")
+        ));
+    } else if exit == Exit::Interrupted {
+        report.error = Some("interrupted (SIGINT/SIGTERM)".into());
+    }
     report.write(&opts.report_dir, ui.github)?;
     ui.out(&report.table(ui));
-    Ok(exit)
+    match (exit, &report.error) {
+        (Exit::Infra, Some(e)) => Err(crate::coded!(Exit::Infra, "{e}")),
+        _ => Ok(exit),
+    }
 }

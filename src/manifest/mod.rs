@@ -68,6 +68,10 @@ pub struct LockConfig {
     pub submit: Template,
     pub device_env: String,
     pub device_count: Option<u32>,
+    /// How long to wait for the lock command after the inner run ended.
+    pub release_timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL for device steps when the run is cancelled.
+    pub grace: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -544,10 +548,14 @@ impl Ctx {
                         format!("`{device_env}` is not a valid variable name"),
                     );
                 }
+                let release_timeout = self.duration(l.release_timeout, "lock.release_timeout");
+                let grace = self.duration(l.grace, "lock.grace");
                 Some(LockConfig {
                     submit,
                     device_env,
                     device_count: l.device_count,
+                    release_timeout,
+                    grace,
                 })
             });
 

@@ -70,8 +70,16 @@ pub struct Lock {
     pub submit: String,
     pub device_env: Option<String>,
     pub device_count: Option<u32>,
+    pub release_timeout: Option<Scalar>,
+    pub grace: Option<Scalar>,
 }
-pub const LOCK: &[&str] = &["submit", "device_env", "device_count"];
+pub const LOCK: &[&str] = &[
+    "submit",
+    "device_env",
+    "device_count",
+    "release_timeout",
+    "grace",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

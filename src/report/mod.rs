@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::device::SceneOutcome;
+use crate::device::{Infra, SceneOutcome};
 
 pub const REPORT_VERSION: u32 = 1;
 
@@ -34,6 +34,8 @@ pub struct SceneReport {
     pub log: Option<PathBuf>,
     pub log_tail: Option<String>,
     pub steps: Vec<StepReport>,
+    /// Set when infrastructure, not the scene, decided its ending (docs/reports.md).
+    pub infra: Option<Infra>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -48,6 +50,8 @@ pub struct LockReport {
     pub queue_wait_secs: Option<f64>,
     pub held_secs: Option<f64>,
     pub output_tail: Option<String>,
+    /// When a SIGINT/SIGTERM was forwarded to the lock command (Unix seconds).
+    pub signal_forwarded_at: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -106,17 +110,26 @@ impl Report {
         let mut report = quick_junit::Report::new("scenerun");
         let mut suite = TestSuite::new("scenes");
         for s in &self.scenes {
-            let status = match s.outcome {
-                SceneOutcome::Passed => TestCaseStatus::success(),
-                SceneOutcome::NotRun => {
-                    let mut st = TestCaseStatus::skipped();
-                    if let Some(m) = &s.message {
-                        st.set_message(m.as_str());
+            let status = match (s.outcome, s.infra) {
+                (SceneOutcome::Passed, None) => TestCaseStatus::success(),
+                // Cut short or never run because of infrastructure: an error whose type
+                // is the reason, never only a skip (a test-report action must show it).
+                (outcome, Some(infra)) => {
+                    let mut st = TestCaseStatus::non_success(NonSuccessKind::Error);
+                    st.set_message(format!(
+                        "{}: {}",
+                        infra.name(),
+                        s.message.clone().unwrap_or_else(|| outcome.word().into())
+                    ));
+                    st.set_type(infra.name());
+                    if let Some(t) = &s.log_tail {
+                        st.set_description(t.as_str());
                     }
                     st
                 }
-                other => {
-                    let kind = if other == SceneOutcome::FailedInWarm {
+                (other, None) => {
+                    let kind = if matches!(other, SceneOutcome::FailedInWarm | SceneOutcome::NotRun)
+                    {
                         NonSuccessKind::Error
                     } else {
                         NonSuccessKind::Failure

@@ -284,7 +284,10 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
         for ps in &plan.scenes {
             let Some(d) = &ps.device else { continue };
             let scene = &plan.manifest.scenes[ps.index];
-            let kernels = crate::device::kernels_dir(&plan.job_dir, &ps.name);
+            let kernels = crate::device::kernels_dir(
+                &crate::device::runs::preview_dir(&plan.job_dir),
+                &ps.name,
+            );
             let fixture = ps.fixture.map(|f| plan.artifact(&plan.steps[f]));
             let golden = ps.golden.map(|g| plan.artifact(&plan.steps[g]));
             out.push_str(&format!(

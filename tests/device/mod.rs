@@ -9,6 +9,7 @@
 //! This file holds the helpers the topic modules share: running against a pool,
 //! manifest edits, report and junit readers, the recording device script.
 
+mod endings;
 mod ids;
 mod lock;
 mod lock_failures;

@@ -122,7 +122,7 @@ fn plan_and_dry_run_run_nothing() {
     let entries = files_under(&s.path("cache/entries"));
     assert!(entries.is_empty(), "cache entries appeared: {entries:?}");
     for written in [
-        "build/scenerun/device-plan.json",
+        "build/scenerun/device",
         "build/scenerun/warm.json",
         "build/scenerun/logs",
         "build/scenerun/job",

@@ -20,6 +20,7 @@
 //! seeded PRNG, bounded runs of the binary, cache inspection, manifest pieces); one
 //! module per guarantee of the table in docs/guarantees.md.
 
+mod cancel;
 mod children;
 mod concurrency;
 mod corruption;

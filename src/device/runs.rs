@@ -1,0 +1,204 @@
+//! One directory per `device` invocation under `build/scenerun/device/runs/`: its frozen
+//! plan, its results, its kernel links and the inner run's markers. Two `device` runs in
+//! one checkout therefore never read each other's plan or results. Reports are the one
+//! thing they could share: a run takes its report dir's lock first, and a second run on
+//! the same report dir is refused before it writes anything there (docs/device.md).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use super::ProcId;
+
+/// This invocation's directory; removed when the invocation ends (a later one sweeps
+/// it if this process was killed).
+pub struct Invocation {
+    pub dir: PathBuf,
+}
+
+impl Invocation {
+    /// A fresh directory named after this process (pid and start time, so that the
+    /// sweep of another invocation can tell it is alive).
+    pub fn create(job_dir: &Path) -> io::Result<Invocation> {
+        let root = job_dir.join("device").join("runs");
+        std::fs::create_dir_all(&root)?;
+        sweep(&root);
+        let me = ProcId::me().unwrap_or(ProcId {
+            pid: std::process::id() as i32,
+            start: 0,
+        });
+        let dir = root.join(format!(
+            "{}-{}-{}",
+            me.pid,
+            me.start,
+            crate::fsutil::unique()
+        ));
+        std::fs::create_dir(&dir)?;
+        Ok(Invocation { dir })
+    }
+
+    /// Remove the directory unless an inner run still uses it (the lock tool returned
+    /// while it ran on: a later invocation's sweep removes it).
+    pub fn remove(&self) {
+        if !inner_running(&self.dir) {
+            let _ = crate::fsutil::remove_any(&self.dir);
+        }
+    }
+}
+
+/// Remove the directories of invocations that are gone (killed before they cleaned up).
+fn sweep(root: &Path) {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let mut parts = name.split('-');
+        let owner = match (parts.next(), parts.next()) {
+            (Some(p), Some(s)) => p.parse().ok().zip(s.parse().ok()),
+            _ => None,
+        };
+        let alive = owner.is_some_and(|(pid, start)| ProcId { pid, start }.alive());
+        if !alive && !inner_running(&e.path()) {
+            let _ = crate::fsutil::remove_any(&e.path());
+        }
+    }
+}
+
+pub fn plan_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("plan.json")
+}
+
+pub fn results_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("results.json")
+}
+
+/// Held (flock) by the inner run for its whole life; the kernel drops it even on SIGKILL.
+fn inner_lock_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("inner.lock")
+}
+
+/// Created (exclusively) by the first inner run of the invocation.
+fn started_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("inner.started")
+}
+
+/// Created by any later inner run of the same invocation, which runs nothing.
+fn repeated_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("inner.repeated")
+}
+
+/// An inner run holds the run dir's lock now.
+pub fn inner_running(run_dir: &Path) -> bool {
+    match File::options().write(true).open(inner_lock_path(run_dir)) {
+        Ok(f) => f.try_lock().is_err(),
+        Err(_) => false,
+    }
+}
+
+/// The first inner run of this invocation has started (it may have ended since).
+pub fn inner_started(run_dir: &Path) -> bool {
+    started_path(run_dir).exists()
+}
+
+/// The lock tool started the inner command more than once.
+pub fn repeated(run_dir: &Path) -> bool {
+    repeated_path(run_dir).exists()
+}
+
+/// What an inner run finds when it starts.
+pub enum Claim {
+    /// The first inner run of the invocation: the lock is held until this is dropped.
+    First(File),
+    /// An inner run already started for this invocation: run nothing.
+    Repeat,
+}
+
+/// Claim the invocation for this inner run: lock first, then the start marker, so that
+/// the outer never sees the marker without the lock while the run lives.
+pub fn claim_inner(run_dir: &Path) -> io::Result<Claim> {
+    let f = crate::fsutil::open_lock_file(&inner_lock_path(run_dir))?;
+    if f.try_lock().is_err() {
+        mark_repeat(run_dir);
+        return Ok(Claim::Repeat);
+    }
+    match File::options()
+        .write(true)
+        .create_new(true)
+        .open(started_path(run_dir))
+    {
+        Ok(_) => Ok(Claim::First(f)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            mark_repeat(run_dir);
+            Ok(Claim::Repeat)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn mark_repeat(run_dir: &Path) {
+    let _ = std::fs::write(repeated_path(run_dir), format!("{}\n", std::process::id()));
+}
+
+/// The report dir's lock, held by a `device` invocation from before it writes anything
+/// there until it has written its report.
+pub struct ReportDirLock {
+    _file: File,
+}
+
+/// Another invocation holds the report dir.
+#[derive(Debug)]
+pub struct ReportDirBusy {
+    pub holder: Option<i32>,
+}
+
+fn report_lock_path(dir: &Path) -> PathBuf {
+    dir.join(".device.lock")
+}
+
+pub fn lock_report_dir(dir: &Path) -> io::Result<Result<ReportDirLock, ReportDirBusy>> {
+    std::fs::create_dir_all(dir)?;
+    let mut f = crate::fsutil::open_lock_file(&report_lock_path(dir))?;
+    if f.try_lock().is_err() {
+        let holder = std::fs::read_to_string(report_lock_path(dir))
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        return Ok(Err(ReportDirBusy { holder }));
+    }
+    f.set_len(0)?;
+    let _ = writeln!(f, "{}", std::process::id());
+    Ok(Ok(ReportDirLock { _file: f }))
+}
+
+/// Remove the report files of an earlier run, so that an ending that writes no report
+/// (usage error, nothing selected) never leaves an old one looking current. Nothing is
+/// touched while another invocation holds the dir.
+pub fn clear_stale_reports(dir: &Path) {
+    if !dir.join("report.json").exists() && !dir.join("junit.xml").exists() {
+        return;
+    }
+    if let Ok(Ok(_lock)) = lock_report_dir(dir) {
+        let _ = std::fs::remove_file(dir.join("report.json"));
+        let _ = std::fs::remove_file(dir.join("junit.xml"));
+    }
+}
+
+/// A second inner run of one invocation runs nothing: it says so and exits as the
+/// first run's results call for (3 when there are none), so that a lock tool passing
+/// on the last exit code hides nothing.
+pub fn repeat_exit(frozen: &super::Frozen) -> crate::exit::Exit {
+    eprintln!(
+        "scenerun inner: warning: the lock command started the inner run of this invocation \
+         again; this run does nothing (only the first run counts)"
+    );
+    std::fs::read(&frozen.results)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<super::Results>(&b).ok())
+        .map(|r| super::ending::exit_of(&r))
+        .unwrap_or(crate::exit::Exit::Infra)
+}
+
+/// The run dir as previews show it: one exists only while an invocation runs.
+pub fn preview_dir(job_dir: &Path) -> PathBuf {
+    job_dir.join("device").join("runs").join("<run>")
+}
