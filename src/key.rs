@@ -8,7 +8,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -92,8 +92,8 @@ struct MemoFile {
 
 const MEMO_VERSION: u32 = 1;
 
-/// (directory of the including file, include dirs, directive) → the file it names.
-type ResolveKey = (PathBuf, Vec<PathBuf>, Include);
+/// (directory of a quoted include's file or None, include-dir set, name) → the file it names.
+type ResolveKey = (Option<PathBuf>, u32, String);
 
 /// A file of an include closure: its name in keys and its content hash.
 #[derive(Debug)]
@@ -125,14 +125,31 @@ struct Graph {
     closures: HashMap<(u32, u32), Closure>,
 }
 
+/// What a directory entry is, as its listing says (symlinks are followed on demand).
+#[derive(Clone, Copy)]
+enum EntryKind {
+    File,
+    Other,
+    Link,
+}
+
+/// A directory's entries by name; None when the directory cannot be read.
+type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind>>>;
+
 /// Content hashes of files, memoized within the process and across runs.
+///
+/// Plans look files up from many rayon threads: the hot maps are behind `RwLock`s, so
+/// the common case (already known) takes a shared lock and never waits on a futex.
 pub struct Files {
     memo_path: Option<PathBuf>,
     old: HashMap<PathBuf, MemoEntry>,
     fresh: Mutex<HashMap<PathBuf, MemoEntry>>,
-    seen: Mutex<HashMap<PathBuf, Arc<FileInfo>>>,
-    resolved: Mutex<HashMap<ResolveKey, Option<PathBuf>>>,
-    graph: Mutex<Graph>,
+    seen: RwLock<HashMap<PathBuf, Arc<FileInfo>>>,
+    resolved: RwLock<HashMap<ResolveKey, Option<PathBuf>>>,
+    /// Include directories are listed once each; `#include` resolution looks names up
+    /// in the listing instead of probing every directory with `stat`.
+    listings: RwLock<HashMap<PathBuf, Listing>>,
+    graph: RwLock<Graph>,
     pub reads: std::sync::atomic::AtomicUsize,
 }
 
@@ -161,16 +178,17 @@ impl Files {
             memo_path,
             old,
             fresh: Mutex::default(),
-            seen: Mutex::default(),
-            resolved: Mutex::default(),
-            graph: Mutex::default(),
+            seen: RwLock::default(),
+            resolved: RwLock::default(),
+            listings: RwLock::default(),
+            graph: RwLock::default(),
             reads: Default::default(),
         }
     }
 
     /// The content hash and `#include`s of a file.
     pub fn info(&self, path: &Path) -> io::Result<Arc<FileInfo>> {
-        if let Some(i) = self.seen.lock().expect("memo lock").get(path) {
+        if let Some(i) = self.seen.read().expect("memo lock").get(path) {
             return Ok(i.clone());
         }
         let meta = fs::metadata(path)?;
@@ -183,33 +201,38 @@ impl Files {
                 && e.ino == meta.ino()
                 && mtime_ns.max(ctime_ns) + RACY_NS < e.hashed_at_ns
         });
-        let entry = match trusted {
-            Some(e) => e.clone(),
+        let info = match trusted {
+            // Trusted: the memo's entry is already in `old` and is written back from
+            // there; nothing is read, hashed or copied into `fresh`.
+            Some(e) => Arc::new(e.info.clone()),
             None => {
                 let hashed_at_ns = now_ns();
                 let info = read_info(path, meta.len())?;
                 self.reads
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                MemoEntry {
+                let entry = MemoEntry {
                     size: meta.len(),
                     mtime_ns,
                     ctime_ns,
                     ino: meta.ino(),
                     hashed_at_ns,
                     info,
-                }
+                };
+                let info = Arc::new(entry.info.clone());
+                self.fresh
+                    .lock()
+                    .expect("memo lock")
+                    .insert(path.to_path_buf(), entry);
+                info
             }
         };
-        let info = Arc::new(entry.info.clone());
-        self.fresh
-            .lock()
+        Ok(self
+            .seen
+            .write()
             .expect("memo lock")
-            .insert(path.to_path_buf(), entry);
-        self.seen
-            .lock()
-            .expect("memo lock")
-            .insert(path.to_path_buf(), info.clone());
-        Ok(info)
+            .entry(path.to_path_buf())
+            .or_insert(info)
+            .clone())
     }
 
     pub fn hash(&self, path: &Path) -> io::Result<String> {
@@ -236,22 +259,48 @@ impl Files {
     /// Every file the source includes, transitively, that the scanner can resolve
     /// (excluding the source itself), sorted by key name.
     pub fn closure(&self, base: &Path, source: &Path, dirs: &[PathBuf]) -> io::Result<Closure> {
+        // Fast path, one shared lock: kernels of many scenes share (source, dirs).
+        {
+            let g = self.graph.read().expect("graph");
+            if let (Some(&src), Some(&set)) = (g.ids.get(source), g.dir_sets.get(dirs)) {
+                if let Some(c) = g.closures.get(&(src, set)) {
+                    return Ok(c.clone());
+                }
+            }
+        }
         let src = self.intern(base, source)?;
         let set = self.dir_set(dirs);
-        if let Some(c) = self.graph.lock().expect("graph").closures.get(&(src, set)) {
-            return Ok(c.clone());
-        }
         let mut seen: HashSet<u32> = HashSet::new();
         let mut todo = vec![src];
+        let mut g = self.graph.read().expect("graph");
         while let Some(file) = todo.pop() {
-            for &child in self.children(base, file, set, dirs)?.iter() {
+            let kids = match g.children.get(&(file, set)) {
+                Some(k) => k.clone(),
+                None => {
+                    // Reading and resolving a file's includes is I/O: not under the lock.
+                    let path = g.paths[file as usize].clone();
+                    drop(g);
+                    let kids = self.children(base, &path, set, dirs)?;
+                    let kids = self
+                        .graph
+                        .write()
+                        .expect("graph")
+                        .children
+                        .entry((file, set))
+                        .or_insert(kids)
+                        .clone();
+                    g = self.graph.read().expect("graph");
+                    kids
+                }
+            };
+            for &child in kids.iter() {
                 if child != src && seen.insert(child) {
                     todo.push(child);
                 }
             }
         }
-        let mut g = self.graph.lock().expect("graph");
         let mut files: Vec<Arc<Node>> = seen.iter().map(|&i| g.nodes[i as usize].clone()).collect();
+        drop(g);
         files.sort_by(|a, b| a.name.cmp(&b.name));
         let mut h = KeyHasher::new("include-closure");
         h.field("count", &(files.len() as u64).to_le_bytes());
@@ -262,20 +311,26 @@ impl Files {
             digest: h.finish(),
             files,
         });
-        g.closures.insert((src, set), out.clone());
-        Ok(out)
+        Ok(self
+            .graph
+            .write()
+            .expect("graph")
+            .closures
+            .entry((src, set))
+            .or_insert(out)
+            .clone())
     }
 
     /// The node id of a file, hashing it the first time.
     fn intern(&self, base: &Path, path: &Path) -> io::Result<u32> {
-        if let Some(&id) = self.graph.lock().expect("graph").ids.get(path) {
+        if let Some(&id) = self.graph.read().expect("graph").ids.get(path) {
             return Ok(id);
         }
         let node = Node {
             name: key_name(base, path),
             hash: self.hash(path)?,
         };
-        let mut g = self.graph.lock().expect("graph");
+        let mut g = self.graph.write().expect("graph");
         if let Some(&id) = g.ids.get(path) {
             return Ok(id);
         }
@@ -287,7 +342,10 @@ impl Files {
     }
 
     fn dir_set(&self, dirs: &[PathBuf]) -> u32 {
-        let mut g = self.graph.lock().expect("graph");
+        if let Some(&id) = self.graph.read().expect("graph").dir_sets.get(dirs) {
+            return id;
+        }
+        let mut g = self.graph.write().expect("graph");
         let next = g.dir_sets.len() as u32;
         *g.dir_sets.entry(dirs.to_vec()).or_insert(next)
     }
@@ -296,64 +354,91 @@ impl Files {
     fn children(
         &self,
         base: &Path,
-        file: u32,
+        path: &Path,
         set: u32,
         dirs: &[PathBuf],
     ) -> io::Result<Arc<[u32]>> {
-        let path = {
-            let g = self.graph.lock().expect("graph");
-            if let Some(c) = g.children.get(&(file, set)) {
-                return Ok(c.clone());
-            }
-            g.paths[file as usize].clone()
-        };
-        let info = self.info(&path)?;
+        let info = self.info(path)?;
         let here = path.parent().unwrap_or(Path::new("/"));
         let mut ids = Vec::new();
         for inc in &info.includes {
-            if let Some(found) = self.resolve(here, dirs, inc) {
+            if let Some(found) = self.resolve(here, set, dirs, inc) {
                 ids.push(self.intern(base, &found)?);
             }
         }
-        let ids: Arc<[u32]> = ids.into();
-        self.graph
-            .lock()
-            .expect("graph")
-            .children
-            .insert((file, set), ids.clone());
-        Ok(ids)
+        Ok(ids.into())
     }
 
-    fn resolve(&self, here: &Path, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {
+    fn resolve(&self, here: &Path, set: u32, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {
         let memo_key = (
-            if inc.quoted {
-                here.to_path_buf()
-            } else {
-                PathBuf::new()
-            },
-            dirs.to_vec(),
-            inc.clone(),
+            inc.quoted.then(|| here.to_path_buf()),
+            set,
+            inc.name.clone(),
         );
-        if let Some(r) = self.resolved.lock().expect("memo lock").get(&memo_key) {
+        if let Some(r) = self.resolved.read().expect("memo lock").get(&memo_key) {
             return r.clone();
         }
         let name = Path::new(&inc.name);
         let found = if name.is_absolute() {
-            name.is_file().then(|| normalize(name))
+            self.is_file(name).then(|| normalize(name))
         } else {
             let beside = inc.quoted.then_some(here);
             beside
                 .into_iter()
                 .chain(dirs.iter().map(PathBuf::as_path))
                 .map(|d| d.join(name))
-                .find(|p| p.is_file())
+                .find(|p| self.is_file(p))
                 .map(|p| normalize(&p))
         };
         self.resolved
-            .lock()
+            .write()
             .expect("memo lock")
             .insert(memo_key, found.clone());
         found
+    }
+
+    /// Whether `path` is a regular file (following symlinks), answered from the listing
+    /// of its directory: one `readdir` per directory instead of one failed `stat` per
+    /// (include, directory) pair.
+    fn is_file(&self, path: &Path) -> bool {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return path.is_file();
+        };
+        let listing = self.listing(dir);
+        match listing.as_ref().and_then(|l| l.get(name)) {
+            Some(EntryKind::File) => true,
+            Some(EntryKind::Other) => false,
+            Some(EntryKind::Link) => path.is_file(),
+            // Not listed (or not listable): the slow, exact answer only when the listing
+            // could not be read; a missing name is simply absent.
+            None => listing.is_none() && path.is_file(),
+        }
+    }
+
+    fn listing(&self, dir: &Path) -> Listing {
+        if let Some(l) = self.listings.read().expect("memo lock").get(dir) {
+            return l.clone();
+        }
+        let listing = fs::read_dir(dir).ok().map(|rd| {
+            Arc::new(
+                rd.filter_map(Result::ok)
+                    .map(|e| {
+                        let kind = match e.file_type() {
+                            Ok(t) if t.is_file() => EntryKind::File,
+                            Ok(t) if t.is_symlink() => EntryKind::Link,
+                            _ => EntryKind::Other,
+                        };
+                        (e.file_name(), kind)
+                    })
+                    .collect::<HashMap<_, _>>(),
+            )
+        });
+        self.listings
+            .write()
+            .expect("memo lock")
+            .entry(dir.to_path_buf())
+            .or_insert(listing)
+            .clone()
     }
 }
 

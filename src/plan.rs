@@ -266,9 +266,17 @@ impl Plan {
                 .or_insert(i);
         }
         let firsts: Vec<usize> = unique.values().copied().collect();
+        let snapshot = crate::cache::Snapshot::default();
         let lookups: HashMap<usize, Lookup> = firsts
             .into_par_iter()
-            .map(|i| (i, plan.lookup(&plan.steps[i])))
+            .map(|i| {
+                let s = &plan.steps[i];
+                if plan.store_of(s).listed_absent(&snapshot, s.kind, &s.key) {
+                    (i, Lookup::Miss)
+                } else {
+                    (i, plan.lookup(s))
+                }
+            })
             .collect();
         let failures = record.failures();
         let statuses: Vec<(Status, Option<Entry>)> = plan
