@@ -484,17 +484,29 @@ impl Plan {
     /// `{device_count}`: `lock.device_count`, else the largest `devices` among the
     /// selected scenes. A count below the largest need is a usage error.
     fn resolve_device_count(&self) -> Result<u32> {
-        let need = self
+        // The first selected scene with the largest need: the one an error names.
+        let widest = self
             .scenes
             .iter()
-            .filter_map(|s| s.device.as_ref().map(|d| d.devices))
-            .max()
-            .unwrap_or(1);
+            .filter_map(|s| s.device.as_ref().map(|d| (d.devices, s)))
+            .fold(None::<(u32, &PlanScene)>, |best, (n, s)| match best {
+                Some((b, _)) if b >= n => best,
+                _ => Some((n, s)),
+            });
+        let need = widest.map(|(n, _)| n).unwrap_or(1);
         match self.manifest.lock.as_ref().and_then(|l| l.device_count) {
-            Some(n) if n < need => Err(crate::coded!(
-                Exit::Usage,
-                "lock.device_count is {n}, but a selected scene needs {need} devices"
-            )),
+            Some(n) if n < need => {
+                let scene = widest.map(|(_, s)| s).expect("a need above 1 has a scene");
+                let m = &self.manifest;
+                Err(crate::coded!(
+                    Exit::Usage,
+                    "{}: lock.device_count is {n}, but scene `{}` needs {need} devices\n  {}: scenes[{}].device.devices: {need}",
+                    crate::manifest::position(m, "lock.device_count"),
+                    scene.name,
+                    crate::manifest::position(m, &format!("scenes[{}].device.devices", scene.index)),
+                    scene.index,
+                ))
+            }
             Some(n) => Ok(n),
             None => Ok(need),
         }

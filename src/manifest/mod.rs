@@ -217,6 +217,20 @@ pub fn discover(dir: &Path, name: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// `file:line:column` of a key path in the manifest (`lock.device_count`,
+/// `scenes[3].device.devices`), for errors found after loading; just the file when the
+/// file cannot be read again or has no such key.
+pub fn position(m: &Manifest, key: &str) -> String {
+    let file = m.file.display();
+    match std::fs::read_to_string(&m.file)
+        .ok()
+        .and_then(|t| Locations::index(&t).find(key))
+    {
+        Some(p) => format!("{file}:{}:{}", p.line, p.col),
+        None => file.to_string(),
+    }
+}
+
 pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
     let file = path.display().to_string();
     let single = |message: String| ManifestErrors {

@@ -476,3 +476,29 @@ fn manifest_is_found_in_a_parent_directory() {
         .assert()
         .code(4);
 }
+
+#[test]
+fn device_count_below_a_scene_names_both_places() {
+    let (s, yaml) = suite_with(|b| {
+        b.replace(
+            "scenes:\n",
+            "lock:\n  submit: \"task-submit -- {run}\"\n  device_count: 1\nscenes:\n",
+        )
+        .replace(
+            "{golden} {devices}\"\n",
+            "{golden} {devices}\"\n      devices: 2\n",
+        )
+    });
+    let out = s.cmd(&["plan"]).assert().code(4).get_output().clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    let file = s.path("scenes.yaml").display().to_string();
+    let count_at = format!("{file}:{}:", line_of(&yaml, "device_count: 1"));
+    let devices_at = format!("{file}:{}:", line_of(&yaml, "devices: 2"));
+    assert!(
+        err.contains(&count_at)
+            && err.contains("scene `alpha` needs 2 devices")
+            && err.contains(&devices_at)
+            && err.contains("scenes[0].device.devices"),
+        "expected both positions and the scene:\n{err}"
+    );
+}
