@@ -1,9 +1,9 @@
-//! Content keys (DESIGN.md §4): the versioned, length-prefixed encoding hashed with
+//! Content keys (docs/cache.md): the versioned, length-prefixed encoding hashed with
 //! BLAKE3, the `#include` closure scanner, and the persistent stat memo that lets an
 //! unchanged file skip re-reading. Keys never contain an absolute path of the checkout:
 //! files inside the manifest's directory are named relative to it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
@@ -121,9 +121,36 @@ struct Graph {
     nodes: Vec<Arc<Node>>,
     paths: Vec<PathBuf>,
     dir_sets: HashMap<Vec<PathBuf>, u32>,
-    children: HashMap<(u32, u32), Arc<[u32]>>,
-    closures: HashMap<(u32, u32), Closure>,
+    children: HashMap<(u32, u32), Arc<[u32]>, IdHash>,
+    closures: HashMap<(u32, u32), Closure, IdHash>,
 }
+
+/// Hashing for maps keyed by small ids: a multiply-rotate per word (as rustc's FxHash),
+/// since SipHash's flood resistance buys nothing for ids we hand out ourselves.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type IdHash = std::hash::BuildHasherDefault<IdHasher>;
 
 /// What a directory entry is, as its listing says (symlinks are followed on demand).
 #[derive(Clone, Copy)]
@@ -270,9 +297,11 @@ impl Files {
         }
         let src = self.intern(base, source)?;
         let set = self.dir_set(dirs);
-        let mut seen: HashSet<u32> = HashSet::new();
-        let mut todo = vec![src];
         let mut g = self.graph.read().expect("graph");
+        // Visited ids as a bitset (ids are dense); grown when the walk interns new files.
+        let mut seen: Vec<u64> = vec![0; g.nodes.len() / 64 + 1];
+        let mut files: Vec<Arc<Node>> = Vec::new();
+        let mut todo = vec![src];
         while let Some(file) = todo.pop() {
             let kids = match g.children.get(&(file, set)) {
                 Some(k) => k.clone(),
@@ -294,12 +323,17 @@ impl Files {
                 }
             };
             for &child in kids.iter() {
-                if child != src && seen.insert(child) {
+                let (word, bit) = (child as usize / 64, 1u64 << (child % 64));
+                if word >= seen.len() {
+                    seen.resize(word + 1, 0);
+                }
+                if child != src && seen[word] & bit == 0 {
+                    seen[word] |= bit;
+                    files.push(g.nodes[child as usize].clone());
                     todo.push(child);
                 }
             }
         }
-        let mut files: Vec<Arc<Node>> = seen.iter().map(|&i| g.nodes[i as usize].clone()).collect();
         drop(g);
         files.sort_by(|a, b| a.name.cmp(&b.name));
         let mut h = KeyHasher::new("include-closure");

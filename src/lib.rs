@@ -1,5 +1,6 @@
 //! scenerun: warm scene tests outside the device lock, then take the lock once.
-//! `run` is the entry point; the modules follow the phases of DESIGN.md §2.
+//! `run` is the entry point; the modules follow the phases docs/guarantees.md describes
+//! (manifest → plan → warm → device → reports).
 
 pub mod cache;
 pub mod cli;

@@ -1,5 +1,5 @@
 fn main() {
-    // A bad command line is a usage error (exit 4, DESIGN.md §9), not clap's default 2,
+    // A bad command line is a usage error (exit 4, docs/cli.md), not clap's default 2,
     // which means "interrupted" here; --help and --version still exit 0.
     let cli = scenerun::parse_args().unwrap_or_else(|e| {
         let _ = e.print();

@@ -128,6 +128,9 @@ pub struct Plan {
     pub device_count: u32,
     pub history: History,
     pub files: Files,
+    /// `--no-lock --devices`: the ids the device phase runs on directly. Set by
+    /// `no_lock`; previews then pack on these ids and show no lock command.
+    pub no_lock: Option<Vec<String>>,
 }
 
 /// How path placeholders are filled.
@@ -231,6 +234,7 @@ impl Plan {
             job_dir,
             history,
             files,
+            no_lock: None,
         };
 
         // Kernel and fixture keys are independent: compute them in parallel; goldens
@@ -300,6 +304,13 @@ impl Plan {
         plan.files.save();
         plan.device_count = plan.resolve_device_count()?;
         Ok(plan)
+    }
+
+    /// Run the device phase without the lock on these ids: `device_count` becomes their
+    /// number, as the inner run will pack on exactly them.
+    pub fn no_lock(&mut self, ids: Vec<String>) {
+        self.device_count = ids.len() as u32;
+        self.no_lock = Some(ids);
     }
 
     pub fn scene(&self, step: &Step) -> &Scene {

@@ -1,4 +1,4 @@
-//! The content-addressed store (DESIGN.md §5). One directory, relocatable (no absolute
+//! The content-addressed store (docs/cache.md). One directory, relocatable (no absolute
 //! paths inside), versioned layout:
 //!
 //! ```text

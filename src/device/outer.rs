@@ -16,7 +16,8 @@ use crate::template::{Ph, Val};
 
 pub struct Options {
     pub no_lock: bool,
-    pub devices: String,
+    /// The ids `--no-lock` runs on.
+    pub devices: Vec<String>,
     pub report_dir: PathBuf,
 }
 
@@ -257,6 +258,9 @@ fn link_kernels(frozen: &Frozen) -> Result<()> {
 
 /// The lock command exactly as it will run, `{run}` re-entering this binary.
 pub fn lock_command(plan: &Plan) -> Option<String> {
+    if plan.no_lock.is_some() {
+        return None;
+    }
     let lock = plan.manifest.lock.as_ref()?;
     let inner = super::inner_command(&super::frozen_path(&plan.job_dir));
     Some(lock.submit.render(|ph| match ph {
@@ -351,9 +355,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     link_kernels(&frozen)?;
 
     let r = if opts.no_lock {
-        let ids = super::pack::parse_ids(&opts.devices)
-            .map_err(|e| crate::coded!(Exit::Usage, "--devices: {e}"))?;
-        let r = super::inner::run(&frozen, Ok(ids));
+        let r = super::inner::run(&frozen, Ok(opts.devices.clone()));
         report.device = Some(device_report(&r, r.ended - r.started));
         r
     } else {

@@ -342,9 +342,31 @@ impl Ctx {
         let yaml::Kind::Map(entries) = &mut v.kind else {
             return;
         };
-        let mut seen: Vec<String> = Vec::new();
+        // The happy path allocates nothing: names are borrowed, paths built on error only.
+        // Small mappings are scanned; big free-form ones (a long `env:`) use a set.
+        let mut set = (entries.len() > 32).then(std::collections::HashSet::new);
+        let bad: Vec<(usize, bool)> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (k, _))| {
+                let name = k.as_str();
+                let unknown = !known.is_empty() && !name.is_some_and(|n| known.contains(&n));
+                let repeated = match &mut set {
+                    Some(set) => !set.insert(name),
+                    None => entries[..i].iter().any(|(e, _)| e.as_str() == name),
+                };
+                (unknown || repeated).then_some((i, unknown))
+            })
+            .collect();
+        if bad.is_empty() {
+            return;
+        }
         let mut keep = Vec::with_capacity(entries.len());
-        for (k, val) in std::mem::take(entries) {
+        for (i, (k, val)) in std::mem::take(entries).into_iter().enumerate() {
+            let Some(&(_, unknown)) = bad.iter().find(|(b, _)| *b == i) else {
+                keep.push((k, val));
+                continue;
+            };
             let name = k
                 .as_str()
                 .map(str::to_string)
@@ -354,17 +376,14 @@ impl Ctx {
             } else {
                 format!("{path}.{name}")
             };
-            if !known.is_empty() && !known.contains(&name.as_str()) {
+            if unknown {
                 self.err_at(&at, k.pos, yaml::unknown_field(&name, known));
-            } else if seen.contains(&name) {
+            } else {
                 self.err_at(
                     &at,
                     k.pos,
                     format!("`{name}` is given twice in this mapping"),
                 );
-            } else {
-                seen.push(name);
-                keep.push((k, val));
             }
         }
         *entries = keep;

@@ -689,12 +689,14 @@ mod tests {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
     struct Dev {
         devices: Option<u32>,
         run: String,
     }
 
     #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
     struct Scene {
         device: Dev,
     }
