@@ -336,6 +336,8 @@ impl Files {
         }
         drop(g);
         files.sort_by(|a, b| a.name.cmp(&b.name));
+        // Thousands of closures stay alive for the whole plan: no growth slack.
+        files.shrink_to_fit();
         let mut h = KeyHasher::new("include-closure");
         h.field("count", &(files.len() as u64).to_le_bytes());
         for n in &files {

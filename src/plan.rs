@@ -174,7 +174,17 @@ impl Plan {
             .collect::<Result<_>>()?;
 
         let mut scenes = Vec::new();
-        let mut steps = Vec::new();
+        let mut steps = Vec::with_capacity(
+            selected
+                .iter()
+                .map(|&i| {
+                    let s = &manifest.scenes[i];
+                    s.kernels.len()
+                        + usize::from(s.fixture.is_some())
+                        + usize::from(s.golden.is_some())
+                })
+                .sum(),
+        );
         for &i in &selected {
             let s = &manifest.scenes[i];
             let si = scenes.len();
@@ -262,42 +272,49 @@ impl Plan {
             plan.steps[i].key = k?;
         }
 
-        // One lookup per unique artifact (scenes share kernels).
-        let mut unique: HashMap<(bool, Kind, &str), usize> = HashMap::new();
-        for (i, s) in plan.steps.iter().enumerate() {
-            unique
-                .entry((s.persist, s.kind, s.key.as_str()))
-                .or_insert(i);
-        }
-        let firsts: Vec<usize> = unique.values().copied().collect();
+        // One lookup per unique artifact (scenes share kernels): `slot_of[step]` is the
+        // step's index into `firsts` and `lookups`. Vectors, not maps: at 20,000 steps the
+        // maps of `Lookup`s were megabytes of peak memory.
+        let mut unique: HashMap<(bool, Kind, &str), u32> = HashMap::new();
+        let mut firsts: Vec<usize> = Vec::new();
+        let slot_of: Vec<u32> = plan
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                *unique
+                    .entry((s.persist, s.kind, s.key.as_str()))
+                    .or_insert_with(|| {
+                        firsts.push(i);
+                        firsts.len() as u32 - 1
+                    })
+            })
+            .collect();
+        drop(unique);
         let snapshot = crate::cache::Snapshot::default();
-        let lookups: HashMap<usize, Lookup> = firsts
+        let lookups: Vec<Lookup> = firsts
             .into_par_iter()
             .map(|i| {
                 let s = &plan.steps[i];
                 if plan.store_of(s).listed_absent(&snapshot, s.kind, &s.key) {
-                    (i, Lookup::Miss)
+                    Lookup::Miss
                 } else {
-                    (i, plan.lookup(s))
+                    plan.lookup(s)
                 }
             })
             .collect();
         let failures = record.failures();
-        let statuses: Vec<(Status, Option<Entry>)> = plan
+        let statuses: Vec<Status> = plan
             .steps
             .iter()
-            .map(|s| {
-                let lookup = &lookups[&unique[&(s.persist, s.kind, s.key.as_str())]];
-                let entry = match lookup {
-                    Lookup::Hit(e) => Some(e.clone()),
-                    _ => None,
-                };
-                (plan.status_of(s, lookup, &failures), entry)
-            })
+            .zip(&slot_of)
+            .map(|(s, &slot)| plan.status_of(s, &lookups[slot as usize], &failures))
             .collect();
-        for (i, (st, entry)) in statuses.into_iter().enumerate() {
+        for (i, st) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
-            plan.steps[i].entry = entry;
+            if let Lookup::Hit(e) = &lookups[slot_of[i] as usize] {
+                plan.steps[i].entry = Some(e.clone());
+            }
             let id = plan.steps[i].id(&plan);
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
