@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// Bump when the encoding changes: every key changes with it.
-pub const KEY_SCHEMA: &str = "scenerun-key-2";
+pub const KEY_SCHEMA: &str = "scenerun-key-3";
 
 /// Files above this size are hashed but not scanned for `#include`.
 const SCAN_LIMIT: u64 = 4 << 20;
@@ -100,11 +100,16 @@ type ResolveKey = (Option<PathBuf>, u32, String);
 pub struct Node {
     pub name: String,
     pub hash: String,
+    /// BLAKE3 of the length-prefixed (name, content hash): what a closure digest is made
+    /// of, computed once per file however many closures hold it.
+    pub digest: [u8; 32],
 }
 
-/// An include closure: its files sorted by name, and the digest of that list (names
-/// and content hashes, length-prefixed) that goes into kernel keys, computed once per
-/// (source, include dirs) however many kernels share them.
+/// An include closure: its files (in no particular order), and the digest that goes
+/// into kernel keys: BLAKE3 over the count and the files' own digests sorted bytewise.
+/// Computed once per (source, include dirs) however many kernels share them; sorting
+/// 32-byte digests instead of names and hashing 32 bytes per file instead of its name
+/// and hex hash keeps a deep vendor header tree cheap.
 #[derive(Debug)]
 pub struct ClosureSet {
     pub files: Vec<Arc<Node>>,
@@ -301,6 +306,7 @@ impl Files {
         // Visited ids as a bitset (ids are dense); grown when the walk interns new files.
         let mut seen: Vec<u64> = vec![0; g.nodes.len() / 64 + 1];
         let mut files: Vec<Arc<Node>> = Vec::new();
+        let mut digests: Vec<[u8; 32]> = Vec::new();
         let mut todo = vec![src];
         while let Some(file) = todo.pop() {
             let kids = match g.children.get(&(file, set)) {
@@ -329,20 +335,27 @@ impl Files {
                 }
                 if child != src && seen[word] & bit == 0 {
                     seen[word] |= bit;
-                    files.push(g.nodes[child as usize].clone());
+                    let node = &g.nodes[child as usize];
+                    digests.push(node.digest);
+                    files.push(node.clone());
                     todo.push(child);
                 }
             }
         }
         drop(g);
-        files.sort_by(|a, b| a.name.cmp(&b.name));
         // Thousands of closures stay alive for the whole plan: no growth slack.
         files.shrink_to_fit();
+        // Bytewise order, compared as two big-endian u128s (no memcmp per comparison).
+        digests.sort_unstable_by_key(|d| {
+            let (hi, lo) = d.split_at(16);
+            (
+                u128::from_be_bytes(hi.try_into().expect("16 bytes")),
+                u128::from_be_bytes(lo.try_into().expect("16 bytes")),
+            )
+        });
         let mut h = KeyHasher::new("include-closure");
         h.field("count", &(files.len() as u64).to_le_bytes());
-        for n in &files {
-            h.file("include", &n.name, &n.hash);
-        }
+        h.field("file-digests", digests.as_flattened());
         let out: Closure = Arc::new(ClosureSet {
             digest: h.finish(),
             files,
@@ -362,9 +375,14 @@ impl Files {
         if let Some(&id) = self.graph.read().expect("graph").ids.get(path) {
             return Ok(id);
         }
+        let name = key_name(base, path);
+        let hash = self.hash(path)?;
+        let mut d = KeyHasher::new("include-file");
+        d.file("include", &name, &hash);
         let node = Node {
-            name: key_name(base, path),
-            hash: self.hash(path)?,
+            digest: *d.0.finalize().as_bytes(),
+            name,
+            hash,
         };
         let mut g = self.graph.write().expect("graph");
         if let Some(&id) = g.ids.get(path) {
