@@ -2,7 +2,16 @@
 
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::device::pack::DeviceIds;
+use crate::manifest::units::{parse_duration, parse_size};
+use crate::select::Partition;
+
+/// Where the options every subcommand takes are listed in `--help`.
+const GLOBAL: &str = "Global options";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -11,32 +20,70 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "Warm scene tests outside the device lock, then take the lock once"
 )]
 pub struct Cli {
-    /// The scene manifest.
+    /// The scene manifest [default: the nearest scenes.yaml here or in a parent directory].
     #[arg(
         long,
         global = true,
         env = "SCENERUN_MANIFEST",
-        default_value = "scenes.yaml"
+        default_value = "scenes.yaml",
+        hide_default_value = true,
+        value_name = "FILE",
+        help_heading = GLOBAL
     )]
     pub manifest: PathBuf,
 
     /// The cache directory (overrides $SCENERUN_CACHE_DIR and the manifest's cache.dir).
-    #[arg(long, global = true, env = "SCENERUN_CACHE_DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "SCENERUN_CACHE_DIR",
+        value_name = "DIR",
+        help_heading = GLOBAL
+    )]
     pub cache_dir: Option<PathBuf>,
 
-    /// Parallel slots for warm steps (default: number of cores).
-    #[arg(short = 'j', long = "jobs", global = true)]
+    /// Parallel slots for warm steps, at least 1 [default: number of cores].
+    #[arg(
+        short = 'j',
+        long = "jobs",
+        global = true,
+        value_name = "N",
+        value_parser = parse_jobs,
+        help_heading = GLOBAL
+    )]
     pub jobs: Option<usize>,
 
-    /// Print only failures and the final line.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    /// Quiet: on stderr only failures, errors and the final summary line (stdout, the
+    /// results, is unchanged).
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        help_heading = GLOBAL
+    )]
     pub quiet: bool,
 
-    /// More detail (skipped include dirs, every hit).
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    /// More detail: notes on skipped include dirs in the plan, every finished step (hits
+    /// too) above the progress bar, what pruning removed.
+    #[arg(
+        short,
+        long,
+        global = true,
+        action = clap::ArgAction::Count,
+        help_heading = GLOBAL
+    )]
     pub verbose: u8,
 
-    #[arg(long, global = true, value_enum, default_value_t = Color::Auto)]
+    /// Colour on stderr: auto (a terminal, and NO_COLOR unset), always or never.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = Color::Auto,
+        value_name = "WHEN",
+        help_heading = GLOBAL
+    )]
     pub color: Color,
 
     #[command(subcommand)]
@@ -90,11 +137,11 @@ pub struct Selection {
     #[arg(long = "skip-tag", value_name = "T")]
     pub skip_tags: Vec<String>,
     /// Only scenes of this platform.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME")]
     pub platform: Option<String>,
     /// K/N: the K-th (1-based) of N shards, by a hash of the scene name.
-    #[arg(long, value_name = "K/N")]
-    pub partition: Option<String>,
+    #[arg(long, value_name = "K/N", value_parser = Partition::parse)]
+    pub partition: Option<Partition>,
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -102,9 +149,9 @@ pub struct WarmFlags {
     /// Exit 1 when any warm step failed.
     #[arg(long)]
     pub strict: bool,
-    /// Memory budget for steps' `memory` hints (default: 80% of physical memory).
-    #[arg(long, value_name = "SIZE")]
-    pub memory: Option<String>,
+    /// Memory budget for steps' `memory` hints, e.g. 16GiB [default: 80% of physical memory].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -112,9 +159,9 @@ pub struct DeviceFlags {
     /// Run the device steps directly, without the lock command.
     #[arg(long)]
     pub no_lock: bool,
-    /// Device ids for --no-lock (comma list or ranges, default 0).
-    #[arg(long, value_name = "LIST", requires = "no_lock")]
-    pub devices: Option<String>,
+    /// Device ids for --no-lock: a comma list with ranges, e.g. 0-3,8 [default: 0].
+    #[arg(long, value_name = "LIST", requires = "no_lock", value_parser = DeviceIds::parse)]
+    pub devices: Option<DeviceIds>,
     /// Where report.json, junit.xml and logs go (default: build/scenerun beside the manifest).
     #[arg(long, value_name = "DIR")]
     pub report_dir: Option<PathBuf>,
@@ -169,6 +216,7 @@ pub struct RunArgs {
 pub struct PlanArgs {
     #[command(flatten)]
     pub select: Selection,
+    /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     #[command(flatten)]
@@ -187,10 +235,13 @@ pub enum CacheCommand {
     },
     /// Evict entries by age and size (never one used in the last 24 h).
     Prune {
-        #[arg(long, value_name = "D")]
-        max_age: Option<String>,
-        #[arg(long, value_name = "S")]
-        max_size: Option<String>,
+        /// Remove entries not used for this long, e.g. 14d [default: the manifest's cache.max_age].
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        max_age: Option<Duration>,
+        /// Then remove least recently used entries until the cache fits, e.g. 20GiB
+        /// [default: the manifest's cache.max_size].
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_size: Option<u64>,
     },
     /// Remove every entry.
     Clean,
@@ -202,6 +253,14 @@ pub struct InnerArgs {
     pub frozen: PathBuf,
 }
 
+fn parse_jobs(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a number of slots")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,5 +269,40 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_option_has_help() {
+        fn walk(c: &clap::Command, path: &str) {
+            for a in c.get_arguments() {
+                let builtin = matches!(a.get_id().as_str(), "help" | "version");
+                assert!(
+                    builtin || a.get_help().is_some() || a.is_hide_set(),
+                    "{path} --{} has no help text",
+                    a.get_id()
+                );
+            }
+            for sub in c.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        walk(&Cli::command(), "scenerun");
+    }
+
+    #[test]
+    fn values_are_typed_at_parse_time() {
+        let p = |args: &[&str]| Cli::try_parse_from(args);
+        assert!(p(&["scenerun", "-j", "0", "plan"]).is_err());
+        assert!(p(&["scenerun", "warm", "--memory", "lots"]).is_err());
+        assert!(p(&["scenerun", "plan", "--partition", "3/2"]).is_err());
+        assert!(p(&["scenerun", "device", "--no-lock", "--devices", "0-x"]).is_err());
+        assert!(p(&["scenerun", "cache", "prune", "--max-age", "forever"]).is_err());
+        let Command::Warm(w) = p(&["scenerun", "warm", "--memory", "1GiB"])
+            .unwrap()
+            .command
+        else {
+            panic!("warm");
+        };
+        assert_eq!(w.warm.memory, Some(1 << 30));
     }
 }

@@ -1,4 +1,4 @@
-//! The exit-code table (DESIGN.md §9), in one place, and how an error chain maps onto it.
+//! The exit-code table (docs/cli.md, "Exit codes"), in one place, and how an error chain maps onto it.
 
 use std::fmt;
 

@@ -1,20 +1,20 @@
-//! Content keys (DESIGN.md §4): the versioned, length-prefixed encoding hashed with
+//! Content keys (docs/cache.md): the versioned, length-prefixed encoding hashed with
 //! BLAKE3, the `#include` closure scanner, and the persistent stat memo that lets an
 //! unchanged file skip re-reading. Keys never contain an absolute path of the checkout:
 //! files inside the manifest's directory are named relative to it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 /// Bump when the encoding changes: every key changes with it.
-pub const KEY_SCHEMA: &str = "scenerun-key-2";
+pub const KEY_SCHEMA: &str = "scenerun-key-3";
 
 /// Files above this size are hashed but not scanned for `#include`.
 const SCAN_LIMIT: u64 = 4 << 20;
@@ -92,19 +92,24 @@ struct MemoFile {
 
 const MEMO_VERSION: u32 = 1;
 
-/// (directory of the including file, include dirs, directive) → the file it names.
-type ResolveKey = (PathBuf, Vec<PathBuf>, Include);
+/// (directory of a quoted include's file or None, include-dir set, name) → the file it names.
+type ResolveKey = (Option<PathBuf>, u32, String);
 
 /// A file of an include closure: its name in keys and its content hash.
 #[derive(Debug)]
 pub struct Node {
     pub name: String,
     pub hash: String,
+    /// BLAKE3 of the length-prefixed (name, content hash): what a closure digest is made
+    /// of, computed once per file however many closures hold it.
+    pub digest: [u8; 32],
 }
 
-/// An include closure: its files sorted by name, and the digest of that list (names
-/// and content hashes, length-prefixed) that goes into kernel keys, computed once per
-/// (source, include dirs) however many kernels share them.
+/// An include closure: its files (in no particular order), and the digest that goes
+/// into kernel keys: BLAKE3 over the count and the files' own digests sorted bytewise.
+/// Computed once per (source, include dirs) however many kernels share them; sorting
+/// 32-byte digests instead of names and hashing 32 bytes per file instead of its name
+/// and hex hash keeps a deep vendor header tree cheap.
 #[derive(Debug)]
 pub struct ClosureSet {
     pub files: Vec<Arc<Node>>,
@@ -121,18 +126,62 @@ struct Graph {
     nodes: Vec<Arc<Node>>,
     paths: Vec<PathBuf>,
     dir_sets: HashMap<Vec<PathBuf>, u32>,
-    children: HashMap<(u32, u32), Arc<[u32]>>,
-    closures: HashMap<(u32, u32), Closure>,
+    children: HashMap<(u32, u32), Arc<[u32]>, IdHash>,
+    closures: HashMap<(u32, u32), Closure, IdHash>,
 }
 
+/// Hashing for maps keyed by small ids: a multiply-rotate per word (as rustc's FxHash),
+/// since SipHash's flood resistance buys nothing for ids we hand out ourselves.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
+/// What a directory entry is, as its listing says (symlinks are followed on demand).
+#[derive(Clone, Copy)]
+enum EntryKind {
+    File,
+    Other,
+    Link,
+}
+
+/// A directory's entries by name; None when the directory cannot be read.
+type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind>>>;
+
 /// Content hashes of files, memoized within the process and across runs.
+///
+/// Plans look files up from many rayon threads: the hot maps are behind `RwLock`s, so
+/// the common case (already known) takes a shared lock and never waits on a futex.
 pub struct Files {
     memo_path: Option<PathBuf>,
     old: HashMap<PathBuf, MemoEntry>,
     fresh: Mutex<HashMap<PathBuf, MemoEntry>>,
-    seen: Mutex<HashMap<PathBuf, Arc<FileInfo>>>,
-    resolved: Mutex<HashMap<ResolveKey, Option<PathBuf>>>,
-    graph: Mutex<Graph>,
+    seen: RwLock<HashMap<PathBuf, Arc<FileInfo>>>,
+    resolved: RwLock<HashMap<ResolveKey, Option<PathBuf>>>,
+    /// Include directories are listed once each; `#include` resolution looks names up
+    /// in the listing instead of probing every directory with `stat`.
+    listings: RwLock<HashMap<PathBuf, Listing>>,
+    graph: RwLock<Graph>,
     pub reads: std::sync::atomic::AtomicUsize,
 }
 
@@ -161,16 +210,17 @@ impl Files {
             memo_path,
             old,
             fresh: Mutex::default(),
-            seen: Mutex::default(),
-            resolved: Mutex::default(),
-            graph: Mutex::default(),
+            seen: RwLock::default(),
+            resolved: RwLock::default(),
+            listings: RwLock::default(),
+            graph: RwLock::default(),
             reads: Default::default(),
         }
     }
 
     /// The content hash and `#include`s of a file.
     pub fn info(&self, path: &Path) -> io::Result<Arc<FileInfo>> {
-        if let Some(i) = self.seen.lock().expect("memo lock").get(path) {
+        if let Some(i) = self.seen.read().expect("memo lock").get(path) {
             return Ok(i.clone());
         }
         let meta = fs::metadata(path)?;
@@ -193,33 +243,38 @@ impl Files {
                 && e.ino == meta.ino()
                 && mtime_ns.max(ctime_ns) + RACY_NS < e.hashed_at_ns
         });
-        let entry = match trusted {
-            Some(e) => e.clone(),
+        let info = match trusted {
+            // Trusted: the memo's entry is already in `old` and is written back from
+            // there; nothing is read, hashed or copied into `fresh`.
+            Some(e) => Arc::new(e.info.clone()),
             None => {
                 let hashed_at_ns = now_ns();
                 let info = read_info(path, meta.len())?;
                 self.reads
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                MemoEntry {
+                let entry = MemoEntry {
                     size: meta.len(),
                     mtime_ns,
                     ctime_ns,
                     ino: meta.ino(),
                     hashed_at_ns,
                     info,
-                }
+                };
+                let info = Arc::new(entry.info.clone());
+                self.fresh
+                    .lock()
+                    .expect("memo lock")
+                    .insert(path.to_path_buf(), entry);
+                info
             }
         };
-        let info = Arc::new(entry.info.clone());
-        self.fresh
-            .lock()
+        Ok(self
+            .seen
+            .write()
             .expect("memo lock")
-            .insert(path.to_path_buf(), entry);
-        self.seen
-            .lock()
-            .expect("memo lock")
-            .insert(path.to_path_buf(), info.clone());
-        Ok(info)
+            .entry(path.to_path_buf())
+            .or_insert(info)
+            .clone())
     }
 
     /// Whether a file hashed in this process differs now from when it was hashed (size,
@@ -243,9 +298,9 @@ impl Files {
     /// Forget what this process learned about file contents (not the persisted memo,
     /// which re-checks every file by its stat): the next key computed reads files anew.
     pub fn forget(&self) {
-        self.seen.lock().expect("memo lock").clear();
-        self.resolved.lock().expect("memo lock").clear();
-        *self.graph.lock().expect("graph") = Graph::default();
+        self.seen.write().expect("memo lock").clear();
+        self.resolved.write().expect("memo lock").clear();
+        *self.graph.write().expect("graph") = Graph::default();
     }
 
     pub fn hash(&self, path: &Path) -> io::Result<String> {
@@ -272,46 +327,100 @@ impl Files {
     /// Every file the source includes, transitively, that the scanner can resolve
     /// (excluding the source itself), sorted by key name.
     pub fn closure(&self, base: &Path, source: &Path, dirs: &[PathBuf]) -> io::Result<Closure> {
+        // Fast path, one shared lock: kernels of many scenes share (source, dirs).
+        {
+            let g = self.graph.read().expect("graph");
+            if let (Some(&src), Some(&set)) = (g.ids.get(source), g.dir_sets.get(dirs)) {
+                if let Some(c) = g.closures.get(&(src, set)) {
+                    return Ok(c.clone());
+                }
+            }
+        }
         let src = self.intern(base, source)?;
         let set = self.dir_set(dirs);
-        if let Some(c) = self.graph.lock().expect("graph").closures.get(&(src, set)) {
-            return Ok(c.clone());
-        }
-        let mut seen: HashSet<u32> = HashSet::new();
+        let mut g = self.graph.read().expect("graph");
+        // Visited ids as a bitset (ids are dense); grown when the walk interns new files.
+        let mut seen: Vec<u64> = vec![0; g.nodes.len() / 64 + 1];
+        let mut files: Vec<Arc<Node>> = Vec::new();
+        let mut digests: Vec<[u8; 32]> = Vec::new();
         let mut todo = vec![src];
         while let Some(file) = todo.pop() {
-            for &child in self.children(base, file, set, dirs)?.iter() {
-                if child != src && seen.insert(child) {
+            let kids = match g.children.get(&(file, set)) {
+                Some(k) => k.clone(),
+                None => {
+                    // Reading and resolving a file's includes is I/O: not under the lock.
+                    let path = g.paths[file as usize].clone();
+                    drop(g);
+                    let kids = self.children(base, &path, set, dirs)?;
+                    let kids = self
+                        .graph
+                        .write()
+                        .expect("graph")
+                        .children
+                        .entry((file, set))
+                        .or_insert(kids)
+                        .clone();
+                    g = self.graph.read().expect("graph");
+                    kids
+                }
+            };
+            for &child in kids.iter() {
+                let (word, bit) = (child as usize / 64, 1u64 << (child % 64));
+                if word >= seen.len() {
+                    seen.resize(word + 1, 0);
+                }
+                if child != src && seen[word] & bit == 0 {
+                    seen[word] |= bit;
+                    let node = &g.nodes[child as usize];
+                    digests.push(node.digest);
+                    files.push(node.clone());
                     todo.push(child);
                 }
             }
         }
-        let mut g = self.graph.lock().expect("graph");
-        let mut files: Vec<Arc<Node>> = seen.iter().map(|&i| g.nodes[i as usize].clone()).collect();
-        files.sort_by(|a, b| a.name.cmp(&b.name));
+        drop(g);
+        // Thousands of closures stay alive for the whole plan: no growth slack.
+        files.shrink_to_fit();
+        // Bytewise order, compared as two big-endian u128s (no memcmp per comparison).
+        digests.sort_unstable_by_key(|d| {
+            let (hi, lo) = d.split_at(16);
+            (
+                u128::from_be_bytes(hi.try_into().expect("16 bytes")),
+                u128::from_be_bytes(lo.try_into().expect("16 bytes")),
+            )
+        });
         let mut h = KeyHasher::new("include-closure");
         h.field("count", &(files.len() as u64).to_le_bytes());
-        for n in &files {
-            h.file("include", &n.name, &n.hash);
-        }
+        h.field("file-digests", digests.as_flattened());
         let out: Closure = Arc::new(ClosureSet {
             digest: h.finish(),
             files,
         });
-        g.closures.insert((src, set), out.clone());
-        Ok(out)
+        Ok(self
+            .graph
+            .write()
+            .expect("graph")
+            .closures
+            .entry((src, set))
+            .or_insert(out)
+            .clone())
     }
 
     /// The node id of a file, hashing it the first time.
     fn intern(&self, base: &Path, path: &Path) -> io::Result<u32> {
-        if let Some(&id) = self.graph.lock().expect("graph").ids.get(path) {
+        if let Some(&id) = self.graph.read().expect("graph").ids.get(path) {
             return Ok(id);
         }
+        let name = key_name(base, path);
+        let hash = self.hash(path)?;
+        let mut d = KeyHasher::new("include-file");
+        d.file("include", &name, &hash);
         let node = Node {
-            name: key_name(base, path),
-            hash: self.hash(path)?,
+            digest: *d.0.finalize().as_bytes(),
+            name,
+            hash,
         };
-        let mut g = self.graph.lock().expect("graph");
+        let mut g = self.graph.write().expect("graph");
         if let Some(&id) = g.ids.get(path) {
             return Ok(id);
         }
@@ -323,7 +432,10 @@ impl Files {
     }
 
     fn dir_set(&self, dirs: &[PathBuf]) -> u32 {
-        let mut g = self.graph.lock().expect("graph");
+        if let Some(&id) = self.graph.read().expect("graph").dir_sets.get(dirs) {
+            return id;
+        }
+        let mut g = self.graph.write().expect("graph");
         let next = g.dir_sets.len() as u32;
         *g.dir_sets.entry(dirs.to_vec()).or_insert(next)
     }
@@ -332,64 +444,91 @@ impl Files {
     fn children(
         &self,
         base: &Path,
-        file: u32,
+        path: &Path,
         set: u32,
         dirs: &[PathBuf],
     ) -> io::Result<Arc<[u32]>> {
-        let path = {
-            let g = self.graph.lock().expect("graph");
-            if let Some(c) = g.children.get(&(file, set)) {
-                return Ok(c.clone());
-            }
-            g.paths[file as usize].clone()
-        };
-        let info = self.info(&path)?;
+        let info = self.info(path)?;
         let here = path.parent().unwrap_or(Path::new("/"));
         let mut ids = Vec::new();
         for inc in &info.includes {
-            if let Some(found) = self.resolve(here, dirs, inc) {
+            if let Some(found) = self.resolve(here, set, dirs, inc) {
                 ids.push(self.intern(base, &found)?);
             }
         }
-        let ids: Arc<[u32]> = ids.into();
-        self.graph
-            .lock()
-            .expect("graph")
-            .children
-            .insert((file, set), ids.clone());
-        Ok(ids)
+        Ok(ids.into())
     }
 
-    fn resolve(&self, here: &Path, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {
+    fn resolve(&self, here: &Path, set: u32, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {
         let memo_key = (
-            if inc.quoted {
-                here.to_path_buf()
-            } else {
-                PathBuf::new()
-            },
-            dirs.to_vec(),
-            inc.clone(),
+            inc.quoted.then(|| here.to_path_buf()),
+            set,
+            inc.name.clone(),
         );
-        if let Some(r) = self.resolved.lock().expect("memo lock").get(&memo_key) {
+        if let Some(r) = self.resolved.read().expect("memo lock").get(&memo_key) {
             return r.clone();
         }
         let name = Path::new(&inc.name);
         let found = if name.is_absolute() {
-            name.is_file().then(|| normalize(name))
+            self.is_file(name).then(|| normalize(name))
         } else {
             let beside = inc.quoted.then_some(here);
             beside
                 .into_iter()
                 .chain(dirs.iter().map(PathBuf::as_path))
                 .map(|d| d.join(name))
-                .find(|p| p.is_file())
+                .find(|p| self.is_file(p))
                 .map(|p| normalize(&p))
         };
         self.resolved
-            .lock()
+            .write()
             .expect("memo lock")
             .insert(memo_key, found.clone());
         found
+    }
+
+    /// Whether `path` is a regular file (following symlinks), answered from the listing
+    /// of its directory: one `readdir` per directory instead of one failed `stat` per
+    /// (include, directory) pair.
+    fn is_file(&self, path: &Path) -> bool {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return path.is_file();
+        };
+        let listing = self.listing(dir);
+        match listing.as_ref().and_then(|l| l.get(name)) {
+            Some(EntryKind::File) => true,
+            Some(EntryKind::Other) => false,
+            Some(EntryKind::Link) => path.is_file(),
+            // Not listed (or not listable): the slow, exact answer only when the listing
+            // could not be read; a missing name is simply absent.
+            None => listing.is_none() && path.is_file(),
+        }
+    }
+
+    fn listing(&self, dir: &Path) -> Listing {
+        if let Some(l) = self.listings.read().expect("memo lock").get(dir) {
+            return l.clone();
+        }
+        let listing = fs::read_dir(dir).ok().map(|rd| {
+            Arc::new(
+                rd.filter_map(Result::ok)
+                    .map(|e| {
+                        let kind = match e.file_type() {
+                            Ok(t) if t.is_file() => EntryKind::File,
+                            Ok(t) if t.is_symlink() => EntryKind::Link,
+                            _ => EntryKind::Other,
+                        };
+                        (e.file_name(), kind)
+                    })
+                    .collect::<HashMap<_, _>>(),
+            )
+        });
+        self.listings
+            .write()
+            .expect("memo lock")
+            .entry(dir.to_path_buf())
+            .or_insert(listing)
+            .clone()
     }
 }
 

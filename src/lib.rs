@@ -1,5 +1,6 @@
 //! scenerun: warm scene tests outside the device lock, then take the lock once.
-//! `run` is the entry point; the modules follow the phases of DESIGN.md §2.
+//! `run` is the entry point; the modules follow the phases docs/guarantees.md describes
+//! (manifest → plan → warm → device → reports).
 
 pub mod cache;
 pub mod cli;
@@ -20,6 +21,24 @@ mod commands;
 
 use cli::Cli;
 use exit::Exit;
+
+/// Parse the command line. Without `--manifest` (or `$SCENERUN_MANIFEST`), the manifest
+/// is the nearest `scenes.yaml` in the current directory or one of its parents, as `just`
+/// finds its justfile (docs/cli.md).
+pub fn parse_args() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if matches.value_source("manifest") == Some(clap::parser::ValueSource::DefaultValue) {
+        if let Some(found) = std::env::current_dir()
+            .ok()
+            .and_then(|d| manifest::discover(&d, &cli.manifest))
+        {
+            cli.manifest = found;
+        }
+    }
+    Ok(cli)
+}
 
 /// Run one command line to completion and say how the process should exit.
 pub fn run(cli: Cli) -> Exit {

@@ -1,9 +1,7 @@
-use clap::Parser;
-
 fn main() {
-    // A bad command line is a usage error (exit 4, DESIGN.md §9), not clap's default 2,
+    // A bad command line is a usage error (exit 4, docs/cli.md), not clap's default 2,
     // which means "interrupted" here; --help and --version still exit 0.
-    let cli = scenerun::cli::Cli::try_parse().unwrap_or_else(|e| {
+    let cli = scenerun::parse_args().unwrap_or_else(|e| {
         let _ = e.print();
         let code = if e.use_stderr() {
             scenerun::exit::Exit::Usage.code()

@@ -127,6 +127,9 @@ pub struct Plan {
     pub device_count: u32,
     pub history: History,
     pub files: Files,
+    /// `--no-lock --devices`: the ids the device phase runs on directly. Set by
+    /// `no_lock`; previews then pack on these ids and show no lock command.
+    pub no_lock: Option<Vec<String>>,
 }
 
 /// How path placeholders are filled.
@@ -172,7 +175,17 @@ impl Plan {
             .collect::<Result<_>>()?;
 
         let mut scenes = Vec::new();
-        let mut steps = Vec::new();
+        let mut steps = Vec::with_capacity(
+            selected
+                .iter()
+                .map(|&i| {
+                    let s = &manifest.scenes[i];
+                    s.kernels.len()
+                        + usize::from(s.fixture.is_some())
+                        + usize::from(s.golden.is_some())
+                })
+                .sum(),
+        );
         for &i in &selected {
             let s = &manifest.scenes[i];
             let si = scenes.len();
@@ -232,6 +245,7 @@ impl Plan {
             job_dir,
             history,
             files,
+            no_lock: None,
         };
 
         // Kernel and fixture keys are independent: compute them in parallel; goldens
@@ -259,40 +273,62 @@ impl Plan {
             plan.steps[i].key = k?;
         }
 
-        // One lookup per unique artifact (scenes share kernels).
-        let mut unique: HashMap<(bool, Kind, &str), usize> = HashMap::new();
-        for (i, s) in plan.steps.iter().enumerate() {
-            unique
-                .entry((s.persist, s.kind, s.key.as_str()))
-                .or_insert(i);
-        }
-        let firsts: Vec<usize> = unique.values().copied().collect();
-        let lookups: HashMap<usize, Lookup> = firsts
-            .into_par_iter()
-            .map(|i| (i, plan.lookup(&plan.steps[i])))
-            .collect();
-        let failures = record.failures();
-        let statuses: Vec<(Status, Option<Entry>)> = plan
+        // One lookup per unique artifact (scenes share kernels): `slot_of[step]` is the
+        // step's index into `firsts` and `lookups`. Vectors, not maps: at 20,000 steps the
+        // maps of `Lookup`s were megabytes of peak memory.
+        let mut unique: HashMap<(bool, Kind, &str), u32> = HashMap::new();
+        let mut firsts: Vec<usize> = Vec::new();
+        let slot_of: Vec<u32> = plan
             .steps
             .iter()
-            .map(|s| {
-                let lookup = &lookups[&unique[&(s.persist, s.kind, s.key.as_str())]];
-                let entry = match lookup {
-                    Lookup::Hit(e) => Some(e.clone()),
-                    _ => None,
-                };
-                (plan.status_of(s, lookup, &failures), entry)
+            .enumerate()
+            .map(|(i, s)| {
+                *unique
+                    .entry((s.persist, s.kind, s.key.as_str()))
+                    .or_insert_with(|| {
+                        firsts.push(i);
+                        firsts.len() as u32 - 1
+                    })
             })
             .collect();
-        for (i, (st, entry)) in statuses.into_iter().enumerate() {
+        drop(unique);
+        let snapshot = crate::cache::Snapshot::default();
+        let lookups: Vec<Lookup> = firsts
+            .into_par_iter()
+            .map(|i| {
+                let s = &plan.steps[i];
+                if plan.store_of(s).listed_absent(&snapshot, s.kind, &s.key) {
+                    Lookup::Miss
+                } else {
+                    plan.lookup(s)
+                }
+            })
+            .collect();
+        let failures = record.failures();
+        let statuses: Vec<Status> = plan
+            .steps
+            .iter()
+            .zip(&slot_of)
+            .map(|(s, &slot)| plan.status_of(s, &lookups[slot as usize], &failures))
+            .collect();
+        for (i, st) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
-            plan.steps[i].entry = entry;
+            if let Lookup::Hit(e) = &lookups[slot_of[i] as usize] {
+                plan.steps[i].entry = Some(e.clone());
+            }
             let id = plan.steps[i].id(&plan);
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
         plan.files.save();
         plan.device_count = plan.resolve_device_count()?;
         Ok(plan)
+    }
+
+    /// Run the device phase without the lock on these ids: `device_count` becomes their
+    /// number, as the inner run will pack on exactly them.
+    pub fn no_lock(&mut self, ids: Vec<String>) {
+        self.device_count = ids.len() as u32;
+        self.no_lock = Some(ids);
     }
 
     pub fn scene(&self, step: &Step) -> &Scene {
@@ -522,17 +558,29 @@ impl Plan {
     /// `{device_count}`: `lock.device_count`, else the largest `devices` among the
     /// selected scenes. A count below the largest need is a usage error.
     fn resolve_device_count(&self) -> Result<u32> {
-        let need = self
+        // The first selected scene with the largest need: the one an error names.
+        let widest = self
             .scenes
             .iter()
-            .filter_map(|s| s.device.as_ref().map(|d| d.devices))
-            .max()
-            .unwrap_or(1);
+            .filter_map(|s| s.device.as_ref().map(|d| (d.devices, s)))
+            .fold(None::<(u32, &PlanScene)>, |best, (n, s)| match best {
+                Some((b, _)) if b >= n => best,
+                _ => Some((n, s)),
+            });
+        let need = widest.map(|(n, _)| n).unwrap_or(1);
         match self.manifest.lock.as_ref().and_then(|l| l.device_count) {
-            Some(n) if n < need => Err(crate::coded!(
-                Exit::Usage,
-                "lock.device_count is {n}, but a selected scene needs {need} devices"
-            )),
+            Some(n) if n < need => {
+                let scene = widest.map(|(_, s)| s).expect("a need above 1 has a scene");
+                let m = &self.manifest;
+                Err(crate::coded!(
+                    Exit::Usage,
+                    "{}: lock.device_count is {n}, but scene `{}` needs {need} devices\n  {}: scenes[{}].device.devices: {need}",
+                    crate::manifest::position(m, "lock.device_count"),
+                    scene.name,
+                    crate::manifest::position(m, &format!("scenes[{}].device.devices", scene.index)),
+                    scene.index,
+                ))
+            }
             Some(n) => Ok(n),
             None => Ok(need),
         }

@@ -82,6 +82,7 @@ pub fn interrupt_all() {
     let now = Instant::now();
     for (pgid, grp) in g.iter_mut() {
         if grp.termed.is_none() {
+            // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
             unsafe { libc::killpg(*pgid, libc::SIGTERM) };
             grp.termed = Some(now);
         }
@@ -113,6 +114,7 @@ fn timer_loop() {
         for (pgid, grp) in g.iter_mut() {
             if let Some(t) = grp.termed {
                 if now >= t + grace {
+                    // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
                     unsafe { libc::killpg(*pgid, libc::SIGKILL) };
                 } else {
                     next = Some(next.map_or(t + grace, |n| n.min(t + grace)));
@@ -121,6 +123,7 @@ fn timer_loop() {
                 if now >= d {
                     grp.timed_out = true;
                     grp.termed = Some(now);
+                    // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
                     unsafe { libc::killpg(*pgid, libc::SIGTERM) };
                     next = Some(next.map_or(now + grace, |n| n.min(now + grace)));
                 } else {
@@ -166,6 +169,7 @@ fn ensure_watchdog() -> Option<std::os::fd::RawFd> {
 fn register_self(fd: std::os::fd::RawFd) {
     let mut buf = [0u8; 24];
     let mut digits = [0u8; 20];
+    // SAFETY: getpid has no preconditions and is async-signal-safe (this runs after fork).
     let mut pid = unsafe { libc::getpid() } as u64;
     let mut n = 0;
     loop {
@@ -181,6 +185,7 @@ fn register_self(fd: std::os::fd::RawFd) {
         buf[1 + i] = digits[n - 1 - i];
     }
     buf[1 + n] = b'\n';
+    // SAFETY: `buf` is a live local array and `n + 2 <= buf.len()`; write is async-signal-safe.
     unsafe { libc::write(fd, buf.as_ptr().cast(), n + 2) };
 }
 
@@ -191,6 +196,8 @@ fn start_watchdog() -> Option<ChildStdin> {
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+    // SAFETY: the closure runs between fork and exec and only calls setsid, which is
+    // async-signal-safe; it touches no lock or allocation of the parent.
     unsafe {
         cmd.pre_exec(|| {
             // Its own session: a kill of scenerun's process group spares it.
@@ -221,6 +228,8 @@ pub fn watchdog() -> i32 {
         }
     }
     for pgid in live {
+        // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
+        // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
         unsafe { libc::killpg(pgid, libc::SIGKILL) };
     }
     0
@@ -267,6 +276,9 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
         .stdout_file(log)
         .unchecked()
         .before_spawn(move |c| {
+            // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+            // (setpgid, write via register_self, signal, prctl, sigemptyset, pthread_sigmask) on
+            // stack values; it allocates nothing and takes no lock.
             unsafe {
                 c.pre_exec(move || {
                     libc::setpgid(0, 0);
@@ -330,6 +342,9 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
 /// Block SIGINT and SIGTERM in every thread and handle them on one thread: `on_signal`
 /// runs there (once per signal). Call before any other thread starts.
 pub fn install_signal_thread(on_signal: fn(i32)) {
+    // SAFETY: a zeroed sigset_t is valid storage that sigemptyset then initialises; the
+    // set is moved into the thread, so sigwait reads a live value. Called before other
+    // threads start, so every later thread inherits the mask.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);

@@ -50,12 +50,7 @@ fn matches_pattern(pattern: &str, name: &str) -> bool {
 /// The indices of the selected scenes, in manifest order. Nothing selected is exit 5 with
 /// a message that says what each filter removed.
 pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
-    let partition = sel
-        .partition
-        .as_deref()
-        .map(Partition::parse)
-        .transpose()
-        .map_err(|e| crate::coded!(Exit::Usage, "{e}"))?;
+    let partition = sel.partition;
     for p in &sel.patterns {
         if p.contains(['*', '?', '[']) {
             glob::Pattern::new(p)

@@ -72,7 +72,7 @@ impl Ph {
     }
 }
 
-/// Which placeholders each kind of command may use (DESIGN.md §3).
+/// Which placeholders each kind of command may use (docs/manifest.md).
 pub mod allowed {
     use super::Ph::{self, *};
     pub const COMPILE: &[Ph] = &[

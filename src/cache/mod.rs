@@ -1,4 +1,4 @@
-//! The content-addressed store (DESIGN.md §5). One directory, relocatable (no absolute
+//! The content-addressed store (docs/cache.md). One directory, relocatable (no absolute
 //! paths inside), versioned layout:
 //!
 //! ```text
@@ -152,6 +152,17 @@ pub struct Store {
     pub root: PathBuf,
 }
 
+/// Entry directory names per shard, listed once for one plan (see `Store::listed_absent`).
+#[derive(Default)]
+pub struct Snapshot {
+    shards: std::sync::RwLock<
+        std::collections::HashMap<
+            PathBuf,
+            Option<std::sync::Arc<std::collections::HashSet<std::ffi::OsString>>>,
+        >,
+    >,
+}
+
 /// An unusable store is an infrastructure error (exit 3) that names the path.
 fn infra(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
     let full = if fsutil::is_disk_full(&e) {
@@ -179,6 +190,53 @@ impl Store {
             .join(key)
     }
 
+    /// Whether the listing snapshot shows no entry directory for this key: a plan asks
+    /// this before `lookup`, so 20,000 misses cost one `readdir` per shard instead of a
+    /// failed `open` and a failed `stat` each. Only an answer of `true` is final; the
+    /// snapshot is taken once per plan and never consulted after it.
+    pub fn listed_absent(&self, snap: &Snapshot, kind: Kind, key: &str) -> bool {
+        let dir = self.entry_dir(kind, key);
+        let Some(shard) = dir.parent() else {
+            return false;
+        };
+        let listing = {
+            let known = snap
+                .shards
+                .read()
+                .expect("snapshot lock")
+                .get(shard)
+                .cloned();
+            match known {
+                Some(l) => l,
+                None => {
+                    let l = match fs::read_dir(shard) {
+                        Ok(rd) => Some(std::sync::Arc::new(
+                            rd.filter_map(Result::ok)
+                                .map(|e| e.file_name())
+                                .collect::<std::collections::HashSet<_>>(),
+                        )),
+                        // No shard directory: no entry in it.
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                            Some(std::sync::Arc::default())
+                        }
+                        Err(_) => None,
+                    };
+                    snap.shards
+                        .write()
+                        .expect("snapshot lock")
+                        .entry(shard.to_path_buf())
+                        .or_insert(l)
+                        .clone()
+                }
+            }
+        };
+        match listing {
+            // Unreadable shard: let `lookup` give the exact answer.
+            None => false,
+            Some(names) => !names.contains(std::ffi::OsStr::new(key)),
+        }
+    }
+
     /// The one lookup function: `plan`, `warm` and `device` all decide hit or miss here.
     /// `base` resolves relative dependency paths; `files` hashes them (stat memo).
     pub fn lookup(&self, kind: Kind, key: &str, base: &Path, files: &Files) -> Lookup {
@@ -200,8 +258,8 @@ impl Store {
         }
         for dep in &meta.deps {
             let path = key::key_path(base, &dep.path);
-            match files.hash(&path) {
-                Ok(h) if h == dep.blake3 => {}
+            match files.info(&path) {
+                Ok(i) if i.hash == dep.blake3 => {}
                 Ok(_) => {
                     return Lookup::Stale(format!("{} changed since it was compiled", dep.path))
                 }

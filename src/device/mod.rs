@@ -1,4 +1,4 @@
-//! The device phase (DESIGN.md §7). `outer` checks that everything is warm and takes the
+//! The device phase (docs/device.md). `outer` checks that everything is warm and takes the
 //! lock exactly once; `inner` runs inside it from the frozen plan and never builds
 //! anything. This file holds what the two share: the frozen plan and the results.
 

@@ -20,7 +20,8 @@ use crate::template::{Ph, Val};
 
 pub struct Options {
     pub no_lock: bool,
-    pub devices: String,
+    /// The ids `--no-lock` runs on.
+    pub devices: Vec<String>,
     pub report_dir: PathBuf,
 }
 
@@ -387,6 +388,9 @@ fn link_kernels(frozen: &Frozen) -> Result<()> {
 /// The lock command as `--plan` and `--dry-run` show it (the run dir exists only at
 /// run time).
 pub fn lock_command(plan: &Plan) -> Option<String> {
+    if plan.no_lock.is_some() {
+        return None;
+    }
     lock_command_in(plan, &runs::preview_dir(&plan.job_dir))
 }
 
@@ -544,8 +548,9 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     }
 
     let r = if opts.no_lock {
-        let ids = super::ids::parse(&opts.devices)
-            .map_err(|e| crate::coded!(Exit::Usage, "--devices {:?}: {e}", opts.devices))?;
+        let list = opts.devices.join(",");
+        let ids = super::ids::parse(&list)
+            .map_err(|e| crate::coded!(Exit::Usage, "--devices {list:?}: {e}"))?;
         crate::proc::set_grace(grace(plan));
         let mut r = super::inner::run(&frozen, Ok(ids));
         super::ending::classify(&frozen, &mut r, false, crate::proc::interrupted());

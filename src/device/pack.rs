@@ -139,6 +139,19 @@ pub fn simulate(jobs: &[Job], ids: usize) -> Vec<Placement> {
     done
 }
 
+/// Device ids given on the command line (`--devices 0-3,8`), parsed by clap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceIds(pub Vec<String>);
+
+impl DeviceIds {
+    pub fn parse(text: &str) -> Result<DeviceIds, String> {
+        match parse_ids(text)? {
+            ids if ids.is_empty() => Err("no device id given".into()),
+            ids => Ok(DeviceIds(ids)),
+        }
+    }
+}
+
 /// Parse granted ids: a comma list, with ranges (`0-3,8`). Order is kept, duplicates dropped.
 pub fn parse_ids(text: &str) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();

@@ -19,7 +19,7 @@ pub struct Locations {
 }
 
 impl Locations {
-    /// Index `text`. A document the event parser rejects yields no locations (serde_yaml
+    /// Index `text`. A document the event parser rejects yields no locations (the loader
     /// reports the syntax error with its own position).
     pub fn index(text: &str) -> Locations {
         let mut rx = Receiver::default();

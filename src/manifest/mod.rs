@@ -8,6 +8,7 @@ mod locate;
 mod paths;
 mod raw;
 pub mod units;
+pub mod yaml;
 
 pub use paths::expand_vars;
 
@@ -17,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde_yaml::Value;
+
+use yaml::Node as Value;
 
 use crate::template::{allowed, Ph, Template};
 use locate::Locations;
@@ -151,6 +153,11 @@ impl fmt::Display for ManifestErrors {
             self.file,
             if n == 1 { "" } else { "s" }
         )?;
+        // The offending line goes under each message, as rustc and just show it. The
+        // file is read again here: errors are rare, and a file that cannot be read (or
+        // text that was not a file) just gets no excerpt.
+        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
         for d in &self.diags {
             write!(f, "\n  {}", self.file)?;
             if let Some(line) = d.line {
@@ -163,6 +170,19 @@ impl fmt::Display for ManifestErrors {
                 write!(f, ": {}", d.message)?;
             } else {
                 write!(f, ": {}: {}", d.path, d.message)?;
+            }
+            if let Some(src) = d.line.and_then(|l| lines.get(l.wrapping_sub(1))) {
+                let n = d.line.unwrap_or(0);
+                let w = n.to_string().len();
+                write!(f, "\n  {n:>w$} | {src}")?;
+                if let Some(col) = d.col {
+                    let pad: String = src
+                        .chars()
+                        .take(col.saturating_sub(1))
+                        .map(|c| if c == '\t' { '\t' } else { ' ' })
+                        .collect();
+                    write!(f, "\n  {:>w$} | {pad}^", "")?;
+                }
             }
         }
         Ok(())
@@ -187,6 +207,35 @@ fn valid_env_name(name: &str) -> bool {
     !b.is_empty()
         && (b[0].is_ascii_alphabetic() || b[0] == b'_')
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// The nearest `name` (a bare file name) in `dir` or one of its ancestors. Returned as
+/// written when it is in `dir` itself, so messages name it as the user would.
+pub fn discover(dir: &Path, name: &Path) -> Option<PathBuf> {
+    if name.components().count() != 1 {
+        return None;
+    }
+    if dir.join(name).is_file() {
+        return Some(name.to_path_buf());
+    }
+    dir.ancestors()
+        .skip(1)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// `file:line:column` of a key path in the manifest (`lock.device_count`,
+/// `scenes[3].device.devices`), for errors found after loading; just the file when the
+/// file cannot be read again or has no such key.
+pub fn position(m: &Manifest, key: &str) -> String {
+    let file = m.file.display();
+    match std::fs::read_to_string(&m.file)
+        .ok()
+        .and_then(|t| Locations::index(&t).find(key))
+    {
+        Some(p) => format!("{file}:{}:{}", p.line, p.col),
+        None => file.to_string(),
+    }
 }
 
 pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
@@ -241,17 +290,16 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
         kinds: Default::default(),
         broken_toolchains: Vec::new(),
     };
-    let value: Value = match serde_yaml::from_str(text) {
+    let value = match yaml::parse(text) {
         Ok(v) => v,
         Err(e) => {
-            let loc = e.location();
             return Err(ManifestErrors {
                 file: cx.file,
                 diags: vec![Diag {
-                    line: loc.as_ref().map(|l| l.line()),
-                    col: loc.as_ref().map(|l| l.column()),
+                    line: Some(e.pos.line),
+                    col: Some(e.pos.col),
                     path: String::new(),
-                    message: format!("invalid YAML: {}", strip_location(&e.to_string())),
+                    message: format!("invalid YAML: {}", e.message),
                 }],
             });
         }
@@ -262,7 +310,7 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
     }
     // Positions are needed only to report errors: index the text then, not on every load.
     let locs = Locations::index(text);
-    for d in &mut cx.diags {
+    for d in cx.diags.iter_mut().filter(|d| d.line.is_none()) {
         if let Some(pos) = locs.find(&d.path) {
             d.line = Some(pos.line);
             d.col = Some(pos.col);
@@ -275,14 +323,6 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
         file: cx.file,
         diags: cx.diags,
     })
-}
-
-/// serde_yaml appends " at line L column C"; the location is printed separately.
-fn strip_location(msg: &str) -> String {
-    match msg.find(" at line ") {
-        Some(i) => msg[..i].to_string(),
-        None => msg.to_string(),
-    }
 }
 
 struct Ctx {
@@ -310,67 +350,86 @@ impl Ctx {
         });
     }
 
-    /// Deserialize a mapping into `T`, first reporting (and dropping) every unknown key so
-    /// that all of them are reported, not the first only.
-    fn take<T: DeserializeOwned>(&mut self, mut v: Value, path: &str, known: &[&str]) -> Option<T> {
-        // `known` empty: a free-form mapping (env, toolchains), no field check.
-        if let (Value::Mapping(m), false) = (&mut v, known.is_empty()) {
-            let unknown: Vec<Value> = m
-                .keys()
-                .filter(|k| !k.as_str().is_some_and(|k| known.contains(&k)))
-                .cloned()
-                .collect();
-            for k in unknown {
-                let name = match &k {
-                    Value::String(s) => s.clone(),
-                    other => serde_yaml::to_string(other)
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string(),
+    fn err_at(&mut self, path: &str, pos: locate::Pos, message: impl Into<String>) {
+        self.diags.push(Diag {
+            line: Some(pos.line),
+            col: Some(pos.col),
+            path: path.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Report (and drop) every unknown key of a mapping, with a did-you-mean when one is
+    /// close, and every repeated key, so that all of them are reported, not the first only.
+    fn check_keys(&mut self, v: &mut Value, path: &str, known: &[&str]) {
+        let yaml::Kind::Map(entries) = &mut v.kind else {
+            return;
+        };
+        // The happy path allocates nothing: names are borrowed, paths built on error only.
+        // Small mappings are scanned; big free-form ones (a long `env:`) use a set.
+        let mut set = (entries.len() > 32).then(std::collections::HashSet::new);
+        let bad: Vec<(usize, bool)> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (k, _))| {
+                let name = k.as_str();
+                let unknown = !known.is_empty() && !name.is_some_and(|n| known.contains(&n));
+                let repeated = match &mut set {
+                    Some(set) => !set.insert(name),
+                    None => entries[..i].iter().any(|(e, _)| e.as_str() == name),
                 };
-                let at = if path.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{path}.{name}")
-                };
-                self.err(
+                (unknown || repeated).then_some((i, unknown))
+            })
+            .collect();
+        if bad.is_empty() {
+            return;
+        }
+        let mut keep = Vec::with_capacity(entries.len());
+        for (i, (k, val)) in std::mem::take(entries).into_iter().enumerate() {
+            let Some(&(_, unknown)) = bad.iter().find(|(b, _)| *b == i) else {
+                keep.push((k, val));
+                continue;
+            };
+            let name = k
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| k.describe());
+            let at = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}.{name}")
+            };
+            if unknown {
+                self.err_at(&at, k.pos, yaml::unknown_field(&name, known));
+            } else {
+                self.err_at(
                     &at,
-                    format!(
-                        "unknown field `{name}` (expected one of: {})",
-                        known.join(", ")
-                    ),
+                    k.pos,
+                    format!("`{name}` is given twice in this mapping"),
                 );
-                m.remove(&k);
             }
         }
-        match serde_yaml::from_value::<T>(v) {
+        *entries = keep;
+    }
+
+    /// Deserialize a mapping into `T`, first reporting every unknown or repeated key.
+    /// `known` empty: a free-form mapping (env, toolchains), no field check.
+    fn take<T: DeserializeOwned>(&mut self, mut v: Value, path: &str, known: &[&str]) -> Option<T> {
+        self.check_keys(&mut v, path, known);
+        match T::deserialize(v) {
             Ok(t) => Some(t),
             Err(e) => {
-                let here = if path.is_empty() {
-                    "the manifest"
-                } else {
-                    path
+                let at = e.path(path);
+                let msg = match &e.problem {
+                    // The key path is printed with the error already; say "the manifest"
+                    // only when there is none.
+                    p if at.is_empty() => format!("the manifest: {p}"),
+                    p => p.to_string(),
                 };
-                let msg = e.to_string();
-                // Point at the field when serde names it.
-                let at = field_in(&msg)
-                    .map(|f| {
-                        if path.is_empty() {
-                            f.to_string()
-                        } else {
-                            format!("{path}.{f}")
-                        }
-                    })
-                    .unwrap_or_else(|| path.to_string());
-                // The key path is printed with the error already; say "the manifest" only
-                // when there is none.
-                let msg = strip_location(&msg);
-                let msg = if at.is_empty() {
-                    format!("{here}: {msg}")
-                } else {
-                    msg
-                };
-                self.err(&at, msg);
+                match e.pos {
+                    Some(pos) => self.err_at(&at, pos, msg),
+                    None => self.err(&at, msg),
+                }
                 None
             }
         }
@@ -423,40 +482,27 @@ impl Ctx {
         out
     }
 
-    fn manifest(&mut self, v: Value) -> Option<Manifest> {
-        let Value::Mapping(mut top) = v else {
-            self.err(
+    fn manifest(&mut self, mut top: Value) -> Option<Manifest> {
+        if !matches!(top.kind, yaml::Kind::Map(_)) {
+            self.err_at(
                 "",
+                top.pos,
                 "the manifest must be a mapping with `version: 1` and `scenes:`",
             );
             return None;
-        };
-        for k in top.keys().cloned().collect::<Vec<_>>() {
-            let name = k
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("{k:?}"));
-            if !raw::TOP.contains(&name.as_str()) {
-                self.err(
-                    &name,
-                    format!(
-                        "unknown field `{name}` (expected one of: {})",
-                        raw::TOP.join(", ")
-                    ),
-                );
-                top.remove(&k);
-            }
         }
+        self.check_keys(&mut top, "", raw::TOP);
         let mut field = |name: &str| top.remove(name);
 
         match field("version") {
             None => self.err("", "missing field `version` (write `version: 1`)"),
-            Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
-            Some(other) => self.err(
+            Some(v) if v.as_int() == Some(1) => {}
+            Some(other) => self.err_at(
                 "version",
+                other.pos,
                 format!(
                     "unsupported manifest version {} (this scenerun reads version 1)",
-                    serde_yaml::to_string(&other).unwrap_or_default().trim()
+                    other.as_str().unwrap_or("(not a number)")
                 ),
             ),
         }
@@ -808,17 +854,6 @@ impl Ctx {
             timeout,
         })
     }
-}
-
-/// Pull `field `x`` out of a serde message such as "missing field `name`".
-fn field_in(msg: &str) -> Option<&str> {
-    for marker in ["unknown field `", "missing field `", "duplicate field `"] {
-        if let Some(i) = msg.find(marker) {
-            let rest = &msg[i + marker.len()..];
-            return rest.find('`').map(|end| &rest[..end]);
-        }
-    }
-    None
 }
 
 fn bad_name(what: &str, name: &str) -> String {

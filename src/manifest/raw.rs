@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use super::yaml::Node as Value;
 use serde::Deserialize;
-use serde_yaml::Value;
 
 /// A scalar that may be written as a number or a string (`max_size: 1000`, `"2000"`).
 #[derive(Debug, Clone, Deserialize)]

@@ -1,4 +1,4 @@
-//! Reports CI reads (DESIGN.md §10): `report.json` (versioned), `junit.xml` (one
+//! Reports CI reads (docs/reports.md): `report.json` (versioned), `junit.xml` (one
 //! testcase per scene, warm failures included), `logs/`, and under GitHub Actions
 //! `::error` annotations plus a Markdown table in `$GITHUB_STEP_SUMMARY`.
 

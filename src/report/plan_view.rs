@@ -25,7 +25,7 @@ fn packing(plan: &Plan) -> Packing {
     let runnable: Vec<usize> = (0..plan.scenes.len())
         .filter(|&i| {
             let ps = &plan.scenes[i];
-            ps.device.is_some() && !scene_failed(plan, i)
+            ps.device.is_some() && !scene_failed(plan, i) && !too_wide(plan, i)
         })
         .collect();
     let jobs = Job::with_estimates(runnable.iter().map(|&i| {
@@ -45,6 +45,15 @@ fn packing(plan: &Plan) -> Packing {
             .collect(),
         makespan,
     }
+}
+
+/// A scene that needs more ids than `--no-lock --devices` gives: the inner run fails it
+/// without running it, so it is not packed.
+fn too_wide(plan: &Plan, i: usize) -> bool {
+    plan.scenes[i]
+        .device
+        .as_ref()
+        .is_some_and(|d| d.devices > plan.device_count)
 }
 
 fn scene_failed(plan: &Plan, i: usize) -> bool {
@@ -180,9 +189,21 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
                 ));
             }
         }
-        match crate::device::outer::lock_command(plan) {
-            Some(c) => out.push_str(&format!("lock command (called once):\n  {c}\n")),
-            None => {
+        for (i, ps) in plan.scenes.iter().enumerate() {
+            if let (Some(d), true) = (&ps.device, too_wide(plan, i)) {
+                out.push_str(&format!(
+                    "  {:<24} not run: needs {} devices, --devices gives {}\n",
+                    ps.name, d.devices, plan.device_count
+                ));
+            }
+        }
+        match (&plan.no_lock, crate::device::outer::lock_command(plan)) {
+            (Some(ids), _) => out.push_str(&format!(
+                "lock command: none (--no-lock: device steps run directly on ids {})\n",
+                ids.join(",")
+            )),
+            (None, Some(c)) => out.push_str(&format!("lock command (called once):\n  {c}\n")),
+            (None, None) => {
                 out.push_str("lock command: none (the manifest has no `lock:`; use --no-lock)\n")
             }
         }
@@ -250,6 +271,7 @@ pub fn json(plan: &Plan) -> Value {
             "scenes": scenes,
             "estimated_secs": p.makespan,
             "lock_command": crate::device::outer::lock_command(plan),
+            "no_lock_devices": plan.no_lock,
         },
     })
 }
@@ -276,6 +298,12 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
     }
     if phases.device {
         out.push_str("# device\n");
+        if let Some(ids) = &plan.no_lock {
+            out.push_str(&format!(
+                "# --no-lock: no lock command; device ids {}\n",
+                ids.join(",")
+            ));
+        }
         if let Some(c) = crate::device::outer::lock_command(plan) {
             out.push_str(&format!(
                 "# lock command, called once:\n{c}\n# inside it:\n"

@@ -1,4 +1,4 @@
-//! Integration tests: `scenerun device` and `scenerun run` (DESIGN.md §1, §7–§10).
+//! Integration tests: `scenerun device` and `scenerun run` (docs/device.md, docs/reports.md, docs/guarantees.md).
 //!
 //! Every test has its own stand-in lock pool (`TASK_SUBMIT_POOL`) and event log
 //! (`TASK_SUBMIT_LOG`). Assertions count events — lock acquisitions in the stand-in's

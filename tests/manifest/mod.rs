@@ -1,4 +1,4 @@
-//! Integration tests: manifest validation (DESIGN.md §3). Every rule is checked through
+//! Integration tests: manifest validation (docs/manifest.md). Every rule is checked through
 //! the real binary: exit 4, the exact number of errors (so nothing else slipped in), and
 //! an error line that names the file, the line and the key path.
 //!

@@ -148,19 +148,70 @@ fn scene_with_no_steps() {
 }
 
 #[test]
-fn wrong_type_is_reported_once_at_its_scene() {
+fn wrong_type_is_reported_once_at_its_key() {
     let (s, yaml) = replaced("    tags: [smoke]\n", "    tags: smoke\n");
     let err = manifest_errors(&s, 1);
     assert_diag(
         &s,
         &err,
-        line_of(&yaml, "- name: alpha"),
-        "scenes[0]",
-        "expected a sequence",
+        line_of(&yaml, "tags: smoke"),
+        "scenes[0].tags",
+        "expected a sequence, found a string `smoke`",
     );
     assert!(
         !err.contains("scenes[0]: scenes[0]"),
         "the path is printed twice:\n{err}"
+    );
+}
+
+#[test]
+fn wrong_type_names_the_key_and_what_was_found() {
+    let (s, yaml) = replaced(
+        "{golden} {devices}\"\n",
+        "{golden} {devices}\"\n      devices: -2\n",
+    );
+    let err = manifest_errors(&s, 1);
+    let col = assert_diag(
+        &s,
+        &err,
+        line_of(&yaml, "devices: -2"),
+        "scenes[0].device.devices",
+        "expected a non-negative integer, found -2",
+    );
+    assert_eq!(col, 16, "the column of `-2`:\n{err}");
+    // The offending line is shown under the message, with a caret under the value.
+    assert!(
+        err.contains("      devices: -2\n") && err.contains("               ^"),
+        "no source line under the message:\n{err}"
+    );
+}
+
+#[test]
+fn unknown_key_gets_a_suggestion() {
+    let (s, yaml) = replaced("    kernels:\n", "    kernals:\n");
+    let err = manifest_errors(&s, 2);
+    assert_diag(
+        &s,
+        &err,
+        line_of(&yaml, "kernals:"),
+        "scenes[0].kernals",
+        "unknown field `kernals` (did you mean `kernels`?)",
+    );
+}
+
+#[test]
+fn repeated_key_is_an_error() {
+    let (s, yaml) = replaced(
+        "    tags: [smoke]\n",
+        "    tags: [smoke]\n    tags: [slow]\n",
+    );
+    let err = manifest_errors(&s, 1);
+    assert_diag(
+        &s,
+        &err,
+        line_of(&yaml, "tags: [slow]"),
+        "scenes[0].tags",
+        "`tags` is given twice",
     );
 }
 
@@ -400,4 +451,54 @@ fn arbitrary_bytes_and_mutated_manifests_never_panic() {
             Ok(())
         })
         .unwrap();
+}
+
+#[test]
+fn manifest_is_found_in_a_parent_directory() {
+    let s = suite();
+    s.manifest(BASE);
+    // Without --manifest, from a subdirectory: the nearest scenes.yaml above is used,
+    // and its directory is where the suite lives (the kernel resolves beside it).
+    let out = scenerun()
+        .current_dir(s.path("kernels"))
+        .args(["plan", "--format", "json"])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = plan.to_string();
+    assert!(text.contains("alpha"), "{text}");
+    // An explicit --manifest is never searched for upwards.
+    scenerun()
+        .current_dir(s.path("kernels"))
+        .args(["--manifest", "scenes.yaml", "plan"])
+        .assert()
+        .code(4);
+}
+
+#[test]
+fn device_count_below_a_scene_names_both_places() {
+    let (s, yaml) = suite_with(|b| {
+        b.replace(
+            "scenes:\n",
+            "lock:\n  submit: \"task-submit -- {run}\"\n  device_count: 1\nscenes:\n",
+        )
+        .replace(
+            "{golden} {devices}\"\n",
+            "{golden} {devices}\"\n      devices: 2\n",
+        )
+    });
+    let out = s.cmd(&["plan"]).assert().code(4).get_output().clone();
+    let err = String::from_utf8(out.stderr).unwrap();
+    let file = s.path("scenes.yaml").display().to_string();
+    let count_at = format!("{file}:{}:", line_of(&yaml, "device_count: 1"));
+    let devices_at = format!("{file}:{}:", line_of(&yaml, "devices: 2"));
+    assert!(
+        err.contains(&count_at)
+            && err.contains("scene `alpha` needs 2 devices")
+            && err.contains(&devices_at)
+            && err.contains("scenes[0].device.devices"),
+        "expected both positions and the scene:\n{err}"
+    );
 }

@@ -1,4 +1,4 @@
-//! Content keys: what changes them and what does not (DESIGN.md §4).
+//! Content keys: what changes them and what does not (docs/cache.md).
 
 use std::fs;
 

@@ -1,4 +1,4 @@
-//! Integration tests: selection, content keys and the plan preview (DESIGN.md §2, §4, §8).
+//! Integration tests: selection, content keys and the plan preview (docs/cli.md, docs/cache.md).
 //! Keys are read from `plan --format json` (`warm.steps[].key`); previews are checked to
 //! run nothing by counting the logging compiler and scripts.
 //!

@@ -1,5 +1,5 @@
 //! The preview: `plan` snapshots, `--dry-run`/`--plan` running nothing, quoted real
-//! paths, the lock command and a failing identity command (DESIGN.md §8).
+//! paths, the lock command and a failing identity command (docs/cli.md).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -318,4 +318,50 @@ fn failing_identity_command_is_an_infrastructure_error() {
     edit_manifest(&s, "    kernels:\n      - name: k\n        toolchain: cc\n        source: kernels/k.c\n        include_dirs: [include]\n        flags: [\"-O1\"]\n", "");
     edit_manifest(&s, "{kernels} ", "");
     s.cmd(&["plan"]).assert().success();
+}
+
+#[test]
+fn previews_honour_no_lock_devices() {
+    // basic_suite has a lock section; with --no-lock the preview must not show its command
+    // and must pack on the ids --devices gives (one here), as the real --no-lock run does.
+    let s = basic_suite(2);
+    let locked = stdout(s.cmd(&["plan"]).assert().success().get_output());
+    assert!(locked.contains("lock command (called once)"), "{locked}");
+
+    let text = stdout(
+        s.cmd(&["plan", "--no-lock", "--devices", "0"])
+            .assert()
+            .success()
+            .get_output(),
+    );
+    assert!(!text.contains("lock command (called once)"), "{text}");
+    assert!(text.contains("device_count = 1 id,"), "{text}");
+    assert!(
+        text.contains("--no-lock: device steps run directly on ids 0"),
+        "{text}"
+    );
+
+    let v = plan_json(&s, &["--no-lock", "--devices", "3,5"]);
+    assert_eq!(v["device"]["device_count"], 2);
+    assert!(v["device"]["lock_command"].is_null(), "{v}");
+    assert_eq!(
+        v["device"]["no_lock_devices"],
+        serde_json::json!(["3", "5"])
+    );
+
+    for args in [
+        &["device", "--dry-run", "--no-lock"][..],
+        &["run", "--plan", "--no-lock", "--devices", "0"][..],
+    ] {
+        let out = stdout(s.cmd(args).assert().success().get_output());
+        assert!(
+            !out.contains(TASK_SUBMIT),
+            "{args:?} shows the lock command:\n{out}"
+        );
+    }
+    // -j 0 and a bad id list are usage errors.
+    s.cmd(&["-j", "0", "plan"]).assert().code(4);
+    s.cmd(&["plan", "--no-lock", "--devices", "0-x"])
+        .assert()
+        .code(4);
 }

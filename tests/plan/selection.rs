@@ -1,5 +1,5 @@
 //! Selection: `-k`, tags, platform, nothing selected, bad flags and partitions
-//! (DESIGN.md §2).
+//! (docs/cli.md).
 
 use std::collections::BTreeSet;
 

@@ -1,4 +1,4 @@
-//! Integration tests: warm (DESIGN.md §1 invariants, §4 keys, §5 cache, §6 warm).
+//! Integration tests: warm (docs/guarantees.md, docs/cache.md, docs/warm.md).
 //!
 //! Every suite here is written into a temp dir with a compiler wrapper and scripts that
 //! use paths relative to the manifest's directory (commands run there), so a suite can be
