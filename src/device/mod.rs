@@ -2,7 +2,12 @@
 //! lock exactly once; `inner` runs inside it from the frozen plan and never builds
 //! anything. This file holds what the two share: the frozen plan and the results.
 
+pub mod events;
+mod exec;
 pub mod inner;
+pub mod lane;
+pub mod lanes;
+pub mod live;
 pub mod outer;
 pub mod pack;
 
@@ -42,6 +47,15 @@ pub struct FrozenScene {
     pub golden: Option<Artifact>,
     /// Set when a warm step of this scene failed with its current key.
     pub warm_failure: Option<String>,
+    /// The lane whose process runs this scene (then `run` is None), and its words for
+    /// `{args}` (docs/lanes.md).
+    #[serde(default)]
+    pub lane: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// `device.retries`.
+    #[serde(default)]
+    pub retries: u32,
 }
 
 /// Everything the inner run needs, so that it never re-reads the manifest or sources.
@@ -54,14 +68,25 @@ pub struct Frozen {
     pub results: PathBuf,
     pub device_env: String,
     pub scenes: Vec<FrozenScene>,
+    /// The lanes the scenes use, and their start-up estimates from history.
+    #[serde(default)]
+    pub lanes: BTreeMap<String, crate::manifest::LaneConfig>,
+    #[serde(default)]
+    pub lane_startup: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub device_fault: Option<crate::manifest::DeviceFault>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SceneOutcome {
     Passed,
+    /// Passed on a retry after failing (docs/lanes.md).
+    Flaky,
+    Skipped,
     Failed,
     TimedOut,
+    Interrupted,
     FailedInWarm,
     NotRun,
 }
@@ -70,15 +95,22 @@ impl SceneOutcome {
     pub fn word(self) -> &'static str {
         match self {
             SceneOutcome::Passed => "passed",
+            SceneOutcome::Flaky => "flaky",
+            SceneOutcome::Skipped => "skipped",
             SceneOutcome::Failed => "failed",
             SceneOutcome::TimedOut => "timed out",
+            SceneOutcome::Interrupted => "interrupted",
             SceneOutcome::FailedInWarm => "failed in warm",
             SceneOutcome::NotRun => "not run",
         }
     }
 
+    /// Counts as a pass for the exit code.
     pub fn passed(self) -> bool {
-        self == SceneOutcome::Passed
+        matches!(
+            self,
+            SceneOutcome::Passed | SceneOutcome::Flaky | SceneOutcome::Skipped
+        )
     }
 }
 
@@ -93,6 +125,12 @@ pub struct SceneResult {
     pub message: Option<String>,
     pub log: Option<PathBuf>,
     pub log_tail: Option<String>,
+    /// Every try of the device step, in order (retries, device-fault reruns).
+    #[serde(default)]
+    pub attempts: Vec<events::Attempt>,
+    /// The lane it ran in.
+    #[serde(default)]
+    pub lane: Option<String>,
 }
 
 /// What the inner run writes into the job dir for the outer to read.
@@ -108,6 +146,18 @@ pub struct Results {
     /// Sum over device steps of ids held × duration.
     pub device_secs_used: f64,
     pub scenes: Vec<SceneResult>,
+    /// Lane processes, in start order.
+    #[serde(default)]
+    pub lanes: Vec<events::LaneRecord>,
+    /// Sum of lane process start-ups (not in `busy_secs`).
+    #[serde(default)]
+    pub startup_secs: f64,
+    /// Ids found faulty during the run.
+    #[serde(default)]
+    pub quarantined: Vec<String>,
+    /// Scenes were left unrun because no healthy id was left: an infrastructure failure.
+    #[serde(default)]
+    pub no_healthy_device: bool,
 }
 
 pub fn unix_now() -> f64 {
@@ -150,6 +200,11 @@ pub fn wait_for_inner(job_dir: &Path, limit: std::time::Duration) -> bool {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// The inner run's live lines, which the outer follows (docs/lanes.md).
+pub fn live_path(job_dir: &Path) -> PathBuf {
+    job_dir.join("device-live.jsonl")
 }
 
 /// Where a scene's device step gets its `{kernels}` directory of links.

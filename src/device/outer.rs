@@ -65,11 +65,15 @@ pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
         let fixture = ps.fixture.and_then(|_| it.next().flatten());
         let golden = ps.golden.and_then(|_| it.next().flatten());
         let d = ps.device.as_ref();
+        let (run, lane, args) = super::lanes::frozen_run(d);
         scenes.push(FrozenScene {
             name: ps.name.clone(),
             platform: scene.platform.clone(),
             env: scene.env.clone(),
-            run: d.map(|d| d.run.clone()),
+            run,
+            lane,
+            args,
+            retries: d.map(|d| d.retries).unwrap_or(0),
             devices: d.map(|d| d.devices as usize).unwrap_or(0),
             exclusive: d.is_some_and(|d| d.exclusive),
             timeout_secs: d.and_then(|d| d.timeout).map(|t| t.as_secs_f64()),
@@ -95,6 +99,13 @@ pub fn freeze(plan: &Plan, report_dir: &Path) -> Result<Frozen, Vec<String>> {
             .as_ref()
             .map(|l| l.device_env.clone())
             .unwrap_or_else(|| "TASK_DEVICE".into()),
+        lanes: super::lanes::frozen_lanes(plan, &scenes),
+        lane_startup: super::lanes::startup_estimates(plan),
+        device_fault: plan
+            .manifest
+            .lock
+            .as_ref()
+            .and_then(|l| l.device_fault.clone()),
         scenes,
     })
 }

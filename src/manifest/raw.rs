@@ -36,6 +36,7 @@ pub const TOP: &[&str] = &[
     "toolchains",
     "lock",
     "scenes",
+    "lanes",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -63,8 +64,9 @@ pub struct Lock {
     pub submit: String,
     pub device_env: Option<String>,
     pub device_count: Option<u32>,
+    pub device_fault: Option<Value>,
 }
-pub const LOCK: &[&str] = &["submit", "device_env", "device_count"];
+pub const LOCK: &[&str] = &["submit", "device_env", "device_count", "device_fault"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,9 +116,14 @@ pub const GEN_STEP: &[&str] = &["run", "inputs", "persist", "memory", "threads",
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceStep {
-    pub run: String,
+    pub run: Option<String>,
     pub devices: Option<u32>,
     pub exclusive: Option<bool>,
     pub timeout: Option<Scalar>,
+    pub lane: Option<String>,
+    pub args: Option<Vec<String>>,
+    pub retries: Option<u32>,
 }
-pub const DEVICE_STEP: &[&str] = &["run", "devices", "exclusive", "timeout"];
+pub const DEVICE_STEP: &[&str] = &[
+    "run", "devices", "exclusive", "timeout", "lane", "args", "retries",
+];

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::device::pack::{self, Job};
+use crate::device::lanes::PreviewProcess;
 use crate::plan::{Fill, Plan, Status};
 use crate::report::term::Ui;
 
@@ -16,34 +16,24 @@ pub struct Phases {
 }
 
 struct Packing {
-    /// (plan scene index, start, end, id slots)
-    rows: Vec<(usize, f64, f64, Vec<usize>)>,
+    procs: Vec<PreviewProcess>,
     makespan: f64,
 }
 
 fn packing(plan: &Plan) -> Packing {
     let runnable: Vec<usize> = (0..plan.scenes.len())
-        .filter(|&i| {
-            let ps = &plan.scenes[i];
-            ps.device.is_some() && !scene_failed(plan, i)
-        })
+        .filter(|&i| plan.scenes[i].device.is_some() && !scene_failed(plan, i))
         .collect();
-    let jobs = Job::with_estimates(runnable.iter().map(|&i| {
-        let d = plan.scenes[i].device.as_ref().expect("filtered");
-        (
-            d.devices as usize,
-            d.exclusive,
-            plan.scenes[i].device_estimate,
-        )
-    }));
-    let placed = pack::simulate(&jobs, plan.device_count as usize);
-    let makespan = placed.iter().map(|p| p.end).fold(0.0, f64::max);
-    Packing {
-        rows: placed
-            .into_iter()
-            .map(|p| (runnable[p.job], p.start, p.end, p.ids))
-            .collect(),
-        makespan,
+    let procs = crate::device::lanes::preview(plan, &runnable);
+    let makespan = procs.iter().map(|p| p.end).fold(0.0, f64::max);
+    Packing { procs, makespan }
+}
+
+/// How the preview names a process: its scene, or its lane and first scene.
+fn process_name(plan: &Plan, p: &PreviewProcess) -> String {
+    match &p.lane {
+        None => plan.scenes[p.scenes[0]].name.clone(),
+        Some(l) => format!("lane {l} ({} scenes)", p.scenes.len()),
     }
 }
 
@@ -140,37 +130,56 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
             if plan.device_count == 1 { "" } else { "s" },
             p.makespan
         ));
-        for (i, start, end, ids) in &p.rows {
-            let ps = &plan.scenes[*i];
-            let d = ps
-                .device
-                .as_ref()
-                .expect("packed scenes have a device step");
-            let mode = if d.exclusive {
+        for (k, pr) in p.procs.iter().enumerate() {
+            let slots = pr
+                .slots
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let side: Vec<String> = p
+                .procs
+                .iter()
+                .enumerate()
+                .filter(|(j, o)| *j != k && o.start < pr.end && o.end > pr.start)
+                .map(|(_, o)| process_name(plan, o))
+                .collect();
+            let mode = if pr.exclusive {
                 "alone (exclusive)".to_string()
+            } else if side.is_empty() {
+                "alone".into()
             } else {
-                let side: Vec<&str> = p
-                    .rows
-                    .iter()
-                    .filter(|(j, s, e, _)| j != i && *s < *end && *e > *start)
-                    .map(|(j, ..)| plan.scenes[*j].name.as_str())
-                    .collect();
-                if side.is_empty() {
-                    "alone".into()
-                } else {
-                    format!("beside {}", side.join(", "))
-                }
+                format!("beside {}", side.join(", "))
             };
-            out.push_str(&format!(
-                "  {:<24} {} id{}  slots {:<8} +{start:.1}s  {mode}\n",
-                ps.name,
-                d.devices,
-                if d.devices == 1 { " " } else { "s" },
-                ids.iter()
-                    .map(|x| x.to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ));
+            let ids = format!(
+                "{} id{}",
+                pr.devices,
+                if pr.devices == 1 { " " } else { "s" }
+            );
+            match &pr.lane {
+                None => out.push_str(&format!(
+                    "  {:<24} {ids}  slots {slots:<8} +{:.1}s  {mode}\n",
+                    plan.scenes[pr.scenes[0]].name, pr.start,
+                )),
+                Some(lane) => {
+                    out.push_str(&format!(
+                        "  {:<24} {ids}  slots {slots:<8} +{:.1}s  {mode}\n",
+                        format!("lane {lane} ({} scenes)", pr.scenes.len()),
+                        pr.start,
+                    ));
+                    out.push_str(&format!(
+                        "      one process, start-up {}: {}\n",
+                        pr.startup
+                            .map(|s| format!("~{s:.1}s"))
+                            .unwrap_or_else(|| "not measured yet".into()),
+                        pr.scenes
+                            .iter()
+                            .map(|&i| plan.scenes[i].name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            }
         }
         for (i, ps) in plan.scenes.iter().enumerate() {
             if ps.device.is_some() && scene_failed(plan, i) {
@@ -221,15 +230,18 @@ pub fn json(plan: &Plan) -> Value {
         .iter()
         .enumerate()
         .map(|(i, ps)| {
-            let row = p.rows.iter().find(|r| r.0 == i);
+            let proc = p.procs.iter().position(|r| r.scenes.contains(&i));
+            let row = proc.map(|k| &p.procs[k]);
             json!({
                 "name": ps.name,
                 "devices": ps.device.as_ref().map(|d| d.devices),
                 "exclusive": ps.device.as_ref().map(|d| d.exclusive),
+                "lane": ps.device.as_ref().and_then(|d| d.run.lane()),
                 "estimate_secs": ps.device_estimate,
                 "failed_in_warm": scene_failed(plan, i),
-                "start_secs": row.map(|r| r.1),
-                "slots": row.map(|r| r.3.clone()),
+                "start_secs": row.map(|r| r.start),
+                "slots": row.map(|r| r.slots.clone()),
+                "process": proc,
             })
         })
         .collect();
@@ -248,6 +260,15 @@ pub fn json(plan: &Plan) -> Value {
         "device": {
             "device_count": plan.device_count,
             "scenes": scenes,
+            "processes": p.procs.iter().map(|pr| json!({
+                "lane": pr.lane,
+                "scenes": pr.scenes.iter().map(|&i| plan.scenes[i].name.as_str()).collect::<Vec<_>>(),
+                "devices": pr.devices,
+                "slots": pr.slots,
+                "start_secs": pr.start,
+                "estimated_secs": pr.end - pr.start,
+                "startup_estimate_secs": pr.startup,
+            })).collect::<Vec<_>>(),
             "estimated_secs": p.makespan,
             "lock_command": crate::device::outer::lock_command(plan),
         },
@@ -283,6 +304,11 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
         }
         for ps in &plan.scenes {
             let Some(d) = &ps.device else { continue };
+            let crate::manifest::DeviceRun::Command(run) = &d.run else {
+                let lane = d.run.lane().unwrap_or_default();
+                out.push_str(&format!("# device {} runs in lane {lane}\n", ps.name));
+                continue;
+            };
             let scene = &plan.manifest.scenes[ps.index];
             let kernels = crate::device::kernels_dir(&plan.job_dir, &ps.name);
             let fixture = ps.fixture.map(|f| plan.artifact(&plan.steps[f]));
@@ -293,7 +319,7 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
                 d.devices,
                 if d.devices == 1 { "" } else { "s" },
                 crate::plan::render_device_template(
-                    &d.run,
+                    run,
                     &scene.name,
                     &scene.platform,
                     &kernels,
