@@ -483,10 +483,8 @@ fn lane_process(
             format!("could not start ({e})"),
         ),
     };
-    let crash_tail = {
-        let mut m = mark;
-        output_since(&log, &mut m)
-    };
+    // What the process said last: the cause of a crash is usually there.
+    let crash_tail = log_tail(&log);
     let (effects, requeue) = machine.finish(&end, now, &crash_tail);
     for e in &effects {
         emit(cx, e, batch, &devices, start, n, &log, &mut mark, tx);

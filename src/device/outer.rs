@@ -117,6 +117,9 @@ fn device_report(r: &Results, held: f64) -> DeviceReport {
         busy_secs: r.busy_secs,
         device_secs_used: r.device_secs_used,
         device_secs_held: r.granted.len() as f64 * held,
+        startup_secs: r.startup_secs,
+        quarantined: r.quarantined.clone(),
+        lanes: r.lanes.clone(),
         efficiency: if held > 0.0 {
             (r.busy_secs / held).min(1.0)
         } else {
@@ -145,6 +148,7 @@ fn through_lock(
     let _ = std::fs::remove_file(&log);
     ui.info(&format!("device: taking the lock once: {command}"));
     let called_at = super::unix_now();
+    let live = super::live::Follower::start(super::live_path(&plan.job_dir), ui, true);
     let ended = crate::proc::run(&crate::proc::Spec {
         command: &command,
         dir: &plan.manifest.dir,
@@ -153,6 +157,7 @@ fn through_lock(
         timeout: None,
     });
     let returned_at = super::unix_now();
+    drop(live);
     // Read the results only once the inner run has really ended (bounded: it kills
     // its device steps within the grace period after a SIGTERM).
     let inner_ended = super::wait_for_inner(
@@ -317,6 +322,8 @@ fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec
                 duration_secs: r.map(|r| r.duration_secs).unwrap_or(0.0),
                 log: r.and_then(|r| r.log.clone()),
                 log_tail: r.and_then(|r| r.log_tail.clone()),
+                lane: fs.lane.clone(),
+                attempts: r.map(|r| r.attempts.clone()).unwrap_or_default(),
                 steps: step_reports(plan, i),
             }
         })
@@ -359,12 +366,15 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     )
     .map_err(|e| crate::coded!(Exit::Infra, "cannot write {}: {e}", frozen_file.display()))?;
     let _ = std::fs::remove_file(&frozen.results);
+    let _ = std::fs::remove_file(super::live_path(&plan.job_dir));
     link_kernels(&frozen)?;
 
     let r = if opts.no_lock {
         let ids = super::pack::parse_ids(&opts.devices)
             .map_err(|e| crate::coded!(Exit::Usage, "--devices: {e}"))?;
+        let live = super::live::Follower::start(super::live_path(&plan.job_dir), ui, false);
         let r = super::inner::run(&frozen, Ok(ids));
+        drop(live);
         report.device = Some(device_report(&r, r.ended - r.started));
         r
     } else {
@@ -376,12 +386,23 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
         .iter()
         .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
         .map(|s| (format!("device/{}", s.name), s.duration_secs))
+        .chain(super::lanes::startup_history(&r))
         .collect();
     if plan.store.root.join("locks").is_dir() {
         History::record(&plan.store.root, &durations);
     }
     let failed = report.scenes.iter().any(|s| !s.outcome.passed());
-    let exit = if failed { Exit::Failed } else { Exit::Ok };
+    let exit = if r.no_healthy_device {
+        ui.always(&format!(
+            "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
+            r.quarantined.join(",")
+        ));
+        Exit::Infra
+    } else if failed {
+        Exit::Failed
+    } else {
+        Exit::Ok
+    };
     report.exit_code = exit.code();
     report.write(&opts.report_dir, ui.github)?;
     ui.out(&report.table(ui));
