@@ -98,7 +98,14 @@ pub fn scene_log(frozen: &Frozen, scene: &str, attempt: usize) -> PathBuf {
 }
 
 /// Run one plain scene's device step on `slots`; this is attempt number `attempt`.
-pub fn run_plain(cx: &Cx, job: usize, scene: usize, slots: &[usize], attempt: usize, tx: &Sender<Event>) {
+pub fn run_plain(
+    cx: &Cx,
+    job: usize,
+    scene: usize,
+    slots: &[usize],
+    attempt: usize,
+    tx: &Sender<Event>,
+) {
     let s = &cx.frozen.scenes[scene];
     let devices = cx.ids(slots);
     let log = scene_log(cx.frozen, &s.name, attempt);
@@ -123,7 +130,10 @@ pub fn run_plain(cx: &Cx, job: usize, scene: usize, slots: &[usize], attempt: us
                 AttemptOutcome::DeviceFault,
                 Some(format!("device fault on {}: {why}", devices.join(","))),
             ),
-            None => (AttemptOutcome::Failed, Some(format!("device step {}", e.describe()))),
+            None => (
+                AttemptOutcome::Failed,
+                Some(format!("device step {}", e.describe())),
+            ),
         },
         Err(e) => (
             AttemptOutcome::Failed,
@@ -154,7 +164,11 @@ pub fn run_plain(cx: &Cx, job: usize, scene: usize, slots: &[usize], attempt: us
     });
 }
 
-fn scene_env(frozen: &Frozen, s: &FrozenScene, devices: &str) -> std::collections::BTreeMap<String, String> {
+fn scene_env(
+    frozen: &Frozen,
+    s: &FrozenScene,
+    devices: &str,
+) -> std::collections::BTreeMap<String, String> {
     let kernels = super::kernels_dir(&frozen.job_dir, &s.name);
     let mut env = s.env.clone();
     env.insert("SCENERUN_KERNELS".into(), kernels.display().to_string());
@@ -169,7 +183,12 @@ fn scene_env(frozen: &Frozen, s: &FrozenScene, devices: &str) -> std::collection
     env
 }
 
-fn start_plain(frozen: &Frozen, s: &FrozenScene, devices: &str, log: &Path) -> std::io::Result<Ended> {
+fn start_plain(
+    frozen: &Frozen,
+    s: &FrozenScene,
+    devices: &str,
+    log: &Path,
+) -> std::io::Result<Ended> {
     let kernels = super::kernels_dir(&frozen.job_dir, &s.name);
     let template = s.run.as_ref().expect("plain scenes have a device command");
     let command = crate::plan::render_device_template(
@@ -255,7 +274,14 @@ fn output_since(log: &Path, mark: &mut u64) -> String {
 
 /// Run a lane's batch in a process on `slots`: restarts in fresh processes on the same
 /// ids after a crash or a scene timeout, at most the lane's `restarts` times.
-pub fn run_lane(cx: &Cx, job: usize, lane: &str, scenes: Vec<usize>, slots: &[usize], tx: &Sender<Event>) {
+pub fn run_lane(
+    cx: &Cx,
+    job: usize,
+    lane: &str,
+    scenes: Vec<usize>,
+    slots: &[usize],
+    tx: &Sender<Event>,
+) {
     let cfg = &cx.frozen.lanes[lane];
     let devices = cx.ids(slots);
     let mut batch = scenes;
@@ -325,8 +351,7 @@ fn lane_process(
     let members: Vec<&FrozenScene> = batch.iter().map(|&i| &frozen.scenes[i]).collect();
     let mut scenes_text = String::new();
     for s in &members {
-        let kernels = (!s.kernels.is_empty())
-            .then(|| super::kernels_dir(&frozen.job_dir, &s.name));
+        let kernels = (!s.kernels.is_empty()).then(|| super::kernels_dir(&frozen.job_dir, &s.name));
         scenes_text.push_str(
             &serde_json::json!({
                 "scene": s.name,
@@ -352,7 +377,10 @@ fn lane_process(
     let mut env = cfg.env.clone();
     env.insert("SCENERUN_DEVICES".into(), devices.join(","));
     env.insert("SCENERUN_SCENES".into(), scenes_file.display().to_string());
-    env.insert("SCENERUN_RESULTS".into(), results_file.display().to_string());
+    env.insert(
+        "SCENERUN_RESULTS".into(),
+        results_file.display().to_string(),
+    );
     env.insert("SCENERUN_LANE".into(), lane.to_string());
     let prepared = std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::write(&scenes_file, &scenes_text))
@@ -456,9 +484,10 @@ fn lane_process(
             },
         ),
         (None, Ok(Ended::Interrupted)) => (ProcessEnd::Interrupted, "interrupted".to_string()),
-        (None, Ok(e)) if proc::interrupted() => {
-            (ProcessEnd::Interrupted, format!("interrupted ({})", e.describe()))
-        }
+        (None, Ok(e)) if proc::interrupted() => (
+            ProcessEnd::Interrupted,
+            format!("interrupted ({})", e.describe()),
+        ),
         (None, Ok(e)) => {
             let how = e.describe();
             let unreported = {
@@ -466,13 +495,25 @@ fn lane_process(
                 output_since(&log, &mut m)
             };
             match (e, cx.faults.matches(e, &unreported)) {
-                (Ended::Exited(c), _) if *c == 0 => (ProcessEnd::Exited { ok: true, how: how.clone() }, how),
+                (Ended::Exited(c), _) if *c == 0 => (
+                    ProcessEnd::Exited {
+                        ok: true,
+                        how: how.clone(),
+                    },
+                    how,
+                ),
                 (_, Some(why)) => {
                     fault_slots(cx, slots, &[], tx);
                     machine.fault_scene = None;
                     (ProcessEnd::Fault, format!("{how}; {why}"))
                 }
-                _ => (ProcessEnd::Exited { ok: false, how: how.clone() }, how),
+                _ => (
+                    ProcessEnd::Exited {
+                        ok: false,
+                        how: how.clone(),
+                    },
+                    how,
+                ),
             }
         }
         (None, Err(e)) => (
@@ -517,10 +558,18 @@ fn fault_slots(cx: &Cx, slots: &[usize], named: &[String], tx: &Sender<Event>) {
     if !foreign.is_empty() {
         let _ = tx.send(Event::Warning(format!(
             "a lane process reported a device fault on ids it does not hold ({}); ignored",
-            foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
+            foreign
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
         )));
     }
-    let slots = if mine.is_empty() { slots.to_vec() } else { mine };
+    let slots = if mine.is_empty() {
+        slots.to_vec()
+    } else {
+        mine
+    };
     let _ = tx.send(Event::Fault { slots });
 }
 

@@ -237,7 +237,8 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
             }
         }
         if !proc::interrupted() {
-            while let Some(j) = packer.next(&jobs, free.len(), running.len(), exclusive_running > 0) {
+            while let Some(j) = packer.next(&jobs, free.len(), running.len(), exclusive_running > 0)
+            {
                 let slots = pack::take_ids(&mut free, jobs[j].devices, &queue[j].avoid)
                     .expect("the packer checked the free ids");
                 if jobs[j].exclusive {
@@ -359,7 +360,15 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
         }
     });
 
-    collect(frozen, &fixed, &acc, &granted, started, no_healthy, "interrupted")
+    collect(
+        frozen,
+        &fixed,
+        &acc,
+        &granted,
+        started,
+        no_healthy,
+        "interrupted",
+    )
 }
 
 fn not_run(t0: Instant, why: &str) -> Attempt {
@@ -424,7 +433,11 @@ fn collect(
         scenes,
         lanes,
         startup_secs: startup,
-        quarantined: acc.quarantined.iter().map(|&s| granted[s].clone()).collect(),
+        quarantined: acc
+            .quarantined
+            .iter()
+            .map(|&s| granted[s].clone())
+            .collect(),
         no_healthy_device: no_healthy,
     }
 }

@@ -179,7 +179,9 @@ pub struct BatchScene {
 enum State {
     Pending,
     /// A start event came.
-    Running { since: f64 },
+    Running {
+        since: f64,
+    },
     /// Reportlog records came; more may follow until a later scene reports.
     Reporting {
         since: f64,

@@ -81,7 +81,9 @@ fn parses_every_kind_of_line() {
 #[test]
 fn start_and_end_events_give_outcomes() {
     let mut b = batch(&[("a", &[], None), ("b", &[], None)]);
-    assert!(b.feed(r#"{"scene": "a", "event": "start"}"#, 1.0).is_empty());
+    assert!(b
+        .feed(r#"{"scene": "a", "event": "start"}"#, 1.0)
+        .is_empty());
     assert_eq!(b.startup(), Some(1.0));
     let e = b.feed(
         r#"{"scene": "a", "event": "end", "outcome": "passed", "duration_secs": 0.25}"#,
@@ -116,7 +118,10 @@ fn start_and_end_events_give_outcomes() {
 #[test]
 fn unknown_scenes_and_garbage_are_warnings_only() {
     let mut b = batch(&[("a", &[], None)]);
-    let e = b.feed(r#"{"scene": "zzz", "event": "end", "outcome": "passed"}"#, 0.1);
+    let e = b.feed(
+        r#"{"scene": "zzz", "event": "end", "outcome": "passed"}"#,
+        0.1,
+    );
     assert!(matches!(&e[..], [Effect::Warn(w)] if w.contains("zzz")));
     let e = b.feed("not json at all", 0.2);
     assert!(matches!(&e[..], [Effect::Warn(_)]));
@@ -130,7 +135,10 @@ fn unknown_scenes_and_garbage_are_warnings_only() {
 fn start_without_end_crashes_and_the_rest_is_handed_back() {
     let mut b = batch(&[("a", &[], None), ("b", &[], None), ("c", &[], None)]);
     b.feed(r#"{"scene": "a", "event": "start"}"#, 0.5);
-    b.feed(r#"{"scene": "a", "event": "end", "outcome": "passed"}"#, 0.6);
+    b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "passed"}"#,
+        0.6,
+    );
     b.feed(r#"{"scene": "b", "event": "start"}"#, 0.7);
     let (e, requeue) = b.finish(
         &ProcessEnd::Exited {
@@ -153,7 +161,10 @@ fn start_without_end_crashes_and_the_rest_is_handed_back() {
 #[test]
 fn exit_zero_leaving_scenes_unreported_fails_them_without_restart() {
     let mut b = batch(&[("a", &[], None), ("b", &[], None)]);
-    b.feed(r#"{"scene": "a", "event": "end", "outcome": "passed"}"#, 0.5);
+    b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "passed"}"#,
+        0.5,
+    );
     let (e, requeue) = b.finish(
         &ProcessEnd::Exited {
             ok: true,
@@ -179,10 +190,19 @@ fn reportlog_scene_is_in_progress_until_a_later_scene_reports() {
         ("vadd", &["t/test_vadd.py::TestVadd"], None),
         ("mm", &["t/test_mm.py"], None),
     ]);
-    let e = b.feed(&report("t/test_vadd.py::TestVadd::test_x[1]", "setup", "passed"), 1.0);
+    let e = b.feed(
+        &report("t/test_vadd.py::TestVadd::test_x[1]", "setup", "passed"),
+        1.0,
+    );
     assert!(e.is_empty());
-    b.feed(&report("t/test_vadd.py::TestVadd::test_x[1]", "call", "passed"), 1.1);
-    b.feed(&report("t/test_vadd.py::TestVadd::test_x[2]", "call", "failed"), 1.2);
+    b.feed(
+        &report("t/test_vadd.py::TestVadd::test_x[1]", "call", "passed"),
+        1.1,
+    );
+    b.feed(
+        &report("t/test_vadd.py::TestVadd::test_x[2]", "call", "failed"),
+        1.2,
+    );
     // mm's first report closes vadd with the worst of its reports.
     let e = b.feed(&report("t/test_mm.py::test_mm", "call", "passed"), 1.5);
     assert_eq!(verdicts(&e), vec![(0, Verdict::Failed)]);
@@ -291,12 +311,19 @@ fn prefix_ownership_picks_the_longest_arg_at_a_boundary() {
 
 #[test]
 fn timeout_counts_from_start_event_else_previous_result_else_process_start() {
-    let mut b = batch(&[("a", &[], Some(2.0)), ("b", &[], Some(5.0)), ("c", &[], Some(1.0))]);
+    let mut b = batch(&[
+        ("a", &[], Some(2.0)),
+        ("b", &[], Some(5.0)),
+        ("c", &[], Some(1.0)),
+    ]);
     // First scene, no start event: from the process start.
     assert_eq!(b.deadline(), Some(Deadline::Scene { scene: 0, at: 2.0 }));
     b.feed(r#"{"scene": "a", "event": "start"}"#, 0.5);
     assert_eq!(b.deadline(), Some(Deadline::Scene { scene: 0, at: 2.5 }));
-    b.feed(r#"{"scene": "a", "event": "end", "outcome": "passed"}"#, 1.0);
+    b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "passed"}"#,
+        1.0,
+    );
     // b has no start event yet: from the previous result.
     assert_eq!(b.deadline(), Some(Deadline::Scene { scene: 1, at: 6.0 }));
     b.feed(r#"{"scene": "b", "event": "start"}"#, 1.5);
@@ -322,20 +349,34 @@ fn lane_timeout_times_out_the_running_scene_and_fails_the_rest() {
         Some(10.0),
     );
     assert_eq!(b.deadline(), Some(Deadline::Lane { at: 10.0 }));
-    b.feed(r#"{"scene": "a", "event": "end", "outcome": "passed"}"#, 1.0);
+    b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "passed"}"#,
+        1.0,
+    );
     b.feed(r#"{"scene": "b", "event": "start"}"#, 2.0);
     let (e, requeue) = b.finish(&ProcessEnd::LaneTimeout, 10.0, "");
-    assert_eq!(verdicts(&e), vec![(1, Verdict::TimedOut), (2, Verdict::NotRun)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(1, Verdict::TimedOut), (2, Verdict::NotRun)]
+    );
     assert!(requeue.is_empty());
 }
 
 #[test]
 fn device_fault_blames_the_running_scene_and_hands_back_the_rest() {
     let mut b = batch(&[("a", &[], None), ("b", &[], None), ("c", &[], None)]);
-    b.feed(r#"{"scene": "a", "event": "end", "outcome": "passed"}"#, 1.0);
+    b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "passed"}"#,
+        1.0,
+    );
     b.feed(r#"{"scene": "b", "event": "start"}"#, 1.1);
     let e = b.feed(r#"{"event": "device_fault", "devices": [1]}"#, 1.2);
-    assert_eq!(e, vec![Effect::Fault { devices: vec!["1".into()] }]);
+    assert_eq!(
+        e,
+        vec![Effect::Fault {
+            devices: vec!["1".into()]
+        }]
+    );
     let (e, requeue) = b.finish(&ProcessEnd::Fault, 1.3, "");
     assert_eq!(verdicts(&e), vec![(1, Verdict::DeviceFault)]);
     assert_eq!(requeue, vec![2]);
@@ -344,8 +385,14 @@ fn device_fault_blames_the_running_scene_and_hands_back_the_rest() {
 #[test]
 fn second_end_and_late_reports_are_ignored() {
     let mut b = batch(&[("a", &["t.py::A"], None)]);
-    b.feed(r#"{"scene": "a", "event": "end", "outcome": "passed"}"#, 1.0);
-    let e = b.feed(r#"{"scene": "a", "event": "end", "outcome": "failed"}"#, 1.1);
+    b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "passed"}"#,
+        1.0,
+    );
+    let e = b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "failed"}"#,
+        1.1,
+    );
     assert!(matches!(&e[..], [Effect::Warn(_)]));
     let e = b.feed(&report("t.py::A::x", "call", "failed"), 1.2);
     assert!(matches!(&e[..], [Effect::Warn(_)]));

@@ -47,7 +47,11 @@ pub fn startup_estimates(plan: &Plan) -> BTreeMap<String, f64> {
     plan.manifest
         .lanes
         .keys()
-        .filter_map(|l| plan.history.estimate(&startup_key(l)).map(|e| (l.clone(), e)))
+        .filter_map(|l| {
+            plan.history
+                .estimate(&startup_key(l))
+                .map(|e| (l.clone(), e))
+        })
         .collect()
 }
 
@@ -81,7 +85,10 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
         .iter()
         .map(|&i| {
             let ps = &plan.scenes[i];
-            let d = ps.device.as_ref().expect("runnable scenes have a device step");
+            let d = ps
+                .device
+                .as_ref()
+                .expect("runnable scenes have a device step");
             SceneSpec {
                 devices: d.devices as usize,
                 exclusive: d.exclusive,

@@ -125,5 +125,11 @@ pub struct DeviceStep {
     pub retries: Option<u32>,
 }
 pub const DEVICE_STEP: &[&str] = &[
-    "run", "devices", "exclusive", "timeout", "lane", "args", "retries",
+    "run",
+    "devices",
+    "exclusive",
+    "timeout",
+    "lane",
+    "args",
+    "retries",
 ];

@@ -29,6 +29,31 @@ fn packing(plan: &Plan) -> Packing {
     Packing { procs, makespan }
 }
 
+/// For each process (sorted by start), up to `SHOWN` processes that run beside it, and
+/// whether there are more: a sweep that keeps only the processes still running, so a
+/// big suite costs n × ids, not n².
+fn neighbours(procs: &[PreviewProcess]) -> Vec<(Vec<usize>, bool)> {
+    const SHOWN: usize = 4;
+    let mut out = vec![(Vec::new(), false); procs.len()];
+    let mut active: Vec<usize> = Vec::new();
+    for k in 0..procs.len() {
+        let pr = &procs[k];
+        active.retain(|&j| procs[j].end > pr.start);
+        let mut near: Vec<usize> = active.clone();
+        for (j, o) in procs.iter().enumerate().skip(k + 1) {
+            if o.start >= pr.end || near.len() > SHOWN {
+                break;
+            }
+            near.push(j);
+        }
+        let more = near.len() > SHOWN;
+        near.truncate(SHOWN);
+        out[k] = (near, more);
+        active.push(k);
+    }
+    out
+}
+
 /// How the preview names a process: its scene, or its lane and first scene.
 fn process_name(plan: &Plan, p: &PreviewProcess) -> String {
     match &p.lane {
@@ -130,6 +155,7 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
             if plan.device_count == 1 { "" } else { "s" },
             p.makespan
         ));
+        let beside = neighbours(&p.procs);
         for (k, pr) in p.procs.iter().enumerate() {
             let slots = pr
                 .slots
@@ -137,19 +163,20 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
                 .map(|x| x.to_string())
                 .collect::<Vec<_>>()
                 .join(",");
-            let side: Vec<String> = p
-                .procs
-                .iter()
-                .enumerate()
-                .filter(|(j, o)| *j != k && o.start < pr.end && o.end > pr.start)
-                .map(|(_, o)| process_name(plan, o))
-                .collect();
+            let (near, more) = &beside[k];
             let mode = if pr.exclusive {
                 "alone (exclusive)".to_string()
-            } else if side.is_empty() {
+            } else if near.is_empty() {
                 "alone".into()
             } else {
-                format!("beside {}", side.join(", "))
+                format!(
+                    "beside {}{}",
+                    near.iter()
+                        .map(|&j| process_name(plan, &p.procs[j]))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if *more { " and more" } else { "" }
+                )
             };
             let ids = format!(
                 "{} id{}",
@@ -225,12 +252,18 @@ pub fn json(plan: &Plan) -> Value {
         })
         .collect();
     let p = packing(plan);
+    let mut proc_of: Vec<Option<usize>> = vec![None; plan.scenes.len()];
+    for (k, pr) in p.procs.iter().enumerate() {
+        for &i in &pr.scenes {
+            proc_of[i] = Some(k);
+        }
+    }
     let scenes: Vec<Value> = plan
         .scenes
         .iter()
         .enumerate()
         .map(|(i, ps)| {
-            let proc = p.procs.iter().position(|r| r.scenes.contains(&i));
+            let proc = proc_of[i];
             let row = proc.map(|k| &p.procs[k]);
             json!({
                 "name": ps.name,
