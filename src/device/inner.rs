@@ -151,6 +151,15 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
         fixed[i] = r;
     }
     let mut reporter = Reporter::new(&super::live_path(&frozen.job_dir), frozen.scenes.len());
+    if !granted.is_empty() {
+        reporter.note(format!(
+            "device: {} scene{} on id{} {}",
+            frozen.scenes.len(),
+            if frozen.scenes.len() == 1 { "" } else { "s" },
+            if granted.len() == 1 { "" } else { "s" },
+            granted.join(",")
+        ));
+    }
     for (i, r) in fixed.iter().enumerate() {
         if let Some(r) = r {
             reporter.settled(

@@ -53,6 +53,17 @@ impl Reporter {
         }
     }
 
+    /// A neutral line (the run started, on which ids).
+    pub fn note(&mut self, text: String) {
+        self.write(Live {
+            done: self.done,
+            total: self.total,
+            loud: false,
+            ok: None,
+            text,
+        });
+    }
+
     /// A scene settled without running (failed in warm, no device step, not warm...).
     pub fn settled(&mut self, name: &str, word: &str, ok: bool, message: Option<&str>) {
         self.done += 1;
@@ -227,6 +238,7 @@ fn follow(path: &Path, ui: &Ui, queued: bool, stop: &AtomicBool) {
             b.set_message(match state {
                 None if queued => format!("device: waiting for the lock {secs}s"),
                 None => format!("device: starting {secs}s"),
+                Some((d, t)) if d == 0 => format!("device: {t} scenes, none done yet, {secs}s"),
                 Some((d, t)) => format!("device: {d}/{t} scenes done, {secs}s"),
             });
         }

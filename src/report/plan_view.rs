@@ -308,6 +308,46 @@ pub fn json(plan: &Plan) -> Value {
     })
 }
 
+/// Lane processes as they would start (`--dry-run`): ids, scenes file and results file
+/// exist only at run time.
+fn dry_run_lanes(plan: &Plan, out: &mut String) {
+    use crate::template::{Ph, Val};
+    for pr in packing(plan).procs {
+        let Some(lane) = &pr.lane else { continue };
+        let Some(cfg) = plan.manifest.lanes.get(lane) else {
+            continue;
+        };
+        let args: Vec<String> = pr
+            .scenes
+            .iter()
+            .filter_map(|&i| plan.scenes[i].device.as_ref())
+            .flat_map(|d| match &d.run {
+                crate::manifest::DeviceRun::Lane { args, .. } => args.clone(),
+                crate::manifest::DeviceRun::Command(_) => Vec::new(),
+            })
+            .collect();
+        let platform = &plan.manifest.scenes[plan.scenes[pr.scenes[0]].index].platform;
+        let command = cfg.run.render(|ph| match ph {
+            Ph::Devices => Val::Raw("<devices>".into()),
+            Ph::Scenes => Val::Raw("<scenes>".into()),
+            Ph::Results => Val::Raw("<results>".into()),
+            Ph::Args => Val::Many(args.clone()),
+            Ph::Platform => Val::One(platform.as_str().into()),
+            _ => Val::Raw("".into()),
+        });
+        out.push_str(&format!(
+            "# lane {lane}: one process ({} id{}) for {}\n{command}\n",
+            pr.devices,
+            if pr.devices == 1 { "" } else { "s" },
+            pr.scenes
+                .iter()
+                .map(|&i| plan.scenes[i].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+}
+
 /// `--dry-run`: every command as it would run.
 pub fn dry_run(plan: &Plan, phases: Phases) -> String {
     let mut out = String::new();
@@ -338,8 +378,6 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
         for ps in &plan.scenes {
             let Some(d) = &ps.device else { continue };
             let crate::manifest::DeviceRun::Command(run) = &d.run else {
-                let lane = d.run.lane().unwrap_or_default();
-                out.push_str(&format!("# device {} runs in lane {lane}\n", ps.name));
                 continue;
             };
             let scene = &plan.manifest.scenes[ps.index];
@@ -362,6 +400,7 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
                 )
             ));
         }
+        dry_run_lanes(plan, &mut out);
     }
     out
 }

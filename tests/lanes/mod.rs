@@ -203,6 +203,14 @@ fn plan_shows_which_scenes_share_a_process() {
         .find(|p| p["lane"] == "l")
         .expect("a lane process");
     assert_eq!(lane["scenes"], serde_json::json!(["a", "b", "c"]));
+    let o = s.cmd(&["device", "--dry-run"]).output().unwrap();
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "# lane l: one process (1 id) for a, b, c\n./lane.sh <scenes> <results> <devices>"
+        ),
+        "{out}"
+    );
     // After a run (warm && device, as in CI), the start-up is measured and estimated.
     expect_code(&s.cmd(&["warm"]).output().unwrap(), 0);
     expect_code(&no_lock(&s, "0"), 0);
@@ -216,4 +224,42 @@ fn plan_shows_which_scenes_share_a_process() {
         .cloned()
         .unwrap();
     assert!(lane["startup_estimate_secs"].is_number(), "{lane:#}");
+}
+
+/// On a terminal (outside CI) a progress line with elapsed time runs while scenes run.
+#[test]
+fn a_tty_gets_a_progress_line_with_elapsed_time() {
+    let has_script = std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        has_script,
+        "`script` (util-linux) is needed to give scenerun a terminal"
+    );
+    let s = lane_suite("", &lane_scenes(&[("a", "pass"), ("b", "hang")]));
+    // b hangs until its timeout: the progress line has time to show.
+    let text = s
+        .read("scenes.yaml")
+        .replace("args: [hang]\n", "args: [hang]\n      timeout: 2s\n");
+    s.manifest(&text);
+    let exe = assert_cmd::cargo::cargo_bin("scenerun");
+    let o = std::process::Command::new("script")
+        .args(["-qec"])
+        .arg(format!(
+            "{} --manifest {} device --no-lock --devices 0",
+            exe.display(),
+            s.path("scenes.yaml").display()
+        ))
+        .arg("/dev/null")
+        .current_dir(s.dir())
+        .env_remove("CI")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).replace('\r', "\n");
+    assert!(
+        out.contains("device: 1/2 scenes done, 1s") || out.contains("device: 1/2 scenes done, 2s"),
+        "{out}"
+    );
 }
