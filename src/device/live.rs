@@ -238,7 +238,7 @@ fn follow(path: &Path, ui: &Ui, queued: bool, stop: &AtomicBool) {
             b.set_message(match state {
                 None if queued => format!("device: waiting for the lock {secs}s"),
                 None => format!("device: starting {secs}s"),
-                Some((d, t)) if d == 0 => format!("device: {t} scenes, none done yet, {secs}s"),
+                Some((0, t)) => format!("device: {t} scenes, none done yet, {secs}s"),
                 Some((d, t)) => format!("device: {d}/{t} scenes done, {secs}s"),
             });
         }
