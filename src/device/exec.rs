@@ -428,6 +428,7 @@ fn lane_process(
             let _ = end_tx.send(r);
         });
         let mut pgid: Option<i32> = None;
+        let mut terminated = false;
         loop {
             let got = end_rx.recv_timeout(POLL);
             if pgid.is_none() {
@@ -440,9 +441,6 @@ fn lane_process(
                     if let Effect::Fault { devices: named } = &e {
                         if killing.is_none() {
                             killing = Some(ProcessEnd::Fault);
-                            if let Some(pg) = pgid {
-                                proc::terminate(pg);
-                            }
                         }
                         fault_slots(cx, slots, named, tx);
                     }
@@ -465,10 +463,13 @@ fn lane_process(
                     }
                     _ => {}
                 }
-                if killing.is_some() {
-                    if let Some(pg) = pgid {
-                        proc::terminate(pg);
-                    }
+            }
+            // Stop the process once it is to be killed and its group is known (a
+            // deadline may pass before the spawn reported it).
+            if killing.is_some() && !terminated {
+                if let Some(pg) = pgid {
+                    proc::terminate(pg);
+                    terminated = true;
                 }
             }
         }

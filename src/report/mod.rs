@@ -171,11 +171,16 @@ impl Report {
         }
         if let (Some(l), Some(d)) = (&self.lock, &self.device) {
             md.push_str(&format!(
-                "\nlock: queued {:.1}s, held {:.1}s, device busy {:.1}s, efficiency {:.0}%\n",
+                "\nlock: queued {:.1}s, held {:.1}s, device busy {:.1}s, efficiency {:.0}%{}\n",
                 l.queue_wait_secs.unwrap_or(0.0),
                 l.held_secs.unwrap_or(0.0),
                 d.busy_secs,
-                d.efficiency * 100.0
+                d.efficiency * 100.0,
+                if d.lanes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (lane start-up {:.1}s beside it)", d.startup_secs)
+                }
             ));
         }
         if let Ok(mut f) = std::fs::File::options()
