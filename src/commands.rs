@@ -69,7 +69,7 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
                 return Ok(exit);
             }
             handle_signals();
-            do_warm(&plan, &a.warm, jobs, ui)
+            do_warm(&plan, &a.warm, jobs, ui).map(|(exit, _)| exit)
         }
         Command::Device(a) => {
             let plan = build(&cli, &a.select)?;
@@ -93,11 +93,11 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
                 return Ok(exit);
             }
             handle_signals();
-            let warm_exit = do_warm(&plan, &a.warm, jobs, ui)?;
-            // The device phase needs the statuses warm produced: plan again (all hits now,
-            // and the stat memo makes it cheap).
-            drop(plan);
-            let plan = build(&cli, &a.select)?;
+            let mut plan = plan;
+            let (warm_exit, published) = do_warm(&plan, &a.warm, jobs, ui)?;
+            // The device phase reads the statuses warm produced: what it published or
+            // failed, applied to the same plan.
+            plan.apply_warm(&published);
             let exit = do_device(&plan, &a.device, ui)?;
             Ok(exit.max(warm_exit))
         }
@@ -137,18 +137,22 @@ fn previewed(plan: &Plan, p: &PreviewFlags, phases: Phases, ui: &Ui) -> Option<E
     None
 }
 
-fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<Exit> {
+type Published = Vec<(usize, plan::Status, Option<crate::cache::Entry>)>;
+
+fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Published)> {
     let memory = match &w.memory {
         Some(m) => units::parse_size(m).map_err(|e| crate::coded!(Exit::Usage, "--memory: {e}"))?,
         None => warm::default_memory(),
     };
-    let summary = warm::run(plan, &warm::Options { jobs, memory }, ui)?;
-    warm::print_summary(&summary, ui);
-    Ok(if w.strict && (summary.failed + summary.skipped) > 0 {
+    let warmed = warm::run(plan, &warm::Options { jobs, memory }, ui)?;
+    let summary = &warmed.summary;
+    warm::print_summary(summary, ui);
+    let exit = if w.strict && (summary.failed + summary.skipped) > 0 {
         Exit::Failed
     } else {
         Exit::Ok
-    })
+    };
+    Ok((exit, warmed.published))
 }
 
 fn report_dir(plan: &Plan, d: &DeviceFlags) -> PathBuf {

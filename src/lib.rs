@@ -5,6 +5,7 @@ pub mod cache;
 pub mod cli;
 pub mod device;
 pub mod exit;
+pub mod explain;
 pub mod fsutil;
 pub mod key;
 pub mod manifest;
@@ -12,6 +13,7 @@ pub mod plan;
 pub mod proc;
 pub mod report;
 pub mod select;
+pub mod stepid;
 pub mod template;
 pub mod warm;
 

@@ -15,8 +15,10 @@ use crate::cache::history::History;
 use crate::cache::{Entry, Kind, Lookup, Store};
 use crate::cli::Selection;
 use crate::exit::Exit;
+use crate::explain::inputs::KeyInputs;
 use crate::key::{Files, KeyHasher};
 use crate::manifest::{DeviceStep, GenStep, Kernel, Manifest, Scene, Toolchain};
+use crate::stepid::StepId;
 use crate::template::{Ph, Template, Val};
 use crate::warm::record::{Failures, WarmRecord};
 
@@ -66,6 +68,12 @@ impl Status {
 /// A warm step: compile one kernel, generate one fixture, compute one golden.
 #[derive(Debug, Clone)]
 pub struct Step {
+    /// Stable identity across content changes, for history, records, logs and lines.
+    pub id: StepId,
+    /// Index into `Plan::units`: the steps that share this step's artifact.
+    pub unit: usize,
+    /// What went into `key`, compactly, so `explain` can say what changed.
+    pub inputs: KeyInputs,
     pub kind: Kind,
     /// Index into `Plan::scenes`.
     pub scene: usize,
@@ -87,23 +95,18 @@ pub struct Step {
 }
 
 impl Step {
-    /// Stable identity across content changes, for history and logs.
-    pub fn id(&self, plan: &Plan) -> String {
-        format!(
-            "{}/{}/{}",
-            self.kind.name(),
-            plan.scenes[self.scene].name,
-            self.name
-        )
-    }
-
     pub fn label(&self) -> &'static str {
-        match self.kind {
-            Kind::Kernel => "compile",
-            Kind::Fixture => "fixture",
-            Kind::Golden => "golden",
-        }
+        self.id.label()
     }
+}
+
+/// One unique artifact (persist, kind, key) and the steps, in plan order, that want it.
+/// Scenes share identical steps; warm builds each unit once. Grouped here, once.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    pub steps: Vec<usize>,
+    /// Units that must be published first (a golden's fixture).
+    pub deps: Vec<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -122,6 +125,7 @@ pub struct Plan {
     pub manifest: Manifest,
     pub scenes: Vec<PlanScene>,
     pub steps: Vec<Step>,
+    pub units: Vec<Unit>,
     pub store: Store,
     pub job: Store,
     pub job_dir: PathBuf,
@@ -185,6 +189,9 @@ impl Plan {
                 device_estimate: history.estimate(&format!("device/{}", s.name)),
             };
             let blank = |kind: Kind, name: &str, persist: bool| Step {
+                id: StepId::new(kind, &s.name, name),
+                unit: 0,
+                inputs: KeyInputs::default(),
                 kind,
                 scene: si,
                 name: name.to_string(),
@@ -226,6 +233,7 @@ impl Plan {
             manifest,
             scenes,
             steps,
+            units: Vec::new(),
             store,
             job,
             job_dir,
@@ -235,15 +243,15 @@ impl Plan {
 
         // Kernel and fixture keys are independent: compute them in parallel; goldens
         // need their fixture's key.
-        let keys: Vec<(usize, Result<String>)> = (0..plan.steps.len())
+        let keys: Vec<(usize, Result<(String, KeyInputs)>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind != Kind::Golden)
             .map(|i| (i, plan.compute_key(i, &identities, None)))
             .collect();
         for (i, k) in keys {
-            plan.steps[i].key = k?;
+            (plan.steps[i].key, plan.steps[i].inputs) = k?;
         }
-        let golden_keys: Vec<(usize, Result<String>)> = (0..plan.steps.len())
+        let golden_keys: Vec<(usize, Result<(String, KeyInputs)>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind == Kind::Golden)
             .map(|i| {
@@ -255,27 +263,22 @@ impl Plan {
             })
             .collect();
         for (i, k) in golden_keys {
-            plan.steps[i].key = k?;
+            (plan.steps[i].key, plan.steps[i].inputs) = k?;
         }
 
-        // One lookup per unique artifact (scenes share kernels).
-        let mut unique: HashMap<(bool, Kind, &str), usize> = HashMap::new();
-        for (i, s) in plan.steps.iter().enumerate() {
-            unique
-                .entry((s.persist, s.kind, s.key.as_str()))
-                .or_insert(i);
-        }
-        let firsts: Vec<usize> = unique.values().copied().collect();
-        let lookups: HashMap<usize, Lookup> = firsts
-            .into_par_iter()
-            .map(|i| (i, plan.lookup(&plan.steps[i])))
+        plan.group_units();
+        // One lookup per unit (scenes share kernels).
+        let lookups: Vec<Lookup> = plan
+            .units
+            .par_iter()
+            .map(|u| plan.lookup(&plan.steps[u.steps[0]]))
             .collect();
         let failures = record.failures();
         let statuses: Vec<(Status, Option<Entry>)> = plan
             .steps
             .iter()
             .map(|s| {
-                let lookup = &lookups[&unique[&(s.persist, s.kind, s.key.as_str())]];
+                let lookup = &lookups[s.unit];
                 let entry = match lookup {
                     Lookup::Hit(e) => Some(e.clone()),
                     _ => None,
@@ -286,12 +289,59 @@ impl Plan {
         for (i, (st, entry)) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
             plan.steps[i].entry = entry;
-            let id = plan.steps[i].id(&plan);
+            let id = plan.steps[i].id.record_key();
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
         plan.files.save();
         plan.device_count = plan.resolve_device_count()?;
         Ok(plan)
+    }
+
+    /// Group steps into units by (persist, kind, key), in plan order; the one grouping
+    /// warm, `plan` and the summary count by.
+    fn group_units(&mut self) {
+        let mut by_key: HashMap<(bool, Kind, &str), usize> = HashMap::new();
+        let mut units: Vec<Unit> = Vec::new();
+        let mut unit_of = vec![0; self.steps.len()];
+        for (i, s) in self.steps.iter().enumerate() {
+            let u = *by_key
+                .entry((s.persist, s.kind, s.key.as_str()))
+                .or_insert_with(|| {
+                    units.push(Unit {
+                        steps: Vec::new(),
+                        deps: Vec::new(),
+                    });
+                    units.len() - 1
+                });
+            units[u].steps.push(i);
+            unit_of[i] = u;
+        }
+        for u in &mut units {
+            let mut deps: Vec<usize> = u
+                .steps
+                .iter()
+                .flat_map(|&i| self.steps[i].deps.iter().map(|&d| unit_of[d]))
+                .collect();
+            deps.sort();
+            deps.dedup();
+            u.deps = deps;
+        }
+        for (i, u) in unit_of.into_iter().enumerate() {
+            self.steps[i].unit = u;
+        }
+        self.units = units;
+    }
+
+    /// After warm: the units it published (or found) are hits now, the ones it failed
+    /// are failed-in-warm, so the device phase reads an up-to-date plan without
+    /// planning again.
+    pub fn apply_warm(&mut self, results: &[(usize, Status, Option<Entry>)]) {
+        for (u, status, entry) in results {
+            for &si in &self.units[*u].steps {
+                self.steps[si].status = status.clone();
+                self.steps[si].entry = entry.clone();
+            }
+        }
     }
 
     pub fn scene(&self, step: &Step) -> &Scene {
@@ -402,7 +452,7 @@ impl Plan {
         i: usize,
         identities: &HashMap<String, Vec<u8>>,
         fixture_key: Option<String>,
-    ) -> Result<String> {
+    ) -> Result<(String, KeyInputs)> {
         let step = &self.steps[i];
         let s = self.scene(step);
         let base = &self.manifest.dir;
@@ -410,11 +460,13 @@ impl Plan {
             anyhow::Error::new(e).context(format!("scene {}: reading {what}", s.name))
         };
         let mut h = KeyHasher::new(step.kind.name());
+        let mut inputs = KeyInputs::new(self.command(step, &Fill::Mask), &s.platform, &s.env);
         match step.kind {
             Kind::Kernel => {
                 let (k, tc) = self.kernel(step);
                 h.field("identity", &identities[&tc.name]);
-                h.field("command", self.command(step, &Fill::Mask).as_bytes());
+                inputs.set_identity(&tc.name, &identities[&tc.name]);
+                h.field("command", inputs.command.as_bytes());
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
                 let src_hash = self
@@ -422,29 +474,33 @@ impl Plan {
                     .hash(&k.source.abs)
                     .map_err(|e| read_err(e, &k.source.rel))?;
                 h.file("source", &k.source.rel, &src_hash);
+                inputs.file(&k.source.rel, &src_hash);
                 let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
                 let closure = self
                     .files
                     .closure(base, &k.source.abs, &dirs)
                     .map_err(|e| read_err(e, &format!("the includes of {}", k.source.rel)))?;
                 h.field("include-closure", closure.digest.as_bytes());
+                inputs.closure = Some(closure);
             }
             Kind::Fixture | Kind::Golden => {
                 let g = self.gen(step);
-                h.field("command", self.command(step, &Fill::Mask).as_bytes());
+                h.field("command", inputs.command.as_bytes());
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
                 h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
                 for f in &g.inputs {
                     let hash = self.files.hash(&f.abs).map_err(|e| read_err(e, &f.rel))?;
                     h.file("input", &f.rel, &hash);
+                    inputs.file(&f.rel, &hash);
                 }
                 if let Some(fk) = fixture_key {
                     h.field("fixture-key", fk.as_bytes());
+                    inputs.fixture_key = Some(fk);
                 }
             }
         }
-        Ok(h.finish())
+        Ok((h.finish(), inputs))
     }
 
     /// The one cache-status decision, shared by plan, warm and device.
@@ -495,14 +551,7 @@ impl Plan {
     /// How many distinct artifacts the steps name (scenes share identical steps); the
     /// same grouping warm builds by.
     pub fn unique_keys(&self) -> usize {
-        let mut keys: Vec<(bool, Kind, &str)> = self
-            .steps
-            .iter()
-            .map(|s| (s.persist, s.kind, s.key.as_str()))
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys.len()
+        self.units.len()
     }
 }
 
