@@ -24,8 +24,8 @@ pub struct Cli {
     #[arg(long, global = true, env = "SCENERUN_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
 
-    /// Parallel slots for warm steps (default: number of cores).
-    #[arg(short = 'j', long = "jobs", global = true)]
+    /// Parallel slots for warm steps (default: number of cores; at least 1).
+    #[arg(short = 'j', long = "jobs", global = true, value_parser = parse_jobs)]
     pub jobs: Option<usize>,
 
     /// Print only failures and the final line.
@@ -70,6 +70,15 @@ pub enum Command {
     /// Inspect and maintain the cache.
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// Why each step that is not a hit will run: what changed since it was last built.
+    Explain(ExplainArgs),
+    /// The selected scenes with their tags, platform, devices and lane.
+    List(ListArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Internal: the run inside the lock, reading a frozen plan.
     #[command(hide = true)]
     Inner(InnerArgs),
@@ -95,6 +104,34 @@ pub struct Selection {
     /// K/N: the K-th (1-based) of N shards, by a hash of the scene name.
     #[arg(long, value_name = "K/N")]
     pub partition: Option<String>,
+    /// Only scenes whose inputs include one of these paths (relative to the current dir).
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    pub changed: Vec<PathBuf>,
+    /// Only scenes whose inputs changed since this git revision (working tree, staged,
+    /// unstaged and untracked files).
+    #[arg(long, value_name = "REV")]
+    pub changed_since: Option<String>,
+    /// What an empty selection means: `fail` (exit 5) or `pass` (exit 0, no lock taken).
+    #[arg(long, value_enum, value_name = "fail|pass", default_value_t = NoScenes::Fail)]
+    pub no_scenes: NoScenes,
+    /// The scenes `--changed`/`--changed-since` found affected (set by the glue, not a flag).
+    #[arg(skip)]
+    pub affected: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum NoScenes {
+    #[default]
+    Fail,
+    Pass,
+}
+
+fn parse_jobs(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -175,10 +212,29 @@ pub struct PlanArgs {
     pub device: DeviceFlags,
 }
 
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CacheCommand {
     /// Entries and bytes per kind, hits and misses of the last warm.
-    Stats,
+    Stats {
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Re-hash every entry; exit 1 if any is corrupt.
     Verify {
         /// Remove corrupt entries so the next warm rebuilds them.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::cache::{maintain, Store};
+use crate::cli::NoScenes;
 use crate::cli::{
     CacheCommand, Cli, Command, DeviceFlags, Format, PreviewFlags, Selection, WarmFlags,
 };
@@ -14,7 +15,7 @@ use crate::manifest::{self, units};
 use crate::plan::{self, Plan};
 use crate::report::plan_view::{self, Phases};
 use crate::report::term::Ui;
-use crate::{device, proc, warm};
+use crate::{affected, device, proc, warm};
 
 fn on_signal(_sig: i32) {
     proc::interrupt_all();
@@ -50,8 +51,32 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
         })
         .max(1);
     match &cli.command {
+        Command::Explain(a) => {
+            let Some(plan) = build_selected(&cli, &a.select, ui)? else {
+                return Ok(Exit::Ok);
+            };
+            match a.format {
+                Format::Text => ui.out(&crate::explain::text(&plan)),
+                Format::Json => ui.out(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&crate::explain::json(&plan)).expect("json")
+                )),
+            }
+            Ok(Exit::Ok)
+        }
+        Command::List(a) => list(&cli, a, ui),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "scenerun", &mut out);
+            ui.out(&String::from_utf8_lossy(&out));
+            Ok(Exit::Ok)
+        }
         Command::Plan(a) => {
-            let plan = build(&cli, &a.select)?;
+            let Some(plan) = build_selected(&cli, &a.select, ui)? else {
+                return Ok(Exit::Ok);
+            };
             let phases = Phases {
                 warm: true,
                 device: true,
@@ -60,7 +85,9 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Warm(a) => {
-            let plan = build(&cli, &a.select)?;
+            let Some(plan) = build_selected(&cli, &a.select, ui)? else {
+                return Ok(Exit::Ok);
+            };
             let phases = Phases {
                 warm: true,
                 device: false,
@@ -72,7 +99,9 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
             do_warm(&plan, &a.warm, jobs, ui).map(|(exit, _)| exit)
         }
         Command::Device(a) => {
-            let plan = build(&cli, &a.select)?;
+            let Some(plan) = build_selected(&cli, &a.select, ui)? else {
+                return Ok(Exit::Ok);
+            };
             let phases = Phases {
                 warm: false,
                 device: true,
@@ -84,7 +113,9 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
             do_device(&plan, &a.device, ui)
         }
         Command::Run(a) => {
-            let plan = build(&cli, &a.select)?;
+            let Some(plan) = build_selected(&cli, &a.select, ui)? else {
+                return Ok(Exit::Ok);
+            };
             let phases = Phases {
                 warm: true,
                 device: true,
@@ -113,6 +144,70 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
 fn build(cli: &Cli, select: &Selection) -> Result<Plan> {
     let m = manifest::load(&cli.manifest)?;
     Plan::build(m, select, cli.cache_dir.as_deref())
+}
+
+/// The plan of the selection, narrowed to the affected scenes under `--changed` /
+/// `--changed-since`; None when nothing is selected and `--no-scenes=pass` says that is
+/// fine (the reason is printed).
+fn build_selected(cli: &Cli, select: &Selection, ui: &Ui) -> Result<Option<Plan>> {
+    let empty = |e: anyhow::Error| -> Result<Option<Plan>> {
+        if select.no_scenes == NoScenes::Pass && crate::exit::exit_of(&e) == Exit::NoneSelected {
+            ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
+            return Ok(None);
+        }
+        Err(e)
+    };
+    let plan = match build(cli, select) {
+        Ok(p) => p,
+        Err(e) => return empty(e),
+    };
+    if !affected::wanted(select) {
+        return Ok(Some(plan));
+    }
+    let changes = affected::changes(select, &plan.manifest.file, &plan.manifest.dir)?;
+    let names = affected::affected(&plan, &changes)?;
+    if names.len() == plan.scenes.len() {
+        return Ok(Some(plan));
+    }
+    drop(plan);
+    // Plan again with exactly the affected scenes.
+    let mut narrowed = select.clone();
+    narrowed.affected = Some(names);
+    match build(cli, &narrowed) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) => empty(e),
+    }
+}
+
+/// `scenerun list`: the selected scenes, with no key computed.
+fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
+    let names: Option<Vec<String>> = if affected::wanted(&a.select) {
+        match build_selected(cli, &a.select, ui)? {
+            Some(p) => Some(p.scenes.iter().map(|s| s.name.clone()).collect()),
+            None => return Ok(Exit::Ok),
+        }
+    } else {
+        None
+    };
+    let m = manifest::load(&cli.manifest)?;
+    let selected = match crate::select::select(&m.scenes, &a.select) {
+        Ok(s) => s,
+        Err(e)
+            if a.select.no_scenes == NoScenes::Pass
+                && crate::exit::exit_of(&e) == Exit::NoneSelected =>
+        {
+            ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
+            return Ok(Exit::Ok);
+        }
+        Err(e) => return Err(e),
+    };
+    let scenes: Vec<&manifest::Scene> = selected
+        .iter()
+        .map(|&i| &m.scenes[i])
+        .filter(|s| names.as_ref().is_none_or(|n| n.contains(&s.name)))
+        .collect();
+    ui.out(&crate::report::list::render(&scenes, a.format));
+    Ok(Exit::Ok)
 }
 
 fn preview(plan: &Plan, phases: Phases, format: Format, ui: &Ui) {
@@ -168,7 +263,17 @@ fn do_device(plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
         devices: d.devices.clone().unwrap_or_else(|| "0".into()),
         report_dir: report_dir(plan, d),
     };
-    device::outer::run(plan, &opts, ui)
+    let dir = opts.report_dir.clone();
+    let called = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let result = device::outer::run(plan, &opts, ui);
+    // The trace's device part, from the report this run wrote (on every ending).
+    if let Err(e) = crate::report::trace::write_device(&dir, called, ui.github) {
+        ui.info(&format!("warning: cannot write the trace: {e}"));
+    }
+    result
 }
 
 fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
@@ -181,8 +286,22 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
     };
     let store = Store::at(root);
     match c {
-        CacheCommand::Stats => {
-            ui.out(&maintain::stats(&store));
+        CacheCommand::Stats { format } => {
+            if !store.root.is_dir() {
+                return Err(crate::coded!(
+                    Exit::Infra,
+                    "cache directory {} does not exist",
+                    store.root.display()
+                )
+                .context("cache stats"));
+            }
+            match format {
+                Format::Text => ui.out(&maintain::stats(&store)),
+                Format::Json => ui.out(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&maintain::stats_json(&store)).expect("json")
+                )),
+            }
             Ok(Exit::Ok)
         }
         CacheCommand::Verify { fix } => {
@@ -192,8 +311,9 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
         CacheCommand::Prune { max_age, max_size } => {
             store.ensure()?;
             let age = match max_age {
-                Some(a) => units::parse_duration(a)
-                    .map_err(|e| crate::coded!(Exit::Usage, "--max-age: {e}"))?,
+                Some(a) => {
+                    units::parse_age(a).map_err(|e| crate::coded!(Exit::Usage, "--max-age: {e}"))?
+                }
                 None => cfg
                     .as_ref()
                     .map(|c| c.max_age)

@@ -1,6 +1,7 @@
 //! scenerun: warm scene tests outside the device lock, then take the lock once.
 //! `run` is the entry point; the modules follow the phases of DESIGN.md §2.
 
+pub mod affected;
 pub mod cache;
 pub mod cli;
 pub mod device;

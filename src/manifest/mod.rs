@@ -3,7 +3,7 @@
 //! every default filled. Every error of a file is collected and reported together, each
 //! with file:line:column where the YAML gives one (exit code 4).
 
-mod locate;
+pub mod locate;
 mod paths;
 mod raw;
 pub mod units;

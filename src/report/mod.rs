@@ -3,6 +3,7 @@
 //! `::error` annotations plus a Markdown table in `$GITHUB_STEP_SUMMARY`.
 
 pub mod diagnostics;
+pub mod list;
 pub mod plan_view;
 pub mod term;
 pub mod trace;

@@ -56,10 +56,14 @@ fn scene_failed(plan: &Plan, i: usize) -> bool {
         .any(|&s| matches!(plan.steps[s].status, Status::Failed(_)))
 }
 
-fn status_text(plan: &Plan, i: usize) -> String {
+fn status_text(plan: &Plan, i: usize, why: Option<&str>) -> String {
     let s = &plan.steps[i];
     let scope = if s.persist { "" } else { " (job-scoped)" };
-    format!("{}{scope}", s.status.word())
+    match (&s.status, why) {
+        // The one word of `scenerun explain`: why this miss.
+        (Status::Miss, Some(w)) => format!("miss ({w}){scope}"),
+        _ => format!("{}{scope}", s.status.word()),
+    }
 }
 
 pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
@@ -111,6 +115,7 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
             .map(|s| plan.scenes[s.scene].name.len() + s.name.len() + 1)
             .max()
             .unwrap_or(10);
+        let whys = crate::explain::words(plan);
         for (i, s) in plan.steps.iter().enumerate() {
             let est = s
                 .estimate
@@ -121,7 +126,7 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
                 s.label(),
                 format!("{}/{}", plan.scenes[s.scene].name, s.name),
                 &s.key[..12],
-                status_text(plan, i),
+                status_text(plan, i, whys[i]),
             ));
             if let Status::Stale(why) | Status::Failed(why) = &s.status {
                 if let Some(first) = why.lines().next() {
@@ -191,10 +196,12 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
 }
 
 pub fn json(plan: &Plan) -> Value {
+    let whys = crate::explain::words(plan);
     let steps: Vec<Value> = plan
         .steps
         .iter()
-        .map(|s| {
+        .enumerate()
+        .map(|(i, s)| {
             let (status, reason) = match &s.status {
                 Status::Stale(w) | Status::Failed(w) => (s.status.word(), Some(w.clone())),
                 _ => (s.status.word(), None),
@@ -206,6 +213,7 @@ pub fn json(plan: &Plan) -> Value {
                 "key": s.key,
                 "status": status,
                 "reason": reason,
+                "why": whys[i],
                 "scope": if s.persist { "cache" } else { "job" },
                 "estimate_secs": s.estimate,
                 "threads": s.threads,

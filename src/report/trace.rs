@@ -287,7 +287,15 @@ pub fn device_events(report: &Value, fallback_start: f64) -> Vec<Value> {
 /// Read `report.json` from `dir` and replace the device part of the trace with it;
 /// under GitHub Actions also append the Mermaid gantt to the step summary.
 pub fn write_device(dir: &Path, fallback_start: f64, github: bool) -> std::io::Result<()> {
-    let report: Value = match std::fs::read(dir.join("report.json"))
+    let file = dir.join("report.json");
+    // A report left by an earlier run says nothing about this one.
+    let fresh = std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| unix_secs(t) + 1.0 >= fallback_start);
+    if !fresh {
+        return Ok(());
+    }
+    let report: Value = match std::fs::read(&file)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
     {

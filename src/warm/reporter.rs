@@ -112,7 +112,12 @@ impl<'a> Reporter<'a> {
                             let mut text = format!("{line}\n  {cause}");
                             // The output once per unit, under its first step.
                             if n == 0 {
-                                text.push_str(&self.failure_detail(plan, &s.id.labelled(), log));
+                                text.push_str(&self.failure_detail(
+                                    plan,
+                                    &s.id.labelled(),
+                                    &cause.to_string(),
+                                    log,
+                                ));
                             }
                             text.push_str(&format!("\n  log: {}", log.display()));
                             self.say(&text, true);
@@ -142,7 +147,13 @@ impl<'a> Reporter<'a> {
 
     /// The tail of a failed step's output, and under GitHub Actions its annotations and
     /// the whole log folded in a group.
-    fn failure_detail(&self, plan: &Plan, title: &str, log: &std::path::Path) -> String {
+    fn failure_detail(
+        &self,
+        plan: &Plan,
+        title: &str,
+        cause: &str,
+        log: &std::path::Path,
+    ) -> String {
         let text = std::fs::read(log)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
@@ -175,10 +186,9 @@ impl<'a> Reporter<'a> {
                 cmds.push('\n');
             }
             if diags.is_empty() {
-                let first = output.last().copied().unwrap_or("failed");
                 cmds.push_str(&diagnostics::plain_error(
                     &format!("scenerun: {title} failed"),
-                    first,
+                    cause,
                 ));
                 cmds.push('\n');
             }
