@@ -486,3 +486,124 @@ fn no_scenes_jobs_and_max_age() {
         .unwrap();
     assert_eq!(code(&o), 0, "{}", show(&o));
 }
+
+fn git(s: &Suite, args: &[&str]) {
+    let o = std::process::Command::new("git")
+        .current_dir(s.dir())
+        .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(o.status.success(), "git {args:?}: {}", show(&o));
+}
+
+fn listed(s: &Suite, args: &[&str]) -> (i32, Vec<String>) {
+    let mut all = vec!["list"];
+    all.extend_from_slice(args);
+    let o = s.cmd(&all).output().unwrap();
+    let names = stdout(&o)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    (code(&o), names)
+}
+
+#[test]
+fn changed_and_changed_since_select_the_affected_scenes() {
+    let s = Suite::with_logs();
+    s.write("include/a.h", "#define A 1\n");
+    s.write("include/shared.h", "#define S 1\n");
+    s.write(
+        "kernels/a.c",
+        "#include \"a.h\"\nint a(void) { return A; }\n",
+    );
+    s.write(
+        "kernels/b.c",
+        "#include \"shared.h\"\nint b(void) { return S; }\n",
+    );
+    s.write("data/c.txt", "1\n");
+    s.write("data/unused.txt", "1\n");
+    let kernel = |name: &str, src: &str| {
+        format!("    kernels:\n      - name: {name}\n        toolchain: cc\n        source: {src}\n        include_dirs: [include]\n        flags: [\"-O1\"]\n")
+    };
+    let manifest = |flag_b: &str, env: &str| {
+        format!(
+            "version: 1\nenv:\n  MODE: \"{env}\"\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"cc -c {{source}} -o {{out}} {{includes}} {{flags}}\"\nscenes:\n  - name: sa\n{}  - name: sb\n{}  - name: sc\n    fixture:\n      run: \"cp data/c.txt {{out}}/\"\n      inputs: [data/c.txt]\n",
+            kernel("a", "kernels/a.c"),
+            kernel("b", "kernels/b.c").replace("-O1", flag_b),
+        )
+    };
+    s.manifest(&manifest("-O1", "x"));
+    git(&s, &["init", "-q"]);
+    fs::write(s.path(".gitignore"), "cache/\nbuild/\nlogs/\n").unwrap();
+    git(&s, &["add", "."]);
+    git(&s, &["commit", "-qm", "base"]);
+
+    // Paths, relative to the current directory: a header in a closure, a fixture input.
+    assert_eq!(
+        listed(&s, &["--changed", "include/a.h"]),
+        (0, vec!["sa".into()])
+    );
+    assert_eq!(
+        listed(&s, &["--changed", "data/c.txt", "include/shared.h"]),
+        (0, vec!["sb".into(), "sc".into()])
+    );
+    let (c, _) = listed(&s, &["--changed", "data/unused.txt"]);
+    assert_eq!(c, 5);
+    assert_eq!(
+        listed(&s, &["--changed", "data/unused.txt", "--no-scenes", "pass"]),
+        (0, vec![])
+    );
+    // The manifest itself given as a path: which part changed is unknown, so all.
+    assert_eq!(listed(&s, &["--changed", "scenes.yaml"]).1.len(), 3);
+
+    // --changed-since: nothing changed yet.
+    assert_eq!(listed(&s, &["--changed-since", "HEAD"]).0, 5);
+    // An unstaged edit and an untracked header now in a closure.
+    s.write("data/c.txt", "2\n");
+    assert_eq!(
+        listed(&s, &["--changed-since", "HEAD"]),
+        (0, vec!["sc".into()])
+    );
+    s.write("include/new.h", "#define N 1\n");
+    s.write(
+        "kernels/a.c",
+        "#include \"a.h\"\n#include \"new.h\"\nint a(void) { return A + N; }\n",
+    );
+    assert_eq!(
+        listed(&s, &["--changed-since", "HEAD"]),
+        (0, vec!["sa".into(), "sc".into()])
+    );
+    git(&s, &["add", "."]);
+    git(&s, &["commit", "-qm", "two"]);
+    // Staged change of one scene's own manifest entry: that scene only.
+    s.manifest(&manifest("-O2", "x"));
+    git(&s, &["add", "scenes.yaml"]);
+    assert_eq!(
+        listed(&s, &["--changed-since", "HEAD"]),
+        (0, vec!["sb".into()])
+    );
+    // Against an older revision: everything changed since then.
+    assert_eq!(
+        listed(&s, &["--changed-since", "HEAD~1"]),
+        (0, vec!["sa".into(), "sb".into(), "sc".into()])
+    );
+    // A global section: every scene.
+    s.manifest(&manifest("-O1", "y"));
+    assert_eq!(listed(&s, &["--changed-since", "HEAD"]).1.len(), 3);
+    // The same selection drives warm: only the affected scenes build.
+    s.manifest(&manifest("-O1", "x"));
+    s.write("include/a.h", "#define A 2\n");
+    let o = s
+        .cmd(&["warm", "--changed-since", "HEAD"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(stderr(&o).contains("warm: 1 built"), "{}", show(&o));
+    // A revision git does not know is a usage error.
+    let o = s
+        .cmd(&["list", "--changed-since", "no-such-rev"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 4, "{}", show(&o));
+}

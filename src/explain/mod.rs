@@ -160,7 +160,7 @@ impl fmt::Display for Why {
                 f,
                 "inputs unchanged since the last build; the entry is no longer in the cache (pruned or cleaned)"
             ),
-            Why::Stale(why) => write!(f, "in the cache but stale: {why}"),
+            Why::Stale(why) => write!(f, "{why}"),
             Why::FailedInWarm(why) => {
                 write!(f, "failed in the last warm with this key: ")?;
                 write!(f, "{}", why.lines().next().unwrap_or(""))
