@@ -224,3 +224,174 @@ fn failure_text(cause: &FailCause, tail: &str) -> String {
     }
     msg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{Kind, Meta};
+    use crate::warm::events::Event;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    /// Two scenes sharing one kernel, each with a fixture and a golden: 5 units, 6 steps.
+    fn plan() -> (tempfile::TempDir, Plan) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.c"), "int k;\n").unwrap();
+        let mut y = String::from(
+            "version: 1\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"cc -c {source} -o {out}\"\nscenes:\n",
+        );
+        for s in ["a", "b"] {
+            y.push_str(&format!(
+                "  - name: {s}\n    kernels:\n      - name: k\n        toolchain: cc\n        source: k.c\n    fixture:\n      run: \"gen {{scene}} {{out}}\"\n    golden:\n      run: \"gold {{fixture}} {{out}}\"\n"
+            ));
+        }
+        std::fs::write(dir.path().join("scenes.yaml"), y).unwrap();
+        let m = crate::manifest::load(&dir.path().join("scenes.yaml")).unwrap();
+        let p = Plan::build(m, &Default::default(), None).unwrap();
+        (dir, p)
+    }
+
+    fn entry(kind: Kind) -> Entry {
+        Entry {
+            dir: PathBuf::from("/nowhere"),
+            meta: Meta {
+                layout: 1,
+                kind,
+                key: String::new(),
+                built_by: String::new(),
+                duration_secs: 0.0,
+                files: Vec::new(),
+                deps: Vec::new(),
+            },
+        }
+    }
+
+    fn unit_of(p: &Plan, kind: Kind, scene: &str) -> usize {
+        p.steps
+            .iter()
+            .find(|s| s.kind == kind && s.id.scene == scene)
+            .unwrap()
+            .unit
+    }
+
+    #[test]
+    fn a_shared_unit_counts_per_step_and_a_failure_skips_its_golden() {
+        let (_d, p) = plan();
+        assert_eq!((p.steps.len(), p.units.len()), (6, 5));
+        let mut acc = Accumulator::new(&p);
+        let k = unit_of(&p, Kind::Kernel, "a");
+        let fa = unit_of(&p, Kind::Fixture, "a");
+        let ga = unit_of(&p, Kind::Golden, "a");
+        let fb = unit_of(&p, Kind::Fixture, "b");
+        let at = SystemTime::now();
+        acc.on(
+            &p,
+            Event::Started {
+                unit: k,
+                slot: 1,
+                at,
+            },
+        );
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: k,
+                slot: 1,
+                wall_secs: 2.5,
+                outcome: UnitOutcome::Built {
+                    secs: 2.0,
+                    entry: entry(Kind::Kernel),
+                },
+            },
+        );
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: fa,
+                slot: 0,
+                wall_secs: 4.0,
+                outcome: UnitOutcome::Failed {
+                    cause: FailCause::TimedOut {
+                        limit: Duration::from_secs(4),
+                    },
+                    log: PathBuf::from("/nowhere/fixture.log"),
+                },
+            },
+        );
+        acc.on(
+            &p,
+            Event::Skipped {
+                unit: ga,
+                cause: SkipCause::DependencyFailed,
+            },
+        );
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: fb,
+                slot: 0,
+                wall_secs: 0.0,
+                outcome: UnitOutcome::Hit {
+                    entry: entry(Kind::Fixture),
+                },
+            },
+        );
+        acc.finish(9.0);
+        let s = &acc.summary;
+        // The shared kernel: two steps built from one unit.
+        assert_eq!((s.built, s.hits, s.failed, s.skipped), (2, 1, 1, 1));
+        assert_eq!((s.units, s.units_built, s.units_hit), (5, 1, 1));
+        assert_eq!(acc.history.len(), 2);
+        assert_eq!(acc.history[0], ("kernel/a/k".to_string(), 2.0));
+        assert_eq!(acc.built_steps.len(), 2);
+        // A failure keeps its real duration and its cause, with the limit.
+        let f = acc
+            .records
+            .iter()
+            .find(|r| r.kind == Kind::Fixture && r.scene == "a")
+            .unwrap();
+        assert_eq!(f.duration_secs, 4.0);
+        assert!(f.error.as_deref().unwrap().contains("timed out after 4.0s"));
+        assert_eq!(
+            s.failed_scenes,
+            vec![(
+                "a".to_string(),
+                "fixture fixture: timed out after 4.0s (its timeout; process group killed)"
+                    .to_string()
+            )]
+        );
+        // What the device phase will see.
+        let status = |u: usize| {
+            acc.published
+                .iter()
+                .find(|(x, ..)| *x == u)
+                .map(|(_, s, e)| (s.word(), e.is_some()))
+        };
+        assert_eq!(status(k), Some(("hit", true)));
+        assert_eq!(status(fa), Some(("failed-in-warm", false)));
+        assert_eq!(status(ga), Some(("failed-in-warm", false)));
+        assert_eq!(status(fb), Some(("hit", true)));
+        // The trace has a span only where a start was seen.
+        assert_eq!(acc.spans.len(), 1);
+        assert_eq!((acc.spans[0].slot, acc.spans[0].secs), (1, 2.5));
+    }
+
+    #[test]
+    fn a_cache_failure_is_kept_once_and_publishes_nothing() {
+        let (_d, p) = plan();
+        let mut acc = Accumulator::new(&p);
+        for u in 0..2 {
+            acc.on(
+                &p,
+                Event::Finished {
+                    unit: u,
+                    slot: 0,
+                    wall_secs: 0.1,
+                    outcome: UnitOutcome::Infra(anyhow::anyhow!("disk full {u}")),
+                },
+            );
+        }
+        assert_eq!(format!("{}", acc.infra.unwrap()), "disk full 0");
+        assert!(acc.published.is_empty());
+    }
+}
