@@ -513,12 +513,7 @@ impl Plan {
         match lookup {
             Lookup::Hit(_) => Status::Hit,
             other => {
-                if let Some(f) = failures.get(
-                    step.kind,
-                    &self.scenes[step.scene].name,
-                    &step.name,
-                    &step.key,
-                ) {
+                if let Some(f) = failures.get(&step.id, &step.key) {
                     return Status::Failed(f);
                 }
                 match other {

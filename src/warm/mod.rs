@@ -2,6 +2,12 @@
 //! cache (or the job dir for `persist: false`). Invariants kept here: a key is built at
 //! most once per cache (per-key lock, look again after acquiring it); a failure is never
 //! cached and fails only its scene; nothing partial is ever published.
+//!
+//! One pipeline: the plan's units (grouped once, in `plan`) go to the executor (`exec`,
+//! driven by the pure scheduler `sched`), which runs `build_unit` on its slots and emits
+//! typed events (`events`); one accumulator (`accum`) turns them into the summary, the
+//! warm record, history, key-input records and trace spans; one reporter (`reporter`)
+//! renders them. `run` hands back what it published so `scenerun run` updates its plan.
 
 pub mod accum;
 pub mod depfile;
@@ -11,7 +17,6 @@ pub mod record;
 pub mod reporter;
 pub mod sched;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -56,10 +61,6 @@ pub fn default_memory() -> u64 {
 pub struct Warmed {
     pub summary: Summary,
     pub published: Vec<(usize, Status, Option<Entry>)>,
-}
-
-pub fn log_path(plan: &Plan, step: &crate::plan::Step) -> PathBuf {
-    step.id.log_path(&plan.job_dir)
 }
 
 /// Warm every unit of the plan: the executor runs them and emits events; the reporter
@@ -144,7 +145,7 @@ fn build_or_fail(plan: &Plan, unit: usize) -> UnitOutcome {
         Ok(Done::Hit(entry)) => UnitOutcome::Hit { entry },
         Ok(Done::Failed(cause)) => UnitOutcome::Failed {
             cause,
-            log: log_path(plan, step),
+            log: step.id.log_path(&plan.job_dir),
         },
         Err(e) => UnitOutcome::Infra(e),
     }
@@ -198,7 +199,7 @@ fn build_unit(plan: &Plan, step: &crate::plan::Step) -> Result<Done> {
             plan.artifact(&plan.steps[f]).display().to_string(),
         );
     }
-    let log = log_path(plan, step);
+    let log = step.id.log_path(&plan.job_dir);
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::create_dir_all(log.parent().expect("log has a dir"));
     let _ = std::fs::write(&log, format!("$ {command}\n"));
