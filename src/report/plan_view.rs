@@ -112,7 +112,7 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
         let w = plan
             .steps
             .iter()
-            .map(|s| plan.scenes[s.scene].name.len() + s.name.len() + 1)
+            .map(|s| s.id.to_string().len())
             .max()
             .unwrap_or(10);
         let whys = crate::explain::words(plan);
@@ -124,7 +124,7 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
             out.push_str(&format!(
                 "  {:<8} {:<w$}  {}  {:<22} {est:>7}\n",
                 s.label(),
-                format!("{}/{}", plan.scenes[s.scene].name, s.name),
+                s.id.to_string(),
                 &s.key[..12],
                 status_text(plan, i, whys[i]),
             ));
@@ -208,7 +208,7 @@ pub fn json(plan: &Plan) -> Value {
             };
             json!({
                 "kind": s.kind.name(),
-                "scene": plan.scenes[s.scene].name,
+                "scene": s.id.scene,
                 "name": s.name,
                 "key": s.key,
                 "status": status,
@@ -274,10 +274,8 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
                 ""
             };
             out.push_str(&format!(
-                "# {} {}/{}{note}\n{}\n",
-                s.label(),
-                plan.scenes[s.scene].name,
-                s.name,
+                "# {}{note}\n{}\n",
+                s.id.labelled(),
                 plan.command(s, &Fill::DryRun)
             ));
         }
