@@ -233,13 +233,15 @@ pub fn device_events(report: &Value, fallback_start: f64) -> Vec<Value> {
             ));
         }
     }
-    // Lane processes: the start-up ends where the first of its scenes starts.
-    for l in report
-        .get("lanes")
+    // Lane processes' start-ups: from the process start when the report has it, else
+    // ending where the first of its scenes started.
+    let lanes = report
+        .pointer("/device/lanes")
+        .or_else(|| report.get("lanes"))
         .and_then(|l| l.as_array())
-        .into_iter()
-        .flatten()
-    {
+        .cloned()
+        .unwrap_or_default();
+    for l in &lanes {
         let Some(startup) = f(l, "startup_secs") else {
             continue;
         };
@@ -249,16 +251,19 @@ pub fn device_events(report: &Value, fallback_start: f64) -> Vec<Value> {
             .and_then(|x| x.as_array())
             .map(|x| x.iter().filter_map(|n| n.as_str()).collect())
             .unwrap_or_default();
-        let first = scenes
-            .iter()
-            .filter(|s| {
-                s.get("name")
-                    .and_then(|n| n.as_str())
-                    .is_some_and(|n| names.contains(&n))
-            })
-            .filter_map(|s| f(s, "start_secs"))
-            .fold(f64::INFINITY, f64::min);
-        if !first.is_finite() {
+        let start = f(l, "start_secs").unwrap_or_else(|| {
+            scenes
+                .iter()
+                .filter(|s| {
+                    s.get("name")
+                        .and_then(|n| n.as_str())
+                        .is_some_and(|n| names.contains(&n))
+                })
+                .filter_map(|s| f(s, "start_secs"))
+                .fold(f64::INFINITY, f64::min)
+                - startup
+        });
+        if !start.is_finite() {
             continue;
         }
         let devices: Vec<String> = match l.get("devices") {
@@ -275,9 +280,9 @@ pub fn device_events(report: &Value, fallback_start: f64) -> Vec<Value> {
                 tid(d),
                 &format!("{lane} start-up"),
                 "lane",
-                inner_start + first - startup,
+                inner_start + start,
                 startup,
-                json!({"lane": lane}),
+                json!({"lane": lane, "restarts": l.get("restarts")}),
             ));
         }
     }
@@ -355,4 +360,72 @@ pub fn gantt(events: &[Value]) -> String {
     }
     md.push_str("```\n");
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Value {
+        json!({
+            "lock": {"called_at": 100.0, "inner_started_at": 102.0, "returned_at": 110.0, "command": "x"},
+            "device": {
+                "granted": ["4", "5"],
+                "lanes": [{"lane": "npu", "devices": ["5"], "start_secs": 0.5, "startup_secs": 1.5,
+                           "restarts": 0, "scenes": ["b"]}]
+            },
+            "scenes": [
+                {"name": "a", "devices": ["4"], "start_secs": 0.0, "duration_secs": 3.0, "outcome": "passed"},
+                {"name": "b", "devices": ["5"], "start_secs": 2.0, "duration_secs": 1.0, "outcome": "failed"},
+                {"name": "c", "devices": [], "start_secs": 0.0, "duration_secs": 0.0, "outcome": "not_run"}
+            ]
+        })
+    }
+
+    fn spans<'a>(ev: &'a [Value], cat: &str) -> Vec<&'a Value> {
+        ev.iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+            .collect()
+    }
+
+    #[test]
+    fn device_part_has_lock_ids_and_lane_startups() {
+        let ev = device_events(&report(), 0.0);
+        let lock = spans(&ev, "lock");
+        assert_eq!(lock.len(), 2);
+        assert_eq!(
+            (lock[0]["ts"].as_i64(), lock[0]["dur"].as_i64()),
+            (Some(100_000_000), Some(2_000_000))
+        );
+        assert_eq!(lock[1]["name"], "held");
+        assert_eq!(lock[1]["dur"].as_i64(), Some(8_000_000));
+        let scenes = spans(&ev, "scene");
+        // A scene that never held an id has no span.
+        assert_eq!(scenes.len(), 2);
+        assert_eq!(scenes[1]["ts"].as_i64(), Some(104_000_000));
+        // Tracks follow the granted order: id 4 is track 1, id 5 track 2.
+        assert_eq!(
+            (scenes[0]["tid"].as_u64(), scenes[1]["tid"].as_u64()),
+            (Some(1), Some(2))
+        );
+        let lane = spans(&ev, "lane");
+        assert_eq!(lane.len(), 1);
+        assert_eq!(
+            (lane[0]["ts"].as_i64(), lane[0]["tid"].as_u64()),
+            (Some(102_500_000), Some(2))
+        );
+        let g = gantt(&ev);
+        assert!(g.contains("section device 5\n"), "{g}");
+        assert!(g.contains("    b :crit, 4000, 1000ms\n"), "{g}");
+        assert!(g.contains("    a :2000, 3000ms\n"), "{g}");
+    }
+
+    #[test]
+    fn without_lock_timings_the_inner_start_is_the_fallback() {
+        let mut r = report();
+        r["lock"] = Value::Null;
+        let ev = device_events(&r, 50.0);
+        assert!(spans(&ev, "lock").is_empty());
+        assert_eq!(spans(&ev, "scene")[0]["ts"].as_i64(), Some(50_000_000));
+    }
 }
