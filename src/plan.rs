@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use rayon::prelude::*;
@@ -241,12 +241,18 @@ impl Plan {
             files,
         };
 
+        // Env as `explain` records it: hashed once per scene, shared by its steps.
+        let env_hashes: Vec<Arc<BTreeMap<String, String>>> = plan
+            .scenes
+            .iter()
+            .map(|ps| KeyInputs::env_hashes(&plan.manifest.scenes[ps.index].env))
+            .collect();
         // Kernel and fixture keys are independent: compute them in parallel; goldens
         // need their fixture's key.
         let keys: Vec<(usize, Result<(String, KeyInputs)>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind != Kind::Golden)
-            .map(|i| (i, plan.compute_key(i, &identities, None)))
+            .map(|i| (i, plan.compute_key(i, &identities, &env_hashes, None)))
             .collect();
         for (i, k) in keys {
             (plan.steps[i].key, plan.steps[i].inputs) = k?;
@@ -259,7 +265,10 @@ impl Plan {
                     .deps
                     .first()
                     .map(|&f| plan.steps[f].key.clone());
-                (i, plan.compute_key(i, &identities, fixture_key))
+                (
+                    i,
+                    plan.compute_key(i, &identities, &env_hashes, fixture_key),
+                )
             })
             .collect();
         for (i, k) in golden_keys {
@@ -451,6 +460,7 @@ impl Plan {
         &self,
         i: usize,
         identities: &HashMap<String, Vec<u8>>,
+        env_hashes: &[Arc<BTreeMap<String, String>>],
         fixture_key: Option<String>,
     ) -> Result<(String, KeyInputs)> {
         let step = &self.steps[i];
@@ -460,7 +470,11 @@ impl Plan {
             anyhow::Error::new(e).context(format!("scene {}: reading {what}", s.name))
         };
         let mut h = KeyHasher::new(step.kind.name());
-        let mut inputs = KeyInputs::new(self.command(step, &Fill::Mask), &s.platform, &s.env);
+        let mut inputs = KeyInputs::new(
+            self.command(step, &Fill::Mask),
+            &s.platform,
+            env_hashes[step.scene].clone(),
+        );
         match step.kind {
             Kind::Kernel => {
                 let (k, tc) = self.kernel(step);

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -30,9 +31,9 @@ pub struct KeyInputs {
     /// The command with path placeholders masked (flags, includes, script filled).
     pub command: String,
     pub platform: String,
-    /// Env name → short hash of its value.
+    /// Env name → short hash of its value (one map per scene, shared by its steps).
     #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    pub env: Arc<BTreeMap<String, String>>,
     /// (toolchain name, short hash of its identity output).
     #[serde(default)]
     pub identity: Option<(String, String)>,
@@ -51,16 +52,22 @@ pub struct KeyInputs {
 }
 
 impl KeyInputs {
-    pub fn new(command: String, platform: &str, env: &BTreeMap<String, String>) -> KeyInputs {
+    pub fn new(command: String, platform: &str, env: Arc<BTreeMap<String, String>>) -> KeyInputs {
         KeyInputs {
             command,
             platform: platform.to_string(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.clone(), short_of(v.as_bytes())))
-                .collect(),
+            env,
             ..KeyInputs::default()
         }
+    }
+
+    /// A scene's env as recorded: names with short hashes of their values.
+    pub fn env_hashes(env: &BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
+        Arc::new(
+            env.iter()
+                .map(|(k, v)| (k.clone(), short_of(v.as_bytes())))
+                .collect(),
+        )
     }
 
     pub fn set_identity(&mut self, toolchain: &str, output: &[u8]) {

@@ -367,7 +367,7 @@ mod tests {
     use super::*;
 
     fn inputs(cmd: &str, files: &[(&str, &str)]) -> KeyInputs {
-        let mut i = KeyInputs::new(cmd.into(), "a2a3", &BTreeMap::new());
+        let mut i = KeyInputs::new(cmd.into(), "a2a3", Default::default());
         for (p, h) in files {
             i.file(p, h);
         }
@@ -405,10 +405,10 @@ mod tests {
     fn env_values_are_compared_by_hash_and_named() {
         let mut env = BTreeMap::new();
         env.insert("A".to_string(), "1".to_string());
-        let before = KeyInputs::new("x".into(), "p", &env);
+        let before = KeyInputs::new("x".into(), "p", KeyInputs::env_hashes(&env));
         env.insert("A".to_string(), "2".to_string());
         env.insert("B".to_string(), "x".to_string());
-        let now = KeyInputs::new("x".into(), "p", &env);
+        let now = KeyInputs::new("x".into(), "p", KeyInputs::env_hashes(&env));
         let c = compare(&before, &now, &Records::default());
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].to_string(), "env A changed value");
