@@ -159,7 +159,9 @@ pub fn affected(plan: &Plan, c: &Changes) -> Result<Vec<String>> {
                     .as_ref()
                     .is_some_and(|cl| cl.files.iter().any(|n| hit(&rel(&n.name))))
                 || s.entry
-                    .as_ref()
+                    .clone()
+                    // A stale entry (a recorded dependency changed) still names its deps.
+                    .or_else(|| plan.store_of(s).present(s.kind, &s.key))
                     .is_some_and(|e| e.meta.deps.iter().any(|d| hit(&rel(&d.path))));
         }
         if yes {

@@ -607,3 +607,40 @@ fn changed_and_changed_since_select_the_affected_scenes() {
         .unwrap();
     assert_eq!(code(&o), 4, "{}", show(&o));
 }
+
+#[test]
+fn changed_follows_depfile_entries_the_scanner_cannot_see() {
+    let s = Suite::with_logs();
+    s.write("include/hidden.h", "#define H 1\n");
+    s.write(
+        "kernels/m.c",
+        "#define IMPL \"hidden.h\"\n#include IMPL\nint m(void) { return H; }\n",
+    );
+    s.write("kernels/o.c", "int o(void) { return 0; }\n");
+    s.manifest(
+        "version: 1\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"cc -c {source} -o {out} {includes}\"\n    depfile: \"-MD -MF {depfile}\"\nscenes:\n  - name: sm\n    kernels:\n      - name: m\n        toolchain: cc\n        source: kernels/m.c\n        include_dirs: [include]\n  - name: so\n    kernels:\n      - name: o\n        toolchain: cc\n        source: kernels/o.c\n        include_dirs: [include]\n",
+    );
+    // Before a build nothing records the hidden header.
+    assert_eq!(listed(&s, &["--changed", "include/hidden.h"]).0, 5);
+    warm(&s);
+    // A hit names it through its entry's depfile record...
+    assert_eq!(
+        listed(&s, &["--changed", "include/hidden.h"]),
+        (0, vec!["sm".into()])
+    );
+    // ...and so does the stale entry once it changed.
+    s.write("include/hidden.h", "#define H 2\n");
+    assert_eq!(
+        listed(&s, &["--changed", "include/hidden.h"]),
+        (0, vec!["sm".into()])
+    );
+    let v = explain_json(&s);
+    assert_eq!(v["steps"][0]["reason"], "depfile", "{v}");
+    assert!(
+        v["steps"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("include/hidden.h"),
+        "{v}"
+    );
+}
