@@ -68,6 +68,12 @@ impl fmt::Display for FailCause {
     }
 }
 
+impl From<String> for FailCause {
+    fn from(message: String) -> FailCause {
+        FailCause::Other(message)
+    }
+}
+
 /// Why a unit did not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipCause {

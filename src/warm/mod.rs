@@ -25,7 +25,7 @@ use crate::cache::history::History;
 use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Entry, Kind, Lookup};
 use crate::explain::inputs::Records;
-use crate::plan::{Fill, Plan, Status};
+use crate::plan::{Fill, Plan, Status, Unit};
 use crate::proc::{self, Ended};
 use crate::report::term::Ui;
 use accum::{Accumulator, Summary};
@@ -140,7 +140,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
 /// One unit's outcome: a failing step is `Failed`, a cache error `Infra`.
 fn build_or_fail(plan: &Plan, unit: usize) -> UnitOutcome {
     let step = &plan.steps[plan.units[unit].steps[0]];
-    match build_unit(plan, step) {
+    match build_unit(plan, &plan.units[unit]) {
         Ok(Done::Built { secs, entry }) => UnitOutcome::Built { secs, entry },
         Ok(Done::Hit(entry)) => UnitOutcome::Hit { entry },
         Ok(Done::Failed(cause)) => UnitOutcome::Failed {
@@ -159,7 +159,8 @@ enum Done {
 
 /// Build one unit: lock its key, look again, run the step into staging, publish.
 /// Err only for infrastructure (the cache); a failing step is `Done::Failed`.
-fn build_unit(plan: &Plan, step: &crate::plan::Step) -> Result<Done> {
+fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
+    let step = &plan.steps[unit.steps[0]];
     let store = plan.store_of(step);
     // A hit, too, is decided and touched under the key lock: `cache prune` takes the same
     // lock before it evicts, so it can never remove an entry this warm reports as a hit.
@@ -212,7 +213,10 @@ fn build_unit(plan: &Plan, step: &crate::plan::Step) -> Result<Done> {
         timeout: step.timeout,
     });
     let secs = t0.elapsed().as_secs_f64();
-    let fail = |cause: FailCause| -> Result<Done> { Ok(Done::Failed(cause)) };
+    // A message without a variant of its own becomes `FailCause::Other`.
+    fn fail(cause: impl Into<FailCause>) -> Result<Done> {
+        Ok(Done::Failed(cause.into()))
+    }
     match ended {
         Err(e) => return fail(FailCause::CouldNotStart(e.to_string())),
         Ok(Ended::Exited(0)) => {}
