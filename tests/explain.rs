@@ -644,3 +644,28 @@ fn changed_follows_depfile_entries_the_scanner_cannot_see() {
         "{v}"
     );
 }
+
+#[test]
+fn a_huge_failed_log_shows_only_its_end() {
+    let s = Suite::with_logs();
+    s.manifest(
+        "version: 1\ncache:\n  dir: cache\nscenes:\n  - name: huge\n    fixture:\n      run: \"yes 'a line of output' | head -c 3000000; echo; echo LAST; exit 1\"\n",
+    );
+    let o = s
+        .cmd(&["warm"])
+        .env("GITHUB_ACTIONS", "true")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let err = stderr(&o);
+    assert!(err.contains("  | LAST\n"), "{err}");
+    assert!(err.contains("earlier lines are in the log"), "{err}");
+    let out = stdout(&o);
+    assert!(
+        out.contains("::group::fixture huge/fixture: end of the log"),
+        "{}",
+        &out[..200.min(out.len())]
+    );
+    // The folded part is bounded (64 KiB), not the 3 MB the step wrote.
+    assert!(out.len() < 100_000, "{} bytes on stdout", out.len());
+}

@@ -154,15 +154,14 @@ impl<'a> Reporter<'a> {
         cause: &str,
         log: &std::path::Path,
     ) -> String {
-        let text = std::fs::read(log)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        // The log starts with the `$ command` line scenerun wrote; the output follows.
-        let output: Vec<&str> = text.lines().skip(1).collect();
+        let text = crate::proc::log_tail(log, GROUP_BYTES);
+        let whole = std::fs::metadata(log).map_or(true, |m| m.len() <= GROUP_BYTES as u64);
+        // A whole log starts with the `$ command` line scenerun wrote; the output follows.
+        let output: Vec<&str> = text.lines().skip(usize::from(whole)).collect();
         let mut out = String::new();
         let from = output.len().saturating_sub(TAIL_LINES);
-        if from > 0 {
-            out.push_str(&format!("\n  | … {from} earlier lines in the log"));
+        if from > 0 || !whole {
+            out.push_str("\n  | … (earlier lines are in the log)");
         }
         for l in &output[from..] {
             out.push_str(&format!("\n  | {l}"));
@@ -171,14 +170,10 @@ impl<'a> Reporter<'a> {
             let diags = diagnostics::parse(&output.join("\n"), MAX_ANNOTATIONS);
             // Workflow commands go to stdout, where the runner reads them.
             let mut cmds = String::new();
-            if from > 0 {
-                let mut cut = text.len().saturating_sub(GROUP_BYTES);
-                while !text.is_char_boundary(cut) {
-                    cut += 1;
-                }
-                let whole = &text[cut..];
+            if from > 0 || !whole {
                 cmds.push_str(&format!(
-                    "::group::{title}: full log\n{whole}\n::endgroup::\n"
+                    "::group::{title}: {}\n{text}\n::endgroup::\n",
+                    if whole { "full log" } else { "end of the log" }
                 ));
             }
             for d in &diags {
