@@ -153,8 +153,9 @@ pub fn affected(plan: &Plan, c: &Changes) -> Result<Vec<String>> {
                 break;
             }
             let s = &plan.steps[si];
-            yes = s.inputs.files.keys().any(|f| hit(&rel(f)))
-                || s.inputs
+            let inputs = plan.key_inputs(si).unwrap_or_default();
+            yes = inputs.files.iter().any(|(f, _)| hit(&rel(f)))
+                || inputs
                     .closure
                     .as_ref()
                     .is_some_and(|cl| cl.files.iter().any(|n| hit(&rel(&n.name))))

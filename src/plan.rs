@@ -72,8 +72,6 @@ pub struct Step {
     pub id: StepId,
     /// Index into `Plan::units`: the steps that share this step's artifact.
     pub unit: usize,
-    /// What went into `key`, compactly, so `explain` can say what changed.
-    pub inputs: KeyInputs,
     pub kind: Kind,
     /// Index into `Plan::scenes`.
     pub scene: usize,
@@ -132,6 +130,10 @@ pub struct Plan {
     pub device_count: u32,
     pub history: History,
     pub files: Files,
+    /// Toolchain name → identity output, as it went into kernel keys.
+    identities: HashMap<String, Vec<u8>>,
+    /// Per plan scene: its env as `explain` records it (names, hashed values).
+    env_hashes: Vec<Arc<BTreeMap<String, String>>>,
 }
 
 /// How path placeholders are filled.
@@ -191,7 +193,6 @@ impl Plan {
             let blank = |kind: Kind, name: &str, persist: bool| Step {
                 id: StepId::new(kind, &s.name, name),
                 unit: 0,
-                inputs: KeyInputs::default(),
                 kind,
                 scene: si,
                 name: name.to_string(),
@@ -239,25 +240,27 @@ impl Plan {
             job_dir,
             history,
             files,
+            identities,
+            env_hashes: Vec::new(),
         };
 
         // Env as `explain` records it: hashed once per scene, shared by its steps.
-        let env_hashes: Vec<Arc<BTreeMap<String, String>>> = plan
+        plan.env_hashes = plan
             .scenes
             .iter()
             .map(|ps| KeyInputs::env_hashes(&plan.manifest.scenes[ps.index].env))
             .collect();
         // Kernel and fixture keys are independent: compute them in parallel; goldens
         // need their fixture's key.
-        let keys: Vec<(usize, Result<(String, KeyInputs)>)> = (0..plan.steps.len())
+        let keys: Vec<(usize, Result<(String, Option<KeyInputs>)>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind != Kind::Golden)
-            .map(|i| (i, plan.compute_key(i, &identities, &env_hashes, None)))
+            .map(|i| (i, plan.compute_key(i, false, None)))
             .collect();
         for (i, k) in keys {
-            (plan.steps[i].key, plan.steps[i].inputs) = k?;
+            plan.steps[i].key = k?.0;
         }
-        let golden_keys: Vec<(usize, Result<(String, KeyInputs)>)> = (0..plan.steps.len())
+        let golden_keys: Vec<(usize, Result<(String, Option<KeyInputs>)>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind == Kind::Golden)
             .map(|i| {
@@ -265,14 +268,11 @@ impl Plan {
                     .deps
                     .first()
                     .map(|&f| plan.steps[f].key.clone());
-                (
-                    i,
-                    plan.compute_key(i, &identities, &env_hashes, fixture_key),
-                )
+                (i, plan.compute_key(i, false, fixture_key))
             })
             .collect();
         for (i, k) in golden_keys {
-            (plan.steps[i].key, plan.steps[i].inputs) = k?;
+            plan.steps[i].key = k?.0;
         }
 
         plan.group_units();
@@ -456,13 +456,28 @@ impl Plan {
         }
     }
 
+    /// What went into step `i`'s key, compactly, for `explain` and the records warm keeps.
+    /// Derived by the key's own computation, from the file hashes and closures this plan
+    /// already read (nothing is read again), so it always matches `key`.
+    pub fn key_inputs(&self, i: usize) -> Option<KeyInputs> {
+        let fixture_key = self.steps[i]
+            .deps
+            .first()
+            .map(|&f| self.steps[f].key.clone());
+        let (key, inputs) = self.compute_key(i, true, fixture_key).ok()?;
+        debug_assert_eq!(key, self.steps[i].key, "key inputs of another key");
+        inputs
+    }
+
+    /// Step `i`'s key and, when `want_inputs`, what went into it (kept out of the plan
+    /// itself: a plan of 20,000 steps would carry them all for nothing).
     fn compute_key(
         &self,
         i: usize,
-        identities: &HashMap<String, Vec<u8>>,
-        env_hashes: &[Arc<BTreeMap<String, String>>],
+        want_inputs: bool,
         fixture_key: Option<String>,
-    ) -> Result<(String, KeyInputs)> {
+    ) -> Result<(String, Option<KeyInputs>)> {
+        let identities = &self.identities;
         let step = &self.steps[i];
         let s = self.scene(step);
         let base = &self.manifest.dir;
@@ -470,17 +485,22 @@ impl Plan {
             anyhow::Error::new(e).context(format!("scene {}: reading {what}", s.name))
         };
         let mut h = KeyHasher::new(step.kind.name());
-        let mut inputs = KeyInputs::new(
-            self.command(step, &Fill::Mask),
-            &s.platform,
-            env_hashes[step.scene].clone(),
-        );
+        let command = self.command(step, &Fill::Mask);
+        let mut rec = want_inputs.then(|| {
+            KeyInputs::new(
+                String::new(),
+                &s.platform,
+                self.env_hashes[step.scene].clone(),
+            )
+        });
         match step.kind {
             Kind::Kernel => {
                 let (k, tc) = self.kernel(step);
                 h.field("identity", &identities[&tc.name]);
-                inputs.set_identity(&tc.name, &identities[&tc.name]);
-                h.field("command", inputs.command.as_bytes());
+                if let Some(r) = &mut rec {
+                    r.set_identity(&tc.name, &identities[&tc.name]);
+                }
+                h.field("command", command.as_bytes());
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
                 let src_hash = self
@@ -488,33 +508,44 @@ impl Plan {
                     .hash(&k.source.abs)
                     .map_err(|e| read_err(e, &k.source.rel))?;
                 h.file("source", &k.source.rel, &src_hash);
-                inputs.file(&k.source.rel, &src_hash);
+                if let Some(r) = &mut rec {
+                    r.file(&k.source.rel, &src_hash);
+                }
                 let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
                 let closure = self
                     .files
                     .closure(base, &k.source.abs, &dirs)
                     .map_err(|e| read_err(e, &format!("the includes of {}", k.source.rel)))?;
                 h.field("include-closure", closure.digest.as_bytes());
-                inputs.closure = Some(closure);
+                if let Some(r) = &mut rec {
+                    r.closure = Some(closure);
+                }
             }
             Kind::Fixture | Kind::Golden => {
                 let g = self.gen(step);
-                h.field("command", inputs.command.as_bytes());
+                h.field("command", command.as_bytes());
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
                 h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
                 for f in &g.inputs {
                     let hash = self.files.hash(&f.abs).map_err(|e| read_err(e, &f.rel))?;
                     h.file("input", &f.rel, &hash);
-                    inputs.file(&f.rel, &hash);
+                    if let Some(r) = &mut rec {
+                        r.file(&f.rel, &hash);
+                    }
                 }
                 if let Some(fk) = fixture_key {
                     h.field("fixture-key", fk.as_bytes());
-                    inputs.fixture_key = Some(fk);
+                    if let Some(r) = &mut rec {
+                        r.fixture_key = Some(fk);
+                    }
                 }
             }
         }
-        Ok((h.finish(), inputs))
+        if let Some(r) = &mut rec {
+            r.command = command;
+        }
+        Ok((h.finish(), rec))
     }
 
     /// The one cache-status decision, shared by plan, warm and device.

@@ -37,9 +37,10 @@ pub struct KeyInputs {
     /// (toolchain name, short hash of its identity output).
     #[serde(default)]
     pub identity: Option<(String, String)>,
-    /// Source and declared inputs: path as in keys → short content hash.
+    /// Source and declared inputs: (path as in keys, short content hash), in key order.
+    /// A list, not a map: most steps have one or two, and a plan holds one per step.
     #[serde(default)]
-    pub files: BTreeMap<String, String>,
+    pub files: Vec<(String, String)>,
     /// The include closure's digest (its files are in `Records::closures`).
     #[serde(default)]
     pub closure_digest: Option<String>,
@@ -75,7 +76,7 @@ impl KeyInputs {
     }
 
     pub fn file(&mut self, rel: &str, hash: &str) {
-        self.files.insert(rel.to_string(), short(hash));
+        self.files.push((rel.to_string(), short(hash)));
     }
 
     /// The include closure as (name → short hash), from the plan's closure or a record.
@@ -121,7 +122,7 @@ impl Records {
     /// Merge the inputs of the steps just built, under the history lock (several warms
     /// may finish at once), dropping closures no step names any more. Best effort: a
     /// failure only costs `explain` its detail.
-    pub fn record(cache_root: &Path, built: &[(String, &KeyInputs)]) {
+    pub fn record(cache_root: &Path, built: &[(String, KeyInputs)]) {
         if built.is_empty() {
             return;
         }
@@ -135,7 +136,7 @@ impl Records {
         let mut r = Records::load(cache_root);
         r.version = VERSION;
         for (id, inputs) in built {
-            let mut rec = (*inputs).clone();
+            let mut rec = inputs.clone();
             if let Some(c) = rec.closure.take() {
                 r.closures
                     .entry(c.digest.clone())

@@ -9,7 +9,6 @@ use std::fmt;
 
 use serde_json::{json, Value};
 
-use crate::cache::history::History;
 use crate::plan::{Plan, Status, Step};
 use inputs::{KeyInputs, Records};
 
@@ -242,7 +241,8 @@ pub fn compare(before: &KeyInputs, now: &KeyInputs, records: &Records) -> Vec<Ch
         });
     }
     diff_maps(Part::Env, &before.env, &now.env, &mut out);
-    diff_maps(Part::File, &before.files, &now.files, &mut out);
+    let map = |f: &[(String, String)]| -> BTreeMap<String, String> { f.iter().cloned().collect() };
+    diff_maps(Part::File, &map(&before.files), &map(&now.files), &mut out);
     let (b, n) = (
         before.closure_files(records),
         now.closure_files(&Records::default()),
@@ -256,8 +256,9 @@ pub fn compare(before: &KeyInputs, now: &KeyInputs, records: &Records) -> Vec<Ch
     out
 }
 
-/// Why `step` is not a hit (None when it is one).
-pub fn why(step: &Step, records: &Records, history: &History) -> Option<Why> {
+/// Why step `i` of `plan` is not a hit (None when it is one).
+pub fn why(plan: &Plan, i: usize, records: &Records) -> Option<Why> {
+    let step = &plan.steps[i];
     match &step.status {
         Status::Hit => return None,
         Status::Failed(w) => return Some(Why::FailedInWarm(w.clone())),
@@ -266,10 +267,11 @@ pub fn why(step: &Step, records: &Records, history: &History) -> Option<Why> {
     }
     let id = step.id.record_key();
     Some(match records.steps.get(&id) {
-        None if history.estimate(&id).is_some() => Why::NotRecorded,
+        None if plan.history.estimate(&id).is_some() => Why::NotRecorded,
         None => Why::NeverBuilt,
         Some(before) => {
-            let changes = compare(before, &step.inputs, records);
+            let now = plan.key_inputs(i).unwrap_or_default();
+            let changes = compare(before, &now, records);
             if changes.is_empty() {
                 Why::Evicted
             } else {
@@ -284,7 +286,8 @@ pub fn explain(plan: &Plan) -> Vec<(&Step, Why)> {
     let records = Records::load(&plan.store.root);
     plan.steps
         .iter()
-        .filter_map(|s| why(s, &records, &plan.history).map(|w| (s, w)))
+        .enumerate()
+        .filter_map(|(i, s)| why(plan, i, &records).map(|w| (s, w)))
         .collect()
 }
 
@@ -358,7 +361,8 @@ pub fn words(plan: &Plan) -> Vec<Option<&'static str>> {
     let records = Records::load(&plan.store.root);
     plan.steps
         .iter()
-        .map(|s| why(s, &records, &plan.history).map(|w| w.word()))
+        .enumerate()
+        .map(|(i, _)| why(plan, i, &records).map(|w| w.word()))
         .collect()
 }
 

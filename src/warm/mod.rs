@@ -96,10 +96,10 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
         return Err(e);
     }
     History::record(&plan.store.root, &acc.history);
-    let built: Vec<(String, &crate::explain::inputs::KeyInputs)> = acc
+    let built: Vec<(String, crate::explain::inputs::KeyInputs)> = acc
         .built_steps
         .iter()
-        .map(|&i| (plan.steps[i].id.record_key(), &plan.steps[i].inputs))
+        .filter_map(|&i| Some((plan.steps[i].id.record_key(), plan.key_inputs(i)?)))
         .collect();
     Records::record(&plan.store.root, &built);
     plan.files.save();
