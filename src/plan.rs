@@ -22,6 +22,9 @@ use crate::stepid::StepId;
 use crate::template::{Ph, Template, Val};
 use crate::warm::record::{Failures, WarmRecord};
 
+/// A step's key and, when asked for, what went into it.
+type Keyed = (String, Option<KeyInputs>);
+
 /// Where scenerun keeps its per-checkout files: `build/scenerun/` beside the manifest.
 pub fn job_dir(manifest: &Manifest) -> PathBuf {
     manifest.dir.join("build").join("scenerun")
@@ -252,7 +255,7 @@ impl Plan {
             .collect();
         // Kernel and fixture keys are independent: compute them in parallel; goldens
         // need their fixture's key.
-        let keys: Vec<(usize, Result<(String, Option<KeyInputs>)>)> = (0..plan.steps.len())
+        let keys: Vec<(usize, Result<Keyed>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind != Kind::Golden)
             .map(|i| (i, plan.compute_key(i, false, None)))
@@ -260,7 +263,7 @@ impl Plan {
         for (i, k) in keys {
             plan.steps[i].key = k?.0;
         }
-        let golden_keys: Vec<(usize, Result<(String, Option<KeyInputs>)>)> = (0..plan.steps.len())
+        let golden_keys: Vec<(usize, Result<Keyed>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind == Kind::Golden)
             .map(|i| {
@@ -476,7 +479,7 @@ impl Plan {
         i: usize,
         want_inputs: bool,
         fixture_key: Option<String>,
-    ) -> Result<(String, Option<KeyInputs>)> {
+    ) -> Result<Keyed> {
         let identities = &self.identities;
         let step = &self.steps[i];
         let s = self.scene(step);
