@@ -16,6 +16,7 @@
 
 pub mod history;
 pub mod maintain;
+pub mod remote;
 
 use std::fs;
 use std::io;

@@ -18,7 +18,7 @@ use anyhow::Result;
 use crate::cache::history::History;
 use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Kind, Lookup};
-use crate::manifest::units::short_duration;
+use crate::manifest::units::{short_duration, short_size};
 use crate::plan::{Fill, Plan};
 use crate::proc::{self, Ended};
 use crate::report::term::Ui;
@@ -58,6 +58,8 @@ pub struct Summary {
     pub saved_secs: f64,
     /// (scene, why)
     pub failed_scenes: Vec<(String, String)>,
+    /// What the remote cache moved, when one is configured.
+    pub remote: Option<crate::cache::remote::Totals>,
 }
 
 /// One unique artifact to produce, and the steps (scenes) that want it.
@@ -66,9 +68,20 @@ struct Unit {
 }
 
 enum Done {
-    Built { secs: f64 },
+    /// `sent`: bytes uploaded to the remote cache afterwards.
+    Built {
+        secs: f64,
+        sent: u64,
+    },
     Hit,
-    Failed { error: String, tail: String },
+    /// Downloaded from the remote cache and published locally.
+    Downloaded {
+        bytes: u64,
+    },
+    Failed {
+        error: String,
+        tail: String,
+    },
 }
 
 struct UnitResult {
@@ -214,11 +227,22 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
                 running_names.remove(&res.unit);
                 show_running(pb, &running_names);
             }
-            let ok = matches!(res.done, Ok(Done::Built { .. }) | Ok(Done::Hit));
+            let ok = matches!(
+                res.done,
+                Ok(Done::Built { .. }) | Ok(Done::Hit) | Ok(Done::Downloaded { .. })
+            );
+            let moved = match &res.done {
+                Ok(Done::Built { sent, .. }) if *sent > 0 => {
+                    format!(", {} up", short_size(*sent))
+                }
+                Ok(Done::Downloaded { bytes }) => format!(" {}", short_size(*bytes)),
+                _ => String::new(),
+            };
             let newly_skipped = scheduler.finish(res.unit, ok);
+            let remote_hit = matches!(res.done, Ok(Done::Downloaded { .. }));
             let (outcome, secs, error, tail) = match res.done {
-                Ok(Done::Built { secs }) => (Outcome::Built, secs, None, None),
-                Ok(Done::Hit) => (Outcome::Hit, 0.0, None, None),
+                Ok(Done::Built { secs, .. }) => (Outcome::Built, secs, None, None),
+                Ok(Done::Hit) | Ok(Done::Downloaded { .. }) => (Outcome::Hit, 0.0, None, None),
                 Ok(Done::Failed { error, tail }) => (Outcome::Failed, 0.0, Some(error), Some(tail)),
                 Err(e) => {
                     let msg = format!("{e:#}");
@@ -243,13 +267,14 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
                     _ => summary.failed += 1,
                 }
                 let line = format!(
-                    "[{finished}/{total_steps}] {} {}/{} {} {}",
+                    "[{finished}/{total_steps}] {} {}/{} {} {}{moved}",
                     s.label(),
                     plan.scenes[s.scene].name,
                     s.name,
                     short_duration(std::time::Duration::from_secs_f64(secs)),
                     match outcome {
                         Outcome::Built => "built".to_string(),
+                        Outcome::Hit if remote_hit => "remote-hit".to_string(),
                         Outcome::Hit => "hit".to_string(),
                         _ => ui.red("FAILED"),
                     }
@@ -339,6 +364,8 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
         wall_secs: summary.wall_secs,
     }
     .save(&plan.store);
+    crate::cache::remote::save_totals(&plan.store, plan.remote.as_deref());
+    summary.remote = plan.remote.as_ref().map(|r| r.totals());
     let cfg = &plan.manifest.cache;
     let mut notes = Vec::new();
     maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |l| {
@@ -396,7 +423,22 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
         _ => None,
     }) {
         store.touch(&e);
+        // Write-through: a local hit the shared cache lacks is offered to the fleet.
+        if let Some(r) = plan
+            .remote
+            .as_deref()
+            .filter(|r| step.persist && r.writes())
+        {
+            r.upload(&e, true)?;
+        }
         return Ok(Done::Hit);
+    }
+    // Local miss: the shared cache, then a build.
+    if let Some(r) = plan.remote.as_deref().filter(|_| step.persist) {
+        let fetched = r.fetch(store, step.kind, &step.key, &plan.manifest.dir, &plan.files)?;
+        if let crate::cache::remote::Fetched::Published(bytes) = fetched {
+            return Ok(Done::Downloaded { bytes });
+        }
     }
     let staging = store.stage(step.kind)?;
     let out = staging.out();
@@ -499,7 +541,11 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
     let built_by = step.id(plan);
     let entry = store.publish(staging, step.kind, &step.key, &built_by, secs, deps)?;
     store.touch(&entry);
-    Ok(Done::Built { secs })
+    let sent = match plan.remote.as_deref().filter(|_| step.persist) {
+        Some(r) => r.upload(&entry, false)?,
+        None => 0,
+    };
+    Ok(Done::Built { secs, sent })
 }
 
 /// The failed scenes and the final line.
@@ -520,4 +566,7 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
         s.wall_secs,
         s.saved_secs
     ));
+    if let Some(t) = &s.remote {
+        ui.always(&format!("remote cache: {}", t.line()));
+    }
 }
