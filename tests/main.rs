@@ -8,5 +8,6 @@ mod manifest;
 mod plan;
 mod readme;
 mod reliability;
+mod remote;
 mod warm;
 mod workflows;
