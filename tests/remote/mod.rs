@@ -212,10 +212,9 @@ fn walk(p: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn a_server_that_is_down_is_a_warning_unless_required() {
-    // A server that was there and is gone: nothing listens on its port any more.
-    let ngx = Nginx::start();
-    let url = ngx.url();
-    ngx.stop();
+    // Nothing listens on the port (held, so no other test's server takes it).
+    let refusing = server::RefusingPort::new();
+    let url = format!("http://127.0.0.1:{}/scenerun", refusing.port);
     let a = fleet_suite(3, &remote_yaml(&url, ""), 100);
     let o = run(&a, &["warm"], &[]);
     ok(&o);
@@ -238,6 +237,17 @@ fn a_server_that_is_down_is_a_warning_unless_required() {
     assert_eq!(code(&o), 3, "{}", show(&o));
     let o = run(&b, &["plan"], &[]);
     ok(&o);
+    drop(refusing);
+}
+
+#[test]
+fn a_server_that_goes_away_is_a_warning() {
+    let ngx = Nginx::start();
+    let a = fleet_suite(1, &remote_yaml(&ngx.url(), ""), 100);
+    ngx.stop();
+    let o = run(&a, &["warm"], &[]);
+    ok(&o);
+    assert_eq!(runs(&a).0, 1, "{}", show(&o));
 }
 
 #[test]

@@ -142,6 +142,41 @@ impl Drop for Nginx {
     }
 }
 
+/// A loopback port that refuses connections for as long as the returned socket lives:
+/// bound but not listening, so no other test's server can take it meanwhile.
+pub struct RefusingPort {
+    fd: i32,
+    pub port: u16,
+}
+
+impl RefusingPort {
+    pub fn new() -> RefusingPort {
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0);
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let rc = libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len);
+            assert_eq!(rc, 0, "bind");
+            let mut got: libc::sockaddr_in = std::mem::zeroed();
+            let mut glen = len;
+            libc::getsockname(fd, &mut got as *mut _ as *mut libc::sockaddr, &mut glen);
+            RefusingPort {
+                fd,
+                port: u16::from_be(got.sin_port),
+            }
+        }
+    }
+}
+
+impl Drop for RefusingPort {
+    fn drop(&mut self) {
+        unsafe { libc::close(self.fd) };
+    }
+}
+
 /// Flip one byte in the middle of a file, keeping its size.
 pub fn flip_byte(p: &Path) {
     let mut b = fs::read(p).unwrap();
