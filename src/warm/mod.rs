@@ -74,9 +74,10 @@ enum Done {
         sent: u64,
     },
     Hit,
-    /// Downloaded from the remote cache and published locally.
+    /// Downloaded from the remote cache and published locally, in `secs`.
     Downloaded {
         bytes: u64,
+        secs: f64,
     },
     Failed {
         error: String,
@@ -235,14 +236,15 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
                 Ok(Done::Built { sent, .. }) if *sent > 0 => {
                     format!(", {} up", short_size(*sent))
                 }
-                Ok(Done::Downloaded { bytes }) => format!(" {}", short_size(*bytes)),
+                Ok(Done::Downloaded { bytes, .. }) => format!(" {}", short_size(*bytes)),
                 _ => String::new(),
             };
             let newly_skipped = scheduler.finish(res.unit, ok);
             let remote_hit = matches!(res.done, Ok(Done::Downloaded { .. }));
             let (outcome, secs, error, tail) = match res.done {
                 Ok(Done::Built { secs, .. }) => (Outcome::Built, secs, None, None),
-                Ok(Done::Hit) | Ok(Done::Downloaded { .. }) => (Outcome::Hit, 0.0, None, None),
+                Ok(Done::Downloaded { secs, .. }) => (Outcome::Hit, secs, None, None),
+                Ok(Done::Hit) => (Outcome::Hit, 0.0, None, None),
                 Ok(Done::Failed { error, tail }) => (Outcome::Failed, 0.0, Some(error), Some(tail)),
                 Err(e) => {
                     let msg = format!("{e:#}");
@@ -435,9 +437,11 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
     }
     // Local miss: the shared cache, then a build.
     if let Some(r) = plan.remote.as_deref().filter(|_| step.persist) {
+        let t0 = Instant::now();
         let fetched = r.fetch(store, step.kind, &step.key, &plan.manifest.dir, &plan.files)?;
         if let crate::cache::remote::Fetched::Published(bytes) = fetched {
-            return Ok(Done::Downloaded { bytes });
+            let secs = t0.elapsed().as_secs_f64();
+            return Ok(Done::Downloaded { bytes, secs });
         }
     }
     let staging = store.stage(step.kind)?;

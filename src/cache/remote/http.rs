@@ -89,11 +89,17 @@ impl Client {
             .max_idle_connections_per_host(16)
             .user_agent(concat!("scenerun/", env!("CARGO_PKG_VERSION")))
             .build();
+        let (base, basic) = split_userinfo(base.trim_end_matches('/'));
         Client {
             agent: config.into(),
-            base: base.trim_end_matches('/').to_string(),
-            auth: token.map(|t| format!("Bearer {t}")),
+            base,
+            auth: token.map(|t| format!("Bearer {t}")).or(basic),
         }
+    }
+
+    /// The URL without credentials, for messages and requests.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -180,6 +186,29 @@ impl Client {
     }
 }
 
+/// `http://user:pass@host/...` → the URL without `user:pass@` and a Basic authorization
+/// (bazel-remote's htpasswd users); the credentials never appear in a message.
+pub fn split_userinfo(url: &str) -> (String, Option<String>) {
+    use base64::Engine;
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (url.to_string(), None);
+    };
+    let host_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..host_end].rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let auth = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(userinfo)
+            );
+            (
+                format!("{scheme}://{host}{}", &rest[host_end..]),
+                Some(auth),
+            )
+        }
+        None => (url.to_string(), None),
+    }
+}
+
 /// An io error while a body streams: a timeout, or the connection was lost.
 pub fn io_failure(url: &str, e: &std::io::Error) -> Failure {
     if e.kind() == std::io::ErrorKind::TimedOut || e.to_string().contains("timeout") {
@@ -189,5 +218,41 @@ pub fn io_failure(url: &str, e: &std::io::Error) -> Failure {
             url: url.into(),
             why: e.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_leave_the_url() {
+        let (u, a) = split_userinfo("http://ci:s3cret@cache:9090/scenerun");
+        assert_eq!(u, "http://cache:9090/scenerun");
+        assert_eq!(a.as_deref(), Some("Basic Y2k6czNjcmV0"));
+        let (u, a) = split_userinfo("https://cache/a@b");
+        assert_eq!(u, "https://cache/a@b");
+        assert!(a.is_none());
+    }
+
+    #[test]
+    fn only_unusable_servers_are_infrastructure_failures() {
+        let st = |code| Failure::Status {
+            url: "u".into(),
+            code,
+        };
+        for code in [500, 502, 503, 401, 403] {
+            assert!(st(code).is_infra(), "{code}");
+        }
+        for code in [400, 404, 409, 413] {
+            assert!(!st(code).is_infra(), "{code}");
+        }
+        assert!(Failure::Timeout { url: "u".into() }.is_infra());
+        assert!(!Failure::Unsigned { key: "k".into() }.is_infra());
+        assert!(!Failure::Tampered {
+            url: "u".into(),
+            why: "w".into()
+        }
+        .is_infra());
     }
 }

@@ -153,9 +153,10 @@ impl Remote {
                 signer = Some(key);
             }
         }
+        let client = Client::new(&url, cfg.timeout, token.as_deref());
         Ok(Some(Remote {
-            client: Client::new(&url, cfg.timeout, token.as_deref()),
-            url,
+            url: client.base().to_string(),
+            client,
             write,
             required: flags.required,
             max_upload: cfg.max_upload,
