@@ -11,6 +11,7 @@
 # `curl -o` of the same blob from the same server; the throughput ratio must be >= 0.8.
 #
 #   bench/fleet.sh            # KERNELS=240 PER_SCENE=4 CHECKOUTS=4 BLOB_MIB=1024 RUNS=3
+#                             # PART=fleet or PART=blob runs one half
 # Prints Markdown table rows on stdout; progress on stderr.
 source "$(dirname "$0")/lib.sh"
 
@@ -94,6 +95,7 @@ remote_json() { cat "$T/$1/cache/last-remote.json"; }
 field() { python3 -c "import json,sys; print(json.load(open('$T/$1/cache/last-remote.json'))['$2'])"; }
 
 # ---------------------------------------------------------------- the fleet
+if [ "${PART:-all}" != blob ]; then
 log "baseline: checkout 0 warms cold without a remote"
 base=$(timed_warm c0 --no-remote)
 base_cc=$(wc -l < "$FLEET_CC_LOG")
@@ -126,6 +128,8 @@ echo "| fleet | warm, cold, building everything (no remote) | ${base} s | | |"
 echo "| fleet | warm of checkout 1, cold, building and uploading | ${first} s | | |"
 echo "| fleet | warm of checkouts 2..$CHECKOUTS from the remote, all at once | ${readers# } (together ${trio} s); $steps steps remote-hit, $hits entries each | faster than building | $(python3 -c "print('✅' if max(map(float,'$readers'.replace('s','').split())) < $base else '❌')") |"
 echo "| fleet | bytes moved (scenerun counters) | $(mib "$up") up, $(mib "$down") down in total | | |"
+fi
+[ "${PART:-all}" != fleet ] || exit 0
 
 # ---------------------------------------------------------------- one large blob
 log "large blob: ${BLOB_MIB} MiB fixture"
@@ -140,7 +144,7 @@ scenes:
       run: "head -c ${BLOB_MIB}M /dev/urandom > {out}/blob.bin"
 YAML
 (cd "$T/big" && CI=true SCENERUN_REMOTE_TOKEN=$TOKEN "$SCENERUN" warm --remote "$URL" --remote-write) 2> "$T/big.log"
-blob=$(ls -S "$T/nginx/data/scenerun/cas" | head -1)
+blob=$(python3 -c "import os,sys; d=sys.argv[1]; print(max(os.listdir(d), key=lambda n: os.path.getsize(os.path.join(d, n))))" "$T/nginx/data/scenerun/cas")
 best_sr=""; best_curl=""
 for r in $(seq "$RUNS"); do
     rm -rf "$T/big2"; mkdir -p "$T/big2"; cp "$T/big/scenes.yaml" "$T/big2/"
