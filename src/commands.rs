@@ -111,7 +111,9 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
 }
 
 fn build(cli: &Cli, select: &Selection) -> Result<Plan> {
-    let m = manifest::load(&cli.manifest)?;
+    let mut m = manifest::load(&cli.manifest)?;
+    let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
+    manifest::generated::expand(&mut m, &cache)?;
     Plan::build(m, select, cli.cache_dir.as_deref())
 }
 

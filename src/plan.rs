@@ -169,6 +169,7 @@ impl Plan {
                 identity(tc, &manifest).map(|id| (name.to_string(), id))
             })
             .collect::<Result<_>>()?;
+        let gen_identities = gen_identities(&manifest, &selected)?;
 
         let mut scenes = Vec::new();
         let mut steps = Vec::new();
@@ -238,7 +239,7 @@ impl Plan {
         let keys: Vec<(usize, Result<String>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind != Kind::Golden)
-            .map(|i| (i, plan.compute_key(i, &identities, None)))
+            .map(|i| (i, plan.compute_key(i, &identities, &gen_identities, None)))
             .collect();
         for (i, k) in keys {
             plan.steps[i].key = k?;
@@ -251,7 +252,10 @@ impl Plan {
                     .deps
                     .first()
                     .map(|&f| plan.steps[f].key.clone());
-                (i, plan.compute_key(i, &identities, fixture_key))
+                (
+                    i,
+                    plan.compute_key(i, &identities, &gen_identities, fixture_key),
+                )
             })
             .collect();
         for (i, k) in golden_keys {
@@ -375,11 +379,16 @@ impl Plan {
                 let fixture = step.deps.first().map(|&f| self.artifact(&self.steps[f]));
                 g.run.render(|ph| match (ph, fill) {
                     (Ph::Out, Fill::Mask)
+                    | (Ph::Depfile, Fill::Mask)
                     | (Ph::Fixture, Fill::Mask)
                     | (Ph::Threads, Fill::Mask) => Val::Raw(format!("{{{}}}", ph.name()).into()),
                     (Ph::Out, Fill::DryRun) => Val::Raw("<out>".into()),
+                    (Ph::Depfile, Fill::DryRun) => Val::Raw("<depfile>".into()),
                     (Ph::Out, Fill::Real { out, .. }) => {
                         Val::One(out.to_string_lossy().to_string().into())
+                    }
+                    (Ph::Depfile, Fill::Real { depfile, .. }) => {
+                        Val::One(depfile.to_string_lossy().to_string().into())
                     }
                     (Ph::Fixture, _) => Val::One(
                         fixture
@@ -401,6 +410,7 @@ impl Plan {
         &self,
         i: usize,
         identities: &HashMap<String, Vec<u8>>,
+        gen_identities: &HashMap<String, Vec<u8>>,
         fixture_key: Option<String>,
     ) -> Result<String> {
         let step = &self.steps[i];
@@ -432,6 +442,9 @@ impl Plan {
             Kind::Fixture | Kind::Golden => {
                 let g = self.gen(step);
                 h.field("command", self.command(step, &Fill::Mask).as_bytes());
+                if let Some(cmd) = &g.identity {
+                    h.field("identity", &gen_identities[cmd]);
+                }
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
                 h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
@@ -525,14 +538,39 @@ static IDENTITY_MEMO: Mutex<BTreeMap<(PathBuf, String), Vec<u8>>> = Mutex::new(B
 /// Run a toolchain's identity command (once per toolchain per process). Its output and
 /// exit status go into every key the toolchain builds.
 fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
-    let Some(cmd) = &tc.identity else {
-        return Ok(Vec::new());
-    };
-    let memo_key = (manifest.dir.clone(), cmd.clone());
+    match &tc.identity {
+        None => Ok(Vec::new()),
+        Some(cmd) => run_identity(&format!("toolchain `{}`", tc.name), cmd, manifest),
+    }
+}
+
+/// The identity outputs of the selected fixture and golden steps, by command (each
+/// distinct command runs once).
+fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<String, Vec<u8>>> {
+    let mut cmds: Vec<(&str, &str)> = Vec::new();
+    for &i in selected {
+        let s = &manifest.scenes[i];
+        for (what, g) in [("fixture", &s.fixture), ("golden", &s.golden)] {
+            if let Some(cmd) = g.as_ref().and_then(|g| g.identity.as_deref()) {
+                if !cmds.iter().any(|(c, _)| *c == cmd) {
+                    cmds.push((cmd, what));
+                }
+            }
+        }
+    }
+    cmds.par_iter()
+        .map(|(cmd, what)| {
+            run_identity(&format!("{what} identity"), cmd, manifest).map(|o| (cmd.to_string(), o))
+        })
+        .collect()
+}
+
+fn run_identity(owner: &str, cmd: &str, manifest: &Manifest) -> Result<Vec<u8>> {
+    let memo_key = (manifest.dir.clone(), cmd.to_string());
     if let Some(v) = IDENTITY_MEMO.lock().expect("identity memo").get(&memo_key) {
         return Ok(v.clone());
     }
-    let mut expr = duct::cmd("sh", ["-c", cmd.as_str()])
+    let mut expr = duct::cmd("sh", ["-c", cmd])
         .dir(&manifest.dir)
         .stderr_to_stdout()
         .stdout_capture()
@@ -544,16 +582,14 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
     let out = expr.run().map_err(|e| {
         crate::coded!(
             Exit::Infra,
-            "toolchain `{}`: cannot run its identity command `{cmd}`: {e}",
-            tc.name
+            "{owner}: cannot run its identity command `{cmd}`: {e}"
         )
     })?;
     if !out.status.success() {
         let text = String::from_utf8_lossy(&out.stdout);
         return Err(crate::coded!(
             Exit::Infra,
-            "toolchain `{}`: identity command `{cmd}` failed ({}): {}",
-            tc.name,
+            "{owner}: identity command `{cmd}` failed ({}): {}",
             out.status,
             text.trim()
         ));

@@ -229,10 +229,10 @@ impl Store {
             match files.hash(&path) {
                 Ok(h) if h == dep.blake3 => {}
                 Ok(_) => {
-                    return Lookup::Stale(format!("{} changed since it was compiled", dep.path))
+                    return Lookup::Stale(format!("{} changed since it was built", dep.path))
                 }
                 Err(_) => {
-                    return Lookup::Stale(format!("{} is gone since it was compiled", dep.path))
+                    return Lookup::Stale(format!("{} is gone since it was built", dep.path))
                 }
             }
         }

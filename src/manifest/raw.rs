@@ -36,6 +36,7 @@ pub const TOP: &[&str] = &[
     "toolchains",
     "lock",
     "scenes",
+    "scenes_from",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,8 +109,11 @@ pub struct GenStep {
     pub memory: Option<Scalar>,
     pub threads: Option<u32>,
     pub timeout: Option<Scalar>,
+    pub identity: Option<String>,
 }
-pub const GEN_STEP: &[&str] = &["run", "inputs", "persist", "memory", "threads", "timeout"];
+pub const GEN_STEP: &[&str] = &[
+    "run", "inputs", "persist", "memory", "threads", "timeout", "identity",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

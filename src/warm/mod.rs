@@ -413,6 +413,9 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
     env.insert("SCENERUN_OUT".into(), out.display().to_string());
     env.insert("SCENERUN_SCENE".into(), scene.name.clone());
     env.insert("SCENERUN_THREADS".into(), step.threads.to_string());
+    if step.kind != Kind::Kernel {
+        env.insert("SCENERUN_DEPFILE".into(), depfile.display().to_string());
+    }
     if let Some(&f) = step.deps.first() {
         env.insert(
             "SCENERUN_FIXTURE".into(),
@@ -462,44 +465,71 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
     if let Err(e) = crate::fsutil::walk_files(&out) {
         return fail(format!("left {{out}} that cannot be cached: {e}"));
     }
-    let mut deps = Vec::new();
-    if step.kind == Kind::Kernel {
-        let tc = &plan.manifest.toolchains[&plan
-            .scene(step)
-            .kernels
-            .iter()
-            .find(|k| k.name == step.name)
-            .expect("kernel")
-            .toolchain];
-        if tc.depfile.is_some() {
-            let text = match std::fs::read_to_string(&depfile) {
-                Ok(t) => t,
-                Err(_) => {
-                    return fail(format!(
-                        "the toolchain's depfile option was given but no depfile was written at {}",
-                        depfile.display()
-                    ))
-                }
-            };
-            for p in depfile::parse(&text) {
-                let path = crate::key::normalize(&plan.manifest.dir.join(&p));
-                if path.starts_with(&staging.dir) {
-                    continue;
-                }
-                match plan.files.hash(&path) {
-                    Ok(h) => deps.push(Dep {
-                        path: crate::key::key_name(&plan.manifest.dir, &path),
-                        blake3: h,
-                    }),
-                    Err(e) => return fail(format!("depfile names {p}, which cannot be read: {e}")),
-                }
-            }
-        }
-    }
+    let deps = match recorded_deps(plan, step, &depfile, &staging.dir) {
+        Ok(d) => d,
+        Err(why) => return fail(why),
+    };
     let built_by = step.id(plan);
     let entry = store.publish(staging, step.kind, &step.key, &built_by, secs, deps)?;
     store.touch(&entry);
     Ok(Done::Built { secs })
+}
+
+/// The files a step reported reading through its depfile (kernels whose toolchain has
+/// `depfile`, fixtures and goldens whose command has `{depfile}`), with their content
+/// hashes, to be re-checked on every lookup. Err: why the step fails.
+fn recorded_deps(
+    plan: &Plan,
+    step: &crate::plan::Step,
+    depfile: &std::path::Path,
+    staging: &std::path::Path,
+) -> std::result::Result<Vec<Dep>, String> {
+    let scene = plan.scene(step);
+    let (wants, make_only) = match step.kind {
+        Kind::Kernel => {
+            let k = scene.kernels.iter().find(|k| k.name == step.name);
+            let tc = k.and_then(|k| plan.manifest.toolchains.get(&k.toolchain));
+            (tc.is_some_and(|tc| tc.depfile.is_some()), true)
+        }
+        Kind::Fixture => (scene.fixture.as_ref().is_some_and(|g| g.has_depfile()), false),
+        Kind::Golden => (scene.golden.as_ref().is_some_and(|g| g.has_depfile()), false),
+    };
+    if !wants {
+        return Ok(Vec::new());
+    }
+    let Ok(text) = std::fs::read_to_string(depfile) else {
+        return Err(if make_only {
+            format!(
+                "the toolchain's depfile option was given but no depfile was written at {}",
+                depfile.display()
+            )
+        } else {
+            format!(
+                "depfile not written: the command has {{depfile}} but exited 0 without writing {}",
+                depfile.display()
+            )
+        });
+    };
+    let paths = if make_only {
+        depfile::parse(&text)
+    } else {
+        depfile::parse_any(&text)
+    };
+    let mut deps = Vec::new();
+    for p in paths {
+        let path = crate::key::normalize(&plan.manifest.dir.join(&p));
+        if path.starts_with(staging) {
+            continue;
+        }
+        match plan.files.hash(&path) {
+            Ok(h) => deps.push(Dep {
+                path: crate::key::key_name(&plan.manifest.dir, &path),
+                blake3: h,
+            }),
+            Err(e) => return Err(format!("depfile names {p}, which cannot be read: {e}")),
+        }
+    }
+    Ok(deps)
 }
 
 /// The failed scenes and the final line.
