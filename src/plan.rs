@@ -293,6 +293,7 @@ impl Plan {
             let id = plan.steps[i].id(&plan);
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
+        plan.stale_with_fixture();
         plan.files.save();
         plan.device_count = plan.resolve_device_count()?;
         Ok(plan)
@@ -482,6 +483,22 @@ impl Plan {
                     Lookup::Stale(why) => Status::Stale(why.clone()),
                     _ => Status::Miss,
                 }
+            }
+        }
+    }
+
+    /// A fixture rebuilt because a file it read changed (its depfile) may come out
+    /// different under the same key: the goldens computed from it are rebuilt with it.
+    fn stale_with_fixture(&mut self) {
+        for i in 0..self.steps.len() {
+            let Some(&f) = self.steps[i].deps.first() else {
+                continue;
+            };
+            if let (true, Status::Stale(why)) =
+                (self.steps[i].status.is_hit(), &self.steps[f].status)
+            {
+                self.steps[i].status = Status::Stale(format!("its fixture is rebuilt: {why}"));
+                self.steps[i].entry = None;
             }
         }
     }

@@ -228,12 +228,8 @@ impl Store {
             let path = key::key_path(base, &dep.path);
             match files.hash(&path) {
                 Ok(h) if h == dep.blake3 => {}
-                Ok(_) => {
-                    return Lookup::Stale(format!("{} changed since it was built", dep.path))
-                }
-                Err(_) => {
-                    return Lookup::Stale(format!("{} is gone since it was built", dep.path))
-                }
+                Ok(_) => return Lookup::Stale(format!("{} changed since it was built", dep.path)),
+                Err(_) => return Lookup::Stale(format!("{} is gone since it was built", dep.path)),
             }
         }
         Lookup::Hit(Entry { dir, meta })

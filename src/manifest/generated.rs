@@ -279,7 +279,11 @@ fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>,
             .map(|l| format!(" at output line {}, column {}", l.line(), l.column()))
             .unwrap_or_default();
         let msg = e.to_string();
-        let msg = msg.split(" at line ").next().unwrap_or_default().to_string();
+        let msg = msg
+            .split(" at line ")
+            .next()
+            .unwrap_or_default()
+            .to_string();
         crate::coded!(
             Exit::Usage,
             "{} printed invalid YAML/JSON{at}: {msg}",

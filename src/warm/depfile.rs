@@ -6,7 +6,10 @@
 /// A depfile of a fixture or golden step: Make-style when its first non-empty line
 /// contains `: ` or ends with `:`, else one path per line (blank lines skipped).
 pub fn parse_any(text: &str) -> Vec<String> {
-    let first = text.lines().map(str::trim_end).find(|l| !l.trim().is_empty());
+    let first = text
+        .lines()
+        .map(str::trim_end)
+        .find(|l| !l.trim().is_empty());
     let make = first.is_some_and(|l| l.contains(": ") || l.ends_with(':'));
     if make {
         return parse(text);
@@ -98,8 +101,14 @@ mod tests {
 
     #[test]
     fn one_path_per_line_or_make() {
-        assert_eq!(parse_any("a.py\n\nb dir/c.py\na.py\n"), ["a.py", "b dir/c.py"]);
-        assert_eq!(parse_any("\nout: a.py b\\ c.py \\\n d.py\n"), ["a.py", "b c.py", "d.py"]);
+        assert_eq!(
+            parse_any("a.py\n\nb dir/c.py\na.py\n"),
+            ["a.py", "b dir/c.py"]
+        );
+        assert_eq!(
+            parse_any("\nout: a.py b\\ c.py \\\n d.py\n"),
+            ["a.py", "b c.py", "d.py"]
+        );
         assert_eq!(parse_any("out:\n"), Vec::<String>::new());
         assert!(parse_any("").is_empty());
     }

@@ -391,8 +391,11 @@ fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
     } else {
         None
     };
-    if let Some(e) = hit.or_else(|| match plan.lookup(step) {
-        Lookup::Hit(e) => Some(e),
+    // A stale step is rebuilt even if its own entry still checks out (a golden whose
+    // fixture is rebuilt); at worst a concurrent warm's fresh entry is built again.
+    let relook = !matches!(step.status, crate::plan::Status::Stale(_));
+    if let Some(e) = hit.or_else(|| match relook.then(|| plan.lookup(step)) {
+        Some(Lookup::Hit(e)) => Some(e),
         _ => None,
     }) {
         store.touch(&e);
@@ -491,8 +494,14 @@ fn recorded_deps(
             let tc = k.and_then(|k| plan.manifest.toolchains.get(&k.toolchain));
             (tc.is_some_and(|tc| tc.depfile.is_some()), true)
         }
-        Kind::Fixture => (scene.fixture.as_ref().is_some_and(|g| g.has_depfile()), false),
-        Kind::Golden => (scene.golden.as_ref().is_some_and(|g| g.has_depfile()), false),
+        Kind::Fixture => (
+            scene.fixture.as_ref().is_some_and(|g| g.has_depfile()),
+            false,
+        ),
+        Kind::Golden => (
+            scene.golden.as_ref().is_some_and(|g| g.has_depfile()),
+            false,
+        ),
     };
     if !wants {
         return Ok(Vec::new());
@@ -521,7 +530,15 @@ fn recorded_deps(
         if path.starts_with(staging) {
             continue;
         }
-        match plan.files.hash(&path) {
+        // An artifact of this warm (a golden reads its fixture) may have been rebuilt
+        // since the plan hashed it: read it again rather than trust the memo.
+        let built_here = path.starts_with(&plan.store.root) || path.starts_with(&plan.job.root);
+        let hash = if built_here {
+            crate::key::hash_file(&path)
+        } else {
+            plan.files.hash(&path)
+        };
+        match hash {
             Ok(h) => deps.push(Dep {
                 path: crate::key::key_name(&plan.manifest.dir, &path),
                 blake3: h,
