@@ -7,6 +7,7 @@ mod generated;
 mod lock_standin;
 mod manifest;
 mod plan;
+mod pytest_suite;
 mod readme;
 mod reliability;
 mod warm;
