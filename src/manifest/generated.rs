@@ -170,7 +170,13 @@ pub fn expand(m: &mut Manifest, cache_root: &Path) -> Result<Expanded> {
                 )
             })?;
             done.ran += 1;
+            sweep_old(&cached, m.cache.max_age);
         } else {
+            // Last use, for the sweep above (as cache entries are pruned by last use).
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&cached)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
             done.cached += 1;
         }
         outputs.push((g, text));
@@ -220,6 +226,28 @@ fn read_cached(path: &Path) -> Option<String> {
     let (header, body) = text.split_once('\n')?;
     let want = header.strip_prefix("# scenerun scenes_from output ")?;
     (blake3::hash(body.as_bytes()).to_hex().as_str() == want).then(|| body.to_string())
+}
+
+/// Outputs not used for `max_age` (the cache's own `max_age`) are removed when a
+/// generator has run, so `generated/` does not grow with every edit of a test file.
+fn sweep_old(keep: &Path, max_age: std::time::Duration) {
+    let Some(dir) = keep.parent() else { return };
+    let Ok(list) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for e in list.flatten() {
+        let old = e
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > max_age);
+        if old && e.path() != keep {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 fn write_cached(path: &Path, text: &str) -> std::io::Result<()> {
