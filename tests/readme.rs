@@ -1,14 +1,43 @@
-//! README.md examples are real: the manifest reference parses and validates, the JSON
-//! samples are JSON, and every `scenerun` subcommand it shows exists.
+//! README.md and the `docs/` pages are real: the manifest examples parse and validate, the
+//! JSON samples are JSON, every `scenerun` subcommand shown exists, and every relative
+//! link points at a file of the repository.
 
 use crate::common::*;
 
+/// README.md, then every page under docs/, as (path relative to the repository, text).
+fn pages() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut names = vec!["README.md".to_string()];
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/ exists")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    docs.sort();
+    names.extend(docs);
+    names
+        .into_iter()
+        .map(|n| {
+            let text = std::fs::read_to_string(root.join(&n)).unwrap();
+            (n, text)
+        })
+        .collect()
+}
+
 fn blocks(lang: &str) -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let mut out = Vec::new();
+    for (_, text) in pages() {
+        out.extend(blocks_of(&text, lang));
+    }
+    out
+}
+
+fn blocks_of(page: &str, lang: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur: Option<String> = None;
-    for line in readme.lines() {
+    for line in page.lines() {
         match &mut cur {
             None if line.trim_start() == format!("```{lang}") => cur = Some(String::new()),
             Some(text) if line.trim_start() == "```" => {
@@ -35,7 +64,7 @@ fn readme_yaml_examples_validate() {
         .iter()
         .filter(|t| t.contains("version: 1") && t.contains("scenes:"))
         .collect();
-    assert!(!manifests.is_empty(), "README has a manifest example");
+    assert!(!manifests.is_empty(), "the docs have a manifest example");
     for text in &yaml {
         serde_yaml::from_str::<serde_yaml::Value>(text)
             .unwrap_or_else(|e| panic!("README YAML does not parse ({e}):\n{text}"));
@@ -97,5 +126,41 @@ fn readme_subcommands_exist() {
     for sub in ["stats", "verify", "prune", "clean"] {
         let out = scenerun().args(["cache", sub, "--help"]).output().unwrap();
         assert!(out.status.success(), "`scenerun cache {sub} --help` fails");
+    }
+}
+
+#[test]
+fn readme_is_a_short_guide_with_working_links() {
+    let all = pages();
+    let readme = &all[0].1;
+    assert!(
+        readme.lines().count() <= 250,
+        "README.md is the guide; the reference lives in docs/"
+    );
+    assert!(
+        !blocks_of(readme, "yaml").is_empty(),
+        "README shows a manifest"
+    );
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (name, text) in &all {
+        let base = root.join(name);
+        let base = base.parent().unwrap();
+        // Markdown links `](target)`: relative ones must name an existing file.
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = rest[..end].split('#').next().unwrap();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            assert!(
+                base.join(target).exists(),
+                "{name}: link to {target} points nowhere"
+            );
+        }
+        assert!(
+            !text.contains("DESIGN.md"),
+            "{name} cites a design file outside the repository"
+        );
     }
 }

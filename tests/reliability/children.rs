@@ -1,4 +1,4 @@
-//! Stubborn children (README "Guarantees" row 7): killed after the grace, never waited
+//! Stubborn children (docs/guarantees.md row 7): killed after the grace, never waited
 //! for.
 
 use std::fs;

@@ -1,4 +1,4 @@
-//! Concurrency (README "Guarantees" rows 2a–2c): warms racing warms, `cache prune`
+//! Concurrency (docs/guarantees.md rows 2a–2c): warms racing warms, `cache prune`
 //! and `cache verify --fix`.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Corruption (README "Guarantees" row 3): damaged entries are found, rebuilt and never
+//! Corruption (docs/guarantees.md row 3): damaged entries are found, rebuilt and never
 //! served.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,4 +1,4 @@
-//! Crash safety (README "Guarantees" row 1): `kill -9` of `warm` at random moments.
+//! Crash safety (docs/guarantees.md row 1): `kill -9` of `warm` at random moments.
 
 use std::collections::BTreeSet;
 use std::fs;

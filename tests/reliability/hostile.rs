@@ -1,4 +1,4 @@
-//! Hostile input to the parsers (README "Guarantees" rows 5a, 5b): manifests and
+//! Hostile input to the parsers (docs/guarantees.md rows 5a, 5b): manifests and
 //! depfiles never panic, compiler-escaped paths round-trip.
 
 use std::collections::BTreeMap;

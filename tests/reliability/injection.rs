@@ -1,4 +1,4 @@
-//! Hostile paths and names (README "Guarantees" rows 5c, 5d): no shell injection,
+//! Hostile paths and names (docs/guarantees.md rows 5c, 5d): no shell injection,
 //! `..`/symlink escapes rejected, symlinked artifacts fail their step.
 
 use std::fs;

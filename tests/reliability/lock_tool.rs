@@ -1,4 +1,4 @@
-//! The lock tool misbehaving (README "Guarantees" row 6): exit 3 with a message and a
+//! The lock tool misbehaving (docs/guarantees.md row 6): exit 3 with a message and a
 //! report.
 
 use std::fs;

@@ -1,5 +1,5 @@
-//! Reliability under faults, concurrency and hostile input (the "Guarantees" of the
-//! README; figures in docs/GUARANTEES.md).
+//! Reliability under faults, concurrency and hostile input (the guarantees in
+//! docs/guarantees.md, with their figures).
 //!
 //! Two profiles: the default (fast) one runs in `.ci/run` through `cargo test`;
 //! `SCENERUN_RELIABILITY=long` selects the long one (more rounds, more cases):
@@ -18,7 +18,7 @@
 //!
 //! This file holds what the topic modules share (profiles, figures, fault lists, the
 //! seeded PRNG, bounded runs of the binary, cache inspection, manifest pieces); one
-//! module per guarantee of the README's table.
+//! module per guarantee of the table in docs/guarantees.md.
 
 mod children;
 mod concurrency;

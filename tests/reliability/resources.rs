@@ -1,4 +1,4 @@
-//! Resource exhaustion (README "Guarantees" row 4): a full disk, `ulimit -f`, a
+//! Resource exhaustion (docs/guarantees.md row 4): a full disk, `ulimit -f`, a
 //! read-only cache, a missing compiler.
 
 use std::fs;
