@@ -287,13 +287,21 @@ impl Plan {
                 (plan.status_of(s, lookup, &failures), entry)
             })
             .collect();
+        let dep_changed: Vec<bool> = plan
+            .steps
+            .iter()
+            .map(|s| {
+                let lookup = &lookups[&unique[&(s.persist, s.kind, s.key.as_str())]];
+                matches!(lookup, Lookup::DepChanged(_))
+            })
+            .collect();
         for (i, (st, entry)) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
             plan.steps[i].entry = entry;
             let id = plan.steps[i].id(&plan);
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
-        plan.stale_with_fixture();
+        plan.stale_with_fixture(&dep_changed);
         plan.files.save();
         plan.device_count = plan.resolve_device_count()?;
         Ok(plan)
@@ -480,7 +488,7 @@ impl Plan {
                     return Status::Failed(f);
                 }
                 match other {
-                    Lookup::Stale(why) => Status::Stale(why.clone()),
+                    Lookup::Stale(why) | Lookup::DepChanged(why) => Status::Stale(why.clone()),
                     _ => Status::Miss,
                 }
             }
@@ -489,11 +497,16 @@ impl Plan {
 
     /// A fixture rebuilt because a file it read changed (its depfile) may come out
     /// different under the same key: the goldens computed from it are rebuilt with it.
-    fn stale_with_fixture(&mut self) {
+    /// A damaged fixture, rebuilt from unchanged inputs, comes out the same: its goldens
+    /// stay.
+    fn stale_with_fixture(&mut self, dep_changed: &[bool]) {
         for i in 0..self.steps.len() {
             let Some(&f) = self.steps[i].deps.first() else {
                 continue;
             };
+            if !dep_changed[f] {
+                continue;
+            }
             if let (true, Status::Stale(why)) =
                 (self.steps[i].status.is_hit(), &self.steps[f].status)
             {
