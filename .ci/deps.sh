@@ -14,3 +14,5 @@ need() {
 need cc gcc
 need flock util-linux
 need git git
+# The remote-cache tests run against a real nginx (WebDAV PUT); Debian puts it in /usr/sbin.
+[ -x /usr/sbin/nginx ] || need nginx nginx

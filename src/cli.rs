@@ -86,8 +86,39 @@ pub struct Cli {
     )]
     pub color: Color,
 
+    #[command(flatten)]
+    pub remote: RemoteFlags,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The shared remote cache (docs/remote-cache.md); global, like `--cache-dir`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RemoteFlags {
+    /// Remote cache URL (overrides cache.remote.url).
+    #[arg(
+        long = "remote",
+        value_name = "URL",
+        global = true,
+        env = "SCENERUN_REMOTE_URL"
+    )]
+    pub url: Option<String>,
+    /// Upload what this run builds to the remote cache.
+    #[arg(
+        long = "remote-write",
+        global = true,
+        env = "SCENERUN_REMOTE_WRITE",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub write: bool,
+    /// Ignore the remote cache (wins over --remote, the environment and the manifest).
+    #[arg(long = "no-remote", global = true)]
+    pub off: bool,
+    /// Exit 3 when the remote cannot be reached, times out, fails (5xx) or refuses (401/403).
+    #[arg(long = "remote-required", global = true)]
+    pub required: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use std::sync::Arc;
+
+use crate::cache::remote::{self, Remote};
 use crate::cache::{maintain, Store};
 use crate::cli::{
     CacheCommand, Cli, Command, DeviceFlags, Format, PreviewFlags, Selection, WarmFlags,
@@ -81,48 +84,48 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         .max(1);
     match &cli.command {
         Command::Plan(a) => {
-            let plan = build_for_device(&cli, &a.select, &a.device)?;
+            let mut plan = build_for_device(&cli, &a.select, &a.device, ui)?;
             let phases = Phases {
                 warm: true,
                 device: true,
             };
-            preview(&plan, phases, a.format, ui);
+            preview(&mut plan, phases, a.format, ui)?;
             // The process ends here: freeing a 20,000-step plan piece by piece is a few
             // percent of a big plan's time for nothing.
             std::mem::forget(plan);
             Ok(Exit::Ok)
         }
         Command::Warm(a) => {
-            let plan = build(&cli, &a.select)?;
+            let mut plan = build(&cli, &a.select, ui)?;
             let phases = Phases {
                 warm: true,
                 device: false,
             };
-            if let Some(exit) = previewed(&plan, &a.preview, phases, ui) {
+            if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
                 return Ok(exit);
             }
             handle_signals();
             do_warm(&plan, &a.warm, jobs, ui)
         }
         Command::Device(a) => {
-            let plan = build_for_device(&cli, &a.select, &a.device)?;
+            let mut plan = build_for_device(&cli, &a.select, &a.device, ui)?;
             let phases = Phases {
                 warm: false,
                 device: true,
             };
-            if let Some(exit) = previewed(&plan, &a.preview, phases, ui) {
+            if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
                 return Ok(exit);
             }
             handle_signals();
             do_device(&plan, &a.device, ui)
         }
         Command::Run(a) => {
-            let plan = build_for_device(&cli, &a.select, &a.device)?;
+            let mut plan = build_for_device(&cli, &a.select, &a.device, ui)?;
             let phases = Phases {
                 warm: true,
                 device: true,
             };
-            if let Some(exit) = previewed(&plan, &a.preview, phases, ui) {
+            if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
                 return Ok(exit);
             }
             handle_signals();
@@ -130,7 +133,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             // The device phase needs the statuses warm produced: plan again (all hits now,
             // and the stat memo makes it cheap).
             drop(plan);
-            let plan = build_for_device(&cli, &a.select, &a.device)?;
+            let plan = build_for_device(&cli, &a.select, &a.device, ui)?;
             let exit = do_device(&plan, &a.device, ui)?;
             Ok(exit.max(warm_exit))
         }
@@ -143,16 +146,18 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
     }
 }
 
-fn build(cli: &Cli, select: &Selection) -> Result<Plan> {
+fn build(cli: &Cli, select: &Selection, ui: &Ui) -> Result<Plan> {
     let m = manifest::load(&cli.manifest)?;
-    Plan::build(m, select, cli.cache_dir.as_deref())
+    let mut plan = Plan::build(m, select, cli.cache_dir.as_deref())?;
+    plan.remote = Remote::configure(&plan.manifest.cache.remote, &cli.remote, ui)?.map(Arc::new);
+    Ok(plan)
 }
 
 /// A plan for a command with a device phase: with `--no-lock`, on the given ids, so
 /// `plan`, `--plan` and `--dry-run` show what `--no-lock` will do (no lock command,
 /// packing on these ids).
-fn build_for_device(cli: &Cli, select: &Selection, d: &DeviceFlags) -> Result<Plan> {
-    let mut plan = build(cli, select)?;
+fn build_for_device(cli: &Cli, select: &Selection, d: &DeviceFlags, ui: &Ui) -> Result<Plan> {
+    let mut plan = build(cli, select, ui)?;
     if d.no_lock {
         plan.no_lock(no_lock_ids(d));
     }
@@ -166,7 +171,9 @@ fn no_lock_ids(d: &DeviceFlags) -> Vec<String> {
         .unwrap_or_else(|| vec!["0".into()])
 }
 
-fn preview(plan: &Plan, phases: Phases, format: Format, ui: &Ui) {
+fn preview(plan: &mut Plan, phases: Phases, format: Format, ui: &Ui) -> Result<()> {
+    plan.mark_remote_hits()?;
+    let plan = &*plan;
     match format {
         Format::Text => ui.out(&plan_view::text(plan, phases, ui)),
         Format::Json => ui.out(&format!(
@@ -174,18 +181,19 @@ fn preview(plan: &Plan, phases: Phases, format: Format, ui: &Ui) {
             serde_json::to_string_pretty(&plan_view::json(plan)).expect("plan json")
         )),
     }
+    Ok(())
 }
 
-fn previewed(plan: &Plan, p: &PreviewFlags, phases: Phases, ui: &Ui) -> Option<Exit> {
+fn previewed(plan: &mut Plan, p: &PreviewFlags, phases: Phases, ui: &Ui) -> Result<Option<Exit>> {
     if p.plan {
-        preview(plan, phases, p.format, ui);
-        return Some(Exit::Ok);
+        preview(plan, phases, p.format, ui)?;
+        return Ok(Some(Exit::Ok));
     }
     if p.dry_run {
         ui.out(&plan_view::dry_run(plan, phases));
-        return Some(Exit::Ok);
+        return Ok(Some(Exit::Ok));
     }
-    None
+    Ok(None)
 }
 
 fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<Exit> {
@@ -227,6 +235,7 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
     match c {
         CacheCommand::Stats => {
             ui.out(&maintain::stats(&store)?);
+            ui.out(&remote::stats_text(&store));
             Ok(Exit::Ok)
         }
         CacheCommand::Verify { fix } => {

@@ -41,6 +41,9 @@ pub fn cache_dir(manifest: &Manifest, flag: Option<&Path>) -> PathBuf {
 pub enum Status {
     Hit,
     Miss,
+    /// Not in the local cache, but the remote cache has its record (`--plan` only: a HEAD
+    /// request, nothing downloaded).
+    RemoteHit,
     /// In the cache but not servable (a recorded dependency changed, a file is damaged).
     Stale(String),
     /// The last warm failed this step with this very key.
@@ -52,6 +55,7 @@ impl Status {
         match self {
             Status::Hit => "hit",
             Status::Miss => "miss",
+            Status::RemoteHit => "remote-hit",
             Status::Stale(_) => "stale",
             Status::Failed(_) => "failed-in-warm",
         }
@@ -130,6 +134,8 @@ pub struct Plan {
     /// `--no-lock --devices`: the ids the device phase runs on directly. Set by
     /// `no_lock`; previews then pack on these ids and show no lock command.
     pub no_lock: Option<Vec<String>>,
+    /// The shared remote cache, when one is configured (attached by the command).
+    pub remote: Option<std::sync::Arc<crate::cache::remote::Remote>>,
 }
 
 /// How path placeholders are filled.
@@ -246,6 +252,7 @@ impl Plan {
             history,
             files,
             no_lock: None,
+            remote: None,
         };
 
         // Kernel and fixture keys are independent: compute them in parallel; goldens
@@ -584,6 +591,34 @@ impl Plan {
             Some(n) => Ok(n),
             None => Ok(need),
         }
+    }
+
+    /// `--plan`: ask the remote (HEAD only) about every local miss it could serve.
+    pub fn mark_remote_hits(&mut self) -> Result<()> {
+        let Some(remote) = self.remote.clone() else {
+            return Ok(());
+        };
+        let mut keys: Vec<&str> = self
+            .steps
+            .iter()
+            .filter(|s| s.persist && s.status == Status::Miss)
+            .map(|s| s.key.as_str())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let found = remote.has_records(&keys)?;
+        let there: std::collections::HashSet<String> = keys
+            .iter()
+            .zip(found)
+            .filter(|(_, f)| *f)
+            .map(|(k, _)| k.to_string())
+            .collect();
+        for s in &mut self.steps {
+            if s.persist && s.status == Status::Miss && there.contains(&s.key) {
+                s.status = Status::RemoteHit;
+            }
+        }
+        Ok(())
     }
 
     /// How many distinct artifacts the steps name (scenes share identical steps); the

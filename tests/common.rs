@@ -25,6 +25,8 @@ pub fn scenerun_process() -> std::process::Command {
         .env("NO_COLOR", "1")
         .env_remove("SCENERUN_MANIFEST")
         .env_remove("SCENERUN_CACHE_DIR")
+        .env_remove("SCENERUN_REMOTE_URL")
+        .env_remove("SCENERUN_REMOTE_WRITE")
         .env_remove("GITHUB_ACTIONS")
         .env_remove("GITHUB_STEP_SUMMARY");
     c

@@ -8,6 +8,7 @@ mod manifest;
 mod plan;
 mod readme;
 mod reliability;
+mod remote;
 mod trust;
 mod warm;
 mod workflows;

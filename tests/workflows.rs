@@ -211,6 +211,13 @@ struct Ctx {
 impl Ctx {
     fn value(&self, expr: &str) -> String {
         let e = expr.trim();
+        // `a == 'x'`, `a && b || c` (GitHub's semantics: the first truthy alternative).
+        if e.contains("||") || e.contains("&&") || e.contains("==") {
+            return self.logic(e);
+        }
+        if let Some(lit) = e.strip_prefix('\'').and_then(|l| l.strip_suffix('\'')) {
+            return lit.to_string();
+        }
         if let Some(k) = e.strip_prefix("matrix.") {
             return self
                 .matrix
@@ -256,6 +263,30 @@ impl Ctx {
                 self.file
             ),
         }
+    }
+
+    /// The small part of the expression language the workflows use: `||` of `&&` of
+    /// operands, an operand being `x == 'lit'` or a value. Falsy is "" or "false".
+    fn logic(&self, e: &str) -> String {
+        let truthy = |v: &str| !v.is_empty() && v != "false";
+        let mut last = String::new();
+        for alt in e.split("||") {
+            let mut v = String::new();
+            for op in alt.split("&&") {
+                v = match op.split_once("==") {
+                    Some((a, b)) => (self.value(a) == self.value(b)).to_string(),
+                    None => self.value(op),
+                };
+                if !truthy(&v) {
+                    break;
+                }
+            }
+            if truthy(&v) {
+                return v;
+            }
+            last = v;
+        }
+        last
     }
 
     /// `s` with every `${{ … }}` replaced by its test value.

@@ -19,6 +19,7 @@
 pub mod guard;
 pub mod history;
 pub mod maintain;
+pub mod remote;
 
 use std::fs;
 use std::io;

@@ -165,9 +165,9 @@ mod tests {
     #[test]
     fn a_group_outlives_its_leader() {
         use std::os::unix::process::CommandExt;
-        // The leader (a shell) exits at once; its child stays in the group.
+        // The leader (a shell) exits after half a second (so its pid can be read first); its child stays in the group.
         let mut leader = std::process::Command::new("sh")
-            .args(["-c", "sleep 30 & echo $! > \"$0\"", "/dev/null"])
+            .args(["-c", "sleep 30 & sleep 0.5", "/dev/null"])
             .process_group(0)
             .spawn()
             .expect("sh");

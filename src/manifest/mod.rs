@@ -7,6 +7,7 @@ pub mod depth;
 mod locate;
 mod paths;
 mod raw;
+pub mod remote;
 pub mod units;
 pub mod yaml;
 
@@ -52,6 +53,8 @@ pub struct CacheConfig {
     pub dir: Option<PathBuf>,
     pub max_size: Option<u64>,
     pub max_age: Duration,
+    /// `cache.remote` (docs/remote-cache.md).
+    pub remote: remote::RemoteConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -524,6 +527,10 @@ impl Ctx {
             max_age: self
                 .duration(cache_raw.max_age, "cache.max_age")
                 .unwrap_or(DEFAULT_MAX_AGE),
+            remote: cache_raw
+                .remote
+                .and_then(|v| self.remote(v))
+                .unwrap_or_default(),
         };
 
         let mut toolchains = BTreeMap::new();

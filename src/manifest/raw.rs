@@ -44,8 +44,9 @@ pub struct Cache {
     pub dir: Option<String>,
     pub max_size: Option<Scalar>,
     pub max_age: Option<Scalar>,
+    pub remote: Option<Value>,
 }
-pub const CACHE: &[&str] = &["dir", "max_size", "max_age"];
+pub const CACHE: &[&str] = &["dir", "max_size", "max_age", "remote"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

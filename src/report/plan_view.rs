@@ -98,11 +98,21 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
             .filter(|s| !s.status.is_hit())
             .map(|s| s.estimate.unwrap_or(0.0))
             .sum();
+        let remote = plan
+            .steps
+            .iter()
+            .filter(|s| s.status == Status::RemoteHit)
+            .count();
         out.push_str(&format!(
-            "\nwarm: {} steps ({} unique keys): {hits} hit, {} to build{}{}\n",
+            "\nwarm: {} steps ({} unique keys): {hits} hit, {}{} to build{}{}\n",
             plan.steps.len(),
             plan.unique_keys(),
-            plan.steps.len() - hits,
+            if remote > 0 {
+                format!("{remote} to download from the remote cache, ")
+            } else {
+                String::new()
+            },
+            plan.steps.len() - hits - remote,
             if failed > 0 {
                 format!(" ({failed} failed in the last warm)")
             } else {

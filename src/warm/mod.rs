@@ -19,7 +19,7 @@ use anyhow::Result;
 use crate::cache::history::History;
 use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Kind, Lookup};
-use crate::manifest::units::short_duration;
+use crate::manifest::units::{short_duration, short_size};
 use crate::plan::{Fill, Plan};
 use crate::proc::{self, Ended};
 use crate::report::term::Ui;
@@ -59,6 +59,8 @@ pub struct Summary {
     pub saved_secs: f64,
     /// (scene, why)
     pub failed_scenes: Vec<(String, String)>,
+    /// What the remote cache moved, when one is configured.
+    pub remote: Option<crate::cache::remote::Totals>,
 }
 
 /// One unique artifact to produce, and the steps (scenes) that want it.
@@ -67,9 +69,21 @@ struct Unit {
 }
 
 enum Done {
-    Built { secs: f64 },
+    /// `sent`: bytes uploaded to the remote cache afterwards.
+    Built {
+        secs: f64,
+        sent: u64,
+    },
     Hit,
-    Failed { error: String, tail: String },
+    /// Downloaded from the remote cache and published locally, in `secs`.
+    Downloaded {
+        bytes: u64,
+        secs: f64,
+    },
+    Failed {
+        error: String,
+        tail: String,
+    },
 }
 
 struct UnitResult {
@@ -215,10 +229,22 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
                 running_names.remove(&res.unit);
                 show_running(pb, &running_names);
             }
-            let ok = matches!(res.done, Ok(Done::Built { .. }) | Ok(Done::Hit));
+            let ok = matches!(
+                res.done,
+                Ok(Done::Built { .. }) | Ok(Done::Hit) | Ok(Done::Downloaded { .. })
+            );
+            let moved = match &res.done {
+                Ok(Done::Built { sent, .. }) if *sent > 0 => {
+                    format!(", {} up", short_size(*sent))
+                }
+                Ok(Done::Downloaded { bytes, .. }) => format!(" {}", short_size(*bytes)),
+                _ => String::new(),
+            };
             let newly_skipped = scheduler.finish(res.unit, ok);
+            let remote_hit = matches!(res.done, Ok(Done::Downloaded { .. }));
             let (outcome, secs, error, tail) = match res.done {
-                Ok(Done::Built { secs }) => (Outcome::Built, secs, None, None),
+                Ok(Done::Built { secs, .. }) => (Outcome::Built, secs, None, None),
+                Ok(Done::Downloaded { secs, .. }) => (Outcome::Hit, secs, None, None),
                 Ok(Done::Hit) => (Outcome::Hit, 0.0, None, None),
                 Ok(Done::Failed { error, tail }) => (Outcome::Failed, 0.0, Some(error), Some(tail)),
                 Err(e) => {
@@ -244,13 +270,14 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
                     _ => summary.failed += 1,
                 }
                 let line = format!(
-                    "[{finished}/{total_steps}] {} {}/{} {} {}",
+                    "[{finished}/{total_steps}] {} {}/{} {} {}{moved}",
                     s.label(),
                     plan.scenes[s.scene].name,
                     s.name,
                     short_duration(std::time::Duration::from_secs_f64(secs)),
                     match outcome {
                         Outcome::Built => "built".to_string(),
+                        Outcome::Hit if remote_hit => "remote-hit".to_string(),
                         Outcome::Hit => "hit".to_string(),
                         _ => ui.red("FAILED"),
                     }
@@ -340,6 +367,8 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
         wall_secs: summary.wall_secs,
     }
     .save(&plan.store);
+    crate::cache::remote::save_totals(&plan.store, plan.remote.as_deref());
+    summary.remote = plan.remote.as_ref().map(|r| r.totals());
     let cfg = &plan.manifest.cache;
     let mut notes = Vec::new();
     maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |l| {
@@ -416,7 +445,24 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         )
     {
         store.touch(&e);
+        // Write-through: a local hit the shared cache lacks is offered to the fleet.
+        if let Some(r) = plan
+            .remote
+            .as_deref()
+            .filter(|r| step.persist && r.writes())
+        {
+            r.upload(&e, true)?;
+        }
         return Ok(Attempt::Done(Done::Hit));
+    }
+    // Local miss: the shared cache, then a build.
+    if let Some(r) = plan.remote.as_deref().filter(|_| step.persist) {
+        let t0 = Instant::now();
+        let fetched = r.fetch(store, step.kind, key, &plan.manifest.dir, &plan.files)?;
+        if let crate::cache::remote::Fetched::Published(bytes) = fetched {
+            let secs = t0.elapsed().as_secs_f64();
+            return Ok(Attempt::Done(Done::Downloaded { bytes, secs }));
+        }
     }
     let staging = store.stage(step.kind)?;
     let out = staging.out();
@@ -525,7 +571,11 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     let built_by = step.id(plan);
     let entry = store.publish(staging, step.kind, key, &built_by, secs, deps)?;
     store.touch(&entry);
-    Ok(Attempt::Done(Done::Built { secs }))
+    let sent = match plan.remote.as_deref().filter(|_| step.persist) {
+        Some(r) => r.upload(&entry, false)?,
+        None => 0,
+    };
+    Ok(Attempt::Done(Done::Built { secs, sent }))
 }
 
 /// The failed scenes and the final line.
@@ -546,4 +596,7 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
         s.wall_secs,
         s.saved_secs
     ));
+    if let Some(t) = &s.remote {
+        ui.always(&format!("remote cache: {}", t.line()));
+    }
 }

@@ -1,0 +1,258 @@
+//! The wire: plain GET / HEAD / PUT against one base URL, with an optional bearer token.
+//! Every failure is a `Failure` the caller classifies; nothing here decides whether a
+//! job fails.
+
+use std::fmt;
+use std::io::Read;
+use std::time::Duration;
+
+/// Why a remote operation did not give what was asked. Rendered in one place (`Display`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Connection refused or lost, name resolution, TLS.
+    Connect { url: String, why: String },
+    /// No progress within `cache.remote.timeout`.
+    Timeout { url: String },
+    /// An HTTP status that is neither success nor 404.
+    Status { url: String, code: u16 },
+    /// A blob whose bytes do not hash to its name, or not of the recorded size.
+    Tampered { url: String, why: String },
+    /// A record that does not parse or does not describe what it is stored under.
+    BadRecord { key: String, why: String },
+    /// `verify_key` is set and the record carries no signature.
+    Unsigned { key: String },
+    /// `verify_key` is set and the signature does not verify.
+    BadSignature { key: String },
+    /// A record names a blob the server no longer has.
+    BlobMissing { url: String },
+}
+
+impl Failure {
+    /// What `--remote-required` turns into exit 3: the server cannot be used at all.
+    pub fn is_infra(&self) -> bool {
+        match self {
+            Failure::Connect { .. } | Failure::Timeout { .. } => true,
+            Failure::Status { code, .. } => *code >= 500 || *code == 401 || *code == 403,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Connect { url, why } => write!(f, "cannot reach {url}: {why}"),
+            Failure::Timeout { url } => write!(f, "{url} timed out"),
+            Failure::Status { url, code } => {
+                let hint = match code {
+                    401 | 403 => " (check the token in cache.remote.token_env)",
+                    _ => "",
+                };
+                write!(f, "{url} answered HTTP {code}{hint}")
+            }
+            Failure::Tampered { url, why } => {
+                write!(f, "{url} is not what its record says ({why}); not used")
+            }
+            Failure::BadRecord { key, why } => write!(f, "record {key} is unusable: {why}"),
+            Failure::Unsigned { key } => write!(
+                f,
+                "record {key} is not signed and cache.remote.verify_key is set; ignored"
+            ),
+            Failure::BadSignature { key } => write!(
+                f,
+                "record {key} has a signature that does not verify with cache.remote.verify_key; ignored"
+            ),
+            Failure::BlobMissing { url } => write!(f, "{url} is gone from the server"),
+        }
+    }
+}
+
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+    auth: Option<String>,
+}
+
+impl Client {
+    /// `timeout` bounds connecting, each response's headers, and every single read or
+    /// write of a body (so a large blob may take longer in total while it progresses).
+    pub fn new(base: &str, timeout: Duration, token: Option<&str>) -> Client {
+        let t = Some(timeout);
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_resolve(t)
+            .timeout_connect(t)
+            .timeout_send_request(t)
+            .timeout_recv_response(t)
+            .timeout_per_read(t)
+            .timeout_per_write(t)
+            .max_idle_connections_per_host(16)
+            .user_agent(concat!("scenerun/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let (base, basic) = split_userinfo(base.trim_end_matches('/'));
+        Client {
+            agent: config.into(),
+            base,
+            auth: token.map(|t| format!("Bearer {t}")).or(basic),
+        }
+    }
+
+    /// The URL without credentials, for messages and requests.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.base)
+    }
+
+    fn classify(&self, url: &str, e: ureq::Error) -> Failure {
+        match e {
+            ureq::Error::Timeout(_) => Failure::Timeout { url: url.into() },
+            ureq::Error::Io(io) => io_failure(url, &io),
+            ureq::Error::StatusCode(code) => Failure::Status {
+                url: url.into(),
+                code,
+            },
+            other => Failure::Connect {
+                url: url.into(),
+                why: other.to_string(),
+            },
+        }
+    }
+
+    /// true: present (2xx); false: 404.
+    pub fn head(&self, path: &str) -> Result<bool, Failure> {
+        let url = self.url(path);
+        let mut req = self.agent.head(&url);
+        if let Some(a) = &self.auth {
+            req = req.header("Authorization", a);
+        }
+        let resp = req.call().map_err(|e| self.classify(&url, e))?;
+        match resp.status().as_u16() {
+            200..=299 => Ok(true),
+            404 => Ok(false),
+            code => Err(Failure::Status { url, code }),
+        }
+    }
+
+    /// The body as a reader, or None for a 404. Reading it may fail with an io error:
+    /// map it with `io_failure`.
+    pub fn get(&self, path: &str) -> Result<Option<impl Read + use<>>, Failure> {
+        let url = self.url(path);
+        let mut req = self.agent.get(&url);
+        if let Some(a) = &self.auth {
+            req = req.header("Authorization", a);
+        }
+        let resp = req.call().map_err(|e| self.classify(&url, e))?;
+        match resp.status().as_u16() {
+            200..=299 => Ok(Some(resp.into_body().into_reader())),
+            404 => Ok(None),
+            code => Err(Failure::Status { url, code }),
+        }
+    }
+
+    /// A small body (a record), at most `limit` bytes; None for a 404.
+    pub fn get_small(&self, path: &str, limit: u64) -> Result<Option<Vec<u8>>, Failure> {
+        let url = self.url(path);
+        let Some(body) = self.get(path)? else {
+            return Ok(None);
+        };
+        let mut buf = Vec::new();
+        body.take(limit + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| io_failure(&url, &e))?;
+        if buf.len() as u64 > limit {
+            return Err(Failure::BadRecord {
+                key: path.into(),
+                why: format!("larger than {limit} bytes"),
+            });
+        }
+        Ok(Some(buf))
+    }
+
+    /// Upload; any 2xx is success.
+    pub fn put(&self, path: &str, body: impl ureq::AsSendBody) -> Result<(), Failure> {
+        let url = self.url(path);
+        let mut req = self.agent.put(&url);
+        if let Some(a) = &self.auth {
+            req = req.header("Authorization", a);
+        }
+        let resp = req.send(body).map_err(|e| self.classify(&url, e))?;
+        match resp.status().as_u16() {
+            200..=299 => Ok(()),
+            code => Err(Failure::Status { url, code }),
+        }
+    }
+}
+
+/// `http://user:pass@host/...` → the URL without `user:pass@` and a Basic authorization
+/// (bazel-remote's htpasswd users); the credentials never appear in a message.
+pub fn split_userinfo(url: &str) -> (String, Option<String>) {
+    use base64::Engine;
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (url.to_string(), None);
+    };
+    let host_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..host_end].rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let auth = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(userinfo)
+            );
+            (
+                format!("{scheme}://{host}{}", &rest[host_end..]),
+                Some(auth),
+            )
+        }
+        None => (url.to_string(), None),
+    }
+}
+
+/// An io error while a body streams: a timeout, or the connection was lost.
+pub fn io_failure(url: &str, e: &std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::TimedOut || e.to_string().contains("timeout") {
+        Failure::Timeout { url: url.into() }
+    } else {
+        Failure::Connect {
+            url: url.into(),
+            why: e.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_leave_the_url() {
+        let (u, a) = split_userinfo("http://ci:s3cret@cache:9090/scenerun");
+        assert_eq!(u, "http://cache:9090/scenerun");
+        assert_eq!(a.as_deref(), Some("Basic Y2k6czNjcmV0"));
+        let (u, a) = split_userinfo("https://cache/a@b");
+        assert_eq!(u, "https://cache/a@b");
+        assert!(a.is_none());
+    }
+
+    #[test]
+    fn only_unusable_servers_are_infrastructure_failures() {
+        let st = |code| Failure::Status {
+            url: "u".into(),
+            code,
+        };
+        for code in [500, 502, 503, 401, 403] {
+            assert!(st(code).is_infra(), "{code}");
+        }
+        for code in [400, 404, 409, 413] {
+            assert!(!st(code).is_infra(), "{code}");
+        }
+        assert!(Failure::Timeout { url: "u".into() }.is_infra());
+        assert!(!Failure::Unsigned { key: "k".into() }.is_infra());
+        assert!(!Failure::Tampered {
+            url: "u".into(),
+            why: "w".into()
+        }
+        .is_infra());
+    }
+}

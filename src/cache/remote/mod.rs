@@ -1,0 +1,576 @@
+//! The remote cache: one cache for a fleet of runners, over the Bazel HTTP cache layout
+//! (plain GET / HEAD / PUT; blobs at `{url}/cas/<sha256>`, entry records at
+//! `{url}/ac/<key>`). See docs/remote-cache.md.
+//!
+//! Invariants kept here:
+//! - A downloaded entry reaches the local store only through `Store::stage` +
+//!   `Store::publish` (the same atomic rename as a build), and only after every blob's
+//!   size and sha256 matched its record; a blob that does not match is dropped with its
+//!   staging dir.
+//! - Uploads send every blob first and the record last, so a reader never finds a record
+//!   whose blobs are not there yet.
+//! - A remote failure is a warning and a local build, never a failed job — unless
+//!   `--remote-required`, where connection errors, timeouts, 5xx and 401/403 are exit 3.
+//!   After the first such failure the direction (reads or writes) is switched off for
+//!   the rest of the run, so an unreachable server costs one timeout, not one per step.
+
+pub mod http;
+pub mod record;
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use anyhow::{Context, Result};
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::cache::{Entry, Kind, Store};
+use crate::cli::RemoteFlags;
+use crate::exit::Exit;
+use crate::fsutil;
+use crate::key::{self, Files};
+use crate::manifest::remote::{parse_ed25519, RemoteConfig};
+use crate::manifest::units::short_size;
+use crate::report::term::Ui;
+use http::{Client, Failure};
+use record::{Record, RemoteFile};
+
+/// Records are small; a larger answer is not a record.
+const RECORD_LIMIT: u64 = 16 << 20;
+/// Blobs of one entry moving at once (entries themselves move in parallel on warm's slots).
+const BLOB_WIDTH: usize = 4;
+/// HEAD requests at once for `--plan`.
+const HEAD_WIDTH: usize = 8;
+const STATS_FILE: &str = "last-remote.json";
+
+/// Counters of one run; saved for `cache stats`.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Totals {
+    pub hits: u64,
+    pub misses: u64,
+    pub bytes_down: u64,
+    pub bytes_up: u64,
+    pub uploaded: u64,
+    pub failures: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    bytes_down: AtomicU64,
+    bytes_up: AtomicU64,
+    uploaded: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// What a lookup on the remote gave.
+pub enum Fetched {
+    /// Downloaded, verified and published locally; bytes moved.
+    Published(u64),
+    Miss,
+}
+
+enum Error {
+    Remote(Failure),
+    /// The local store (exit 3 whatever the remote settings).
+    Local(anyhow::Error),
+}
+
+impl From<Failure> for Error {
+    fn from(f: Failure) -> Self {
+        Error::Remote(f)
+    }
+}
+
+pub struct Remote {
+    client: Client,
+    pub url: String,
+    write: bool,
+    required: bool,
+    max_upload: u64,
+    verify: Option<VerifyingKey>,
+    signer: Option<SigningKey>,
+    sign_env: Option<String>,
+    reads_off: AtomicBool,
+    writes_off: AtomicBool,
+    counters: Counters,
+    warned: Mutex<HashSet<String>>,
+    ui: Ui,
+}
+
+impl Remote {
+    /// The remote for this run from the manifest, the command line and the environment
+    /// (`--no-remote` > `--remote`/`$SCENERUN_REMOTE_URL` > `cache.remote.url`; writes
+    /// when `--remote-write`/`$SCENERUN_REMOTE_WRITE` or `cache.remote.write`).
+    pub fn configure(cfg: &RemoteConfig, flags: &RemoteFlags, ui: &Ui) -> Result<Option<Remote>> {
+        if flags.off {
+            return Ok(None);
+        }
+        let url = flags
+            .url
+            .as_deref()
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty())
+            .or_else(|| cfg.url.clone());
+        let Some(url) = url else {
+            if flags.required {
+                return Err(crate::coded!(
+                    Exit::Usage,
+                    "--remote-required, but no remote cache is configured (cache.remote.url, --remote or $SCENERUN_REMOTE_URL)"
+                ));
+            }
+            return Ok(None);
+        };
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(crate::coded!(
+                Exit::Usage,
+                "remote cache URL `{url}` is not an http:// or https:// URL"
+            ));
+        }
+        let write = flags.write || cfg.write;
+        let token = std::env::var(&cfg.token_env).ok().filter(|t| !t.is_empty());
+        let verify = cfg
+            .verify_key
+            .map(|b| VerifyingKey::from_bytes(&b).expect("checked when the manifest loaded"));
+        let mut signer = None;
+        if let (true, Some(env)) = (write, &cfg.sign_key_env) {
+            if let Some(text) = std::env::var(env).ok().filter(|t| !t.is_empty()) {
+                let seed =
+                    parse_ed25519(&text).map_err(|e| crate::coded!(Exit::Usage, "${env}: {e}"))?;
+                let key = SigningKey::from_bytes(&seed);
+                if verify.is_some_and(|v| v != key.verifying_key()) {
+                    return Err(crate::coded!(
+                        Exit::Usage,
+                        "the signing key in ${env} does not match cache.remote.verify_key: readers would ignore every record it signs"
+                    ));
+                }
+                signer = Some(key);
+            }
+        }
+        let client = Client::new(&url, cfg.timeout, token.as_deref());
+        Ok(Some(Remote {
+            url: client.base().to_string(),
+            client,
+            write,
+            required: flags.required,
+            max_upload: cfg.max_upload,
+            verify,
+            signer,
+            sign_env: cfg.sign_key_env.clone(),
+            reads_off: AtomicBool::new(false),
+            writes_off: AtomicBool::new(false),
+            counters: Counters::default(),
+            warned: Mutex::new(HashSet::new()),
+            ui: ui.clone(),
+        }))
+    }
+
+    pub fn writes(&self) -> bool {
+        self.write
+    }
+
+    fn warn(&self, msg: &str) {
+        if self
+            .warned
+            .lock()
+            .expect("warnings")
+            .insert(msg.to_string())
+        {
+            self.ui.always(&format!("warning: remote cache: {msg}"));
+        }
+    }
+
+    /// A failed remote operation: exit 3 under `--remote-required` when the server is
+    /// unusable, else a warning (and that direction switched off when it is unusable).
+    fn failed(&self, f: Failure, writing: bool) -> Result<()> {
+        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        if f.is_infra() {
+            if self.required {
+                return Err(crate::coded!(
+                    Exit::Infra,
+                    "remote cache: {f} (--remote-required)"
+                ));
+            }
+            let (flag, what) = if writing {
+                (&self.writes_off, "uploads")
+            } else {
+                (&self.reads_off, "downloads")
+            };
+            if !flag.swap(true, Ordering::SeqCst) {
+                self.warn(&format!(
+                    "{f}; {what} are off for the rest of this run, building locally"
+                ));
+            }
+        } else {
+            self.warn(&f.to_string());
+        }
+        Ok(())
+    }
+
+    fn local(e: anyhow::Error) -> Error {
+        Error::Local(e)
+    }
+
+    /// Look `key` up on the remote; on a whole, verified entry publish it into `store`.
+    /// Err only for the local store, or a server failure under `--remote-required`.
+    pub fn fetch(
+        &self,
+        store: &Store,
+        kind: Kind,
+        key: &str,
+        base: &Path,
+        files: &Files,
+    ) -> Result<Fetched> {
+        if self.reads_off.load(Ordering::SeqCst) {
+            return Ok(Fetched::Miss);
+        }
+        match self.try_fetch(store, kind, key, base, files) {
+            Ok(Some(bytes)) => {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                Ok(Fetched::Published(bytes))
+            }
+            Ok(None) => {
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                Ok(Fetched::Miss)
+            }
+            Err(Error::Local(e)) => Err(e),
+            Err(Error::Remote(f)) => {
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                self.failed(f, false).map(|()| Fetched::Miss)
+            }
+        }
+    }
+
+    fn try_fetch(
+        &self,
+        store: &Store,
+        kind: Kind,
+        key: &str,
+        base: &Path,
+        files: &Files,
+    ) -> Result<Option<u64>, Error> {
+        let Some(bytes) = self.client.get_small(&format!("ac/{key}"), RECORD_LIMIT)? else {
+            return Ok(None);
+        };
+        let rec = Record::parse(&bytes, kind, key, self.verify.as_ref())?;
+        // Files the compiler read where the entry was built must be the same here, as for
+        // a local hit; if not, this runner builds its own.
+        for dep in &rec.deps {
+            match files.hash(&key::key_path(base, &dep.path)) {
+                Ok(h) if h == dep.blake3 => {}
+                _ => return Ok(None),
+            }
+        }
+        let staging = store.stage(kind).map_err(Self::local)?;
+        let out = staging.out();
+        each_parallel(&rec.files, BLOB_WIDTH, |f| {
+            let dest = if f.path.is_empty() {
+                out.clone()
+            } else {
+                out.join(&f.path)
+            };
+            if let Some(dir) = dest.parent() {
+                fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))
+                    .map_err(Self::local)?;
+            }
+            self.fetch_blob(f, &dest)
+        })?;
+        store
+            .publish(
+                staging,
+                kind,
+                key,
+                &rec.built_by,
+                rec.duration_secs,
+                rec.deps.clone(),
+            )
+            .map_err(Self::local)?;
+        Ok(Some(rec.bytes()))
+    }
+
+    /// Stream one blob into `dest`, hashing as it comes; any mismatch is `Tampered`.
+    fn fetch_blob(&self, f: &RemoteFile, dest: &Path) -> Result<(), Error> {
+        let path = format!("cas/{}", f.sha256);
+        let url = self.client.url(&path);
+        let Some(mut body) = self.client.get(&path)? else {
+            return Err(Failure::BlobMissing { url }.into());
+        };
+        let mut file = fs::File::create_new(dest)
+            .with_context(|| format!("creating {}", dest.display()))
+            .map_err(Self::local)?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        loop {
+            let k = body
+                .read(&mut buf)
+                .map_err(|e| Error::Remote(http::io_failure(&url, &e)))?;
+            if k == 0 {
+                break;
+            }
+            n += k as u64;
+            self.counters
+                .bytes_down
+                .fetch_add(k as u64, Ordering::Relaxed);
+            if n > f.size {
+                return Err(Failure::Tampered {
+                    url,
+                    why: format!("more than the recorded {} bytes", f.size),
+                }
+                .into());
+            }
+            hasher.update(&buf[..k]);
+            file.write_all(&buf[..k])
+                .with_context(|| format!("writing {}", dest.display()))
+                .map_err(Self::local)?;
+        }
+        if n != f.size {
+            return Err(Failure::Tampered {
+                url,
+                why: format!("{n} bytes, recorded {}", f.size),
+            }
+            .into());
+        }
+        let got = hex(&hasher.finalize());
+        if got != f.sha256 {
+            return Err(Failure::Tampered {
+                url,
+                why: format!("its sha256 is {got}"),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Upload a published entry when writes are on: blobs first (those the server lacks),
+    /// the record last. `unless_present`: skip when the server already has the record
+    /// (a local hit the fleet may not have yet). Returns the bytes sent.
+    pub fn upload(&self, entry: &Entry, unless_present: bool) -> Result<u64> {
+        if !self.write || self.writes_off.load(Ordering::SeqCst) {
+            return Ok(0);
+        }
+        if self.verify.is_some() && self.signer.is_none() {
+            self.warn(&format!(
+                "writes are on but ${} holds no signing key; readers require signed records, so nothing is uploaded",
+                self.sign_env.as_deref().unwrap_or("(cache.remote.sign_key_env unset)")
+            ));
+            return Ok(0);
+        }
+        let meta = &entry.meta;
+        if meta.bytes() > self.max_upload {
+            self.ui.info(&format!(
+                "remote cache: {} ({}) is over cache.remote.max_upload ({}): kept locally only",
+                meta.built_by,
+                short_size(meta.bytes()),
+                short_size(self.max_upload)
+            ));
+            return Ok(0);
+        }
+        match self.try_upload(entry, unless_present) {
+            Ok(sent) => Ok(sent),
+            Err(Error::Local(e)) => Err(e),
+            Err(Error::Remote(f)) => self.failed(f, true).map(|()| 0),
+        }
+    }
+
+    fn try_upload(&self, entry: &Entry, unless_present: bool) -> Result<u64, Error> {
+        let meta = &entry.meta;
+        let ac = format!("ac/{}", meta.key);
+        if unless_present && self.client.head(&ac)? {
+            return Ok(0);
+        }
+        let out = entry.out();
+        let mut files = Vec::new();
+        for f in &meta.files {
+            let p = if f.path.is_empty() {
+                out.clone()
+            } else {
+                out.join(&f.path)
+            };
+            files.push((
+                RemoteFile {
+                    path: f.path.clone(),
+                    size: f.size,
+                    sha256: sha256_file(&p).map_err(Self::local)?,
+                },
+                p,
+            ));
+        }
+        let sent = AtomicU64::new(0);
+        each_parallel(&files, BLOB_WIDTH, |(f, p)| {
+            let cas = format!("cas/{}", f.sha256);
+            if self.client.head(&cas)? {
+                return Ok(());
+            }
+            let file = fs::File::open(p)
+                .with_context(|| format!("reading {}", p.display()))
+                .map_err(Self::local)?;
+            self.client.put(&cas, file)?;
+            sent.fetch_add(f.size, Ordering::Relaxed);
+            self.counters.bytes_up.fetch_add(f.size, Ordering::Relaxed);
+            Ok(())
+        })?;
+        let mut rec = Record {
+            format: record::FORMAT,
+            kind: meta.kind,
+            key: meta.key.clone(),
+            files: files.into_iter().map(|(f, _)| f).collect(),
+            deps: meta.deps.clone(),
+            built_by: meta.built_by.clone(),
+            duration_secs: meta.duration_secs,
+            signature: None,
+        };
+        if let Some(k) = &self.signer {
+            rec.sign(k);
+        }
+        let body = serde_json::to_vec(&rec).expect("record serializes");
+        self.client.put(&ac, body.as_slice())?;
+        self.counters.uploaded.fetch_add(1, Ordering::Relaxed);
+        Ok(sent.into_inner())
+    }
+
+    /// Which of these keys the server has a record for (HEAD only, for `--plan`).
+    /// A failure counts as "not there", with a warning (exit 3 under `--remote-required`).
+    pub fn has_records(&self, keys: &[&str]) -> Result<Vec<bool>> {
+        let found: Vec<AtomicBool> = keys.iter().map(|_| AtomicBool::new(false)).collect();
+        let idx: Vec<usize> = (0..keys.len()).collect();
+        let r = each_parallel(&idx, HEAD_WIDTH, |&i| {
+            if self.reads_off.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            match self.client.head(&format!("ac/{}", keys[i])) {
+                Ok(b) => {
+                    found[i].store(b, Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(f) if f.is_infra() => Err(Error::Remote(f)),
+                Err(f) => {
+                    self.warn(&f.to_string());
+                    Ok(())
+                }
+            }
+        });
+        if let Err(Error::Remote(f)) = r {
+            self.failed(f, false)?;
+        }
+        Ok(found.into_iter().map(AtomicBool::into_inner).collect())
+    }
+
+    pub fn totals(&self) -> Totals {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Totals {
+            hits: g(&c.hits),
+            misses: g(&c.misses),
+            bytes_down: g(&c.bytes_down),
+            bytes_up: g(&c.bytes_up),
+            uploaded: g(&c.uploaded),
+            failures: g(&c.failures),
+        }
+    }
+}
+
+impl Totals {
+    /// For the warm summary and `cache stats`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} hits, {} misses, {} down, {} up ({} entries uploaded){}",
+            self.hits,
+            self.misses,
+            short_size(self.bytes_down),
+            short_size(self.bytes_up),
+            self.uploaded,
+            if self.failures > 0 {
+                format!(", {} failed requests", self.failures)
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+/// Remember this warm's remote counters for `cache stats` (forget them when the warm ran
+/// without a remote, so the stats never describe an older run).
+pub fn save_totals(store: &Store, remote: Option<&Remote>) {
+    let path = store.root.join(STATS_FILE);
+    match remote {
+        Some(r) => {
+            if let Ok(b) = serde_json::to_vec_pretty(&r.totals()) {
+                let _ = fsutil::write_atomic(&path, &b);
+            }
+        }
+        None => {
+            let _ = fs::remove_file(&path);
+        }
+    }
+}
+
+/// The `cache stats` line about the remote in the last warm.
+pub fn stats_text(store: &Store) -> String {
+    match fs::read(store.root.join(STATS_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Totals>(&b).ok())
+    {
+        Some(t) => format!("last warm, remote: {}\n", t.line()),
+        None => "last warm, remote: not used\n".into(),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sha256_file(p: &Path) -> Result<String> {
+    let mut f = fs::File::open(p).with_context(|| format!("reading {}", p.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let k = f
+            .read(&mut buf)
+            .with_context(|| format!("reading {}", p.display()))?;
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// Run `f` over `items` on at most `width` threads; the first error stops the rest.
+fn each_parallel<T: Sync>(
+    items: &[T],
+    width: usize,
+    f: impl Fn(&T) -> Result<(), Error> + Sync,
+) -> Result<(), Error> {
+    if items.len() <= 1 {
+        return items.iter().try_for_each(&f);
+    }
+    let next = AtomicUsize::new(0);
+    let first: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..width.min(items.len()) {
+            s.spawn(|| loop {
+                if first.lock().expect("first error").is_some() {
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(item) = items.get(i) else { break };
+                if let Err(e) = f(item) {
+                    first.lock().expect("first error").get_or_insert(e);
+                    break;
+                }
+            });
+        }
+    });
+    match first.into_inner().expect("first error") {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

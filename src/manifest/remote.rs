@@ -1,0 +1,134 @@
+//! `cache.remote`: the shared cache server a fleet of runners reads (and trusted jobs
+//! write). Parsed here so the manifest's own module only hooks it in; the command line
+//! and environment overrides are applied later, in `cache::remote::Settings`. See
+//! docs/remote-cache.md.
+
+use std::time::Duration;
+
+use super::yaml::Node as Value;
+use serde::Deserialize;
+
+use super::raw::Scalar;
+use super::Ctx;
+
+pub const DEFAULT_TOKEN_ENV: &str = "SCENERUN_REMOTE_TOKEN";
+pub const DEFAULT_MAX_UPLOAD: u64 = 2 << 30;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Raw {
+    pub url: Option<String>,
+    pub write: Option<bool>,
+    pub token_env: Option<String>,
+    pub max_upload: Option<Scalar>,
+    pub timeout: Option<Scalar>,
+    pub verify_key: Option<String>,
+    pub sign_key_env: Option<String>,
+}
+pub const FIELDS: &[&str] = &[
+    "url",
+    "write",
+    "token_env",
+    "max_upload",
+    "timeout",
+    "verify_key",
+    "sign_key_env",
+];
+
+/// `cache.remote` as the manifest says it (before `--remote` and friends).
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// `$VAR`-expanded; None when absent or empty after expansion.
+    pub url: Option<String>,
+    pub write: bool,
+    pub token_env: String,
+    pub max_upload: u64,
+    pub timeout: Duration,
+    /// The 32-byte ed25519 public key records must be signed with.
+    pub verify_key: Option<[u8; 32]>,
+    pub sign_key_env: Option<String>,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            url: None,
+            write: false,
+            token_env: DEFAULT_TOKEN_ENV.into(),
+            max_upload: DEFAULT_MAX_UPLOAD,
+            timeout: DEFAULT_TIMEOUT,
+            verify_key: None,
+            sign_key_env: None,
+        }
+    }
+}
+
+/// `ed25519:<base64 of 32 bytes>` → the bytes. Used for `verify_key` here and for the
+/// signing seed read from the environment.
+pub fn parse_ed25519(text: &str) -> Result<[u8; 32], String> {
+    use base64::Engine;
+    let Some(b64) = text.trim().strip_prefix("ed25519:") else {
+        return Err("expected `ed25519:<base64 of 32 bytes>`".into());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| format!("not base64 after `ed25519:` ({e})"))?;
+    <[u8; 32]>::try_from(bytes.as_slice())
+        .map_err(|_| format!("an ed25519 key has 32 bytes, this one has {}", bytes.len()))
+}
+
+impl Ctx {
+    pub(super) fn remote(&mut self, v: Value) -> Option<RemoteConfig> {
+        let r = self.take::<Raw>(v, "cache.remote", FIELDS)?;
+        let mut c = RemoteConfig::default();
+        if let Some(u) = r.url {
+            let url = super::expand_vars(&u).trim().to_string();
+            if !url.is_empty() {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    self.err(
+                        "cache.remote.url",
+                        format!("`{url}` is not an http:// or https:// URL"),
+                    );
+                }
+                c.url = Some(url.trim_end_matches('/').to_string());
+            }
+        }
+        c.write = r.write.unwrap_or(false);
+        for (name, path) in [
+            (&r.token_env, "cache.remote.token_env"),
+            (&r.sign_key_env, "cache.remote.sign_key_env"),
+        ] {
+            if let Some(n) = name.as_deref().filter(|n| !super::valid_env_name(n)) {
+                self.err(path, format!("`{n}` is not a valid variable name"));
+            }
+        }
+        if let Some(n) = r.token_env {
+            c.token_env = n;
+        }
+        c.sign_key_env = r.sign_key_env;
+        if let Some(n) = self.size(r.max_upload, "cache.remote.max_upload") {
+            c.max_upload = n;
+        }
+        if let Some(t) = self.duration(r.timeout, "cache.remote.timeout") {
+            if t.is_zero() {
+                self.err("cache.remote.timeout", "the timeout must be above zero");
+            } else {
+                c.timeout = t;
+            }
+        }
+        if let Some(k) = r.verify_key {
+            match parse_ed25519(&k) {
+                Ok(bytes) if ed25519_dalek::VerifyingKey::from_bytes(&bytes).is_ok() => {
+                    c.verify_key = Some(bytes)
+                }
+                Ok(_) => self.err(
+                    "cache.remote.verify_key",
+                    "these 32 bytes are not an ed25519 public key",
+                ),
+                Err(e) => self.err("cache.remote.verify_key", e),
+            }
+        }
+        Some(c)
+    }
+}
