@@ -47,15 +47,8 @@ pub fn refused(frozen: &Frozen, why: String) -> Results {
                 None => (SceneOutcome::NotRun, why.clone(), Some(Infra::BadDeviceIds)),
             };
             SceneResult {
-                name: s.name.clone(),
-                outcome,
-                devices: Vec::new(),
-                start_secs: 0.0,
-                duration_secs: 0.0,
-                message: Some(message),
-                log: None,
-                log_tail: None,
                 infra,
+                ..super::inner::result(s, outcome, Some(message))
             }
         })
         .collect();

@@ -55,7 +55,12 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
     Ok(super::ending::exit_of(&results))
 }
 
-fn result(s: &FrozenScene, outcome: SceneOutcome, message: Option<String>) -> SceneResult {
+/// A scene's result before (or without) a run: no devices, no time, no log.
+pub(super) fn result(
+    s: &FrozenScene,
+    outcome: SceneOutcome,
+    message: Option<String>,
+) -> SceneResult {
     SceneResult {
         name: s.name.clone(),
         outcome,
