@@ -97,7 +97,7 @@ fn run_once(
     });
     let kill = |child: &mut std::process::Child| {
         // SAFETY: killpg on the group this child leads; no memory is touched.
-        unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
+        crate::proc::signal_group(child.id() as libc::pid_t, libc::SIGKILL);
         let _ = child.wait();
     };
     let timed_out = || IdentityError::TimedOut {
@@ -120,7 +120,7 @@ fn run_once(
         Ok(out) => out,
         Err(_) => {
             // SAFETY: as above; the group outlived its leader.
-            unsafe { libc::killpg(child.id() as libc::pid_t, libc::SIGKILL) };
+            crate::proc::signal_group(child.id() as libc::pid_t, libc::SIGKILL);
             return Err(timed_out());
         }
     };

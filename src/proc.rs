@@ -70,21 +70,39 @@ fn registry() -> &'static Registry {
     })
 }
 
+/// Send `sig` to process group `pgid` (0 only checks that the group exists); true when
+/// the group was there. The one place scenerun signals a group.
+pub fn signal_group(pgid: i32, sig: i32) -> bool {
+    // SAFETY: killpg takes plain integers and touches no memory of ours; a group that is
+    // gone gives ESRCH, which the caller sees as false.
+    unsafe { libc::killpg(pgid, sig) == 0 }
+}
+
+/// Whether process group `pgid` still has a member.
+pub fn group_alive(pgid: i32) -> bool {
+    signal_group(pgid, 0)
+}
+
 pub fn interrupted() -> bool {
     registry().interrupted.load(Ordering::SeqCst)
 }
 
 /// SIGTERM every live group now, SIGKILL after the grace period.
 pub fn interrupt_all() {
+    signal_all(libc::SIGTERM);
+}
+
+/// Mark the run interrupted and send `sig` to every live group: SIGTERM once per group
+/// (the timer loop follows with SIGKILL after the grace), SIGKILL to every group.
+fn signal_all(sig: i32) {
     let r = registry();
     r.interrupted.store(true, Ordering::SeqCst);
     let mut g = r.groups.lock().expect("registry");
     let now = Instant::now();
     for (pgid, grp) in g.iter_mut() {
-        if grp.termed.is_none() {
-            // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
-            unsafe { libc::killpg(*pgid, libc::SIGTERM) };
-            grp.termed = Some(now);
+        if sig == libc::SIGKILL || grp.termed.is_none() {
+            signal_group(*pgid, sig);
+            grp.termed.get_or_insert(now);
         }
     }
     r.changed.notify_all();
@@ -93,15 +111,7 @@ pub fn interrupt_all() {
 /// SIGKILL every live group at once, and start nothing any more: the lock may be gone,
 /// so no grace is left to give.
 pub fn kill_all_now() {
-    let r = registry();
-    r.interrupted.store(true, Ordering::SeqCst);
-    let mut g = r.groups.lock().expect("registry");
-    let now = Instant::now();
-    for (pgid, grp) in g.iter_mut() {
-        unsafe { libc::killpg(*pgid, libc::SIGKILL) };
-        grp.termed.get_or_insert(now);
-    }
-    r.changed.notify_all();
+    signal_all(libc::SIGKILL);
 }
 
 fn timer_loop() {
@@ -114,8 +124,7 @@ fn timer_loop() {
         for (pgid, grp) in g.iter_mut() {
             if let Some(t) = grp.termed {
                 if now >= t + grace {
-                    // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
-                    unsafe { libc::killpg(*pgid, libc::SIGKILL) };
+                    signal_group(*pgid, libc::SIGKILL);
                 } else {
                     next = Some(next.map_or(t + grace, |n| n.min(t + grace)));
                 }
@@ -123,8 +132,7 @@ fn timer_loop() {
                 if now >= d {
                     grp.timed_out = true;
                     grp.termed = Some(now);
-                    // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
-                    unsafe { libc::killpg(*pgid, libc::SIGTERM) };
+                    signal_group(*pgid, libc::SIGTERM);
                     next = Some(next.map_or(now + grace, |n| n.min(now + grace)));
                 } else {
                     next = Some(next.map_or(d, |n| n.min(d)));
@@ -229,8 +237,7 @@ pub fn watchdog() -> i32 {
     }
     for pgid in live {
         // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
-        // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
-        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        signal_group(pgid, libc::SIGKILL);
     }
     0
 }
@@ -322,7 +329,7 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
     }
     let waited = handle.wait().map(|o| o.status);
     // Leftovers of the step (background children) die with it.
-    unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    signal_group(pgid, libc::SIGKILL);
     let grp = r.groups.lock().expect("registry").remove(&pgid);
     forget_group(pgid);
     let status = waited?;

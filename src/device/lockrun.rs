@@ -9,6 +9,7 @@
 //! - Its pid and start time are recorded in the frozen plan right after the spawn; an
 //!   inner run that starts before that waits for them (see `watch`).
 
+use crate::proc::group_alive;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -57,10 +58,6 @@ pub struct Limits {
 
 const POLL: Duration = Duration::from_millis(20);
 
-fn group_alive(pgid: i32) -> bool {
-    unsafe { libc::killpg(pgid, 0) == 0 }
-}
-
 /// Run `command`; `record(lock)` runs right after the spawn; `inner_done()`
 /// says whether the inner run has started and ended.
 pub fn run(
@@ -103,7 +100,7 @@ pub fn run(
     let mut child = cmd.spawn()?;
     let pgid = child.id() as i32;
     if let Err(e) = record(ProcId::of(pgid)) {
-        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        crate::proc::signal_group(pgid, libc::SIGKILL);
         let _ = child.wait();
         return Err(e);
     }
@@ -122,7 +119,7 @@ pub fn run(
             // signal the rest of the group (the lock tool under a shell that died of
             // the signal) still gets its time; otherwise leftovers are killed.
             if forwarded.is_none() || !group_alive(pgid) || killed.is_some() {
-                unsafe { libc::killpg(pgid, libc::SIGKILL) };
+                crate::proc::signal_group(pgid, libc::SIGKILL);
                 let ending = match (st.code(), st.signal()) {
                     (Some(c), _) => LockEnding::Exited(c),
                     (None, Some(s)) => LockEnding::Signaled(s),
@@ -138,13 +135,13 @@ pub fn run(
             }
         }
         if crate::proc::interrupted() && forwarded.is_none() {
-            unsafe { libc::killpg(pgid, libc::SIGTERM) };
+            crate::proc::signal_group(pgid, libc::SIGTERM);
             forwarded = Some(Instant::now());
             forwarded_at = Some(super::unix_now());
         }
         if let Some(t) = forwarded {
             if killed.is_none() && t.elapsed() >= limits.grace + super::LOCK_EXTRA_WAIT {
-                unsafe { libc::killpg(pgid, libc::SIGKILL) };
+                crate::proc::signal_group(pgid, libc::SIGKILL);
                 killed = Some(Killed::AfterForward);
             }
         }
@@ -153,7 +150,7 @@ pub fn run(
         }
         if let Some(t) = inner_ended {
             if killed.is_none() && t.elapsed() >= limits.release_timeout {
-                unsafe { libc::killpg(pgid, libc::SIGKILL) };
+                crate::proc::signal_group(pgid, libc::SIGKILL);
                 killed = Some(Killed::ReleaseTimeout);
             }
         }

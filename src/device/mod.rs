@@ -66,7 +66,7 @@ impl ProcId {
         if stat(self.pid).is_some_and(|(_, start)| start != self.start) {
             return false;
         }
-        unsafe { libc::killpg(self.pid, 0) == 0 }
+        crate::proc::group_alive(self.pid)
     }
 }
 

@@ -175,7 +175,7 @@ mod tests {
         leader.wait().expect("leader ends");
         assert!(!id.alive(), "the leader is gone");
         assert!(id.group_alive(), "its group still has the sleep");
-        unsafe { libc::killpg(id.pid, libc::SIGKILL) };
+        crate::proc::signal_group(id.pid, libc::SIGKILL);
         let t = std::time::Instant::now();
         while id.group_alive() && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));
