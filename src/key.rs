@@ -300,6 +300,8 @@ impl Files {
     pub fn forget(&self) {
         self.seen.write().expect("memo lock").clear();
         self.resolved.write().expect("memo lock").clear();
+        // A header created meanwhile must be found: include dirs are listed again.
+        self.listings.write().expect("memo lock").clear();
         *self.graph.write().expect("graph") = Graph::default();
     }
 
