@@ -16,3 +16,16 @@ need flock util-linux
 need git git
 # The remote-cache tests run against a real nginx (WebDAV PUT); Debian puts it in /usr/sbin.
 [ -x /usr/sbin/nginx ] || need nginx nginx
+# The pytest lane test (tests/lanes/pytest.rs, docs/lanes.md): the shared virtualenv
+# .ci/venv with pytest and pytest-reportlog from PyPI, versions pinned here (the test
+# prints what it ran with). Adds to the venv; never removes what others installed in it.
+if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog" 2>/dev/null; then
+    need python3 python3
+    if ! python3 -c "import venv, ensurepip" 2>/dev/null; then
+        # Debian splits ensurepip out of python3.
+        if [ "$updated" = 0 ]; then $SUDO apt-get update -qq; updated=1; fi
+        $SUDO apt-get install -y -qq python3-venv >/dev/null
+    fi
+    [ -x .ci/venv/bin/python ] || python3 -m venv .ci/venv
+    .ci/venv/bin/pip install -q --disable-pip-version-check "pytest==9.2.0" "pytest-reportlog==1.0.0"
+fi

@@ -15,6 +15,7 @@ RUNS=${PLAN_RUNS:-5} "$BENCH_DIR/plan.sh" || status=1
 RUNS=${NOOP_RUNS:-10} "$BENCH_DIR/noop-warm.sh" || status=1
 "$BENCH_DIR/sched.sh" || status=1
 "$BENCH_DIR/lock-savings.sh" || status=1
+"$BENCH_DIR/lanes.sh" || status=1
 echo
 echo "load average at the end: $(loadavg)"
 exit $status

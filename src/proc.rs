@@ -263,6 +263,25 @@ pub fn set_spawn_gate(gate: fn() -> bool) {
 /// and wait for it. After it ends, whatever it left running in its group is killed, so a
 /// background child neither keeps us waiting nor outlives the step.
 pub fn run(spec: &Spec) -> io::Result<Ended> {
+    run_observed(spec, |_| {})
+}
+
+/// SIGTERM group `pgid` (a step of ours) now, SIGKILL after the grace period: a lane
+/// process whose scene timed out or whose device failed.
+pub fn terminate(pgid: i32) {
+    let r = registry();
+    let mut g = r.groups.lock().expect("registry");
+    if let Some(grp) = g.get_mut(&pgid) {
+        if grp.termed.is_none() {
+            signal_group(pgid, libc::SIGTERM);
+            grp.termed = Some(Instant::now());
+        }
+    }
+    r.changed.notify_all();
+}
+
+/// As `run`, telling `started` the process group id once the step runs.
+pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Ended> {
     if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
         return Ok(Ended::Interrupted);
     }
@@ -327,6 +346,7 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
         );
         r.changed.notify_all();
     }
+    started(pgid);
     let waited = handle.wait().map(|o| o.status);
     // Leftovers of the step (background children) die with it.
     signal_group(pgid, libc::SIGKILL);

@@ -26,10 +26,13 @@ pub enum Ph {
     Devices,
     DeviceCount,
     Run,
+    Args,
+    Scenes,
+    Results,
 }
 
 impl Ph {
-    const ALL: [Ph; 15] = [
+    const ALL: [Ph; 18] = [
         Ph::Source,
         Ph::Out,
         Ph::Depfile,
@@ -45,6 +48,9 @@ impl Ph {
         Ph::Devices,
         Ph::DeviceCount,
         Ph::Run,
+        Ph::Args,
+        Ph::Scenes,
+        Ph::Results,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +70,9 @@ impl Ph {
             Ph::Devices => "devices",
             Ph::DeviceCount => "device_count",
             Ph::Run => "run",
+            Ph::Args => "args",
+            Ph::Scenes => "scenes",
+            Ph::Results => "results",
         }
     }
 
@@ -83,6 +92,8 @@ pub mod allowed {
     pub const GOLDEN: &[Ph] = &[Out, Scene, Platform, Threads, Fixture];
     pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform];
     pub const LOCK: &[Ph] = &[DeviceCount, Run];
+    /// `lanes.*.run`: one process runs a batch of scenes (docs/lanes.md).
+    pub const LANE: &[Ph] = &[Devices, Args, Scenes, Results, Platform];
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,17 +9,18 @@ use crate::exit::Exit;
 /// killed scenes of a cancelled run, and failed scenes whose artifacts are gone now (a
 /// `cache clean` during the phase is not the scene's failure).
 pub fn classify(frozen: &Frozen, results: &mut Results, lost: bool, interrupted: bool) {
+    let no_healthy = results.no_healthy_device;
     for (r, s) in results.scenes.iter_mut().zip(&frozen.scenes) {
-        if r.infra.is_some()
-            || matches!(r.outcome, SceneOutcome::Passed | SceneOutcome::FailedInWarm)
-        {
+        if r.infra.is_some() || r.outcome.passed() || r.outcome == SceneOutcome::FailedInWarm {
             continue;
         }
-        if r.outcome == SceneOutcome::NotRun {
+        if matches!(r.outcome, SceneOutcome::NotRun | SceneOutcome::Interrupted) {
             r.infra = if lost {
                 Some(Infra::LockLost)
             } else if interrupted {
                 Some(Infra::Interrupted)
+            } else if no_healthy {
+                Some(Infra::NoHealthyDevice)
             } else {
                 r.infra
             };
@@ -61,6 +62,10 @@ pub fn refused(frozen: &Frozen, why: String) -> Results {
         device_secs_used: 0.0,
         scenes,
         infra_error: Some(why),
+        lanes: Vec::new(),
+        startup_secs: 0.0,
+        quarantined: Vec::new(),
+        no_healthy_device: false,
     }
 }
 

@@ -3,16 +3,20 @@
 //! it never parses the manifest, hashes a source, runs an identity command, compiles,
 //! generates or computes a golden.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::pack::{self, Job, Packer};
+use super::events::{self, Accumulator, Attempt, AttemptOutcome, Event, FollowUp};
+use super::exec::{self, Cx, FaultRules};
+use super::live::Reporter;
+use super::pack::{self, LaneSpec, Packer, SceneSpec, Unit};
 use super::{Frozen, FrozenScene, Results, SceneOutcome, SceneResult};
 use crate::exit::Exit;
-use crate::proc::{self, Ended};
+use crate::proc;
 
 /// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3.
 pub fn main(frozen_path: &Path) -> Result<Exit> {
@@ -71,6 +75,8 @@ pub(super) fn result(
         log: None,
         log_tail: None,
         infra: None,
+        attempts: Vec::new(),
+        lane: s.lane.clone(),
     }
 }
 
@@ -109,22 +115,27 @@ pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
     Ok(())
 }
 
-struct Finished {
-    scene: usize,
-    ended: std::io::Result<Ended>,
-    secs: f64,
+/// A job's place in the queue: what it runs and which ids it should avoid (a retry
+/// goes to other ids when some are free).
+struct Queued {
+    unit: Unit,
+    avoid: Vec<usize>,
 }
 
+/// The scheduling loop: pack jobs (plain scenes and lane processes) onto the granted ids
+/// through one packer, start them on the executor, and feed its events to the
+/// accumulator and the reporter; retries, device-fault reruns and handed-back lane
+/// scenes become new jobs. Ids reported faulty are never used again in this run.
 pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
     let started = super::unix_now();
     let t0 = Instant::now();
     let granted = ids.clone().unwrap_or_default();
-    let mut out: Vec<Option<SceneResult>> = vec![None; frozen.scenes.len()];
+    let mut fixed: Vec<Option<SceneResult>> = vec![None; frozen.scenes.len()];
     let mut runnable = Vec::new();
     for (i, s) in frozen.scenes.iter().enumerate() {
         let r = if let Some(w) = &s.warm_failure {
             Some(result(s, SceneOutcome::FailedInWarm, Some(w.clone())))
-        } else if s.run.is_none() {
+        } else if s.run.is_none() && s.lane.is_none() {
             Some(result(
                 s,
                 SceneOutcome::Passed,
@@ -153,136 +164,290 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
             runnable.push(i);
             None
         };
-        out[i] = r;
+        fixed[i] = r;
+    }
+    let mut reporter = Reporter::new(&super::live_path(&frozen.run_dir), frozen.scenes.len());
+    if !granted.is_empty() {
+        reporter.note(format!(
+            "device: {} scene{} on id{} {}",
+            frozen.scenes.len(),
+            if frozen.scenes.len() == 1 { "" } else { "s" },
+            if granted.len() == 1 { "" } else { "s" },
+            granted.join(",")
+        ));
+    }
+    for (i, r) in fixed.iter().enumerate() {
+        if let Some(r) = r {
+            reporter.settled(
+                &frozen.scenes[i].name,
+                r.outcome.word(),
+                r.outcome.passed(),
+                r.message.as_deref(),
+            );
+        }
     }
 
-    let jobs = Job::with_estimates(runnable.iter().map(|&i| {
-        let s = &frozen.scenes[i];
-        (s.devices, s.exclusive, s.estimate)
-    }));
+    let specs: Vec<SceneSpec> = runnable
+        .iter()
+        .map(|&i| {
+            let s = &frozen.scenes[i];
+            SceneSpec {
+                devices: s.devices,
+                exclusive: s.exclusive,
+                estimate: s.estimate,
+                lane: s.lane.clone(),
+            }
+        })
+        .collect();
+    let lane_specs: BTreeMap<String, LaneSpec> = frozen
+        .lanes
+        .iter()
+        .map(|(n, l)| {
+            (
+                n.clone(),
+                LaneSpec {
+                    devices: l.devices as usize,
+                    startup: frozen.lane_startup.get(n).copied(),
+                },
+            )
+        })
+        .collect();
+    let (units, mut jobs) = pack::units(&specs, &lane_specs, granted.len());
+    let mut queue: Vec<Queued> = units
+        .into_iter()
+        .map(|u| Queued {
+            unit: match u {
+                Unit::Scene(i) => Unit::Scene(runnable[i]),
+                Unit::Lane { lane, scenes } => Unit::Lane {
+                    lane,
+                    scenes: scenes.into_iter().map(|i| runnable[i]).collect(),
+                },
+            },
+            avoid: Vec::new(),
+        })
+        .collect();
+    let estimates: Vec<f64> = jobs.iter().map(|j| j.estimate).collect();
+    let mean = pack::mean_estimate(estimates.iter().map(|e| Some(*e)));
     let mut packer = Packer::new(&jobs);
-    let mut free: Vec<usize> = (0..granted.len()).collect();
-    let mut running: Vec<(usize, Vec<usize>, f64)> = Vec::new();
-    let (tx, rx) = mpsc::channel::<Finished>();
-    let mut busy = 0.0;
-    let mut busy_since: Option<Instant> = None;
-    let mut used = 0.0;
+    let mut free: BTreeSet<usize> = (0..granted.len()).collect();
+    let mut running: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut exclusive_running = 0usize;
+    let mut acc = Accumulator::new(frozen.scenes.len());
+    let mut no_healthy = false;
+    // Lane scenes to try again, by the job they came from (one fresh process for them).
+    let mut lane_again: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut last_snapshot = Instant::now();
+    let cx = Cx {
+        frozen,
+        granted: &granted,
+        t0,
+        faults: FaultRules::new(frozen.device_fault.as_ref()),
+        lane_procs: Default::default(),
+    };
+    let (tx, rx) = mpsc::channel::<Event>();
 
     std::thread::scope(|scope| loop {
-        if !proc::interrupted() {
-            loop {
-                let excl = running.iter().any(|(j, ..)| jobs[*j].exclusive);
-                let Some(j) = packer.next(&jobs, free.len(), running.len(), excl) else {
-                    break;
-                };
-                let got = pack::take_ids(&mut free, jobs[j].devices);
-                let scene_idx = runnable[j];
-                let s = &frozen.scenes[scene_idx];
-                let dev_ids: Vec<String> = got.iter().map(|&g| granted[g].clone()).collect();
-                let devices = dev_ids.join(",");
-                let start = t0.elapsed().as_secs_f64();
-                if busy_since.is_none() {
-                    busy_since = Some(Instant::now());
+        let healthy = granted.len() - acc.quarantined.len();
+        if !acc.quarantined.is_empty() {
+            for j in packer.take_unfit(&jobs, healthy) {
+                no_healthy = true;
+                for scene in queue[j].unit.scenes() {
+                    let ev = Event::Attempt {
+                        scene,
+                        attempt: not_run(t0, "not run: no healthy device"),
+                    };
+                    acc.apply(&ev);
+                    reporter.event(&ev, &frozen.scenes[scene].name, FollowUp::Final);
                 }
-                out[scene_idx] = Some(SceneResult {
-                    devices: dev_ids,
-                    start_secs: start,
-                    ..result(s, SceneOutcome::NotRun, None)
-                });
-                running.push((j, got, start));
-                let tx = tx.clone();
-                scope.spawn(move || {
-                    let t = Instant::now();
-                    let ended = run_scene(frozen, s, &devices);
-                    let _ = tx.send(Finished {
-                        scene: j,
-                        ended,
-                        secs: t.elapsed().as_secs_f64(),
-                    });
+            }
+        }
+        if !proc::interrupted() {
+            while let Some(j) = packer.next(&jobs, free.len(), running.len(), exclusive_running > 0)
+            {
+                let slots = pack::take_ids(&mut free, jobs[j].devices, &queue[j].avoid)
+                    .expect("the packer checked the free ids");
+                if jobs[j].exclusive {
+                    exclusive_running += 1;
+                }
+                running.insert(j, slots.clone());
+                let unit = queue[j].unit.clone();
+                let attempt_no = match &unit {
+                    Unit::Scene(i) => acc.attempts[*i].len() + 1,
+                    Unit::Lane { .. } => 0,
+                };
+                let (tx, cx) = (tx.clone(), &cx);
+                scope.spawn(move || match unit {
+                    Unit::Scene(i) => exec::run_plain(cx, j, i, &slots, attempt_no, &tx),
+                    Unit::Lane { lane, scenes } => {
+                        exec::run_lane(cx, j, &lane, scenes, &slots, &tx)
+                    }
                 });
             }
         }
         if running.is_empty() {
             break;
         }
-        let Ok(f) = rx.recv() else { break };
-        let pos = running
-            .iter()
-            .position(|(j, ..)| *j == f.scene)
-            .expect("finished job was running");
-        let (j, got, _) = running.remove(pos);
-        used += got.len() as f64 * f.secs;
-        free.extend(got);
-        if running.is_empty() {
-            if let Some(since) = busy_since.take() {
-                busy += since.elapsed().as_secs_f64();
+        let Ok(ev) = rx.recv() else { break };
+        acc.apply(&ev);
+        let mut follow = FollowUp::Final;
+        match &ev {
+            Event::Fault { slots } => {
+                for s in slots {
+                    free.remove(s);
+                }
             }
+            Event::Attempt { scene, .. } => {
+                let s = &frozen.scenes[*scene];
+                follow = events::follow_up(&acc.attempts[*scene], s.retries);
+                if follow != FollowUp::Final && proc::interrupted() {
+                    follow = FollowUp::Final;
+                }
+            }
+            _ => {}
         }
-        let scene_idx = runnable[j];
-        let s = &frozen.scenes[scene_idx];
-        let log = log_path(frozen, &s.name);
-        let r = out[scene_idx]
-            .as_mut()
-            .expect("started scenes have a result");
-        r.duration_secs = f.secs;
-        r.log = Some(log.clone());
-        let (outcome, message) = match f.ended {
-            Ok(Ended::Exited(0)) => (SceneOutcome::Passed, None),
-            Ok(Ended::TimedOut) => (
-                SceneOutcome::TimedOut,
-                Some(format!(
-                    "timed out after {} (process group killed)",
-                    crate::manifest::units::short_duration(Duration::from_secs_f64(
-                        s.timeout_secs.unwrap_or(0.0)
-                    ))
-                )),
-            ),
-            Ok(Ended::Interrupted) => (SceneOutcome::NotRun, Some("interrupted".into())),
-            Ok(e) => (
-                SceneOutcome::Failed,
-                Some(format!("device step {}", e.describe())),
-            ),
-            Err(e) => (
-                SceneOutcome::Failed,
-                Some(format!("could not start the device step: {e}")),
-            ),
+        let name = match &ev {
+            Event::Attempt { scene, .. } => frozen.scenes[*scene].name.as_str(),
+            _ => "",
         };
-        r.outcome = outcome;
-        r.message = message;
-        if !outcome.passed() {
-            r.log_tail = Some(proc::log_tail(&log, 4000));
+        reporter.event(&ev, name, follow);
+        match ev {
+            Event::Attempt { scene, attempt } if follow != FollowUp::Final => {
+                let avoid: Vec<usize> = attempt
+                    .devices
+                    .iter()
+                    .filter_map(|d| granted.iter().position(|g| g == d))
+                    .collect();
+                match &frozen.scenes[scene].lane {
+                    Some(_) => {
+                        let from = running
+                            .iter()
+                            .find(|(_, slots)| *slots == &avoid)
+                            .map(|(j, _)| *j)
+                            .unwrap_or(usize::MAX);
+                        lane_again.entry(from).or_default().push(scene);
+                    }
+                    None => {
+                        let s = &frozen.scenes[scene];
+                        jobs.push(pack::Job {
+                            devices: s.devices,
+                            exclusive: s.exclusive,
+                            estimate: s.estimate.unwrap_or(mean),
+                        });
+                        queue.push(Queued {
+                            unit: Unit::Scene(scene),
+                            avoid,
+                        });
+                        packer.push(&jobs, jobs.len() - 1);
+                    }
+                }
+            }
+            Event::Done { job, handback } => {
+                let slots = running.remove(&job).expect("a finished job was running");
+                if jobs[job].exclusive {
+                    exclusive_running -= 1;
+                }
+                free.extend(slots.iter().filter(|s| !acc.quarantined.contains(s)));
+                let lane = match &queue[job].unit {
+                    Unit::Lane { lane, .. } => Some(lane.clone()),
+                    Unit::Scene(_) => None,
+                };
+                if let Some(lane) = lane {
+                    let again = lane_again.remove(&job).unwrap_or_default();
+                    for (scenes, avoid) in [(again, slots.clone()), (handback, Vec::new())] {
+                        if scenes.is_empty() {
+                            continue;
+                        }
+                        let cfg = &frozen.lanes[&lane];
+                        jobs.push(pack::Job {
+                            devices: cfg.devices as usize,
+                            exclusive: false,
+                            estimate: scenes
+                                .iter()
+                                .map(|&i| frozen.scenes[i].estimate.unwrap_or(mean))
+                                .sum(),
+                        });
+                        queue.push(Queued {
+                            unit: Unit::Lane {
+                                lane: lane.clone(),
+                                scenes,
+                            },
+                            avoid,
+                        });
+                        packer.push(&jobs, jobs.len() - 1);
+                    }
+                }
+            }
+            _ => {}
         }
-        snapshot(frozen, &out, &granted, started, busy, used);
+        if last_snapshot.elapsed() >= Duration::from_millis(100) {
+            snapshot(frozen, &fixed, &acc, &granted, started, no_healthy);
+            last_snapshot = Instant::now();
+        }
     });
 
-    // Scenes the packer never started (interrupted) are not run.
-    collect(frozen, &out, &granted, started, busy, used, "interrupted")
+    collect(
+        frozen,
+        &fixed,
+        &acc,
+        &granted,
+        started,
+        no_healthy,
+        "interrupted",
+    )
+}
+
+fn not_run(t0: Instant, why: &str) -> Attempt {
+    Attempt {
+        outcome: AttemptOutcome::NotRun,
+        devices: Vec::new(),
+        start_secs: t0.elapsed().as_secs_f64(),
+        duration_secs: 0.0,
+        message: Some(why.into()),
+        output_tail: None,
+        log: None,
+        lane_process: None,
+    }
 }
 
 /// The results as they stand: a scene not (yet) finished is `not_run`, with `unfinished`
 /// as its message.
 fn collect(
     frozen: &Frozen,
-    out: &[Option<SceneResult>],
+    fixed: &[Option<SceneResult>],
+    acc: &Accumulator,
     granted: &[String],
     started: f64,
-    busy: f64,
-    used: f64,
+    no_healthy: bool,
     unfinished: &str,
 ) -> Results {
-    let scenes = out
+    let scenes = frozen
+        .scenes
         .iter()
         .enumerate()
-        .map(|(i, r)| {
-            let mut r = r
-                .clone()
-                .unwrap_or_else(|| result(&frozen.scenes[i], SceneOutcome::NotRun, None));
-            if r.outcome == SceneOutcome::NotRun && r.message.is_none() {
+        .map(|(i, s)| {
+            if let Some(r) = &fixed[i] {
+                return r.clone();
+            }
+            let attempts = &acc.attempts[i];
+            let mut r = result(s, events::outcome(attempts), None);
+            r.lane = s.lane.clone();
+            if let Some(last) = attempts.last() {
+                r.devices = last.devices.clone();
+                r.start_secs = last.start_secs;
+                r.duration_secs = last.duration_secs;
+                r.message = last.message.clone();
+                r.log = last.log.clone();
+                r.log_tail = last.output_tail.clone();
+            } else {
                 r.message = Some(unfinished.into());
             }
+            r.attempts = attempts.clone();
             r
         })
         .collect();
+    let (busy, used, startup) = acc.timings();
+    let mut lanes = acc.lanes.clone();
+    lanes.sort_by(|a, b| a.start_secs.total_cmp(&b.start_secs));
     Results {
         version: super::RESULTS_VERSION,
         granted: granted.to_vec(),
@@ -292,26 +457,34 @@ fn collect(
         device_secs_used: used,
         scenes,
         infra_error: None,
+        lanes,
+        startup_secs: startup,
+        quarantined: acc
+            .quarantined
+            .iter()
+            .map(|&s| granted[s].clone())
+            .collect(),
+        no_healthy_device: no_healthy,
     }
 }
 
-/// Write the results so far (after every finished scene): if the lock tool kills this
-/// run, the outer still reports what had finished.
+/// Write the results so far: if the lock tool kills this run, the outer still reports
+/// what had finished.
 fn snapshot(
     frozen: &Frozen,
-    out: &[Option<SceneResult>],
+    fixed: &[Option<SceneResult>],
+    acc: &Accumulator,
     granted: &[String],
     started: f64,
-    busy: f64,
-    used: f64,
+    no_healthy: bool,
 ) {
     let partial = collect(
         frozen,
-        out,
+        fixed,
+        acc,
         granted,
         started,
-        busy,
-        used,
+        no_healthy,
         "not finished when the inner run was ended",
     );
     if let Ok(bytes) = serde_json::to_vec_pretty(&partial) {
@@ -325,42 +498,4 @@ pub fn log_path(frozen: &Frozen, scene: &str) -> std::path::PathBuf {
         .join("logs")
         .join(scene)
         .join("device.log")
-}
-
-fn run_scene(frozen: &Frozen, s: &FrozenScene, devices: &str) -> std::io::Result<Ended> {
-    let kernels = super::kernels_dir(&frozen.run_dir, &s.name);
-    let template = s.run.as_ref().expect("runnable scenes have a device step");
-    let fixture = s.fixture.as_ref().map(|a| a.out.as_path());
-    let golden = s.golden.as_ref().map(|a| a.out.as_path());
-    let command = crate::plan::render_device_template(
-        template,
-        &s.name,
-        &s.platform,
-        &kernels,
-        fixture,
-        golden,
-        Some(devices),
-    );
-    let mut env = s.env.clone();
-    env.insert("SCENERUN_KERNELS".into(), kernels.display().to_string());
-    env.insert("SCENERUN_DEVICES".into(), devices.to_string());
-    env.insert("SCENERUN_SCENE".into(), s.name.clone());
-    if let Some(f) = fixture {
-        env.insert("SCENERUN_FIXTURE".into(), f.display().to_string());
-    }
-    if let Some(g) = golden {
-        env.insert("SCENERUN_GOLDEN".into(), g.display().to_string());
-    }
-    let log = log_path(frozen, &s.name);
-    if let Some(d) = log.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    std::fs::write(&log, format!("$ {command}\n"))?;
-    proc::run(&proc::Spec {
-        command: &command,
-        dir: &frozen.manifest_dir,
-        env: &env,
-        log: &log,
-        timeout: s.timeout_secs.map(Duration::from_secs_f64),
-    })
 }

@@ -3,8 +3,13 @@
 //! anything. This file holds what the two share: the frozen plan and the results.
 
 mod ending;
+pub mod events;
+mod exec;
 pub mod ids;
 pub mod inner;
+pub mod lane;
+pub mod lanes;
+pub mod live;
 mod lockrun;
 pub mod outer;
 pub mod pack;
@@ -98,6 +103,8 @@ pub enum Infra {
     ArtifactMissing,
     /// The lock tool or `scenerun device` itself died: every step was killed at once.
     LockLost,
+    /// Every granted id was quarantined as faulty; the scenes left were not run.
+    NoHealthyDevice,
 }
 
 impl Infra {
@@ -110,6 +117,7 @@ impl Infra {
             Infra::BadDeviceIds => "bad_device_ids",
             Infra::ArtifactMissing => "artifact_missing",
             Infra::LockLost => "lock_lost",
+            Infra::NoHealthyDevice => "no_healthy_device",
         }
     }
 }
@@ -139,6 +147,15 @@ pub struct FrozenScene {
     pub golden: Option<Artifact>,
     /// Set when a warm step of this scene failed with its current key.
     pub warm_failure: Option<String>,
+    /// The lane whose process runs this scene (then `run` is None), and its words for
+    /// `{args}` (docs/lanes.md).
+    #[serde(default)]
+    pub lane: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// `device.retries`.
+    #[serde(default)]
+    pub retries: u32,
 }
 
 /// Everything the inner run needs, so that it never re-reads the manifest or sources.
@@ -163,14 +180,25 @@ pub struct Frozen {
     /// The inner run runs through a lock command (so `lock_tool` will be recorded).
     pub through_lock: bool,
     pub scenes: Vec<FrozenScene>,
+    /// The lanes the scenes use, and their start-up estimates from history.
+    #[serde(default)]
+    pub lanes: BTreeMap<String, crate::manifest::LaneConfig>,
+    #[serde(default)]
+    pub lane_startup: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub device_fault: Option<crate::manifest::DeviceFault>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SceneOutcome {
     Passed,
+    /// Passed on a retry after failing (docs/lanes.md).
+    Flaky,
+    Skipped,
     Failed,
     TimedOut,
+    Interrupted,
     FailedInWarm,
     NotRun,
 }
@@ -179,15 +207,22 @@ impl SceneOutcome {
     pub fn word(self) -> &'static str {
         match self {
             SceneOutcome::Passed => "passed",
+            SceneOutcome::Flaky => "flaky",
+            SceneOutcome::Skipped => "skipped",
             SceneOutcome::Failed => "failed",
             SceneOutcome::TimedOut => "timed out",
+            SceneOutcome::Interrupted => "interrupted",
             SceneOutcome::FailedInWarm => "failed in warm",
             SceneOutcome::NotRun => "not run",
         }
     }
 
+    /// Counts as a pass for the exit code.
     pub fn passed(self) -> bool {
-        self == SceneOutcome::Passed
+        matches!(
+            self,
+            SceneOutcome::Passed | SceneOutcome::Flaky | SceneOutcome::Skipped
+        )
     }
 }
 
@@ -205,6 +240,12 @@ pub struct SceneResult {
     /// Set when infrastructure, not the scene, decided its ending.
     #[serde(default)]
     pub infra: Option<Infra>,
+    /// Every try of the device step, in order (retries, device-fault reruns).
+    #[serde(default)]
+    pub attempts: Vec<events::Attempt>,
+    /// The lane it ran in.
+    #[serde(default)]
+    pub lane: Option<String>,
 }
 
 /// What the inner run writes into the job dir for the outer to read.
@@ -224,6 +265,18 @@ pub struct Results {
     /// lost): the outer exits 3 with this message.
     #[serde(default)]
     pub infra_error: Option<String>,
+    /// Lane processes, in start order.
+    #[serde(default)]
+    pub lanes: Vec<events::LaneRecord>,
+    /// Sum of lane process start-ups (not in `busy_secs`).
+    #[serde(default)]
+    pub startup_secs: f64,
+    /// Ids found faulty during the run.
+    #[serde(default)]
+    pub quarantined: Vec<String>,
+    /// Scenes were left unrun because no healthy id was left: an infrastructure failure.
+    #[serde(default)]
+    pub no_healthy_device: bool,
 }
 
 pub fn unix_now() -> f64 {
@@ -247,6 +300,11 @@ pub fn wait_for_inner(run_dir: &Path, limit: std::time::Duration) -> bool {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// The inner run's live lines, which the outer follows (docs/lanes.md).
+pub fn live_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("live.jsonl")
 }
 
 /// Where a scene's device step gets its `{kernels}` directory of links (per invocation,

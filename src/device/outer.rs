@@ -77,11 +77,15 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
         let fixture = ps.fixture.and_then(|_| it.next().flatten());
         let golden = ps.golden.and_then(|_| it.next().flatten());
         let d = ps.device.as_ref();
+        let (run, lane, args) = super::lanes::frozen_run(d);
         scenes.push(FrozenScene {
             name: ps.name.clone(),
             platform: scene.platform.clone(),
             env: scene.env.clone(),
-            run: d.map(|d| d.run.clone()),
+            run,
+            lane,
+            args,
+            retries: d.map(|d| d.retries).unwrap_or(0),
             devices: d.map(|d| d.devices as usize).unwrap_or(0),
             exclusive: d.is_some_and(|d| d.exclusive),
             timeout_secs: d.and_then(|d| d.timeout).map(|t| t.as_secs_f64()),
@@ -108,6 +112,13 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
         outer: super::ProcId::me(),
         lock_tool: None,
         through_lock: false,
+        lanes: super::lanes::frozen_lanes(plan, &scenes),
+        lane_startup: super::lanes::startup_estimates(plan),
+        device_fault: plan
+            .manifest
+            .lock
+            .as_ref()
+            .and_then(|l| l.device_fault.clone()),
         scenes,
     };
     (frozen, missing)
@@ -129,6 +140,9 @@ fn device_report(r: &Results, held: f64) -> DeviceReport {
         busy_secs: r.busy_secs,
         device_secs_used: r.device_secs_used,
         device_secs_held: r.granted.len() as f64 * held,
+        startup_secs: r.startup_secs,
+        quarantined: r.quarantined.clone(),
+        lanes: r.lanes.clone(),
         efficiency: if held > 0.0 {
             (r.busy_secs / held).min(1.0)
         } else {
@@ -199,6 +213,7 @@ fn through_lock(
     }
     ui.info(&format!("device: taking the lock once: {command}"));
     let run_dir = frozen.run_dir.clone();
+    let live = super::live::Follower::start(super::live_path(&run_dir), ui, true);
     let ran = lockrun::run(
         &command,
         &plan.manifest.dir,
@@ -214,6 +229,7 @@ fn through_lock(
     // Read the results only once the inner run has really ended (bounded: it kills its
     // steps within the grace after a SIGTERM, at once when the lock tool is gone).
     let inner_ended = super::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
+    drop(live);
     let tail = crate::proc::log_tail(&log, 3000);
     lock.output_tail = Some(tail.clone());
     let results = read_results(frozen);
@@ -446,6 +462,8 @@ fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec
                 duration_secs: r.map(|r| r.duration_secs).unwrap_or(0.0),
                 log: r.and_then(|r| r.log.clone()),
                 log_tail: r.and_then(|r| r.log_tail.clone()),
+                lane: fs.lane.clone(),
+                attempts: r.map(|r| r.attempts.clone()).unwrap_or_default(),
                 steps: step_reports(plan, i),
                 infra: r.and_then(|r| r.infra),
             }
@@ -552,7 +570,9 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         let ids = super::ids::parse(&list)
             .map_err(|e| crate::coded!(Exit::Usage, "--devices {list:?}: {e}"))?;
         crate::proc::set_grace(grace(plan));
+        let live = super::live::Follower::start(super::live_path(&frozen.run_dir), ui, false);
         let mut r = super::inner::run(&frozen, Ok(ids));
+        drop(live);
         super::ending::classify(&frozen, &mut r, false, crate::proc::interrupted());
         report.device = Some(device_report(&r, r.ended - r.started));
         r
@@ -565,9 +585,16 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         .iter()
         .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
         .map(|s| (format!("device/{}", s.name), s.duration_secs))
+        .chain(super::lanes::startup_history(&r))
         .collect();
     if plan.store.root.join("locks").is_dir() {
         History::record(&plan.store.root, &durations);
+    }
+    if r.no_healthy_device {
+        ui.always(&format!(
+            "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
+            r.quarantined.join(",")
+        ));
     }
     let exit = if crate::proc::interrupted() {
         Exit::Interrupted

@@ -4,6 +4,7 @@
 //! with file:line:column where the YAML gives one (exit code 4).
 
 pub mod depth;
+pub mod lanes;
 mod locate;
 mod paths;
 mod raw;
@@ -11,6 +12,7 @@ pub mod remote;
 pub mod units;
 pub mod yaml;
 
+pub use lanes::{DeviceFault, DeviceRun, LaneConfig};
 pub use paths::expand_vars;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +44,8 @@ pub struct Manifest {
     pub cache: CacheConfig,
     pub toolchains: BTreeMap<String, Toolchain>,
     pub lock: Option<LockConfig>,
+    /// `lanes:` by name (docs/lanes.md).
+    pub lanes: BTreeMap<String, LaneConfig>,
     pub scenes: Vec<Scene>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
@@ -77,6 +81,7 @@ pub struct LockConfig {
     pub release_timeout: Option<Duration>,
     /// Between SIGTERM and SIGKILL for device steps when the run is cancelled.
     pub grace: Option<Duration>,
+    pub device_fault: Option<DeviceFault>,
 }
 
 #[derive(Debug, Clone)]
@@ -124,10 +129,12 @@ pub struct GenStep {
 
 #[derive(Debug, Clone)]
 pub struct DeviceStep {
-    pub run: Template,
+    pub run: DeviceRun,
     pub devices: u32,
     pub exclusive: bool,
     pub timeout: Option<Duration>,
+    /// Reruns of a failed device step in a fresh process (docs/lanes.md).
+    pub retries: u32,
 }
 
 /// One problem in a manifest.
@@ -292,6 +299,7 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
         canon: Default::default(),
         kinds: Default::default(),
         broken_toolchains: Vec::new(),
+        lane_devices: Default::default(),
     };
     let value = match yaml::parse(text) {
         Ok(v) => v,
@@ -341,6 +349,8 @@ struct Ctx {
     /// Toolchains that are defined but invalid: a kernel naming one is not told
     /// "unknown toolchain" on top of the toolchain's own error.
     broken_toolchains: Vec<String>,
+    /// Lanes by name with their `devices` (None: the lane itself is invalid).
+    lane_devices: BTreeMap<String, Option<u32>>,
 }
 
 impl Ctx {
@@ -575,6 +585,7 @@ impl Ctx {
             }
         }
 
+        let lanes = self.lanes(field("lanes"));
         let lock = field("lock")
             .and_then(|v| self.take::<raw::Lock>(v, "lock", raw::LOCK))
             .and_then(|l| {
@@ -603,12 +614,14 @@ impl Ctx {
                 }
                 let release_timeout = self.duration(l.release_timeout, "lock.release_timeout");
                 let grace = self.duration(l.grace, "lock.grace");
+                let device_fault = self.device_fault(l.device_fault);
                 Some(LockConfig {
                     submit,
                     device_env,
                     device_count: l.device_count,
                     release_timeout,
                     grace,
+                    device_fault,
                 })
             });
 
@@ -650,6 +663,7 @@ impl Ctx {
             cache,
             toolchains,
             lock,
+            lanes,
             scenes,
             notes: std::mem::take(&mut self.notes),
         })
@@ -792,7 +806,7 @@ impl Ctx {
                     _ => true,
                 })
                 .collect();
-            let run = self.templ(&d.run, &format!("{dp}.run"), &ok);
+            let run = self.device_run(&d, &dp, &ok);
             if d.devices == Some(0) {
                 self.err(&format!("{dp}.devices"), "devices must be at least 1");
             }
@@ -803,11 +817,17 @@ impl Ctx {
                 );
             }
             let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
+            let run = run?;
             Some(DeviceStep {
-                run: run?,
-                devices: d.devices.unwrap_or(1).max(1),
+                devices: self
+                    .lane_scene_devices(&run)
+                    .or(d.devices)
+                    .unwrap_or(1)
+                    .max(1),
+                run,
                 exclusive: d.exclusive.unwrap_or(false),
                 timeout,
+                retries: d.retries.unwrap_or(0),
             })
         });
         if !has_kernels && !has_fixture && !has_golden && !has_device {

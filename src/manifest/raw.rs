@@ -36,6 +36,7 @@ pub const TOP: &[&str] = &[
     "toolchains",
     "lock",
     "scenes",
+    "lanes",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -73,6 +74,7 @@ pub struct Lock {
     pub device_count: Option<u32>,
     pub release_timeout: Option<Scalar>,
     pub grace: Option<Scalar>,
+    pub device_fault: Option<Value>,
 }
 pub const LOCK: &[&str] = &[
     "submit",
@@ -80,6 +82,7 @@ pub const LOCK: &[&str] = &[
     "device_count",
     "release_timeout",
     "grace",
+    "device_fault",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -130,9 +133,20 @@ pub const GEN_STEP: &[&str] = &["run", "inputs", "persist", "memory", "threads",
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceStep {
-    pub run: String,
+    pub run: Option<String>,
     pub devices: Option<u32>,
     pub exclusive: Option<bool>,
     pub timeout: Option<Scalar>,
+    pub lane: Option<String>,
+    pub args: Option<Vec<String>>,
+    pub retries: Option<u32>,
 }
-pub const DEVICE_STEP: &[&str] = &["run", "devices", "exclusive", "timeout"];
+pub const DEVICE_STEP: &[&str] = &[
+    "run",
+    "devices",
+    "exclusive",
+    "timeout",
+    "lane",
+    "args",
+    "retries",
+];

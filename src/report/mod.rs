@@ -33,6 +33,10 @@ pub struct SceneReport {
     pub duration_secs: f64,
     pub log: Option<PathBuf>,
     pub log_tail: Option<String>,
+    /// The lane it ran in (docs/lanes.md).
+    pub lane: Option<String>,
+    /// Every try of its device step.
+    pub attempts: Vec<crate::device::events::Attempt>,
     pub steps: Vec<StepReport>,
     /// Set when infrastructure, not the scene, decided its ending (docs/reports.md).
     pub infra: Option<Infra>,
@@ -61,8 +65,14 @@ pub struct DeviceReport {
     pub busy_secs: f64,
     pub device_secs_used: f64,
     pub device_secs_held: f64,
-    /// busy ÷ held.
+    /// busy ÷ held; busy counts scene time only.
     pub efficiency: f64,
+    /// Lane process start-ups, summed (beside busy time, not in it).
+    pub startup_secs: f64,
+    /// Ids found faulty during the run.
+    pub quarantined: Vec<String>,
+    /// One record per lane process.
+    pub lanes: Vec<crate::device::events::LaneRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -106,50 +116,19 @@ impl Report {
     }
 
     pub fn junit(&self) -> String {
-        use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
+        use quick_junit::{TestCase, TestSuite};
         let mut report = quick_junit::Report::new("scenerun");
         let mut suite = TestSuite::new("scenes");
         for s in &self.scenes {
-            let status = match (s.outcome, s.infra) {
-                (SceneOutcome::Passed, None) => TestCaseStatus::success(),
-                // Cut short or never run because of infrastructure: an error whose type
-                // is the reason, never only a skip (a test-report action must show it).
-                (outcome, Some(infra)) => {
-                    let mut st = TestCaseStatus::non_success(NonSuccessKind::Error);
-                    st.set_message(format!(
-                        "{}: {}",
-                        infra.name(),
-                        s.message.clone().unwrap_or_else(|| outcome.word().into())
-                    ));
-                    st.set_type(infra.name());
-                    if let Some(t) = &s.log_tail {
-                        st.set_description(t.as_str());
-                    }
-                    st
-                }
-                (other, None) => {
-                    let kind = if matches!(other, SceneOutcome::FailedInWarm | SceneOutcome::NotRun)
-                    {
-                        NonSuccessKind::Error
-                    } else {
-                        NonSuccessKind::Failure
-                    };
-                    let mut st = TestCaseStatus::non_success(kind);
-                    st.set_message(format!(
-                        "{}: {}",
-                        other.word(),
-                        s.message.clone().unwrap_or_default()
-                    ));
-                    st.set_type(other.word());
-                    if let Some(t) = &s.log_tail {
-                        st.set_description(t.as_str());
-                    }
-                    st
-                }
-            };
+            let status = junit_status(s);
             let mut case = TestCase::new(s.name.as_str(), status);
             case.set_classname("scenerun");
             case.set_time(std::time::Duration::from_secs_f64(s.duration_secs.max(0.0)));
+            if !s.outcome.passed() {
+                if let Some(t) = s.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
+                    case.set_system_out(t);
+                }
+            }
             suite.add_test_case(case);
         }
         report.add_test_suite(suite);
@@ -196,11 +175,16 @@ impl Report {
         }
         if let (Some(l), Some(d)) = (&self.lock, &self.device) {
             md.push_str(&format!(
-                "\nlock: queued {:.1}s, held {:.1}s, device busy {:.1}s, efficiency {:.0}%\n",
+                "\nlock: queued {:.1}s, held {:.1}s, device busy {:.1}s, efficiency {:.0}%{}\n",
                 l.queue_wait_secs.unwrap_or(0.0),
                 l.held_secs.unwrap_or(0.0),
                 d.busy_secs,
-                d.efficiency * 100.0
+                d.efficiency * 100.0,
+                if d.lanes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (lane start-up {:.1}s beside it)", d.startup_secs)
+                }
             ));
         }
         if let Ok(mut f) = std::fs::File::options()
@@ -243,6 +227,12 @@ impl Report {
                     for line in m.lines().take(6) {
                         out.push_str(&format!("{:<w$}    {line}\n", ""));
                     }
+                    if let Some(t) = &s.log_tail {
+                        let lines: Vec<&str> = t.lines().filter(|l| !m.contains(l)).collect();
+                        for line in &lines[lines.len().saturating_sub(10)..] {
+                            out.push_str(&format!("{:<w$}    | {line}\n", ""));
+                        }
+                    }
                     if let Some(log) = &s.log {
                         out.push_str(&format!("{:<w$}    log: {}\n", "", log.display()));
                     }
@@ -250,10 +240,36 @@ impl Report {
             }
         }
         let passed = self.scenes.iter().filter(|s| s.outcome.passed()).count();
+        let flaky = self
+            .scenes
+            .iter()
+            .filter(|s| s.outcome == SceneOutcome::Flaky)
+            .count();
         out.push_str(&format!(
-            "{passed} passed, {} failed\n",
+            "{passed} passed{}, {} failed\n",
+            if flaky > 0 {
+                format!(" ({flaky} flaky)")
+            } else {
+                String::new()
+            },
             self.scenes.len() - passed
         ));
+        if let Some(d) = &self.device {
+            if !d.lanes.is_empty() {
+                out.push_str(&format!(
+                    "lanes: {} process{}, start-up {:.2}s in all (not counted as busy)\n",
+                    d.lanes.len(),
+                    if d.lanes.len() == 1 { "" } else { "es" },
+                    d.startup_secs
+                ));
+            }
+            if !d.quarantined.is_empty() {
+                out.push_str(&format!(
+                    "quarantined devices: {}\n",
+                    d.quarantined.join(",")
+                ));
+            }
+        }
         if let Some(d) = &self.device {
             match &self.lock {
                 Some(l) => out.push_str(&format!(
@@ -276,6 +292,81 @@ impl Report {
             }
         }
         out
+    }
+}
+
+/// A scene's junit status: failures carry the message and the output's tail; a flaky
+/// scene passes with one `<flakyFailure>` per failed attempt.
+fn junit_status(s: &SceneReport) -> quick_junit::TestCaseStatus {
+    use crate::device::events::AttemptOutcome;
+    use quick_junit::{NonSuccessKind, TestCaseStatus, TestRerun};
+    if let Some(infra) = s.infra {
+        // Cut short or never run because of infrastructure: an error whose type is the
+        // reason, never only a skip (a test-report action must show it).
+        let mut st = TestCaseStatus::non_success(NonSuccessKind::Error);
+        st.set_message(format!(
+            "{}: {}",
+            infra.name(),
+            s.message.clone().unwrap_or_else(|| s.outcome.word().into())
+        ));
+        st.set_type(infra.name());
+        if let Some(t) = &s.log_tail {
+            st.set_description(t.as_str());
+        }
+        return st;
+    }
+    match s.outcome {
+        SceneOutcome::Passed | SceneOutcome::Flaky => {
+            let mut st = TestCaseStatus::success();
+            for a in s.attempts.iter().filter(|a| a.outcome.scene_failed()) {
+                let mut r = TestRerun::new(NonSuccessKind::Failure);
+                r.set_type(a.outcome.word());
+                r.set_message(a.message.clone().unwrap_or_default());
+                if let Some(t) = &a.output_tail {
+                    r.set_description(t.as_str());
+                    r.set_system_out(t.as_str());
+                }
+                st.add_rerun(r);
+            }
+            st
+        }
+        SceneOutcome::Skipped => {
+            let mut st = TestCaseStatus::skipped();
+            if let Some(m) = &s.message {
+                st.set_message(m.as_str());
+            }
+            st
+        }
+        other => {
+            let kind = if matches!(
+                other,
+                SceneOutcome::FailedInWarm | SceneOutcome::Interrupted | SceneOutcome::NotRun
+            ) || s
+                .attempts
+                .last()
+                .is_some_and(|a| a.outcome == AttemptOutcome::DeviceFault)
+            {
+                NonSuccessKind::Error
+            } else {
+                NonSuccessKind::Failure
+            };
+            let mut st = TestCaseStatus::non_success(kind);
+            st.set_message(format!(
+                "{}: {}",
+                other.word(),
+                s.message.clone().unwrap_or_default()
+            ));
+            st.set_type(other.word());
+            let body = [s.message.as_deref(), s.log_tail.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join("\n");
+            if !body.is_empty() {
+                st.set_description(body);
+            }
+            st
+        }
     }
 }
 

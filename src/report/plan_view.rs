@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::device::pack::{self, Job};
+use crate::device::lanes::PreviewProcess;
 use crate::plan::{Fill, Plan, Status};
 use crate::report::term::Ui;
 
@@ -16,8 +16,7 @@ pub struct Phases {
 }
 
 struct Packing {
-    /// (plan scene index, start, end, id slots)
-    rows: Vec<(usize, f64, f64, Vec<usize>)>,
+    procs: Vec<PreviewProcess>,
     makespan: f64,
 }
 
@@ -28,22 +27,41 @@ fn packing(plan: &Plan) -> Packing {
             ps.device.is_some() && !scene_failed(plan, i) && !too_wide(plan, i)
         })
         .collect();
-    let jobs = Job::with_estimates(runnable.iter().map(|&i| {
-        let d = plan.scenes[i].device.as_ref().expect("filtered");
-        (
-            d.devices as usize,
-            d.exclusive,
-            plan.scenes[i].device_estimate,
-        )
-    }));
-    let placed = pack::simulate(&jobs, plan.device_count as usize);
-    let makespan = placed.iter().map(|p| p.end).fold(0.0, f64::max);
-    Packing {
-        rows: placed
-            .into_iter()
-            .map(|p| (runnable[p.job], p.start, p.end, p.ids))
-            .collect(),
-        makespan,
+    let procs = crate::device::lanes::preview(plan, &runnable);
+    let makespan = procs.iter().map(|p| p.end).fold(0.0, f64::max);
+    Packing { procs, makespan }
+}
+
+/// For each process (sorted by start), up to `SHOWN` processes that run beside it, and
+/// whether there are more: a sweep that keeps only the processes still running, so a
+/// big suite costs n × ids, not n².
+fn neighbours(procs: &[PreviewProcess]) -> Vec<(Vec<usize>, bool)> {
+    const SHOWN: usize = 4;
+    let mut out = vec![(Vec::new(), false); procs.len()];
+    let mut active: Vec<usize> = Vec::new();
+    for k in 0..procs.len() {
+        let pr = &procs[k];
+        active.retain(|&j| procs[j].end > pr.start);
+        let mut near: Vec<usize> = active.clone();
+        for (j, o) in procs.iter().enumerate().skip(k + 1) {
+            if o.start >= pr.end || near.len() > SHOWN {
+                break;
+            }
+            near.push(j);
+        }
+        let more = near.len() > SHOWN;
+        near.truncate(SHOWN);
+        out[k] = (near, more);
+        active.push(k);
+    }
+    out
+}
+
+/// How the preview names a process: its scene, or its lane and first scene.
+fn process_name(plan: &Plan, p: &PreviewProcess) -> String {
+    match &p.lane {
+        None => plan.scenes[p.scenes[0]].name.clone(),
+        Some(l) => format!("lane {l} ({} scenes)", p.scenes.len()),
     }
 }
 
@@ -159,37 +177,58 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
             if plan.device_count == 1 { "" } else { "s" },
             p.makespan
         ));
-        for (i, start, end, ids) in &p.rows {
-            let ps = &plan.scenes[*i];
-            let d = ps
-                .device
-                .as_ref()
-                .expect("packed scenes have a device step");
-            let mode = if d.exclusive {
+        let beside = neighbours(&p.procs);
+        for (k, pr) in p.procs.iter().enumerate() {
+            let slots = pr
+                .slots
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let (near, more) = &beside[k];
+            let mode = if pr.exclusive {
                 "alone (exclusive)".to_string()
+            } else if near.is_empty() {
+                "alone".into()
             } else {
-                let side: Vec<&str> = p
-                    .rows
-                    .iter()
-                    .filter(|(j, s, e, _)| j != i && *s < *end && *e > *start)
-                    .map(|(j, ..)| plan.scenes[*j].name.as_str())
-                    .collect();
-                if side.is_empty() {
-                    "alone".into()
-                } else {
-                    format!("beside {}", side.join(", "))
-                }
+                format!(
+                    "beside {}{}",
+                    near.iter()
+                        .map(|&j| process_name(plan, &p.procs[j]))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if *more { " and more" } else { "" }
+                )
             };
-            out.push_str(&format!(
-                "  {:<24} {} id{}  slots {:<8} +{start:.1}s  {mode}\n",
-                ps.name,
-                d.devices,
-                if d.devices == 1 { " " } else { "s" },
-                ids.iter()
-                    .map(|x| x.to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ));
+            let ids = format!(
+                "{} id{}",
+                pr.devices,
+                if pr.devices == 1 { " " } else { "s" }
+            );
+            match &pr.lane {
+                None => out.push_str(&format!(
+                    "  {:<24} {ids}  slots {slots:<8} +{:.1}s  {mode}\n",
+                    plan.scenes[pr.scenes[0]].name, pr.start,
+                )),
+                Some(lane) => {
+                    out.push_str(&format!(
+                        "  {:<24} {ids}  slots {slots:<8} +{:.1}s  {mode}\n",
+                        format!("lane {lane} ({} scenes)", pr.scenes.len()),
+                        pr.start,
+                    ));
+                    out.push_str(&format!(
+                        "      one process, start-up {}: {}\n",
+                        pr.startup
+                            .map(|s| format!("~{s:.1}s"))
+                            .unwrap_or_else(|| "not measured yet".into()),
+                        pr.scenes
+                            .iter()
+                            .map(|&i| plan.scenes[i].name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            }
         }
         for (i, ps) in plan.scenes.iter().enumerate() {
             if ps.device.is_some() && scene_failed(plan, i) {
@@ -247,20 +286,29 @@ pub fn json(plan: &Plan) -> Value {
         })
         .collect();
     let p = packing(plan);
+    let mut proc_of: Vec<Option<usize>> = vec![None; plan.scenes.len()];
+    for (k, pr) in p.procs.iter().enumerate() {
+        for &i in &pr.scenes {
+            proc_of[i] = Some(k);
+        }
+    }
     let scenes: Vec<Value> = plan
         .scenes
         .iter()
         .enumerate()
         .map(|(i, ps)| {
-            let row = p.rows.iter().find(|r| r.0 == i);
+            let proc = proc_of[i];
+            let row = proc.map(|k| &p.procs[k]);
             json!({
                 "name": ps.name,
                 "devices": ps.device.as_ref().map(|d| d.devices),
                 "exclusive": ps.device.as_ref().map(|d| d.exclusive),
+                "lane": ps.device.as_ref().and_then(|d| d.run.lane()),
                 "estimate_secs": ps.device_estimate,
                 "failed_in_warm": scene_failed(plan, i),
-                "start_secs": row.map(|r| r.1),
-                "slots": row.map(|r| r.3.clone()),
+                "start_secs": row.map(|r| r.start),
+                "slots": row.map(|r| r.slots.clone()),
+                "process": proc,
             })
         })
         .collect();
@@ -279,11 +327,60 @@ pub fn json(plan: &Plan) -> Value {
         "device": {
             "device_count": plan.device_count,
             "scenes": scenes,
+            "processes": p.procs.iter().map(|pr| json!({
+                "lane": pr.lane,
+                "scenes": pr.scenes.iter().map(|&i| plan.scenes[i].name.as_str()).collect::<Vec<_>>(),
+                "devices": pr.devices,
+                "slots": pr.slots,
+                "start_secs": pr.start,
+                "estimated_secs": pr.end - pr.start,
+                "startup_estimate_secs": pr.startup,
+            })).collect::<Vec<_>>(),
             "estimated_secs": p.makespan,
             "lock_command": crate::device::outer::lock_command(plan),
             "no_lock_devices": plan.no_lock,
         },
     })
+}
+
+/// Lane processes as they would start (`--dry-run`): ids, scenes file and results file
+/// exist only at run time.
+fn dry_run_lanes(plan: &Plan, out: &mut String) {
+    use crate::template::{Ph, Val};
+    for pr in packing(plan).procs {
+        let Some(lane) = &pr.lane else { continue };
+        let Some(cfg) = plan.manifest.lanes.get(lane) else {
+            continue;
+        };
+        let args: Vec<String> = pr
+            .scenes
+            .iter()
+            .filter_map(|&i| plan.scenes[i].device.as_ref())
+            .flat_map(|d| match &d.run {
+                crate::manifest::DeviceRun::Lane { args, .. } => args.clone(),
+                crate::manifest::DeviceRun::Command(_) => Vec::new(),
+            })
+            .collect();
+        let platform = &plan.manifest.scenes[plan.scenes[pr.scenes[0]].index].platform;
+        let command = cfg.run.render(|ph| match ph {
+            Ph::Devices => Val::Raw("<devices>".into()),
+            Ph::Scenes => Val::Raw("<scenes>".into()),
+            Ph::Results => Val::Raw("<results>".into()),
+            Ph::Args => Val::Many(args.clone()),
+            Ph::Platform => Val::One(platform.as_str().into()),
+            _ => Val::Raw("".into()),
+        });
+        out.push_str(&format!(
+            "# lane {lane}: one process ({} id{}) for {}\n{command}\n",
+            pr.devices,
+            if pr.devices == 1 { "" } else { "s" },
+            pr.scenes
+                .iter()
+                .map(|&i| plan.scenes[i].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
 }
 
 /// `--dry-run`: every command as it would run.
@@ -321,6 +418,9 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
         }
         for ps in &plan.scenes {
             let Some(d) = &ps.device else { continue };
+            let crate::manifest::DeviceRun::Command(run) = &d.run else {
+                continue;
+            };
             let scene = &plan.manifest.scenes[ps.index];
             let kernels = crate::device::kernels_dir(
                 &crate::device::runs::preview_dir(&plan.job_dir),
@@ -334,7 +434,7 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
                 d.devices,
                 if d.devices == 1 { "" } else { "s" },
                 crate::plan::render_device_template(
-                    &d.run,
+                    run,
                     &scene.name,
                     &scene.platform,
                     &kernels,
@@ -344,6 +444,7 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
                 )
             ));
         }
+        dry_run_lanes(plan, &mut out);
     }
     out
 }

@@ -1,0 +1,288 @@
+//! What the device executor reports (typed events), and the one accumulator that turns
+//! them into results: every attempt of every scene, lane processes, quarantined ids,
+//! and the decisions that follow an attempt (retry, rerun after a device fault). The
+//! decisions are pure functions of a scene's attempts, tested here.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::lane::Verdict;
+use super::SceneOutcome;
+
+/// How one try of a scene's device step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Passed,
+    Failed,
+    Skipped,
+    TimedOut,
+    DeviceFault,
+    Interrupted,
+    NotRun,
+}
+
+impl From<Verdict> for AttemptOutcome {
+    fn from(v: Verdict) -> Self {
+        match v {
+            Verdict::Passed => AttemptOutcome::Passed,
+            Verdict::Failed => AttemptOutcome::Failed,
+            Verdict::Skipped => AttemptOutcome::Skipped,
+            Verdict::TimedOut => AttemptOutcome::TimedOut,
+            Verdict::DeviceFault => AttemptOutcome::DeviceFault,
+            Verdict::Interrupted => AttemptOutcome::Interrupted,
+            Verdict::NotRun => AttemptOutcome::NotRun,
+        }
+    }
+}
+
+impl AttemptOutcome {
+    pub fn word(self) -> &'static str {
+        match self {
+            AttemptOutcome::Passed => "passed",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Skipped => "skipped",
+            AttemptOutcome::TimedOut => "timed out",
+            AttemptOutcome::DeviceFault => "device fault",
+            AttemptOutcome::Interrupted => "interrupted",
+            AttemptOutcome::NotRun => "not run",
+        }
+    }
+
+    /// A failure of the scene itself (what `retries` reruns).
+    pub fn scene_failed(self) -> bool {
+        matches!(self, AttemptOutcome::Failed | AttemptOutcome::TimedOut)
+    }
+}
+
+/// One try of a scene's device step.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Attempt {
+    pub outcome: AttemptOutcome,
+    pub devices: Vec<String>,
+    /// Seconds after the inner run started.
+    pub start_secs: f64,
+    pub duration_secs: f64,
+    pub message: Option<String>,
+    /// The last lines of its output.
+    #[serde(default)]
+    pub output_tail: Option<String>,
+    pub log: Option<PathBuf>,
+    /// Index into `Results::lanes` when it ran in a lane process.
+    #[serde(default)]
+    pub lane_process: Option<usize>,
+}
+
+/// One lane process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LaneRecord {
+    pub lane: String,
+    pub devices: Vec<String>,
+    /// Seconds after the inner run started.
+    pub start_secs: f64,
+    /// Process start → first result or start event; None when none came.
+    pub startup_secs: Option<f64>,
+    pub duration_secs: f64,
+    /// Which restart of its batch this process was (0: the first process).
+    pub restarts: u32,
+    pub scenes: Vec<String>,
+    /// How it ended ("exited with status 0", "killed after a scene timeout", ...).
+    pub ended: String,
+    pub log: PathBuf,
+}
+
+/// What the executor tells the scheduler, the accumulator and the reporter.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// One attempt of scene `scene` (index into the frozen scenes) ended.
+    Attempt { scene: usize, attempt: Attempt },
+    /// A lane process ended.
+    Lane(LaneRecord),
+    /// These granted-id slots are faulty: quarantine them.
+    Fault { slots: Vec<usize> },
+    /// Something was ignored or worked around.
+    Warning(String),
+    /// Job `job` ended; its ids are free. `handback`: scenes of a lane batch to run
+    /// again in a fresh process on healthy ids (after a device fault).
+    Done { job: usize, handback: Vec<usize> },
+}
+
+/// What follows an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowUp {
+    Final,
+    /// `device.retries` allows another try.
+    Retry,
+    /// A device fault: once, on healthy ids, not counted against retries.
+    FaultRerun,
+}
+
+pub fn follow_up(attempts: &[Attempt], retries: u32) -> FollowUp {
+    let Some(last) = attempts.last() else {
+        return FollowUp::Final;
+    };
+    match last.outcome {
+        AttemptOutcome::DeviceFault => {
+            let faults = attempts
+                .iter()
+                .filter(|a| a.outcome == AttemptOutcome::DeviceFault)
+                .count();
+            if faults == 1 {
+                FollowUp::FaultRerun
+            } else {
+                FollowUp::Final
+            }
+        }
+        o if o.scene_failed() => {
+            let failed = attempts.iter().filter(|a| a.outcome.scene_failed()).count();
+            if failed as u32 <= retries {
+                FollowUp::Retry
+            } else {
+                FollowUp::Final
+            }
+        }
+        _ => FollowUp::Final,
+    }
+}
+
+/// A scene's outcome from its attempts: the last one decides; a pass after a failed
+/// attempt is flaky (a device fault before it does not count: the card failed).
+pub fn outcome(attempts: &[Attempt]) -> SceneOutcome {
+    let Some(last) = attempts.last() else {
+        return SceneOutcome::NotRun;
+    };
+    match last.outcome {
+        AttemptOutcome::Passed => {
+            if attempts.iter().any(|a| a.outcome.scene_failed()) {
+                SceneOutcome::Flaky
+            } else {
+                SceneOutcome::Passed
+            }
+        }
+        AttemptOutcome::Skipped => SceneOutcome::Skipped,
+        AttemptOutcome::Failed | AttemptOutcome::DeviceFault => SceneOutcome::Failed,
+        AttemptOutcome::TimedOut => SceneOutcome::TimedOut,
+        AttemptOutcome::Interrupted => SceneOutcome::Interrupted,
+        AttemptOutcome::NotRun => SceneOutcome::NotRun,
+    }
+}
+
+/// Time covered by at least one of the intervals `(start, duration)`.
+pub fn union_secs(mut spans: Vec<(f64, f64)>) -> f64 {
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut total = 0.0;
+    let mut cur: Option<(f64, f64)> = None;
+    for (s, d) in spans {
+        let e = s + d.max(0.0);
+        cur = match cur {
+            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    if let Some((cs, ce)) = cur {
+        total += ce - cs;
+    }
+    total
+}
+
+/// Collects every event of one inner run.
+#[derive(Debug, Default)]
+pub struct Accumulator {
+    pub attempts: Vec<Vec<Attempt>>,
+    pub lanes: Vec<LaneRecord>,
+    pub quarantined: BTreeSet<usize>,
+    pub warnings: Vec<String>,
+}
+
+impl Accumulator {
+    pub fn new(scenes: usize) -> Accumulator {
+        Accumulator {
+            attempts: vec![Vec::new(); scenes],
+            ..Default::default()
+        }
+    }
+
+    pub fn apply(&mut self, e: &Event) {
+        match e {
+            Event::Attempt { scene, attempt } => self.attempts[*scene].push(attempt.clone()),
+            Event::Lane(r) => self.lanes.push(r.clone()),
+            Event::Fault { slots } => self.quarantined.extend(slots.iter().copied()),
+            Event::Warning(w) => self.warnings.push(w.clone()),
+            Event::Done { .. } => {}
+        }
+    }
+
+    /// Scene time only: the union of attempt spans, the device-seconds they used, and
+    /// the lane start-ups beside them.
+    pub fn timings(&self) -> (f64, f64, f64) {
+        let spans: Vec<(f64, f64)> = self
+            .attempts
+            .iter()
+            .flatten()
+            .filter(|a| a.outcome != AttemptOutcome::NotRun)
+            .map(|a| (a.start_secs, a.duration_secs))
+            .collect();
+        let used = self
+            .attempts
+            .iter()
+            .flatten()
+            .map(|a| a.devices.len() as f64 * a.duration_secs)
+            .sum();
+        let startup = self.lanes.iter().filter_map(|l| l.startup_secs).sum();
+        (union_secs(spans), used, startup)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(outcome: AttemptOutcome) -> Attempt {
+        Attempt {
+            outcome,
+            devices: vec!["0".into()],
+            start_secs: 0.0,
+            duration_secs: 1.0,
+            message: None,
+            output_tail: None,
+            log: None,
+            lane_process: None,
+        }
+    }
+    use AttemptOutcome::*;
+
+    #[test]
+    fn retries_then_flaky() {
+        assert_eq!(follow_up(&[a(Failed)], 0), FollowUp::Final);
+        assert_eq!(follow_up(&[a(Failed)], 1), FollowUp::Retry);
+        assert_eq!(follow_up(&[a(Failed), a(TimedOut)], 1), FollowUp::Final);
+        assert_eq!(follow_up(&[a(Failed), a(Passed)], 1), FollowUp::Final);
+        assert_eq!(outcome(&[a(Failed), a(Passed)]), SceneOutcome::Flaky);
+        assert_eq!(outcome(&[a(Failed), a(Failed)]), SceneOutcome::Failed);
+        assert_eq!(outcome(&[a(Passed)]), SceneOutcome::Passed);
+    }
+
+    #[test]
+    fn device_fault_reruns_once_and_a_pass_there_is_not_flaky() {
+        assert_eq!(follow_up(&[a(DeviceFault)], 0), FollowUp::FaultRerun);
+        assert_eq!(
+            follow_up(&[a(DeviceFault), a(DeviceFault)], 5),
+            FollowUp::Final
+        );
+        assert_eq!(outcome(&[a(DeviceFault), a(Passed)]), SceneOutcome::Passed);
+        // The fault rerun does not use up retries.
+        assert_eq!(follow_up(&[a(DeviceFault), a(Failed)], 1), FollowUp::Retry);
+    }
+
+    #[test]
+    fn busy_time_is_the_union_of_spans() {
+        assert_eq!(union_secs(vec![(0.0, 1.0), (0.5, 1.0), (3.0, 1.0)]), 2.5);
+        assert_eq!(union_secs(vec![]), 0.0);
+    }
+}

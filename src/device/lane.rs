@@ -1,0 +1,624 @@
+//! The lane results protocol (docs/lanes.md), as pure code: `parse_line` reads one line
+//! of a lane's results file, and `Batch` attributes what it reads to the scenes of one
+//! lane process: which scene is running, which finished how, which crashed, timed out or
+//! was never reached. Time comes in as seconds since the process started, so every rule
+//! is tested line by line without a process. Invariant: every scene of a batch gets
+//! exactly one verdict from `finish` or earlier, or is handed back to be re-queued.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// How one scene ended inside a lane process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Passed,
+    Failed,
+    Skipped,
+    TimedOut,
+    /// The device failed, not the scene: rerun on healthy ids.
+    DeviceFault,
+    Interrupted,
+    NotRun,
+}
+
+/// One line of a results file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    Start {
+        scene: String,
+    },
+    End {
+        scene: String,
+        verdict: Verdict,
+        duration: Option<f64>,
+        message: Option<String>,
+    },
+    /// `{"event": "device_fault", "devices": [..]}` (ids as numbers or strings).
+    Fault {
+        devices: Vec<String>,
+        scene: Option<String>,
+    },
+    /// A pytest-reportlog `TestReport`.
+    Report {
+        nodeid: String,
+        when: String,
+        verdict: Verdict,
+        duration: f64,
+        message: Option<String>,
+    },
+    /// pytest-reportlog's `SessionFinish`: the process got to its normal end.
+    SessionFinish,
+    /// A record of a known kind that carries no result (SessionStart, CollectReport, ...).
+    Other,
+    /// Not a record this protocol knows: ignored with a warning.
+    Garbage(String),
+}
+
+fn outcome_word(v: Option<&Value>) -> Option<Verdict> {
+    match v?.as_str()? {
+        "passed" => Some(Verdict::Passed),
+        "failed" | "error" => Some(Verdict::Failed),
+        "skipped" => Some(Verdict::Skipped),
+        _ => None,
+    }
+}
+
+/// Text of a reportlog `longrepr`: a string, a `[path, line, reason]` skip triple, or a
+/// mapping whose `reprcrash` says where and what.
+fn longrepr_text(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        Value::Array(a) if a.len() == 3 => a[2].as_str().map(str::to_string),
+        Value::Object(o) => {
+            let crash = o.get("reprcrash")?;
+            let msg = crash.get("message").and_then(Value::as_str).unwrap_or("");
+            Some(
+                match (
+                    crash.get("path").and_then(Value::as_str),
+                    crash.get("lineno").and_then(Value::as_u64),
+                ) {
+                    (Some(p), Some(l)) => format!("{p}:{l}: {msg}"),
+                    _ => msg.to_string(),
+                },
+            )
+        }
+        other => Some(other.to_string()),
+    }
+}
+
+fn id_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+pub fn parse_line(text: &str) -> Line {
+    let text = text.trim();
+    let v: Value = match serde_json::from_str(text) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return Line::Garbage("not a JSON object".into()),
+        Err(e) => return Line::Garbage(format!("not JSON ({e})")),
+    };
+    if let Some(kind) = v.get("$report_type").and_then(Value::as_str) {
+        return match kind {
+            "TestReport" => {
+                let (Some(nodeid), Some(verdict)) = (
+                    v.get("nodeid").and_then(Value::as_str),
+                    outcome_word(v.get("outcome")),
+                ) else {
+                    return Line::Garbage("a TestReport without nodeid or outcome".into());
+                };
+                Line::Report {
+                    nodeid: nodeid.to_string(),
+                    when: v
+                        .get("when")
+                        .and_then(Value::as_str)
+                        .unwrap_or("call")
+                        .to_string(),
+                    verdict,
+                    duration: v.get("duration").and_then(Value::as_f64).unwrap_or(0.0),
+                    message: v.get("longrepr").and_then(longrepr_text),
+                }
+            }
+            "SessionFinish" => Line::SessionFinish,
+            _ => Line::Other,
+        };
+    }
+    let scene = v.get("scene").and_then(Value::as_str).map(str::to_string);
+    match v.get("event").and_then(Value::as_str) {
+        Some("start") => match scene {
+            Some(scene) => Line::Start { scene },
+            None => Line::Garbage("a start event without `scene`".into()),
+        },
+        Some("end") => {
+            let Some(scene) = scene else {
+                return Line::Garbage("an end event without `scene`".into());
+            };
+            let Some(verdict) = outcome_word(v.get("outcome")) else {
+                return Line::Garbage(format!(
+                    "end event of `{scene}`: `outcome` must be passed, failed or skipped"
+                ));
+            };
+            Line::End {
+                scene,
+                verdict,
+                duration: v.get("duration_secs").and_then(Value::as_f64),
+                message: v
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_string),
+            }
+        }
+        Some("device_fault") => Line::Fault {
+            devices: v
+                .get("devices")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(id_text).collect())
+                .unwrap_or_default(),
+            scene,
+        },
+        Some(other) => Line::Garbage(format!("unknown event `{other}`")),
+        None => Line::Garbage("no `event` and no `$report_type`".into()),
+    }
+}
+
+/// One scene of a batch, as the lane process receives it.
+#[derive(Debug, Clone)]
+pub struct BatchScene {
+    pub name: String,
+    pub args: Vec<String>,
+    pub timeout: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Pending,
+    /// A start event came.
+    Running {
+        since: f64,
+    },
+    /// Reportlog records came; more may follow until a later scene reports.
+    Reporting {
+        since: f64,
+        failed: bool,
+        passed: bool,
+        duration: f64,
+        message: Option<String>,
+    },
+    Done,
+}
+
+/// What the machine tells its runner.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Scene `scene` (index in the batch) ended this way.
+    Scene {
+        scene: usize,
+        verdict: Verdict,
+        /// Seconds since the process started.
+        started: f64,
+        duration: f64,
+        message: Option<String>,
+    },
+    /// The lane says these ids are faulty.
+    Fault { devices: Vec<String> },
+    /// A line was ignored.
+    Warn(String),
+}
+
+/// Why a lane process ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProcessEnd {
+    /// Exited on its own; the status as text ("exited with status 1") and whether it was 0.
+    Exited { ok: bool, how: String },
+    /// Killed after a scene's timeout (already reported by `expire`).
+    SceneTimeout,
+    /// Killed when the lane's own timeout fired.
+    LaneTimeout,
+    /// Killed after a device fault.
+    Fault,
+    /// Killed because the run was interrupted.
+    Interrupted,
+}
+
+/// Which clock runs out first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Deadline {
+    Scene { scene: usize, at: f64 },
+    Lane { at: f64 },
+}
+
+/// Attribution for one lane process and its batch.
+#[derive(Debug)]
+pub struct Batch {
+    scenes: Vec<BatchScene>,
+    state: Vec<State>,
+    by_name: HashMap<String, usize>,
+    by_arg: HashMap<String, usize>,
+    lane_timeout: Option<f64>,
+    /// When the last result (start, end or report) came; 0 = process start.
+    last_result: f64,
+    first_result: Option<f64>,
+    /// pytest-reportlog's SessionFinish came: the process reached its normal end.
+    clean: bool,
+    /// Output of the process at crash time, for the crashed scene's message.
+    pub fault_scene: Option<usize>,
+}
+
+impl Batch {
+    pub fn new(scenes: Vec<BatchScene>, lane_timeout: Option<f64>) -> Batch {
+        let mut by_name = HashMap::new();
+        let mut by_arg = HashMap::new();
+        for (i, s) in scenes.iter().enumerate() {
+            by_name.insert(s.name.clone(), i);
+            for a in &s.args {
+                by_arg.entry(a.clone()).or_insert(i);
+            }
+        }
+        Batch {
+            state: vec![State::Pending; scenes.len()],
+            scenes,
+            by_name,
+            by_arg,
+            lane_timeout,
+            last_result: 0.0,
+            first_result: None,
+            clean: false,
+            fault_scene: None,
+        }
+    }
+
+    pub fn scenes(&self) -> &[BatchScene] {
+        &self.scenes
+    }
+
+    /// Process start → first result or start event.
+    pub fn startup(&self) -> Option<f64> {
+        self.first_result
+    }
+
+    /// The scene a report with this nodeid belongs to: the scene with the longest arg
+    /// that is the nodeid or a prefix of it ending at `::`, `[` or `/`.
+    fn owner(&self, nodeid: &str) -> Option<usize> {
+        if let Some(&i) = self.by_arg.get(nodeid) {
+            return Some(i);
+        }
+        let cuts = nodeid
+            .char_indices()
+            .filter(|(_, c)| matches!(c, ':' | '[' | '/'))
+            .map(|(i, _)| i)
+            .collect::<Vec<_>>();
+        for &cut in cuts.iter().rev() {
+            let prefix = &nodeid[..cut];
+            let rest = &nodeid[cut..];
+            if rest.starts_with("::") || rest.starts_with('[') || rest.starts_with('/') {
+                if let Some(&i) = self.by_arg.get(prefix) {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    fn in_progress(&self) -> Option<usize> {
+        self.state
+            .iter()
+            .position(|s| matches!(s, State::Running { .. } | State::Reporting { .. }))
+    }
+
+    fn first_pending(&self) -> Option<usize> {
+        self.state.iter().position(|s| matches!(s, State::Pending))
+    }
+
+    /// Close a reportlog scene with the outcome of its reports: failed if any report
+    /// failed, else passed if a test's call passed, else skipped.
+    fn close_reporting(&mut self, i: usize, out: &mut Vec<Effect>) {
+        if let State::Reporting {
+            since,
+            failed,
+            passed,
+            duration,
+            message,
+        } = std::mem::replace(&mut self.state[i], State::Done)
+        {
+            let verdict = if failed {
+                Verdict::Failed
+            } else if passed {
+                Verdict::Passed
+            } else {
+                Verdict::Skipped
+            };
+            out.push(Effect::Scene {
+                scene: i,
+                verdict,
+                started: since,
+                duration,
+                message,
+            });
+        }
+    }
+
+    /// Every reportlog scene still open except `keep` is complete.
+    fn close_others(&mut self, keep: usize, out: &mut Vec<Effect>) {
+        for j in 0..self.state.len() {
+            if j != keep && matches!(self.state[j], State::Reporting { .. }) {
+                self.close_reporting(j, out);
+            }
+        }
+    }
+
+    fn result_seen(&mut self, now: f64) {
+        self.first_result.get_or_insert(now);
+        self.last_result = now;
+    }
+
+    /// Read one line written by the process at `now`.
+    pub fn feed(&mut self, text: &str, now: f64) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if text.trim().is_empty() {
+            return out;
+        }
+        match parse_line(text) {
+            Line::Garbage(why) => out.push(Effect::Warn(format!(
+                "ignored a results line: {why}: {}",
+                clip(text.trim(), 120)
+            ))),
+            Line::Other => {}
+            Line::SessionFinish => self.clean = true,
+            Line::Fault { devices, scene } => {
+                self.fault_scene = scene
+                    .and_then(|s| self.by_name.get(&s).copied())
+                    .or_else(|| self.in_progress());
+                out.push(Effect::Fault { devices });
+            }
+            Line::Start { scene } => match self.by_name.get(&scene).copied() {
+                Some(i) if matches!(self.state[i], State::Pending) => {
+                    let since = now;
+                    self.result_seen(now);
+                    self.close_others(i, &mut out);
+                    self.state[i] = State::Running { since };
+                }
+                Some(_) => out.push(Effect::Warn(format!(
+                    "ignored a second start of scene `{scene}`"
+                ))),
+                None => out.push(Effect::Warn(format!(
+                    "ignored a result for scene `{scene}`, which is not in this lane process's batch"
+                ))),
+            },
+            Line::End {
+                scene,
+                verdict,
+                duration,
+                message,
+            } => match self.by_name.get(&scene).copied() {
+                Some(i) if !matches!(self.state[i], State::Done) => {
+                    let since = match self.state[i] {
+                        State::Running { since } | State::Reporting { since, .. } => since,
+                        _ => self.last_result,
+                    };
+                    self.result_seen(now);
+                    self.close_others(i, &mut out);
+                    self.state[i] = State::Done;
+                    out.push(Effect::Scene {
+                        scene: i,
+                        verdict,
+                        started: since,
+                        duration: duration.unwrap_or(now - since).max(0.0),
+                        message,
+                    });
+                }
+                Some(_) => out.push(Effect::Warn(format!(
+                    "ignored a second end of scene `{scene}`"
+                ))),
+                None => out.push(Effect::Warn(format!(
+                    "ignored a result for scene `{scene}`, which is not in this lane process's batch"
+                ))),
+            },
+            Line::Report {
+                nodeid,
+                when,
+                verdict,
+                duration,
+                message,
+            } => match self.owner(&nodeid) {
+                Some(i) if !matches!(self.state[i], State::Done) => {
+                    let prev = self.last_result;
+                    self.result_seen(now);
+                    self.close_others(i, &mut out);
+                    let (since, f0, p0, d0, m0) = match std::mem::replace(&mut self.state[i], State::Done) {
+                        State::Reporting {
+                            since,
+                            failed,
+                            passed,
+                            duration,
+                            message,
+                        } => (since, failed, passed, duration, message),
+                        State::Running { since } => (since, false, false, 0.0, None),
+                        _ => (prev, false, false, 0.0, None),
+                    };
+                    let failed = verdict == Verdict::Failed;
+                    self.state[i] = State::Reporting {
+                        since,
+                        failed: f0 || failed,
+                        passed: p0 || (verdict == Verdict::Passed && when == "call"),
+                        duration: d0 + duration,
+                        message: m0.or(if failed || verdict == Verdict::Skipped {
+                            message.map(|m| format!("{nodeid} ({when}): {m}"))
+                        } else {
+                            None
+                        }),
+                    };
+                }
+                Some(i) => out.push(Effect::Warn(format!(
+                    "ignored a report for `{nodeid}`: scene `{}` already ended",
+                    self.scenes[i].name
+                ))),
+                None => out.push(Effect::Warn(format!(
+                    "ignored a report for `{nodeid}`: no scene of this lane process's batch has it (or a prefix of it) in its args"
+                ))),
+            },
+        }
+        out
+    }
+
+    /// The next deadline: the scene in progress (or the next one, counted from the last
+    /// result), or the lane's own timeout, whichever is first.
+    pub fn deadline(&self) -> Option<Deadline> {
+        let scene = match self.in_progress() {
+            Some(i) => {
+                let since = match self.state[i] {
+                    State::Running { since } | State::Reporting { since, .. } => since,
+                    _ => unreachable!("in progress"),
+                };
+                self.scenes[i].timeout.map(|t| (i, since + t))
+            }
+            None => self
+                .first_pending()
+                .and_then(|i| self.scenes[i].timeout.map(|t| (i, self.last_result + t))),
+        };
+        let lane = self.lane_timeout;
+        match (scene, lane) {
+            (Some((i, at)), Some(l)) if at <= l => Some(Deadline::Scene { scene: i, at }),
+            (_, Some(l)) => Some(Deadline::Lane { at: l }),
+            (Some((i, at)), None) => Some(Deadline::Scene { scene: i, at }),
+            (None, None) => None,
+        }
+    }
+
+    /// The scene deadline passed at `now`: that scene timed out. The runner kills the
+    /// process and then calls `finish(ProcessEnd::SceneTimeout)`.
+    pub fn expire_scene(&mut self, i: usize, now: f64) -> Vec<Effect> {
+        let since = match self.state[i] {
+            State::Running { since } | State::Reporting { since, .. } => since,
+            _ => self.last_result,
+        };
+        self.state[i] = State::Done;
+        vec![Effect::Scene {
+            scene: i,
+            verdict: Verdict::TimedOut,
+            started: since,
+            duration: (now - since).max(0.0),
+            message: self.scenes[i].timeout.map(|t| {
+                format!(
+                    "timed out after {} inside the lane process (process group killed)",
+                    crate::manifest::units::short_duration(std::time::Duration::from_secs_f64(t))
+                )
+            }),
+        }]
+    }
+
+    /// The process ended at `now`. Gives every scene still without a verdict one, except
+    /// those handed back (never started, after a crash, a scene timeout or a device
+    /// fault) for a fresh process. `tail`: the end of the process's output.
+    pub fn finish(&mut self, end: &ProcessEnd, now: f64, tail: &str) -> (Vec<Effect>, Vec<usize>) {
+        let mut out = Vec::new();
+        let clean = self.clean || matches!(end, ProcessEnd::Exited { ok: true, .. });
+        let since_of = |s: &State, last: f64| match s {
+            State::Running { since } | State::Reporting { since, .. } => *since,
+            _ => last,
+        };
+        let with_tail = |m: String| {
+            if tail.trim().is_empty() {
+                m
+            } else {
+                format!("{m}\n{}", tail.trim_end())
+            }
+        };
+        // The scene that was running when the process went away, if any.
+        let current = match end {
+            ProcessEnd::Exited { .. } if clean => {
+                for i in 0..self.state.len() {
+                    if matches!(self.state[i], State::Reporting { .. }) {
+                        self.close_reporting(i, &mut out);
+                    }
+                }
+                self.in_progress()
+            }
+            ProcessEnd::SceneTimeout => None,
+            ProcessEnd::Fault => self
+                .fault_scene
+                .filter(|&i| !matches!(self.state[i], State::Done))
+                .or_else(|| self.in_progress())
+                .or_else(|| self.first_pending()),
+            _ => self.in_progress().or_else(|| self.first_pending()),
+        };
+        if let Some(i) = current {
+            let since = since_of(&self.state[i], self.last_result);
+            let (verdict, message) = match end {
+                ProcessEnd::Exited { how, .. } => (
+                    Verdict::Failed,
+                    with_tail(format!("crashed the lane process (it {how})")),
+                ),
+                ProcessEnd::LaneTimeout => (
+                    Verdict::TimedOut,
+                    "timed out: the lane process reached its lane timeout (process group killed)"
+                        .to_string(),
+                ),
+                ProcessEnd::Fault => (
+                    Verdict::DeviceFault,
+                    with_tail("device fault reported by the lane process".to_string()),
+                ),
+                ProcessEnd::Interrupted => (Verdict::Interrupted, "interrupted".to_string()),
+                ProcessEnd::SceneTimeout => unreachable!("no current scene"),
+            };
+            self.state[i] = State::Done;
+            out.push(Effect::Scene {
+                scene: i,
+                verdict,
+                started: since,
+                duration: (now - since).max(0.0),
+                message: Some(message),
+            });
+        }
+        let mut requeue = Vec::new();
+        for i in 0..self.state.len() {
+            if !matches!(self.state[i], State::Pending) {
+                continue;
+            }
+            let not_run = |m: &str| Effect::Scene {
+                scene: i,
+                verdict: Verdict::NotRun,
+                started: now,
+                duration: 0.0,
+                message: Some(m.to_string()),
+            };
+            match end {
+                ProcessEnd::Exited { .. } if clean => out.push(Effect::Scene {
+                    scene: i,
+                    verdict: Verdict::Failed,
+                    started: now,
+                    duration: 0.0,
+                    message: Some("lane process ended without reporting it".into()),
+                }),
+                ProcessEnd::LaneTimeout => out.push(not_run("not run: lane timeout")),
+                ProcessEnd::Interrupted => out.push(not_run("not run: interrupted")),
+                _ => {
+                    requeue.push(i);
+                    continue;
+                }
+            }
+            self.state[i] = State::Done;
+        }
+        (out, requeue)
+    }
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        return s.to_string();
+    }
+    let mut end = n;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+#[path = "lane_tests.rs"]
+mod tests;

@@ -1,0 +1,138 @@
+//! Lane glue between the plan and the device phase (docs/lanes.md): what the frozen plan
+//! carries for lanes, their start-up history, and the one packing preview (which scenes
+//! share which process) that `--plan` and `plan --format json` show.
+
+use std::collections::BTreeMap;
+
+use super::pack::{self, LaneSpec, SceneSpec, Unit};
+use super::{FrozenScene, Results};
+use crate::manifest::{DeviceRun, DeviceStep, LaneConfig};
+use crate::plan::Plan;
+use crate::template::Template;
+
+/// History key of a lane process's start-up.
+pub fn startup_key(lane: &str) -> String {
+    format!("lane-startup/{lane}")
+}
+
+/// A scene's device step as the frozen plan holds it: (command, lane, args).
+pub fn frozen_run(d: Option<&DeviceStep>) -> (Option<Template>, Option<String>, Vec<String>) {
+    match d.map(|d| &d.run) {
+        Some(DeviceRun::Command(t)) => (Some(t.clone()), None, Vec::new()),
+        Some(DeviceRun::Lane { lane, args }) => (None, Some(lane.clone()), args.clone()),
+        None => (None, None, Vec::new()),
+    }
+}
+
+/// The lanes the frozen scenes use, each with the manifest's env under its own.
+pub fn frozen_lanes(plan: &Plan, scenes: &[FrozenScene]) -> BTreeMap<String, LaneConfig> {
+    let mut out = BTreeMap::new();
+    for s in scenes {
+        let Some(name) = &s.lane else { continue };
+        if out.contains_key(name) {
+            continue;
+        }
+        if let Some(l) = plan.manifest.lanes.get(name) {
+            let mut l = l.clone();
+            let mut env = plan.manifest.env.clone();
+            env.extend(std::mem::take(&mut l.env));
+            l.env = env;
+            out.insert(name.clone(), l);
+        }
+    }
+    out
+}
+
+pub fn startup_estimates(plan: &Plan) -> BTreeMap<String, f64> {
+    plan.manifest
+        .lanes
+        .keys()
+        .filter_map(|l| {
+            plan.history
+                .estimate(&startup_key(l))
+                .map(|e| (l.clone(), e))
+        })
+        .collect()
+}
+
+/// History entries from a run: each lane process's start-up.
+pub fn startup_history(r: &Results) -> Vec<(String, f64)> {
+    r.lanes
+        .iter()
+        .filter_map(|l| l.startup_secs.map(|s| (startup_key(&l.lane), s)))
+        .collect()
+}
+
+/// One process in the preview.
+#[derive(Debug, Clone)]
+pub struct PreviewProcess {
+    /// None: a plain scene's own step.
+    pub lane: Option<String>,
+    /// Plan scene indices.
+    pub scenes: Vec<usize>,
+    pub devices: usize,
+    pub exclusive: bool,
+    pub startup: Option<f64>,
+    pub start: f64,
+    pub end: f64,
+    pub slots: Vec<usize>,
+}
+
+/// The device packing as it will run: `runnable` plan scenes (with a device step, not
+/// failed in warm) grouped into processes and simulated on `device_count` ids.
+pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
+    let specs: Vec<SceneSpec> = runnable
+        .iter()
+        .map(|&i| {
+            let ps = &plan.scenes[i];
+            let d = ps
+                .device
+                .as_ref()
+                .expect("runnable scenes have a device step");
+            SceneSpec {
+                devices: d.devices as usize,
+                exclusive: d.exclusive,
+                estimate: ps.device_estimate,
+                lane: d.run.lane().map(str::to_string),
+            }
+        })
+        .collect();
+    let startups = startup_estimates(plan);
+    let lanes: BTreeMap<String, LaneSpec> = plan
+        .manifest
+        .lanes
+        .iter()
+        .map(|(n, l)| {
+            (
+                n.clone(),
+                LaneSpec {
+                    devices: l.devices as usize,
+                    startup: startups.get(n).copied(),
+                },
+            )
+        })
+        .collect();
+    let (units, jobs) = pack::units(&specs, &lanes, plan.device_count as usize);
+    pack::simulate(&jobs, plan.device_count as usize)
+        .into_iter()
+        .map(|p| {
+            let (lane, scenes) = match &units[p.job] {
+                Unit::Scene(i) => (None, vec![runnable[*i]]),
+                Unit::Lane { lane, scenes } => (
+                    Some(lane.clone()),
+                    scenes.iter().map(|&i| runnable[i]).collect(),
+                ),
+            };
+            PreviewProcess {
+                startup: lane.as_ref().and_then(|l| startups.get(l).copied()),
+                lane,
+                scenes,
+                devices: jobs[p.job].devices,
+                exclusive: jobs[p.job].exclusive,
+                start: p.start,
+                end: p.end,
+                slots: p.ids,
+            }
+        })
+        .collect()
+}

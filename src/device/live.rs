@@ -1,0 +1,278 @@
+//! Live device output: the inner run's reporter renders a line per scene as it finishes
+//! (with the tail of its output under a failure) into a JSON-lines file in the job dir;
+//! the outer follows that file while the lock command (or the in-process inner run)
+//! runs and prints the lines, with a progress line and elapsed time on a TTY. The inner
+//! run's own stderr belongs to the lock tool, so the file is the one channel to the user.
+
+use std::io::{BufRead, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::events::{Attempt, AttemptOutcome, Event, FollowUp};
+use crate::report::term::Ui;
+
+/// One line of the live file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Live {
+    /// Scenes settled so far, of `total`.
+    pub done: usize,
+    pub total: usize,
+    /// A failure or warning (kept by `-q`).
+    pub loud: bool,
+    /// Whether `text` is a pass (green) or not (red) or neutral.
+    pub ok: Option<bool>,
+    pub text: String,
+}
+
+/// Renders events into the live file.
+pub struct Reporter {
+    file: Option<std::fs::File>,
+    total: usize,
+    done: usize,
+}
+
+impl Reporter {
+    pub fn new(path: &Path, total: usize) -> Reporter {
+        Reporter {
+            file: std::fs::File::create(path).ok(),
+            total,
+            done: 0,
+        }
+    }
+
+    fn write(&mut self, l: Live) {
+        if let Some(f) = self.file.as_mut() {
+            if let Ok(mut s) = serde_json::to_string(&l) {
+                s.push('\n');
+                let _ = f.write_all(s.as_bytes());
+            }
+        }
+    }
+
+    /// A neutral line (the run started, on which ids).
+    pub fn note(&mut self, text: String) {
+        self.write(Live {
+            done: self.done,
+            total: self.total,
+            loud: false,
+            ok: None,
+            text,
+        });
+    }
+
+    /// A scene settled without running (failed in warm, no device step, not warm...).
+    pub fn settled(&mut self, name: &str, word: &str, ok: bool, message: Option<&str>) {
+        self.done += 1;
+        let mut text = format!("[{}/{}] {word:<11} {name}", self.done, self.total);
+        if let Some(m) = message.filter(|_| !ok) {
+            for line in m.lines().take(TAIL) {
+                text.push_str(&format!("\n      {line}"));
+            }
+        }
+        self.write(Live {
+            done: self.done,
+            total: self.total,
+            loud: !ok,
+            ok: Some(ok),
+            text,
+        });
+    }
+
+    /// Render one event; `name` gives scene names, `follow` what comes after an attempt.
+    pub fn event(&mut self, e: &Event, name: &str, follow: FollowUp) {
+        match e {
+            Event::Attempt { attempt, .. } => {
+                let last = follow == FollowUp::Final;
+                if last {
+                    self.done += 1;
+                }
+                let text = attempt_line(attempt, name, self.done, self.total, follow);
+                let ok = matches!(
+                    attempt.outcome,
+                    AttemptOutcome::Passed | AttemptOutcome::Skipped
+                );
+                self.write(Live {
+                    done: self.done,
+                    total: self.total,
+                    loud: !ok,
+                    ok: Some(ok),
+                    text,
+                });
+            }
+            Event::Warning(w) => self.write(Live {
+                done: self.done,
+                total: self.total,
+                loud: true,
+                ok: None,
+                text: format!("warning: {w}"),
+            }),
+            Event::Lane(r) => self.write(Live {
+                done: self.done,
+                total: self.total,
+                loud: false,
+                ok: None,
+                text: format!(
+                    "      lane {} on {}: {} scene{}, start-up {}, {}",
+                    r.lane,
+                    r.devices.join(","),
+                    r.scenes.len(),
+                    if r.scenes.len() == 1 { "" } else { "s" },
+                    r.startup_secs
+                        .map(|s| format!("{s:.2}s"))
+                        .unwrap_or_else(|| "-".into()),
+                    r.ended
+                ),
+            }),
+            Event::Fault { .. } | Event::Done { .. } => {}
+        }
+    }
+}
+
+/// Lines of a failure's message and output shown under it.
+const TAIL: usize = 12;
+
+fn attempt_line(a: &Attempt, name: &str, done: usize, total: usize, follow: FollowUp) -> String {
+    let counter = if follow == FollowUp::Final {
+        format!("[{done}/{total}]")
+    } else {
+        " ".repeat(format!("[{done}/{total}]").len())
+    };
+    let mut text = format!(
+        "{counter} {:<11} {name} {:.2}s on {}",
+        a.outcome.word(),
+        a.duration_secs,
+        a.devices.join(",")
+    );
+    match follow {
+        FollowUp::Retry => text.push_str(" (will retry)"),
+        FollowUp::FaultRerun => text.push_str(" (device quarantined; rerun on a healthy id)"),
+        FollowUp::Final => {}
+    }
+    if !matches!(a.outcome, AttemptOutcome::Passed | AttemptOutcome::Skipped) {
+        let mut lines: Vec<&str> = Vec::new();
+        if let Some(m) = &a.message {
+            lines.extend(m.lines().take(TAIL));
+        }
+        if let Some(t) = &a.output_tail {
+            let out: Vec<&str> = t.lines().filter(|l| !lines.contains(l)).collect();
+            lines.extend(&out[out.len().saturating_sub(TAIL)..]);
+        }
+        for l in lines {
+            text.push_str(&format!("\n      {l}"));
+        }
+    }
+    text
+}
+
+/// Follows the live file on a thread; stops (and clears the progress line) on drop.
+pub struct Follower {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Follower {
+    /// `queued`: the lock command is running, so until the first line the wait is the
+    /// lock queue's.
+    pub fn start(path: PathBuf, ui: &Ui, queued: bool) -> Follower {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let ui = ui.clone();
+        let thread = std::thread::spawn(move || follow(&path, &ui, queued, &flag));
+        Follower {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn follow(path: &Path, ui: &Ui, queued: bool, stop: &AtomicBool) {
+    let t0 = Instant::now();
+    let bar = ui.bars.then(|| {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
+    });
+    let mut pos = 0u64;
+    let mut partial = String::new();
+    let mut state: Option<(usize, usize)> = None;
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        if let Ok(mut f) = std::fs::File::open(path) {
+            if f.seek(SeekFrom::Start(pos)).is_ok() {
+                let mut r = std::io::BufReader::new(f);
+                loop {
+                    let mut line = String::new();
+                    match r.read_line(&mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            pos += n as u64;
+                            partial.push_str(&line);
+                            if !partial.ends_with('\n') {
+                                continue;
+                            }
+                            if let Ok(l) = serde_json::from_str::<Live>(partial.trim_end()) {
+                                state = Some((l.done, l.total));
+                                show(ui, bar.as_ref(), &l);
+                            }
+                            partial.clear();
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(b) = &bar {
+            let secs = t0.elapsed().as_secs();
+            b.set_message(match state {
+                None if queued => format!("device: waiting for the lock {secs}s"),
+                None => format!("device: starting {secs}s"),
+                Some((0, t)) => format!("device: {t} scenes, none done yet, {secs}s"),
+                Some((d, t)) => format!("device: {d}/{t} scenes done, {secs}s"),
+            });
+        }
+        if stopping {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+}
+
+fn show(ui: &Ui, bar: Option<&indicatif::ProgressBar>, l: &Live) {
+    if ui.quiet && !l.loud {
+        return;
+    }
+    let mut lines = l.text.lines();
+    let first = lines.next().unwrap_or("");
+    let first = match l.ok {
+        Some(true) => first.replacen(" passed ", &format!(" {} ", ui.green("passed")), 1),
+        Some(false) => ui.red(first),
+        None => first.to_string(),
+    };
+    let rest: Vec<String> = lines.map(|s| ui.dim(s)).collect();
+    let text = std::iter::once(first)
+        .chain(rest)
+        .collect::<Vec<_>>()
+        .join("\n");
+    match bar {
+        Some(b) => b.println(text),
+        None => {
+            let mut e = std::io::stderr().lock();
+            let _ = writeln!(e, "{text}");
+        }
+    }
+}

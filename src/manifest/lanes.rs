@@ -1,0 +1,232 @@
+//! The manifest's lane keys (docs/lanes.md): the top-level `lanes:` section, a scene's
+//! `device.lane` / `device.args` / `device.retries`, and `lock.device_fault`. Parsed
+//! here so the core manifest code only calls in; every problem is a located error
+//! (exit 4) like any other manifest error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::yaml::Node as Value;
+use serde::{Deserialize, Serialize};
+
+use super::{raw, Ctx, MAX_DEVICES};
+use crate::template::{allowed, Ph, Template};
+
+/// One `lanes.<name>` entry: a command that runs a batch of scenes in one process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LaneConfig {
+    pub name: String,
+    pub run: Template,
+    /// Ids one lane process holds; every scene of the lane uses this many.
+    pub devices: u32,
+    /// Fresh processes allowed for the rest of a batch after a crash or a scene timeout.
+    pub restarts: u32,
+    /// One lane process, whole batch.
+    pub timeout_secs: Option<f64>,
+    /// Merged over the scene's environment.
+    pub env: BTreeMap<String, String>,
+}
+
+pub const DEFAULT_RESTARTS: u32 = 2;
+
+/// `lock.device_fault`: how a failing device step tells that the card, not the scene,
+/// is broken.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DeviceFault {
+    pub exit_codes: Vec<i32>,
+    /// Regular expressions over the step's output (validated here, compiled in the
+    /// inner run).
+    pub patterns: Vec<String>,
+}
+
+/// How a scene's device step runs: its own command, or as part of a lane's batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceRun {
+    Command(Template),
+    Lane { lane: String, args: Vec<String> },
+}
+
+impl DeviceRun {
+    pub fn lane(&self) -> Option<&str> {
+        match self {
+            DeviceRun::Lane { lane, .. } => Some(lane),
+            DeviceRun::Command(_) => None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLane {
+    run: String,
+    devices: Option<u32>,
+    restarts: Option<u32>,
+    timeout: Option<raw::Scalar>,
+    #[serde(default)]
+    env: BTreeMap<String, raw::Scalar>,
+}
+const LANE: &[&str] = &["run", "devices", "restarts", "timeout", "env"];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFault {
+    #[serde(default)]
+    exit_codes: Vec<i32>,
+    #[serde(default)]
+    patterns: Vec<String>,
+}
+const FAULT: &[&str] = &["exit_codes", "patterns"];
+
+impl Ctx {
+    /// `lanes:`: every lane, keyed by name.
+    pub(super) fn lanes(&mut self, v: Option<Value>) -> BTreeMap<String, LaneConfig> {
+        let mut out = BTreeMap::new();
+        let Some(v) = v else { return out };
+        let Some(map) = self.take::<BTreeMap<String, Value>>(v, "lanes", &[]) else {
+            return out;
+        };
+        for (name, v) in map {
+            let path = format!("lanes.{name}");
+            if !super::valid_name(&name) {
+                self.err(&path, super::bad_name("lane", &name));
+            }
+            // Known even when broken: its scenes are not told "unknown lane" on top.
+            self.lane_devices.insert(name.clone(), None);
+            let Some(l) = self.take::<RawLane>(v, &path, LANE) else {
+                continue;
+            };
+            let run = self.templ(&l.run, &format!("{path}.run"), allowed::LANE);
+            if let Some(run) = &run {
+                if !run.uses(Ph::Results) {
+                    self.err(
+                        &format!("{path}.run"),
+                        "a lane command must contain {results} (the file it reports each scene into)",
+                    );
+                }
+            }
+            let devices = l.devices.unwrap_or(1);
+            if devices == 0 || devices > MAX_DEVICES {
+                self.err(
+                    &format!("{path}.devices"),
+                    format!("devices must be between 1 and {MAX_DEVICES}"),
+                );
+            }
+            let timeout = self.duration(l.timeout, &format!("{path}.timeout"));
+            let env = self.env(l.env, &format!("{path}.env"));
+            self.lane_devices.insert(name.clone(), Some(devices.max(1)));
+            if let Some(run) = run {
+                out.insert(
+                    name.clone(),
+                    LaneConfig {
+                        name,
+                        run,
+                        devices: devices.max(1),
+                        restarts: l.restarts.unwrap_or(DEFAULT_RESTARTS),
+                        timeout_secs: timeout.map(|t: Duration| t.as_secs_f64()),
+                        env,
+                    },
+                );
+            }
+        }
+        out
+    }
+
+    /// `lock.device_fault`.
+    pub(super) fn device_fault(&mut self, v: Option<Value>) -> Option<DeviceFault> {
+        let f = self.take::<RawFault>(v?, "lock.device_fault", FAULT)?;
+        for (i, p) in f.patterns.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(p) {
+                self.err(
+                    &format!("lock.device_fault.patterns[{i}]"),
+                    format!("invalid regular expression: {e}"),
+                );
+            }
+        }
+        Some(DeviceFault {
+            exit_codes: f.exit_codes,
+            patterns: f.patterns,
+        })
+    }
+
+    /// A scene's `device.run` or `device.lane` (exactly one), with the lane rules: the
+    /// lane exists, `devices` (when written) equals the lane's, no `exclusive`.
+    pub(super) fn device_run(
+        &mut self,
+        d: &raw::DeviceStep,
+        dp: &str,
+        ok: &[Ph],
+    ) -> Option<DeviceRun> {
+        match (&d.run, &d.lane) {
+            (Some(_), Some(_)) => {
+                self.err(
+                    &format!("{dp}.lane"),
+                    "a device step has either `run` or `lane`, not both",
+                );
+                None
+            }
+            (None, None) => {
+                self.err(dp, "a device step needs `run` (its command) or `lane`");
+                None
+            }
+            (Some(run), None) => {
+                if d.args.is_some() {
+                    self.err(
+                        &format!("{dp}.args"),
+                        "`args` belongs to a lane scene (`device.lane`); put the words in `run`",
+                    );
+                }
+                self.templ(run, &format!("{dp}.run"), ok)
+                    .map(DeviceRun::Command)
+            }
+            (None, Some(lane)) => {
+                match self.lane_devices.get(lane).copied() {
+                    None => {
+                        let known: Vec<&str> =
+                            self.lane_devices.keys().map(String::as_str).collect();
+                        self.err(
+                            &format!("{dp}.lane"),
+                            format!(
+                                "unknown lane `{lane}` (defined: {})",
+                                if known.is_empty() {
+                                    "none".into()
+                                } else {
+                                    known.join(", ")
+                                }
+                            ),
+                        );
+                    }
+                    Some(Some(n)) => {
+                        if let Some(mine) = d.devices.filter(|&m| m != n) {
+                            self.err(
+                                &format!("{dp}.devices"),
+                                format!(
+                                    "devices is {mine} but lane `{lane}` holds {n} per process; \
+                                     leave it out or make it {n}"
+                                ),
+                            );
+                        }
+                    }
+                    Some(None) => {}
+                }
+                if d.exclusive == Some(true) {
+                    self.err(
+                        &format!("{dp}.exclusive"),
+                        "a lane scene cannot be exclusive (its lane process shares the ids with \
+                         others); give it its own `run`",
+                    );
+                }
+                Some(DeviceRun::Lane {
+                    lane: lane.clone(),
+                    args: d.args.clone().unwrap_or_default(),
+                })
+            }
+        }
+    }
+
+    /// The ids a lane scene holds: its lane's.
+    pub(super) fn lane_scene_devices(&self, run: &DeviceRun) -> Option<u32> {
+        run.lane()
+            .and_then(|l| self.lane_devices.get(l).copied().flatten())
+    }
+}
