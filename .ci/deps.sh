@@ -29,3 +29,6 @@ if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog" 2>/dev/null; then
     [ -x .ci/venv/bin/python ] || python3 -m venv .ci/venv
     .ci/venv/bin/pip install -q --disable-pip-version-check "pytest==9.2.0" "pytest-reportlog==1.0.0"
 fi
+# The pytest plugin of this checkout (python/scenerun-pytest) into the same venv, for
+# tests/pytest_suite.rs and fixtures/pytest-demo: reinstalled every time, as it changes.
+.ci/venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python/scenerun-pytest

@@ -147,7 +147,9 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
 }
 
 fn build(cli: &Cli, select: &Selection, ui: &Ui) -> Result<Plan> {
-    let m = manifest::load(&cli.manifest)?;
+    let mut m = manifest::load(&cli.manifest)?;
+    let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
+    manifest::generated::expand(&mut m, &cache)?;
     let mut plan = Plan::build(m, select, cli.cache_dir.as_deref())?;
     plan.remote = Remote::configure(&plan.manifest.cache.remote, &cli.remote, ui)?.map(Arc::new);
     Ok(plan)

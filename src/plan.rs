@@ -179,6 +179,7 @@ impl Plan {
                 identity(tc, &manifest).map(|id| (name.to_string(), id))
             })
             .collect::<Result<_>>()?;
+        let gen_identities = gen_identities(&manifest, &selected)?;
 
         let mut scenes = Vec::new();
         let mut steps = Vec::with_capacity(
@@ -260,7 +261,7 @@ impl Plan {
         let keys: Vec<(usize, Result<String>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind != Kind::Golden)
-            .map(|i| (i, plan.compute_key(i, &identities, None)))
+            .map(|i| (i, plan.compute_key(i, &identities, &gen_identities, None)))
             .collect();
         for (i, k) in keys {
             plan.steps[i].key = k?;
@@ -273,7 +274,10 @@ impl Plan {
                     .deps
                     .first()
                     .map(|&f| plan.steps[f].key.clone());
-                (i, plan.compute_key(i, &identities, fixture_key))
+                (
+                    i,
+                    plan.compute_key(i, &identities, &gen_identities, fixture_key),
+                )
             })
             .collect();
         for (i, k) in golden_keys {
@@ -318,6 +322,10 @@ impl Plan {
             .zip(&slot_of)
             .map(|(s, &slot)| plan.status_of(s, &lookups[slot as usize], &failures))
             .collect();
+        let dep_changed: Vec<bool> = slot_of
+            .iter()
+            .map(|&slot| matches!(lookups[slot as usize], Lookup::DepChanged(_)))
+            .collect();
         for (i, st) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
             if let Lookup::Hit(e) = &lookups[slot_of[i] as usize] {
@@ -326,6 +334,7 @@ impl Plan {
             let id = plan.steps[i].id(&plan);
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
+        plan.stale_with_fixture(&dep_changed);
         plan.files.save();
         plan.device_count = plan.resolve_device_count()?;
         Ok(plan)
@@ -419,11 +428,16 @@ impl Plan {
                 let fixture = step.deps.first().map(|&f| self.artifact(&self.steps[f]));
                 g.run.render(|ph| match (ph, fill) {
                     (Ph::Out, Fill::Mask)
+                    | (Ph::Depfile, Fill::Mask)
                     | (Ph::Fixture, Fill::Mask)
                     | (Ph::Threads, Fill::Mask) => Val::Raw(format!("{{{}}}", ph.name()).into()),
                     (Ph::Out, Fill::DryRun) => Val::Raw("<out>".into()),
+                    (Ph::Depfile, Fill::DryRun) => Val::Raw("<depfile>".into()),
                     (Ph::Out, Fill::Real { out, .. }) => {
                         Val::One(out.to_string_lossy().to_string().into())
+                    }
+                    (Ph::Depfile, Fill::Real { depfile, .. }) => {
+                        Val::One(depfile.to_string_lossy().to_string().into())
                     }
                     (Ph::Fixture, _) => Val::One(
                         fixture
@@ -445,6 +459,7 @@ impl Plan {
         &self,
         i: usize,
         identities: &HashMap<String, Vec<u8>>,
+        gen_identities: &HashMap<String, Vec<u8>>,
         fixture_key: Option<String>,
     ) -> Result<String> {
         let step = &self.steps[i];
@@ -484,6 +499,9 @@ impl Plan {
             Kind::Fixture | Kind::Golden => {
                 let g = self.gen(step);
                 h.field("command", self.command(step, &Fill::Mask).as_bytes());
+                if let Some(cmd) = &g.identity {
+                    h.field("identity", &gen_identities[cmd]);
+                }
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
                 h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
@@ -538,8 +556,9 @@ impl Plan {
             let (_, tc) = self.kernel(step);
             identities.insert(tc.name.clone(), identity(tc, &self.manifest)?);
         }
+        let gens = gen_identities(&self.manifest, &[self.scenes[step.scene].index])?;
         let fixture_key = step.deps.first().map(|&f| self.steps[f].key.clone());
-        self.compute_key(step_index, &identities, fixture_key)
+        self.compute_key(step_index, &identities, &gens, fixture_key)
     }
 
     fn status_of(&self, step: &Step, lookup: &Lookup, failures: &Failures) -> Status {
@@ -555,9 +574,30 @@ impl Plan {
                     return Status::Failed(f);
                 }
                 match other {
-                    Lookup::Stale(why) => Status::Stale(why.clone()),
+                    Lookup::Stale(why) | Lookup::DepChanged(why) => Status::Stale(why.clone()),
                     _ => Status::Miss,
                 }
+            }
+        }
+    }
+
+    /// A fixture rebuilt because a file it read changed (its depfile) may come out
+    /// different under the same key: the goldens computed from it are rebuilt with it.
+    /// A damaged fixture, rebuilt from unchanged inputs, comes out the same: its goldens
+    /// stay.
+    fn stale_with_fixture(&mut self, dep_changed: &[bool]) {
+        for i in 0..self.steps.len() {
+            let Some(&f) = self.steps[i].deps.first() else {
+                continue;
+            };
+            if !dep_changed[f] {
+                continue;
+            }
+            if let (true, Status::Stale(why)) =
+                (self.steps[i].status.is_hit(), &self.steps[f].status)
+            {
+                self.steps[i].status = Status::Stale(format!("its fixture is rebuilt: {why}"));
+                self.steps[i].entry = None;
             }
         }
     }
@@ -657,6 +697,34 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
     };
     crate::identity::run(cmd, &manifest.dir, &manifest.env, tc.identity_timeout)
         .map_err(|e| crate::coded!(Exit::Infra, "toolchain `{}`: {e}", tc.name))
+}
+
+/// The identity outputs of the selected fixture and golden steps, by command (each
+/// distinct command runs once, bounded by the default identity timeout).
+fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<String, Vec<u8>>> {
+    let mut cmds: Vec<(&str, &str)> = Vec::new();
+    for &i in selected {
+        let s = &manifest.scenes[i];
+        for (what, g) in [("fixture", &s.fixture), ("golden", &s.golden)] {
+            if let Some(cmd) = g.as_ref().and_then(|g| g.identity.as_deref()) {
+                if !cmds.iter().any(|(c, _)| *c == cmd) {
+                    cmds.push((cmd, what));
+                }
+            }
+        }
+    }
+    cmds.par_iter()
+        .map(|(cmd, what)| {
+            crate::identity::run(
+                cmd,
+                &manifest.dir,
+                &manifest.env,
+                crate::identity::DEFAULT_TIMEOUT,
+            )
+            .map(|o| (cmd.to_string(), o))
+            .map_err(|e| crate::coded!(Exit::Infra, "{what} identity: {e}"))
+        })
+        .collect()
 }
 
 /// A device step's command: every placeholder filled; `{devices}` shown as `<devices>`

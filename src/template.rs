@@ -88,8 +88,8 @@ pub mod allowed {
         Source, Out, Depfile, Includes, Flags, Platform, Scene, Kernel,
     ];
     pub const DEPFILE: &[Ph] = &[Depfile, Out, Source];
-    pub const FIXTURE: &[Ph] = &[Out, Scene, Platform, Threads];
-    pub const GOLDEN: &[Ph] = &[Out, Scene, Platform, Threads, Fixture];
+    pub const FIXTURE: &[Ph] = &[Out, Scene, Platform, Threads, Depfile];
+    pub const GOLDEN: &[Ph] = &[Out, Scene, Platform, Threads, Fixture, Depfile];
     pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform];
     pub const LOCK: &[Ph] = &[DeviceCount, Run];
     /// `lanes.*.run`: one process runs a batch of scenes (docs/lanes.md).

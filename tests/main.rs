@@ -4,9 +4,11 @@ mod common;
 
 mod device;
 mod lanes;
+mod generated;
 mod lock_standin;
 mod manifest;
 mod plan;
+mod pytest_suite;
 mod readme;
 mod reliability;
 mod remote;

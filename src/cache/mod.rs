@@ -116,6 +116,9 @@ pub enum Lookup {
     /// Present but not servable: a recorded dependency changed, or a file is missing or
     /// has the wrong size.
     Stale(String),
+    /// Present and whole, but a file its depfile recorded changed or is gone: rebuilt
+    /// under the same key, it may come out different.
+    DepChanged(String),
 }
 
 /// A staging directory in the store's own tmp dir. Dropped unpublished, it is removed.
@@ -262,10 +265,10 @@ impl Store {
             match files.info(&path) {
                 Ok(i) if i.hash == dep.blake3 => {}
                 Ok(_) => {
-                    return Lookup::Stale(format!("{} changed since it was compiled", dep.path))
+                    return Lookup::DepChanged(format!("{} changed since it was built", dep.path))
                 }
                 Err(_) => {
-                    return Lookup::Stale(format!("{} is gone since it was compiled", dep.path))
+                    return Lookup::DepChanged(format!("{} is gone since it was built", dep.path))
                 }
             }
         }

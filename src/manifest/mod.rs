@@ -4,6 +4,7 @@
 //! with file:line:column where the YAML gives one (exit code 4).
 
 pub mod depth;
+pub mod generated;
 pub mod lanes;
 mod locate;
 mod paths;
@@ -47,6 +48,8 @@ pub struct Manifest {
     /// `lanes:` by name (docs/lanes.md).
     pub lanes: BTreeMap<String, LaneConfig>,
     pub scenes: Vec<Scene>,
+    /// `scenes_from:` generators; their scenes join `scenes` in `generated::expand`.
+    pub generators: Vec<generated::Generator>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
 }
@@ -125,6 +128,16 @@ pub struct GenStep {
     pub memory: Option<u64>,
     pub threads: u32,
     pub timeout: Option<Duration>,
+    /// A command whose output and success go into the step's key (interpreter and
+    /// library versions), run once per process.
+    pub identity: Option<String>,
+}
+
+impl GenStep {
+    /// The step writes the files it read into `{depfile}` (see docs/pytest.md).
+    pub fn has_depfile(&self) -> bool {
+        self.run.uses(Ph::Depfile)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -290,17 +303,7 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
             }],
         });
     }
-    let mut cx = Ctx {
-        file: file.display().to_string(),
-        dir: dir.to_path_buf(),
-        diags: Vec::new(),
-        notes: Vec::new(),
-        resolved: Default::default(),
-        canon: Default::default(),
-        kinds: Default::default(),
-        broken_toolchains: Vec::new(),
-        lane_devices: Default::default(),
-    };
+    let mut cx = Ctx::new(file.display().to_string(), dir);
     let value = match yaml::parse(text) {
         Ok(v) => v,
         Err(e) => {
@@ -354,6 +357,20 @@ struct Ctx {
 }
 
 impl Ctx {
+    fn new(file: String, dir: &Path) -> Ctx {
+        Ctx {
+            file,
+            dir: dir.to_path_buf(),
+            diags: Vec::new(),
+            notes: Vec::new(),
+            resolved: Default::default(),
+            canon: Default::default(),
+            kinds: Default::default(),
+            broken_toolchains: Vec::new(),
+            lane_devices: Default::default(),
+        }
+    }
+
     fn err(&mut self, path: &str, message: impl Into<String>) {
         self.diags.push(Diag {
             line: None,
@@ -625,12 +642,16 @@ impl Ctx {
                 })
             });
 
+        let generators = field("scenes_from")
+            .map(|v| self.generators(v, &platform))
+            .unwrap_or_default();
         let mut scenes = Vec::new();
         match field("scenes") {
+            None if !generators.is_empty() => {}
             None => self.err("", "missing field `scenes`"),
             Some(v) => {
                 if let Some(list) = self.take::<Vec<Value>>(v, "scenes", &[]) {
-                    if list.is_empty() {
+                    if list.is_empty() && generators.is_empty() {
                         self.err("scenes", "the manifest has no scenes");
                     }
                     let mut seen: HashMap<String, usize> = HashMap::new();
@@ -665,6 +686,7 @@ impl Ctx {
             lock,
             lanes,
             scenes,
+            generators,
             notes: std::mem::take(&mut self.notes),
         })
     }
@@ -879,6 +901,7 @@ impl Ctx {
             memory,
             threads: g.threads.unwrap_or(1).max(1),
             timeout,
+            identity: g.identity,
         })
     }
 }

@@ -37,6 +37,7 @@ pub const TOP: &[&str] = &[
     "lock",
     "scenes",
     "lanes",
+    "scenes_from",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -127,8 +128,11 @@ pub struct GenStep {
     pub memory: Option<Scalar>,
     pub threads: Option<u32>,
     pub timeout: Option<Scalar>,
+    pub identity: Option<String>,
 }
-pub const GEN_STEP: &[&str] = &["run", "inputs", "persist", "memory", "threads", "timeout"];
+pub const GEN_STEP: &[&str] = &[
+    "run", "inputs", "persist", "memory", "threads", "timeout", "identity",
+];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

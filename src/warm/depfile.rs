@@ -1,6 +1,31 @@
 //! Make-style depfiles as compilers write them (`-MD -MF`): several rules, line
 //! continuations, `\ ` escaped spaces, `$$`. Only prerequisites matter: they are the
-//! files the compiler read.
+//! files the compiler read. Fixture and golden steps may also write one path per line
+//! (`parse_any` tells the two apart, see docs/pytest.md).
+
+/// A depfile of a fixture or golden step: Make-style when its first non-empty line
+/// contains `: ` or ends with `:`, else one path per line (blank lines skipped).
+pub fn parse_any(text: &str) -> Vec<String> {
+    let first = text
+        .lines()
+        .map(str::trim_end)
+        .find(|l| !l.trim().is_empty());
+    let make = first.is_some_and(|l| l.contains(": ") || l.ends_with(':'));
+    if make {
+        return parse(text);
+    }
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            continue;
+        }
+        if !out.iter().any(|p| p == line) {
+            out.push(line.to_string());
+        }
+    }
+    out
+}
 
 /// Every prerequisite, in order of first appearance, without duplicates.
 pub fn parse(text: &str) -> Vec<String> {
@@ -72,6 +97,20 @@ mod tests {
             parse(d),
             ["src/a.c", "include/a b.h", "include/c.h", "$HOME/d.h"]
         );
+    }
+
+    #[test]
+    fn one_path_per_line_or_make() {
+        assert_eq!(
+            parse_any("a.py\n\nb dir/c.py\na.py\n"),
+            ["a.py", "b dir/c.py"]
+        );
+        assert_eq!(
+            parse_any("\nout: a.py b\\ c.py \\\n d.py\n"),
+            ["a.py", "b c.py", "d.py"]
+        );
+        assert_eq!(parse_any("out:\n"), Vec::<String>::new());
+        assert!(parse_any("").is_empty());
     }
 
     #[test]

@@ -436,14 +436,14 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     } else {
         None
     };
-    if let Some(e) =
-        hit.or_else(
-            || match store.lookup(step.kind, key, &plan.manifest.dir, &plan.files) {
-                Lookup::Hit(e) => Some(e),
-                _ => None,
-            },
-        )
-    {
+    // A stale step is rebuilt even if its own entry still checks out (a golden whose
+    // fixture is rebuilt); at worst a concurrent warm's fresh entry is built again.
+    let relook = !matches!(step.status, crate::plan::Status::Stale(_));
+    let found = || match store.lookup(step.kind, key, &plan.manifest.dir, &plan.files) {
+        Lookup::Hit(e) => Some(e),
+        _ => None,
+    };
+    if let Some(e) = hit.or_else(|| relook.then(found).flatten()) {
         store.touch(&e);
         // Write-through: a local hit the shared cache lacks is offered to the fleet.
         if let Some(r) = plan
@@ -455,8 +455,9 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         }
         return Ok(Attempt::Done(Done::Hit));
     }
-    // Local miss: the shared cache, then a build.
-    if let Some(r) = plan.remote.as_deref().filter(|_| step.persist) {
+    // Local miss: the shared cache (not for a stale step: its entry there is as stale),
+    // then a build.
+    if let Some(r) = plan.remote.as_deref().filter(|_| step.persist && relook) {
         let t0 = Instant::now();
         let fetched = r.fetch(store, step.kind, key, &plan.manifest.dir, &plan.files)?;
         if let crate::cache::remote::Fetched::Published(bytes) = fetched {
@@ -479,6 +480,9 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     env.insert("SCENERUN_OUT".into(), out.display().to_string());
     env.insert("SCENERUN_SCENE".into(), scene.name.clone());
     env.insert("SCENERUN_THREADS".into(), step.threads.to_string());
+    if step.kind != Kind::Kernel {
+        env.insert("SCENERUN_DEPFILE".into(), depfile.display().to_string());
+    }
     if let Some(&f) = step.deps.first() {
         env.insert(
             "SCENERUN_FIXTURE".into(),
@@ -528,41 +532,10 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     if let Err(e) = crate::fsutil::walk_files(&out) {
         return fail(format!("left {{out}} that cannot be cached: {e}"));
     }
-    let mut deps = Vec::new();
-    if step.kind == Kind::Kernel {
-        let tc = &plan.manifest.toolchains[&plan
-            .scene(step)
-            .kernels
-            .iter()
-            .find(|k| k.name == step.name)
-            .expect("kernel")
-            .toolchain];
-        if tc.depfile.is_some() {
-            // The step made it: a FIFO or link there must not block or lead out.
-            let text = match crate::fsutil::read_nofollow(&depfile) {
-                Ok(t) => String::from_utf8_lossy(&t).into_owned(),
-                Err(_) => {
-                    return fail(format!(
-                        "the toolchain's depfile option was given but no depfile was written at {}",
-                        depfile.display()
-                    ))
-                }
-            };
-            for p in depfile::parse(&text) {
-                let path = crate::key::normalize(&plan.manifest.dir.join(&p));
-                if path.starts_with(&staging.dir) {
-                    continue;
-                }
-                match plan.files.hash(&path) {
-                    Ok(h) => deps.push(Dep {
-                        path: crate::key::key_name(&plan.manifest.dir, &path),
-                        blake3: h,
-                    }),
-                    Err(e) => return fail(format!("depfile names {p}, which cannot be read: {e}")),
-                }
-            }
-        }
-    }
+    let deps = match recorded_deps(plan, step, &depfile, &staging.dir) {
+        Ok(d) => d,
+        Err(why) => return fail(why),
+    };
     // What was built from an input edited meanwhile is not what the key names.
     if let Some(path) = inputs::changed_during(plan, step) {
         drop(staging);
@@ -576,6 +549,78 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         None => 0,
     };
     Ok(Attempt::Done(Done::Built { secs, sent }))
+}
+
+/// The files a step reported reading through its depfile (kernels whose toolchain has
+/// `depfile`, fixtures and goldens whose command has `{depfile}`), with their content
+/// hashes, to be re-checked on every lookup. Err: why the step fails.
+fn recorded_deps(
+    plan: &Plan,
+    step: &crate::plan::Step,
+    depfile: &std::path::Path,
+    staging: &std::path::Path,
+) -> std::result::Result<Vec<Dep>, String> {
+    let scene = plan.scene(step);
+    let (wants, make_only) = match step.kind {
+        Kind::Kernel => {
+            let k = scene.kernels.iter().find(|k| k.name == step.name);
+            let tc = k.and_then(|k| plan.manifest.toolchains.get(&k.toolchain));
+            (tc.is_some_and(|tc| tc.depfile.is_some()), true)
+        }
+        Kind::Fixture => (
+            scene.fixture.as_ref().is_some_and(|g| g.has_depfile()),
+            false,
+        ),
+        Kind::Golden => (
+            scene.golden.as_ref().is_some_and(|g| g.has_depfile()),
+            false,
+        ),
+    };
+    if !wants {
+        return Ok(Vec::new());
+    }
+    // The step made it: a FIFO or link there must not block or lead out.
+    let Ok(text) = crate::fsutil::read_nofollow(depfile).map(|t| String::from_utf8_lossy(&t).into_owned()) else {
+        return Err(if make_only {
+            format!(
+                "the toolchain's depfile option was given but no depfile was written at {}",
+                depfile.display()
+            )
+        } else {
+            format!(
+                "depfile not written: the command has {{depfile}} but exited 0 without writing {}",
+                depfile.display()
+            )
+        });
+    };
+    let paths = if make_only {
+        depfile::parse(&text)
+    } else {
+        depfile::parse_any(&text)
+    };
+    let mut deps = Vec::new();
+    for p in paths {
+        let path = crate::key::normalize(&plan.manifest.dir.join(&p));
+        if path.starts_with(staging) {
+            continue;
+        }
+        // An artifact of this warm (a golden reads its fixture) may have been rebuilt
+        // since the plan hashed it: read it again rather than trust the memo.
+        let built_here = path.starts_with(&plan.store.root) || path.starts_with(&plan.job.root);
+        let hash = if built_here {
+            crate::key::hash_file(&path)
+        } else {
+            plan.files.hash(&path)
+        };
+        match hash {
+            Ok(h) => deps.push(Dep {
+                path: crate::key::key_name(&plan.manifest.dir, &path),
+                blake3: h,
+            }),
+            Err(e) => return Err(format!("depfile names {p}, which cannot be read: {e}")),
+        }
+    }
+    Ok(deps)
 }
 
 /// The failed scenes and the final line.

@@ -1,0 +1,418 @@
+//! The pytest plugin (`python/scenerun-pytest`) with real pytest, on a copy of
+//! `fixtures/pytest-demo`. The virtualenv comes from .ci/run (`.ci/venv`, or
+//! `$SCENERUN_TEST_VENV`); without it these tests fail, they never pass silently.
+//! Python process starts are counted through a `python` shim first on PATH.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The virtualenv, checked: it exists and holds this checkout's plugin, unchanged.
+fn venv() -> PathBuf {
+    let dir = std::env::var_os("SCENERUN_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(REPO).join(".ci/venv"));
+    let py = dir.join("bin/python");
+    assert!(
+        py.exists(),
+        "no virtualenv at {}: create it as .ci/run does \
+         (python3 -m venv .ci/venv && .ci/venv/bin/pip install ./python/scenerun-pytest), \
+         or point SCENERUN_TEST_VENV at one",
+        dir.display()
+    );
+    let o = std::process::Command::new(&py)
+        .args([
+            "-c",
+            "import os, scenerun_pytest, pytest; print(os.path.dirname(scenerun_pytest.__file__))",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "the virtualenv lacks pytest or scenerun_pytest: {}",
+        show(&o)
+    );
+    let installed = PathBuf::from(stdout(&o).trim());
+    let source = Path::new(REPO).join("python/scenerun-pytest/src/scenerun_pytest");
+    for e in fs::read_dir(&source).unwrap().flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().ends_with(".py") {
+            continue;
+        }
+        assert_eq!(
+            fs::read(e.path()).unwrap(),
+            fs::read(installed.join(&name)).unwrap_or_default(),
+            "{} in the virtualenv differs from the checkout: pip install ./python/scenerun-pytest again",
+            name.to_string_lossy()
+        );
+    }
+    dir
+}
+
+/// A copy of the demo (and the lock stand-in beside it, as `../bin`), with a `python`
+/// shim that logs every start to `logs/python.log`.
+struct Demo {
+    suite: Suite,
+    path_env: String,
+}
+
+impl Demo {
+    fn new() -> Demo {
+        let venv = venv();
+        let suite = Suite::with_logs();
+        copy_tree(
+            &Path::new(REPO).join("fixtures/pytest-demo"),
+            &suite.path("pytest-demo"),
+            &["build", "__pycache__"],
+        );
+        copy_tree(
+            &Path::new(REPO).join("fixtures/bin"),
+            &suite.path("bin"),
+            &[],
+        );
+        suite.script(
+            "shim/python",
+            &format!(
+                "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+                suite.path("logs/python.log").display(),
+                venv.join("bin/python").display()
+            ),
+        );
+        let path_env = format!(
+            "{}:{}",
+            suite.path("shim").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Demo { suite, path_env }
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.suite.path("pytest-demo")
+    }
+
+    fn scenerun(&self, args: &[&str]) -> assert_cmd::Command {
+        let mut c = scenerun();
+        c.current_dir(self.dir())
+            .env("PATH", &self.path_env)
+            .env("DEMO_RUNTIME_STARTUP_SECS", "0.05")
+            .env("DEMO_RUNTIME_LOG", self.suite.path("logs/runtime.log"))
+            .env_remove("PYTHONPATH")
+            .args(args);
+        c
+    }
+
+    fn python(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(self.suite.path("shim/python"));
+        c.current_dir(self.dir())
+            .env("PATH", &self.path_env)
+            .env("DEMO_RUNTIME_STARTUP_SECS", "0.05")
+            .env("DEMO_RUNTIME_LOG", self.suite.path("logs/runtime.log"))
+            .env_remove("PYTHONPATH")
+            .args(args);
+        c
+    }
+
+    fn python_runs(&self) -> Vec<String> {
+        self.suite
+            .read("logs/python.log")
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn edit(&self, rel: &str, append: &str) {
+        let p = self.dir().join(rel);
+        let mut text = fs::read_to_string(&p).unwrap();
+        text.push_str(append);
+        fs::write(p, text).unwrap();
+    }
+}
+
+/// `scene/step` of every step a warm built (its lines end in `built`).
+fn built(warm: &std::process::Output) -> BTreeSet<String> {
+    stderr(warm)
+        .lines()
+        .filter(|l| l.ends_with(" built"))
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn collect_lists_one_scene_per_class_and_case_as_pytest_collects_them() {
+    let d = Demo::new();
+    let o = d
+        .python(&["-m", "scenerun_pytest", "collect", "tests/st"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON on stdout");
+    let scenes = doc["scenes"].as_array().unwrap();
+
+    // pytest's own view of the suite: every test_scene[case] of every class.
+    let o = d
+        .python(&[
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/st",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let pytest_ids: BTreeSet<String> = stdout(&o)
+        .lines()
+        .filter(|l| l.contains("::test_scene["))
+        .map(str::to_string)
+        .collect();
+    let ours: BTreeSet<String> = scenes
+        .iter()
+        .map(|s| s["device"]["args"][0].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ours, pytest_ids);
+    assert_eq!(scenes.len(), 23);
+    let classes: BTreeSet<&str> = scenes
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().split('.').next().unwrap())
+        .collect();
+    assert_eq!(classes.len(), 9, "{classes:?}");
+
+    let by_name: BTreeMap<&str, &serde_json::Value> = scenes
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s))
+        .collect();
+    let pair = by_name["TestAllReduce.pair"];
+    assert_eq!(pair["device"]["devices"], 2);
+    assert_eq!(pair["device"]["lane"], "pytest_x2");
+    let sat = by_name["TestClamp.saturate"];
+    assert_eq!(sat["device"]["lane"], "pytest");
+    assert_eq!(sat["kernels"][0]["source"], "kernels/clamp.c");
+    assert_eq!(sat["kernels"][0]["include_dirs"][0], "include");
+    assert!(sat["golden"]["run"]
+        .as_str()
+        .unwrap()
+        .ends_with("--fixture {fixture} --out {out} --depfile {depfile}"));
+    // Collection only: no fixture, golden or device work, one Python process each.
+    assert_eq!(d.python_runs().len(), 2);
+    assert_eq!(d.suite.count("logs/runtime.log"), 0);
+}
+
+#[test]
+fn warm_reruns_exactly_what_a_change_touches_and_a_noop_warm_starts_no_python() {
+    let d = Demo::new();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let runs = d.python_runs();
+    assert_eq!(runs.iter().filter(|r| r.contains(" collect ")).count(), 1);
+    assert_eq!(runs.iter().filter(|r| r.contains(" fixture ")).count(), 23);
+    assert_eq!(runs.iter().filter(|r| r.contains(" golden ")).count(), 23);
+    assert_eq!(runs.len(), 47, "{runs:#?}");
+
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(built(&o).is_empty(), "{}", show(&o));
+    assert_eq!(
+        d.python_runs().len(),
+        47,
+        "a no-op warm starts no Python process"
+    );
+
+    // A helper imported by one class's golden only: exactly its goldens rerun (and the
+    // generator, whose inputs are every .py under tests/st; its scenes are the same).
+    d.edit("tests/st/helpers/reduce_ref.py", "\n# edited\n");
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(
+        built(&o),
+        set(&["TestReduceSum.rows4/golden", "TestReduceSum.rows64/golden"]),
+        "{}",
+        show(&o)
+    );
+    let new: Vec<String> = d.python_runs()[47..].to_vec();
+    assert_eq!(new.len(), 3, "{new:#?}");
+    assert_eq!(new.iter().filter(|r| r.contains(" golden ")).count(), 2);
+
+    // A kernel header: exactly the kernels that include it recompile; no Python runs.
+    d.edit("include/demo/tile.h", "\n/* edited */\n");
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(
+        built(&o),
+        set(&[
+            "TestMatmul.square8/matmul",
+            "TestMatmul.odd/matmul",
+            "TestMatmul.tall/matmul",
+            "TestReduceSum.rows4/reduce",
+            "TestReduceSum.rows64/reduce",
+        ]),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(d.python_runs().len(), 50);
+}
+
+/// The scenes of a warmed demo as a lane's `{scenes}` file would list them.
+fn lane_batch(d: &Demo, names: &[&str]) -> (PathBuf, Vec<String>) {
+    let o = d.scenerun(&["plan", "--format", "json"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let cache = PathBuf::from(plan["cache_dir"].as_str().unwrap());
+    let collected: serde_json::Value = serde_json::from_str(&stdout(
+        &d.python(&["-m", "scenerun_pytest", "collect", "tests/st"])
+            .output()
+            .unwrap(),
+    ))
+    .unwrap();
+    let mut lines = String::new();
+    let mut args = Vec::new();
+    for name in names {
+        let artifact = |kind: &str, step: &str| -> PathBuf {
+            let s = plan["warm"]["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["scene"] == *name && s["kind"] == kind && s["name"] == step)
+                .unwrap_or_else(|| panic!("no {kind} {step} for {name}"));
+            assert_eq!(s["status"], "hit", "{name} is warm");
+            let key = s["key"].as_str().unwrap();
+            cache.join(format!("entries/{kind}/{}/{key}/out", &key[..2]))
+        };
+        let scene = collected["scenes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == *name)
+            .unwrap();
+        let kdir = d.suite.path(&format!("kernels/{name}"));
+        fs::create_dir_all(&kdir).unwrap();
+        for k in scene["kernels"].as_array().unwrap() {
+            let k = k["name"].as_str().unwrap();
+            std::os::unix::fs::symlink(artifact("kernel", k), kdir.join(k)).unwrap();
+        }
+        let arg = scene["device"]["args"][0].as_str().unwrap().to_string();
+        lines.push_str(&format!(
+            "{}\n",
+            serde_json::json!({
+                "scene": name, "args": [arg], "kernels": kdir,
+                "fixture": artifact("fixture", "fixture"), "golden": artifact("golden", "golden"),
+                "timeout_secs": null,
+            })
+        ));
+        args.push(arg);
+    }
+    let file = d.suite.path("batch.jsonl");
+    fs::write(&file, lines).unwrap();
+    (file, args)
+}
+
+#[test]
+fn the_device_side_runs_warmed_artifacts_and_only_the_failing_case_fails() {
+    let d = Demo::new();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let phases = |d: &Demo| {
+        d.python_runs()
+            .iter()
+            .filter(|r| {
+                r.contains(" fixture ") || r.contains(" golden ") || r.contains(" collect ")
+            })
+            .count()
+    };
+
+    // As a lane process: one pytest for a batch of five classes, one runtime start-up,
+    // a start and an end line per scene, the failed case a result and not a crash.
+    let names = [
+        "TestVectorAdd.small",
+        "TestClamp.unit",
+        "TestClamp.saturate",
+        "TestClamp.bytes",
+        "TestSoftmax.batch",
+        "TestMatmul.odd",
+        "TestReduceSum.rows64",
+    ];
+    let (batch, args) = lane_batch(&d, &names);
+    let results = d.suite.path("results.jsonl");
+    let before = phases(&d);
+    let mut cmd = d.python(&["-m", "pytest", "-q", "-p", "no:cacheprovider"]);
+    cmd.args(&args)
+        .env("SCENERUN_SCENES", &batch)
+        .env("SCENERUN_RESULTS", &results)
+        .env("SCENERUN_DEVICES", "3");
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(phases(&d), before, "the lane recomputed nothing");
+    assert_eq!(d.suite.count("logs/runtime.log"), 1);
+    assert!(d.suite.read("logs/runtime.log").contains("ids=3"));
+    let records: Vec<serde_json::Value> = d
+        .suite
+        .read("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(records.len(), 2 * names.len(), "{records:#?}");
+    for (i, name) in names.iter().enumerate() {
+        let (start, end) = (&records[2 * i], &records[2 * i + 1]);
+        assert_eq!(
+            (start["scene"].as_str(), start["event"].as_str()),
+            (Some(*name), Some("start"))
+        );
+        assert_eq!(
+            (end["scene"].as_str(), end["event"].as_str()),
+            (Some(*name), Some("end"))
+        );
+        let want = if *name == "TestClamp.saturate" {
+            "failed"
+        } else {
+            "passed"
+        };
+        assert_eq!(end["outcome"], want, "{end}");
+        assert!(end["duration_secs"].as_f64().unwrap() >= 0.0);
+    }
+    let failed = &records[5];
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("out of tolerance"),
+        "{failed}"
+    );
+
+    // The whole suite through the lock stand-in: `warm && device`.
+    let before = phases(&d);
+    let pool = Pool::new("0-3");
+    let mut c = d.scenerun(&["device"]);
+    pool.apply(&mut c);
+    let o = c.output().unwrap();
+    assert_eq!(code(&o), 1, "{}", show(&o));
+    assert_eq!(pool.acquisitions(), 1);
+    assert_eq!(phases(&d), before, "the device phase computed nothing");
+    let report = read_json(&d.dir().join("build/scenerun/report.json")).unwrap();
+    let outcomes: BTreeMap<String, String> = report["scenes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["outcome"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(outcomes.len(), 23, "{outcomes:#?}");
+    let failed: Vec<&String> = outcomes
+        .iter()
+        .filter(|(_, o)| o.as_str() != "passed")
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(failed, ["TestClamp.saturate"], "{outcomes:#?}");
+}
