@@ -3,8 +3,8 @@
 mod common;
 
 mod device;
-mod lanes;
 mod generated;
+mod lanes;
 mod lock_standin;
 mod manifest;
 mod plan;

@@ -387,8 +387,9 @@ fn the_device_side_runs_warmed_artifacts_and_only_the_failing_case_fails() {
         "{failed}"
     );
 
-    // The whole suite through the lock stand-in: `warm && device`.
+    // The whole suite through the lock stand-in: `warm && device`, as lanes.
     let before = phases(&d);
+    let startups_before = d.suite.count("logs/runtime.log");
     let pool = Pool::new("0-3");
     let mut c = d.scenerun(&["device"]);
     pool.apply(&mut c);
@@ -415,4 +416,12 @@ fn the_device_side_runs_warmed_artifacts_and_only_the_failing_case_fails() {
         .map(|(n, _)| n)
         .collect();
     assert_eq!(failed, ["TestClamp.saturate"], "{outcomes:#?}");
+    // One runtime start-up per lane process, not one per scene.
+    let procs = report["device"]["lanes"]
+        .as_array()
+        .expect("lane processes")
+        .len();
+    let startups = d.suite.count("logs/runtime.log") - startups_before;
+    assert_eq!(startups, procs, "{report:#}");
+    assert!(procs <= 4, "{procs} lane processes for 23 scenes on 4 ids");
 }

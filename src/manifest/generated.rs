@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use super::yaml::{self, Kind, Node as Value};
 use anyhow::Result;
 use serde::Deserialize;
-use super::yaml::{self, Kind, Node as Value};
 
 use super::locate::Locations;
 use super::{Ctx, FileRef, Manifest, Scene};
@@ -314,9 +314,7 @@ fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>,
     // Where scene `i` is in the output, as `locate` names paths.
     let (list, prefix) = match value.kind {
         Kind::Seq(list) => (list, ""),
-        Kind::Map(mut entries)
-            if entries.len() == 1 && entries[0].0.as_str() == Some("scenes") =>
-        {
+        Kind::Map(mut entries) if entries.len() == 1 && entries[0].0.as_str() == Some("scenes") => {
             match entries.pop().map(|(_, v)| v.kind) {
                 Some(Kind::Seq(list)) => (list, "scenes"),
                 _ => return Err(shape_error(g)),
@@ -325,6 +323,12 @@ fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>,
         _ => return Err(shape_error(g)),
     };
     let mut cx = Ctx::new(g.label(), &m.dir);
+    // Generated scenes may name the manifest's lanes.
+    cx.lane_devices = m
+        .lanes
+        .iter()
+        .map(|(name, l)| (name.clone(), Some(l.devices)))
+        .collect();
     let mut scenes = Vec::new();
     let mut at: Vec<String> = Vec::new();
     for (i, v) in list.into_iter().enumerate() {

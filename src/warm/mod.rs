@@ -580,7 +580,9 @@ fn recorded_deps(
         return Ok(Vec::new());
     }
     // The step made it: a FIFO or link there must not block or lead out.
-    let Ok(text) = crate::fsutil::read_nofollow(depfile).map(|t| String::from_utf8_lossy(&t).into_owned()) else {
+    let Ok(text) =
+        crate::fsutil::read_nofollow(depfile).map(|t| String::from_utf8_lossy(&t).into_owned())
+    else {
         return Err(if make_only {
             format!(
                 "the toolchain's depfile option was given but no depfile was written at {}",
