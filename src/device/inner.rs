@@ -237,6 +237,7 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
     // Lane scenes to try again, by the job they came from (one fresh process for them).
     let mut lane_again: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut last_snapshot = Instant::now();
+    let mut dirty = false;
     let cx = Cx {
         frozen,
         granted: &granted,
@@ -287,7 +288,26 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
         if running.is_empty() {
             break;
         }
-        let Ok(ev) = rx.recv() else { break };
+        // Results are written at most every 100 ms (cheap for big lanes), and never left
+        // more than 100 ms behind the last event: a lock tool may kill this run any time,
+        // and what finished before must be in the file.
+        let ev = if dirty {
+            let wait = SNAPSHOT_EVERY.saturating_sub(last_snapshot.elapsed());
+            match rx.recv_timeout(wait) {
+                Ok(ev) => ev,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    snapshot(frozen, &fixed, &acc, &granted, started, no_healthy);
+                    last_snapshot = Instant::now();
+                    dirty = false;
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        } else {
+            let Ok(ev) = rx.recv() else { break };
+            ev
+        };
+        dirty = true;
         acc.apply(&ev);
         let mut follow = FollowUp::Final;
         match &ev {
@@ -379,9 +399,10 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
             }
             _ => {}
         }
-        if last_snapshot.elapsed() >= Duration::from_millis(100) {
+        if last_snapshot.elapsed() >= SNAPSHOT_EVERY {
             snapshot(frozen, &fixed, &acc, &granted, started, no_healthy);
             last_snapshot = Instant::now();
+            dirty = false;
         }
     });
 
@@ -491,6 +512,9 @@ fn snapshot(
         let _ = crate::fsutil::write_atomic(&frozen.results, &bytes);
     }
 }
+
+/// How often the results file is rewritten while scenes run.
+const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 
 pub fn log_path(frozen: &Frozen, scene: &str) -> std::path::PathBuf {
     frozen

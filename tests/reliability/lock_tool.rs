@@ -232,12 +232,11 @@ fn lock_tool_misbehaving_is_exit_3_with_a_report() {
     unsafe { libc::kill(holder.id() as i32, libc::SIGTERM) };
     let _ = wait_bounded(&mut holder, secs(20));
     // --max-time kills the inner run midway: the slow scene's device step sleeps (or
-    // ignores SIGTERM too), the quick one has passed by then on the other device (5 s:
-    // room for a loaded machine to start the inner run). The lock tool's grace is longer
-    // than scenerun's, so the inner run gets to report.
+    // ignores SIGTERM too), the quick one has passed by then on the other device. The
+    // lock tool's grace is longer than scenerun's, so the inner run gets to report.
     let max_time = format!(
         "lock:\n  submit: {}\n  device_count: 2\n",
-        yq(&format!("TASK_SUBMIT_GRACE=6 {TASK_SUBMIT} --timeout 10 --max-time 5 --device auto --device-num {{device_count}} --run {{run}}"))
+        yq(&format!("TASK_SUBMIT_GRACE=6 {TASK_SUBMIT} --timeout 10 --max-time 2 --device auto --device-num {{device_count}} --run {{run}}"))
     );
     for (what, slow) in [
         ("--max-time kills the run", "sleep 300.42"),
