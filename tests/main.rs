@@ -3,6 +3,7 @@
 mod common;
 
 mod device;
+mod explain;
 mod lock_standin;
 mod manifest;
 mod plan;

@@ -4,7 +4,7 @@
 //! with file:line:column where the YAML gives one (exit code 4).
 
 pub mod depth;
-mod locate;
+pub mod locate;
 mod paths;
 mod raw;
 pub mod remote;
