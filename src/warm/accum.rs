@@ -400,6 +400,53 @@ mod tests {
     }
 
     #[test]
+    fn a_download_is_a_hit_counted_as_remote_and_a_rerun_publishes_its_entry() {
+        let (_d, p) = plan();
+        let mut acc = Accumulator::new(&p);
+        let k = unit_of(&p, Kind::Kernel, "a");
+        let fa = unit_of(&p, Kind::Fixture, "a");
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: k,
+                slot: 0,
+                wall_secs: 0.3,
+                outcome: UnitOutcome::Downloaded {
+                    secs: 0.2,
+                    bytes: 4096,
+                    entry: entry(Kind::Kernel),
+                },
+                input_changed: None,
+            },
+        );
+        // An input changed during the fixture: what is reported is its rerun's build.
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: fa,
+                slot: 1,
+                wall_secs: 1.0,
+                outcome: UnitOutcome::Built {
+                    secs: 0.5,
+                    entry: entry(Kind::Fixture),
+                    sent: 0,
+                },
+                input_changed: Some("data.txt".into()),
+            },
+        );
+        acc.finish(1.0);
+        let s = &acc.summary;
+        // The shared kernel: both scenes' steps came down once.
+        assert_eq!((s.built, s.hits, s.remote_hits, s.units_hit), (1, 2, 2, 1));
+        assert!(acc.history.iter().all(|(id, _)| id == "fixture/a/fixture"));
+        assert_eq!(acc.published.len(), 2);
+        assert!(acc
+            .published
+            .iter()
+            .all(|(_, st, e)| st.is_hit() && e.is_some()));
+    }
+
+    #[test]
     fn a_cache_failure_is_kept_once_and_publishes_nothing() {
         let (_d, p) = plan();
         let mut acc = Accumulator::new(&p);

@@ -26,6 +26,8 @@ pub struct Reporter<'a> {
     running: BTreeMap<usize, String>,
     total: usize,
     finished: usize,
+    /// Bytes the remote cache moved so far (down, up), shown on the bar.
+    moved: (u64, u64),
 }
 
 impl<'a> Reporter<'a> {
@@ -45,6 +47,7 @@ impl<'a> Reporter<'a> {
             running: BTreeMap::new(),
             total,
             finished: 0,
+            moved: (0, 0),
         }
     }
 
@@ -65,13 +68,20 @@ impl<'a> Reporter<'a> {
 
     fn show_running(&self) {
         if let Some(pb) = &self.bar {
-            pb.set_message(
-                self.running
-                    .values()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            );
+            let running = self
+                .running
+                .values()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            pb.set_message(match self.moved {
+                (0, 0) => running,
+                (down, up) => format!(
+                    "remote {} down, {} up; {running}",
+                    short_size(down),
+                    short_size(up)
+                ),
+            });
         }
     }
 
@@ -92,6 +102,11 @@ impl<'a> Reporter<'a> {
                 ..
             } => {
                 self.running.remove(unit);
+                match outcome {
+                    UnitOutcome::Built { sent, .. } => self.moved.1 += sent,
+                    UnitOutcome::Downloaded { bytes, .. } => self.moved.0 += bytes,
+                    _ => {}
+                }
                 self.show_running();
                 let (word, secs) = match outcome {
                     UnitOutcome::Built { secs, sent: 0, .. } => ("built".to_string(), *secs),

@@ -140,6 +140,11 @@ fn a_second_checkout_with_an_empty_cache_builds_nothing() {
         "{}",
         show(&stats)
     );
+    let stats = run(&b, &["cache", "stats", "--format", "json"], &[]);
+    ok(&stats);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&stats)).unwrap();
+    assert_eq!(v["last_warm_remote"]["hits"], 9, "{}", show(&stats));
+    assert_eq!(v["last_warm"]["hits"], 9, "{}", show(&stats));
     // What came down is whole: verify re-hashes it, and the device phase runs on it.
     ok(&run(&b, &["cache", "verify"], &[]));
     ok(&run(&b, &["device", "--no-lock"], &[]));
