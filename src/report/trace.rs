@@ -107,6 +107,7 @@ pub fn write_warm(plan: &Plan, spans: &[Span]) -> std::io::Result<()> {
             s.secs,
             json!({
                 "outcome": s.outcome,
+                "remote_bytes": s.remote_bytes,
                 "key": first.key,
                 "scenes": scenes,
             }),

@@ -43,6 +43,8 @@ pub struct Span {
     pub start: SystemTime,
     pub secs: f64,
     pub outcome: Outcome,
+    /// Bytes downloaded from the remote cache, when it served the unit.
+    pub remote_bytes: Option<u64>,
 }
 
 #[derive(Default)]
@@ -84,7 +86,11 @@ impl Accumulator {
                 outcome,
                 ..
             } => {
-                let remote_hit = matches!(outcome, UnitOutcome::Downloaded { .. });
+                let remote_bytes = match &outcome {
+                    UnitOutcome::Downloaded { bytes, .. } => Some(*bytes),
+                    _ => None,
+                };
+                let remote_hit = remote_bytes.is_some();
                 let is_infra = matches!(outcome, UnitOutcome::Infra(_));
                 let (kind, secs, error, tail, log, status, entry) = match outcome {
                     UnitOutcome::Built { secs, entry, .. } => {
@@ -158,6 +164,7 @@ impl Accumulator {
                         start,
                         secs: wall_secs,
                         outcome: kind,
+                        remote_bytes,
                     });
                 }
                 if !is_infra {
