@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil;
-use crate::key::Closure;
+use crate::key::{Closure, KEY_SCHEMA};
 
 const VERSION: u32 = 1;
 /// Hex digits kept of each content hash: plenty to tell two versions of a file apart.
@@ -98,6 +98,10 @@ impl KeyInputs {
 pub struct Records {
     #[serde(default)]
     pub version: u32,
+    /// The key format the records describe: after a scenerun with another format, every
+    /// key differs though no input did, so older records explain nothing.
+    #[serde(default)]
+    pub key_schema: String,
     /// Step record key (`kernel/scene/name`) → its inputs when last built.
     #[serde(default)]
     pub steps: BTreeMap<String, KeyInputs>,
@@ -112,10 +116,10 @@ impl Records {
     }
 
     pub fn load(cache_root: &Path) -> Records {
-        std::fs::read(Self::path(cache_root))
+        fsutil::read_nofollow(&Self::path(cache_root))
             .ok()
             .and_then(|b| serde_json::from_slice::<Records>(&b).ok())
-            .filter(|r| r.version == VERSION)
+            .filter(|r| r.version == VERSION && r.key_schema == KEY_SCHEMA)
             .unwrap_or_default()
     }
 
@@ -135,6 +139,7 @@ impl Records {
         }
         let mut r = Records::load(cache_root);
         r.version = VERSION;
+        r.key_schema = KEY_SCHEMA.to_string();
         for (id, inputs) in built {
             let mut rec = inputs.clone();
             if let Some(c) = rec.closure.take() {
@@ -160,5 +165,27 @@ impl Records {
         if let Ok(bytes) = serde_json::to_vec(&r) {
             let _ = fsutil::write_atomic(&Self::path(cache_root), &bytes);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_of_another_key_format_explain_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("locks")).unwrap();
+        let mut inputs = KeyInputs::new("cc -c {source}".into(), "a2a3", Arc::default());
+        inputs.file("k.c", "0123456789abcdef0123");
+        Records::record(dir.path(), &[("kernel/s/k".into(), inputs)]);
+        assert_eq!(Records::load(dir.path()).steps.len(), 1);
+        // The same file written by a scenerun whose keys were made another way.
+        let path = Records::path(dir.path());
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace(KEY_SCHEMA, "scenerun-key-0");
+        std::fs::write(&path, text).unwrap();
+        assert!(Records::load(dir.path()).steps.is_empty());
     }
 }
