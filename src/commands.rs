@@ -136,6 +136,10 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         }
         Command::Device(a) => {
             let Some(mut plan) = build_selected(&cli, &a.select, Some(&a.device), ui)? else {
+                // An empty shard that passes writes no report: none may stay looking current.
+                if let Some(dir) = device_report_dir(&cli) {
+                    device::runs::clear_stale_reports(&dir);
+                }
                 return Ok(Exit::Ok);
             };
             let phases = Phases {
@@ -150,6 +154,10 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         }
         Command::Run(a) => {
             let Some(mut plan) = build_selected(&cli, &a.select, Some(&a.device), ui)? else {
+                // An empty shard that passes writes no report: none may stay looking current.
+                if let Some(dir) = device_report_dir(&cli) {
+                    device::runs::clear_stale_reports(&dir);
+                }
                 return Ok(Exit::Ok);
             };
             let phases = Phases {

@@ -458,6 +458,13 @@ fn no_scenes_jobs_and_max_age() {
     let o = pool.apply(&mut c).output().unwrap();
     assert_eq!(code(&o), 0, "{}", show(&o));
     assert_eq!(pool.acquisitions(), 1);
+    // An empty shard that passes leaves no earlier report looking like its own.
+    assert!(s.path("build/scenerun/report.json").exists());
+    let mut c = s.cmd(&["device", "-k", "zzz", "--no-scenes=pass"]);
+    let o = pool.apply(&mut c).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(!s.path("build/scenerun/report.json").exists());
+    assert!(!s.path("build/scenerun/junit.xml").exists());
     for cmd in ["warm", "run", "plan", "list"] {
         let o = s
             .cmd(
