@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::device::pack::DeviceIds;
-use crate::manifest::units::{parse_duration, parse_size};
+use crate::manifest::units::{parse_age, parse_size};
 use crate::select::Partition;
 
 /// Where the options every subcommand takes are listed in `--help`.
@@ -148,6 +148,16 @@ pub enum Command {
     /// Inspect and maintain the cache.
     #[command(subcommand)]
     Cache(CacheCommand),
+    /// Why each step that is not a hit will run: what changed since it was last built.
+    Explain(ExplainArgs),
+    /// The selected scenes with their tags, platform, devices and lane.
+    List(ListArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Internal: the run inside the lock, reading a frozen plan.
     #[command(hide = true)]
     Inner(InnerArgs),
@@ -173,6 +183,26 @@ pub struct Selection {
     /// K/N: the K-th (1-based) of N shards, by a hash of the scene name.
     #[arg(long, value_name = "K/N", value_parser = Partition::parse)]
     pub partition: Option<Partition>,
+    /// Only scenes whose inputs include one of these paths (relative to the current dir).
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    pub changed: Vec<PathBuf>,
+    /// Only scenes whose inputs changed since this git revision (working tree, staged,
+    /// unstaged and untracked files).
+    #[arg(long, value_name = "REV")]
+    pub changed_since: Option<String>,
+    /// What an empty selection means: `fail` (exit 5) or `pass` (exit 0; device takes no lock).
+    #[arg(long, value_enum, value_name = "fail|pass", default_value_t = NoScenes::Fail)]
+    pub no_scenes: NoScenes,
+    /// The scenes `--changed`/`--changed-since` found affected (set by the glue, not a flag).
+    #[arg(skip)]
+    pub affected: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum NoScenes {
+    #[default]
+    Fail,
+    Pass,
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -254,10 +284,32 @@ pub struct PlanArgs {
     pub device: DeviceFlags,
 }
 
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CacheCommand {
     /// Entries and bytes per kind, hits and misses of the last warm.
-    Stats,
+    Stats {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Re-hash every entry; exit 1 if any is corrupt.
     Verify {
         /// Remove corrupt entries so the next warm rebuilds them.
@@ -266,8 +318,8 @@ pub enum CacheCommand {
     },
     /// Evict entries by age and size (never one used in the last 24 h).
     Prune {
-        /// Remove entries not used for this long, e.g. 14d [default: the manifest's cache.max_age].
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        /// Remove entries not used for this long, e.g. 14d; 0: any age [default: the manifest's cache.max_age].
+        #[arg(long, value_name = "DURATION", value_parser = parse_age)]
         max_age: Option<Duration>,
         /// Then remove least recently used entries until the cache fits, e.g. 20GiB
         /// [default: the manifest's cache.max_size].

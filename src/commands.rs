@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::cache::remote::{self, Remote};
 use crate::cache::{maintain, Store};
+use crate::cli::NoScenes;
 use crate::cli::{
     CacheCommand, Cli, Command, DeviceFlags, Format, PreviewFlags, Selection, WarmFlags,
 };
@@ -17,7 +18,7 @@ use crate::manifest;
 use crate::plan::{self, Plan};
 use crate::report::plan_view::{self, Phases};
 use crate::report::term::Ui;
-use crate::{device, proc, warm};
+use crate::{affected, device, proc, warm};
 
 fn on_signal(_sig: i32) {
     proc::interrupt_all();
@@ -83,8 +84,32 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         })
         .max(1);
     match &cli.command {
+        Command::Explain(a) => {
+            let Some(plan) = build_selected(&cli, &a.select, None, ui)? else {
+                return Ok(Exit::Ok);
+            };
+            match a.format {
+                Format::Text => ui.out(&crate::explain::text(&plan)),
+                Format::Json => ui.out(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&crate::explain::json(&plan)).expect("json")
+                )),
+            }
+            Ok(Exit::Ok)
+        }
+        Command::List(a) => list(&cli, a, ui),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "scenerun", &mut out);
+            ui.out(&String::from_utf8_lossy(&out));
+            Ok(Exit::Ok)
+        }
         Command::Plan(a) => {
-            let mut plan = build_for_device(&cli, &a.select, &a.device, ui)?;
+            let Some(mut plan) = build_selected(&cli, &a.select, Some(&a.device), ui)? else {
+                return Ok(Exit::Ok);
+            };
             let phases = Phases {
                 warm: true,
                 device: true,
@@ -96,7 +121,9 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Warm(a) => {
-            let mut plan = build(&cli, &a.select, ui)?;
+            let Some(mut plan) = build_selected(&cli, &a.select, None, ui)? else {
+                return Ok(Exit::Ok);
+            };
             let phases = Phases {
                 warm: true,
                 device: false,
@@ -105,10 +132,16 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
                 return Ok(exit);
             }
             handle_signals();
-            do_warm(&plan, &a.warm, jobs, ui)
+            do_warm(&plan, &a.warm, jobs, ui).map(|(exit, _)| exit)
         }
         Command::Device(a) => {
-            let mut plan = build_for_device(&cli, &a.select, &a.device, ui)?;
+            let Some(mut plan) = build_selected(&cli, &a.select, Some(&a.device), ui)? else {
+                // An empty shard that passes writes no report: none may stay looking current.
+                if let Some(dir) = device_report_dir(&cli) {
+                    device::runs::clear_stale_reports(&dir);
+                }
+                return Ok(Exit::Ok);
+            };
             let phases = Phases {
                 warm: false,
                 device: true,
@@ -120,7 +153,13 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             do_device(&plan, &a.device, ui)
         }
         Command::Run(a) => {
-            let mut plan = build_for_device(&cli, &a.select, &a.device, ui)?;
+            let Some(mut plan) = build_selected(&cli, &a.select, Some(&a.device), ui)? else {
+                // An empty shard that passes writes no report: none may stay looking current.
+                if let Some(dir) = device_report_dir(&cli) {
+                    device::runs::clear_stale_reports(&dir);
+                }
+                return Ok(Exit::Ok);
+            };
             let phases = Phases {
                 warm: true,
                 device: true,
@@ -129,11 +168,10 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
                 return Ok(exit);
             }
             handle_signals();
-            let warm_exit = do_warm(&plan, &a.warm, jobs, ui)?;
-            // The device phase needs the statuses warm produced: plan again (all hits now,
-            // and the stat memo makes it cheap).
-            drop(plan);
-            let plan = build_for_device(&cli, &a.select, &a.device, ui)?;
+            let (warm_exit, published) = do_warm(&plan, &a.warm, jobs, ui)?;
+            // The device phase reads the statuses warm produced: what it published or
+            // failed, applied to the same plan.
+            plan.apply_warm(&published);
             let exit = do_device(&plan, &a.device, ui)?;
             Ok(exit.max(warm_exit))
         }
@@ -155,15 +193,81 @@ fn build(cli: &Cli, select: &Selection, ui: &Ui) -> Result<Plan> {
     Ok(plan)
 }
 
-/// A plan for a command with a device phase: with `--no-lock`, on the given ids, so
-/// `plan`, `--plan` and `--dry-run` show what `--no-lock` will do (no lock command,
-/// packing on these ids).
-fn build_for_device(cli: &Cli, select: &Selection, d: &DeviceFlags, ui: &Ui) -> Result<Plan> {
-    let mut plan = build(cli, select, ui)?;
-    if d.no_lock {
-        plan.no_lock(no_lock_ids(d));
+/// The plan of the selection, narrowed to the affected scenes under `--changed` /
+/// `--changed-since`; None when nothing is selected and `--no-scenes=pass` says that is
+/// fine (the reason is printed). For a command with a device phase and `--no-lock`, the
+/// plan runs on the given ids, so `plan`, `--plan` and `--dry-run` show what `--no-lock`
+/// will do (no lock command, packing on these ids).
+fn build_selected(
+    cli: &Cli,
+    select: &Selection,
+    device: Option<&DeviceFlags>,
+    ui: &Ui,
+) -> Result<Option<Plan>> {
+    let empty = |e: anyhow::Error| -> Result<Option<Plan>> {
+        if select.no_scenes == NoScenes::Pass && crate::exit::exit_of(&e) == Exit::NoneSelected {
+            ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
+            return Ok(None);
+        }
+        Err(e)
+    };
+    let on_ids = |mut plan: Plan| {
+        if let Some(d) = device.filter(|d| d.no_lock) {
+            plan.no_lock(no_lock_ids(d));
+        }
+        Some(plan)
+    };
+    let plan = match build(cli, select, ui) {
+        Ok(p) => p,
+        Err(e) => return empty(e),
+    };
+    if !affected::wanted(select) {
+        return Ok(on_ids(plan));
     }
-    Ok(plan)
+    let changes = affected::changes(select, &plan.manifest.file, &plan.manifest.dir)?;
+    let names = affected::affected(&plan, &changes)?;
+    if names.len() == plan.scenes.len() {
+        return Ok(on_ids(plan));
+    }
+    drop(plan);
+    // Plan again with exactly the affected scenes.
+    let mut narrowed = select.clone();
+    narrowed.affected = Some(names);
+    match build(cli, &narrowed, ui) {
+        Ok(p) => Ok(on_ids(p)),
+        Err(e) => empty(e),
+    }
+}
+
+/// `scenerun list`: the selected scenes, with no key computed.
+fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
+    let names: Option<Vec<String>> = if affected::wanted(&a.select) {
+        match build_selected(cli, &a.select, None, ui)? {
+            Some(p) => Some(p.scenes.iter().map(|s| s.name.clone()).collect()),
+            None => return Ok(Exit::Ok),
+        }
+    } else {
+        None
+    };
+    let m = manifest::load(&cli.manifest)?;
+    let selected = match crate::select::select(&m.scenes, &a.select) {
+        Ok(s) => s,
+        Err(e)
+            if a.select.no_scenes == NoScenes::Pass
+                && crate::exit::exit_of(&e) == Exit::NoneSelected =>
+        {
+            ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
+            return Ok(Exit::Ok);
+        }
+        Err(e) => return Err(e),
+    };
+    let scenes: Vec<&manifest::Scene> = selected
+        .iter()
+        .map(|&i| &m.scenes[i])
+        .filter(|s| names.as_ref().is_none_or(|n| n.contains(&s.name)))
+        .collect();
+    ui.out(&crate::report::list::render(&scenes, a.format));
+    Ok(Exit::Ok)
 }
 
 fn no_lock_ids(d: &DeviceFlags) -> Vec<String> {
@@ -198,15 +302,19 @@ fn previewed(plan: &mut Plan, p: &PreviewFlags, phases: Phases, ui: &Ui) -> Resu
     Ok(None)
 }
 
-fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<Exit> {
+type Published = Vec<(usize, plan::Status, Option<crate::cache::Entry>)>;
+
+fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Published)> {
     let memory = w.memory.unwrap_or_else(warm::default_memory);
-    let summary = warm::run(plan, &warm::Options { jobs, memory }, ui)?;
-    warm::print_summary(&summary, ui);
-    Ok(if w.strict && (summary.failed + summary.skipped) > 0 {
+    let warmed = warm::run(plan, &warm::Options { jobs, memory }, ui)?;
+    let summary = &warmed.summary;
+    warm::print_summary(summary, ui);
+    let exit = if w.strict && (summary.failed + summary.skipped) > 0 {
         Exit::Failed
     } else {
         Exit::Ok
-    })
+    };
+    Ok((exit, warmed.published))
 }
 
 fn report_dir(plan: &Plan, d: &DeviceFlags) -> PathBuf {
@@ -222,7 +330,17 @@ fn do_device(plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
         devices: no_lock_ids(d),
         report_dir: report_dir(plan, d),
     };
-    device::outer::run(plan, &opts, ui)
+    let dir = opts.report_dir.clone();
+    let called = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let result = device::outer::run(plan, &opts, ui);
+    // The trace's device part, from the report this run wrote (on every ending).
+    if let Err(e) = crate::report::trace::write_device(&dir, called, ui.github) {
+        ui.info(&format!("warning: cannot write the trace: {e}"));
+    }
+    result
 }
 
 fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
@@ -235,9 +353,25 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
     };
     let store = Store::at(root);
     match c {
-        CacheCommand::Stats => {
-            ui.out(&maintain::stats(&store)?);
-            ui.out(&remote::stats_text(&store));
+        CacheCommand::Stats { format } => {
+            if !store.root.is_dir() {
+                return Err(crate::coded!(
+                    Exit::Infra,
+                    "cache directory {} does not exist",
+                    store.root.display()
+                )
+                .context("cache stats"));
+            }
+            match format {
+                Format::Text => {
+                    ui.out(&maintain::stats(&store)?);
+                    ui.out(&remote::stats_text(&store));
+                }
+                Format::Json => ui.out(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&maintain::stats_json(&store)?).expect("json")
+                )),
+            }
             Ok(Exit::Ok)
         }
         CacheCommand::Verify { fix } => {

@@ -2,10 +2,12 @@
 //! `run` is the entry point; the modules follow the phases docs/guarantees.md describes
 //! (manifest → plan → warm → device → reports).
 
+pub mod affected;
 pub mod cache;
 pub mod cli;
 pub mod device;
 pub mod exit;
+pub mod explain;
 pub mod fsutil;
 pub mod identity;
 pub mod key;
@@ -14,6 +16,7 @@ pub mod plan;
 pub mod proc;
 pub mod report;
 pub mod select;
+pub mod stepid;
 pub mod template;
 pub mod warm;
 

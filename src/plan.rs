@@ -4,8 +4,9 @@
 //! way. Building a plan runs only identity commands and reads files; it never writes to
 //! the cache (the stat memo beside the manifest is refreshed).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Result;
 use rayon::prelude::*;
@@ -14,10 +15,15 @@ use crate::cache::history::History;
 use crate::cache::{Entry, Kind, Lookup, Store};
 use crate::cli::Selection;
 use crate::exit::Exit;
+use crate::explain::inputs::KeyInputs;
 use crate::key::{self, Files, KeyHasher};
 use crate::manifest::{DeviceStep, GenStep, Kernel, Manifest, Scene, Toolchain};
+use crate::stepid::StepId;
 use crate::template::{Ph, Template, Val};
 use crate::warm::record::{Failures, WarmRecord};
+
+/// A step's key and, when asked for, what went into it.
+type Keyed = (String, Option<KeyInputs>);
 
 /// Where scenerun keeps its per-checkout files: `build/scenerun/` beside the manifest.
 pub fn job_dir(manifest: &Manifest) -> PathBuf {
@@ -69,6 +75,10 @@ impl Status {
 /// A warm step: compile one kernel, generate one fixture, compute one golden.
 #[derive(Debug, Clone)]
 pub struct Step {
+    /// Stable identity across content changes, for history, records, logs and lines.
+    pub id: StepId,
+    /// Index into `Plan::units`: the steps that share this step's artifact.
+    pub unit: usize,
     pub kind: Kind,
     /// Index into `Plan::scenes`.
     pub scene: usize,
@@ -90,23 +100,18 @@ pub struct Step {
 }
 
 impl Step {
-    /// Stable identity across content changes, for history and logs.
-    pub fn id(&self, plan: &Plan) -> String {
-        format!(
-            "{}/{}/{}",
-            self.kind.name(),
-            plan.scenes[self.scene].name,
-            self.name
-        )
-    }
-
     pub fn label(&self) -> &'static str {
-        match self.kind {
-            Kind::Kernel => "compile",
-            Kind::Fixture => "fixture",
-            Kind::Golden => "golden",
-        }
+        self.id.label()
     }
+}
+
+/// One unique artifact (persist, kind, key) and the steps, in plan order, that want it.
+/// Scenes share identical steps; warm builds each unit once. Grouped here, once.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    pub steps: Vec<usize>,
+    /// Units that must be published first (a golden's fixture).
+    pub deps: Vec<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +130,7 @@ pub struct Plan {
     pub manifest: Manifest,
     pub scenes: Vec<PlanScene>,
     pub steps: Vec<Step>,
+    pub units: Vec<Unit>,
     pub store: Store,
     pub job: Store,
     pub job_dir: PathBuf,
@@ -136,6 +142,12 @@ pub struct Plan {
     pub no_lock: Option<Vec<String>>,
     /// The shared remote cache, when one is configured (attached by the command).
     pub remote: Option<std::sync::Arc<crate::cache::remote::Remote>>,
+    /// Toolchain name → identity output, as it went into kernel keys.
+    identities: HashMap<String, Vec<u8>>,
+    /// The output of every fixture and golden `identity:` command, by command.
+    gen_identities: HashMap<String, Vec<u8>>,
+    /// Per plan scene: its env as `explain` records it (names, hashed values).
+    env_hashes: Vec<Arc<BTreeMap<String, String>>>,
 }
 
 /// How path placeholders are filled.
@@ -206,6 +218,8 @@ impl Plan {
                 device_estimate: history.estimate(&format!("device/{}", s.name)),
             };
             let blank = |kind: Kind, name: &str, persist: bool| Step {
+                id: StepId::new(kind, &s.name, name),
+                unit: 0,
                 kind,
                 scene: si,
                 name: name.to_string(),
@@ -247,6 +261,7 @@ impl Plan {
             manifest,
             scenes,
             steps,
+            units: Vec::new(),
             store,
             job,
             job_dir,
@@ -254,19 +269,28 @@ impl Plan {
             files,
             no_lock: None,
             remote: None,
+            identities,
+            gen_identities,
+            env_hashes: Vec::new(),
         };
 
+        // Env as `explain` records it: hashed once per scene, shared by its steps.
+        plan.env_hashes = plan
+            .scenes
+            .iter()
+            .map(|ps| KeyInputs::env_hashes(&plan.manifest.scenes[ps.index].env))
+            .collect();
         // Kernel and fixture keys are independent: compute them in parallel; goldens
         // need their fixture's key.
-        let keys: Vec<(usize, Result<String>)> = (0..plan.steps.len())
+        let keys: Vec<(usize, Result<Keyed>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind != Kind::Golden)
-            .map(|i| (i, plan.compute_key(i, &identities, &gen_identities, None)))
+            .map(|i| (i, plan.compute_key(i, false, None)))
             .collect();
         for (i, k) in keys {
-            plan.steps[i].key = k?;
+            plan.steps[i].key = k?.0;
         }
-        let golden_keys: Vec<(usize, Result<String>)> = (0..plan.steps.len())
+        let golden_keys: Vec<(usize, Result<Keyed>)> = (0..plan.steps.len())
             .into_par_iter()
             .filter(|&i| plan.steps[i].kind == Kind::Golden)
             .map(|i| {
@@ -274,40 +298,22 @@ impl Plan {
                     .deps
                     .first()
                     .map(|&f| plan.steps[f].key.clone());
-                (
-                    i,
-                    plan.compute_key(i, &identities, &gen_identities, fixture_key),
-                )
+                (i, plan.compute_key(i, false, fixture_key))
             })
             .collect();
         for (i, k) in golden_keys {
-            plan.steps[i].key = k?;
+            plan.steps[i].key = k?.0;
         }
 
-        // One lookup per unique artifact (scenes share kernels): `slot_of[step]` is the
-        // step's index into `firsts` and `lookups`. Vectors, not maps: at 20,000 steps the
-        // maps of `Lookup`s were megabytes of peak memory.
-        let mut unique: HashMap<(bool, Kind, &str), u32> = HashMap::new();
-        let mut firsts: Vec<usize> = Vec::new();
-        let slot_of: Vec<u32> = plan
-            .steps
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                *unique
-                    .entry((s.persist, s.kind, s.key.as_str()))
-                    .or_insert_with(|| {
-                        firsts.push(i);
-                        firsts.len() as u32 - 1
-                    })
-            })
-            .collect();
-        drop(unique);
+        plan.group_units();
+        // One lookup per unit (scenes share kernels). A shard the cache does not have
+        // is a miss without a lookup.
         let snapshot = crate::cache::Snapshot::default();
-        let lookups: Vec<Lookup> = firsts
-            .into_par_iter()
-            .map(|i| {
-                let s = &plan.steps[i];
+        let lookups: Vec<Lookup> = plan
+            .units
+            .par_iter()
+            .map(|u| {
+                let s = &plan.steps[u.steps[0]];
                 if plan.store_of(s).listed_absent(&snapshot, s.kind, &s.key) {
                     Lookup::Miss
                 } else {
@@ -316,22 +322,27 @@ impl Plan {
             })
             .collect();
         let failures = record.failures();
-        let statuses: Vec<Status> = plan
+        let statuses: Vec<(Status, Option<Entry>)> = plan
             .steps
             .iter()
-            .zip(&slot_of)
-            .map(|(s, &slot)| plan.status_of(s, &lookups[slot as usize], &failures))
+            .map(|s| {
+                let lookup = &lookups[s.unit];
+                let entry = match lookup {
+                    Lookup::Hit(e) => Some(e.clone()),
+                    _ => None,
+                };
+                (plan.status_of(s, lookup, &failures), entry)
+            })
             .collect();
-        let dep_changed: Vec<bool> = slot_of
+        let dep_changed: Vec<bool> = plan
+            .steps
             .iter()
-            .map(|&slot| matches!(lookups[slot as usize], Lookup::DepChanged(_)))
+            .map(|s| matches!(lookups[s.unit], Lookup::DepChanged(_)))
             .collect();
-        for (i, st) in statuses.into_iter().enumerate() {
+        for (i, (st, entry)) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
-            if let Lookup::Hit(e) = &lookups[slot_of[i] as usize] {
-                plan.steps[i].entry = Some(e.clone());
-            }
-            let id = plan.steps[i].id(&plan);
+            plan.steps[i].entry = entry;
+            let id = plan.steps[i].id.record_key();
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
         plan.stale_with_fixture(&dep_changed);
@@ -345,6 +356,58 @@ impl Plan {
     pub fn no_lock(&mut self, ids: Vec<String>) {
         self.device_count = ids.len() as u32;
         self.no_lock = Some(ids);
+    }
+
+    /// Group steps into units by (persist, kind, key), in plan order; the one grouping
+    /// warm, `plan` and the summary count by.
+    fn group_units(&mut self) {
+        let mut by_key: HashMap<(bool, Kind, &str), usize> = HashMap::new();
+        let mut units: Vec<Unit> = Vec::new();
+        let mut unit_of = vec![0; self.steps.len()];
+        for (i, s) in self.steps.iter().enumerate() {
+            let u = *by_key
+                .entry((s.persist, s.kind, s.key.as_str()))
+                .or_insert_with(|| {
+                    units.push(Unit {
+                        steps: Vec::new(),
+                        deps: Vec::new(),
+                    });
+                    units.len() - 1
+                });
+            units[u].steps.push(i);
+            unit_of[i] = u;
+        }
+        for u in &mut units {
+            let mut deps: Vec<usize> = u
+                .steps
+                .iter()
+                .flat_map(|&i| self.steps[i].deps.iter().map(|&d| unit_of[d]))
+                .collect();
+            deps.sort();
+            deps.dedup();
+            u.deps = deps;
+        }
+        for (i, u) in unit_of.into_iter().enumerate() {
+            self.steps[i].unit = u;
+        }
+        self.units = units;
+    }
+
+    /// After warm: the units it published (or found) are hits now, the ones it failed
+    /// are failed-in-warm, so the device phase reads an up-to-date plan without
+    /// planning again. A unit warm re-keyed (an input changed while it ran) takes the
+    /// key it was published under.
+    pub fn apply_warm(&mut self, results: &[(usize, Status, Option<Entry>)]) {
+        for (u, status, entry) in results {
+            for &si in &self.units[*u].steps {
+                let step = &mut self.steps[si];
+                step.status = status.clone();
+                if let Some(e) = entry {
+                    step.key.clone_from(&e.meta.key);
+                }
+                step.entry = entry.clone();
+            }
+        }
     }
 
     pub fn scene(&self, step: &Step) -> &Scene {
@@ -455,13 +518,28 @@ impl Plan {
         }
     }
 
+    /// What went into step `i`'s key, compactly, for `explain` and the records warm keeps.
+    /// Derived by the key's own computation, from the file hashes and closures this plan
+    /// already read (nothing is read again), so it matches `key` — unless warm re-keyed
+    /// the step after an input changed while it ran (`rekey`): then these are the inputs
+    /// of the key it published, which is what the record must hold.
+    pub fn key_inputs(&self, i: usize) -> Option<KeyInputs> {
+        let fixture_key = self.steps[i]
+            .deps
+            .first()
+            .map(|&f| self.steps[f].key.clone());
+        self.compute_key(i, true, fixture_key).ok()?.1
+    }
+
+    /// Step `i`'s key and, when `want_inputs`, what went into it (kept out of the plan
+    /// itself: a plan of 20,000 steps would carry them all for nothing).
     fn compute_key(
         &self,
         i: usize,
-        identities: &HashMap<String, Vec<u8>>,
-        gen_identities: &HashMap<String, Vec<u8>>,
+        want_inputs: bool,
         fixture_key: Option<String>,
-    ) -> Result<String> {
+    ) -> Result<Keyed> {
+        let identities = &self.identities;
         let step = &self.steps[i];
         let s = self.scene(step);
         let base = &self.manifest.dir;
@@ -477,11 +555,22 @@ impl Plan {
             ))
         };
         let mut h = KeyHasher::new(step.kind.name());
+        let command = self.command(step, &Fill::Mask);
+        let mut rec = want_inputs.then(|| {
+            KeyInputs::new(
+                String::new(),
+                &s.platform,
+                self.env_hashes[step.scene].clone(),
+            )
+        });
         match step.kind {
             Kind::Kernel => {
                 let (k, tc) = self.kernel(step);
                 h.field("identity", &identities[&tc.name]);
-                h.field("command", self.command(step, &Fill::Mask).as_bytes());
+                if let Some(r) = &mut rec {
+                    r.set_identity(&tc.name, &identities[&tc.name]);
+                }
+                h.field("command", command.as_bytes());
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
                 let src_hash = self
@@ -489,18 +578,28 @@ impl Plan {
                     .hash(&k.source.abs)
                     .map_err(|e| read_err(e, &k.source.rel))?;
                 h.file("source", &k.source.rel, &src_hash);
+                if let Some(r) = &mut rec {
+                    r.file(&k.source.rel, &src_hash);
+                }
                 let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
                 let closure = self
                     .files
                     .closure(base, &k.source.abs, &dirs)
                     .map_err(|e| read_err(e, &format!("the includes of {}", k.source.rel)))?;
                 h.field("include-closure", closure.digest.as_bytes());
+                if let Some(r) = &mut rec {
+                    r.closure = Some(closure);
+                }
             }
             Kind::Fixture | Kind::Golden => {
                 let g = self.gen(step);
-                h.field("command", self.command(step, &Fill::Mask).as_bytes());
+                h.field("command", command.as_bytes());
                 if let Some(cmd) = &g.identity {
-                    h.field("identity", &gen_identities[cmd]);
+                    let out = &self.gen_identities[cmd];
+                    h.field("identity", out);
+                    if let Some(r) = &mut rec {
+                        r.set_step_identity(cmd, out);
+                    }
                 }
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
@@ -508,13 +607,22 @@ impl Plan {
                 for f in &g.inputs {
                     let hash = self.files.hash(&f.abs).map_err(|e| read_err(e, &f.rel))?;
                     h.file("input", &f.rel, &hash);
+                    if let Some(r) = &mut rec {
+                        r.file(&f.rel, &hash);
+                    }
                 }
                 if let Some(fk) = fixture_key {
                     h.field("fixture-key", fk.as_bytes());
+                    if let Some(r) = &mut rec {
+                        r.fixture_key = Some(fk);
+                    }
                 }
             }
         }
-        Ok(h.finish())
+        if let Some(r) = &mut rec {
+            r.command = command;
+        }
+        Ok((h.finish(), rec))
     }
 
     /// The one cache-status decision, shared by plan, warm and device.
@@ -551,26 +659,16 @@ impl Plan {
     pub fn rekey(&self, step_index: usize) -> Result<String> {
         self.files.forget();
         let step = &self.steps[step_index];
-        let mut identities = HashMap::new();
-        if step.kind == Kind::Kernel {
-            let (_, tc) = self.kernel(step);
-            identities.insert(tc.name.clone(), identity(tc, &self.manifest)?);
-        }
-        let gens = gen_identities(&self.manifest, &[self.scenes[step.scene].index])?;
         let fixture_key = step.deps.first().map(|&f| self.steps[f].key.clone());
-        self.compute_key(step_index, &identities, &gens, fixture_key)
+        // Identity commands run once per process: the plan's own are still current.
+        Ok(self.compute_key(step_index, false, fixture_key)?.0)
     }
 
     fn status_of(&self, step: &Step, lookup: &Lookup, failures: &Failures) -> Status {
         match lookup {
             Lookup::Hit(_) => Status::Hit,
             other => {
-                if let Some(f) = failures.get(
-                    step.kind,
-                    &self.scenes[step.scene].name,
-                    &step.name,
-                    &step.key,
-                ) {
+                if let Some(f) = failures.get(&step.id, &step.key) {
                     return Status::Failed(f);
                 }
                 match other {
@@ -664,14 +762,7 @@ impl Plan {
     /// How many distinct artifacts the steps name (scenes share identical steps); the
     /// same grouping warm builds by.
     pub fn unique_keys(&self) -> usize {
-        let mut keys: Vec<(bool, Kind, &str)> = self
-            .steps
-            .iter()
-            .map(|s| (s.persist, s.kind, s.key.as_str()))
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys.len()
+        self.units.len()
     }
 }
 

@@ -389,11 +389,20 @@ pub fn install_signal_thread(on_signal: fn(i32)) {
 
 /// The last `max` bytes of a log, on line boundaries.
 pub fn log_tail(path: &Path, max: usize) -> String {
-    let Ok(bytes) = std::fs::read(path) else {
+    use std::io::{Read, Seek, SeekFrom};
+    // Only the end is read: a step may have written gigabytes.
+    let Ok(mut f) = std::fs::File::open(path) else {
         return String::new();
     };
-    let start = bytes.len().saturating_sub(max);
-    let mut text = String::from_utf8_lossy(&bytes[start..]).to_string();
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(max as u64);
+    let mut bytes = Vec::new();
+    if f.seek(SeekFrom::Start(start)).is_err()
+        || f.take(max as u64).read_to_end(&mut bytes).is_err()
+    {
+        return String::new();
+    }
+    let mut text = String::from_utf8_lossy(&bytes).to_string();
     if start > 0 {
         if let Some(nl) = text.find('\n') {
             text = text[nl + 1..].to_string();

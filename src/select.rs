@@ -89,6 +89,12 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
             Box::new(move |s: &Scene| part.contains(&s.name)),
         ));
     }
+    if let Some(names) = &sel.affected {
+        filters.push((
+            "--changed/--changed-since".to_string(),
+            Box::new(move |s: &Scene| names.contains(&s.name)),
+        ));
+    }
     let mut left: Vec<usize> = (0..scenes.len()).collect();
     let mut removed = Vec::new();
     for (label, keep) in &filters {

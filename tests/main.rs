@@ -3,6 +3,7 @@
 mod common;
 
 mod device;
+mod explain;
 mod generated;
 mod lanes;
 mod lock_standin;

@@ -121,7 +121,16 @@ fn readme_json_samples_parse() {
 
 #[test]
 fn readme_subcommands_exist() {
-    for sub in ["warm", "device", "run", "plan", "cache"] {
+    for sub in [
+        "warm",
+        "device",
+        "run",
+        "plan",
+        "cache",
+        "explain",
+        "list",
+        "completions",
+    ] {
         let out = scenerun().args([sub, "--help"]).output().unwrap();
         assert!(out.status.success(), "`scenerun {sub} --help` fails");
     }

@@ -80,6 +80,52 @@ pub fn stats(store: &Store) -> Result<String> {
     Ok(out)
 }
 
+/// `cache stats --format json`: the same figures as the text, for scripts.
+pub fn stats_json(store: &Store) -> Result<serde_json::Value> {
+    store.check()?;
+    let mut kinds = serde_json::Map::new();
+    let (mut n_all, mut b_all) = (0usize, 0u64);
+    for kind in Kind::ALL {
+        let (mut n, mut bytes) = (0usize, 0u64);
+        for (k, _, dir) in store.entries() {
+            if k == kind {
+                n += 1;
+                bytes += read_meta(&dir)
+                    .ok()
+                    .flatten()
+                    .map(|m| m.bytes())
+                    .unwrap_or(0);
+            }
+        }
+        n_all += n;
+        b_all += bytes;
+        kinds.insert(
+            kind.name().to_string(),
+            serde_json::json!({"entries": n, "bytes": bytes}),
+        );
+    }
+    let last = fsutil::read_nofollow(&store.root.join("last-warm.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<LastWarm>(&b).ok())
+        .map(|w| {
+            serde_json::json!({
+                "hits": w.hits,
+                "misses": w.built + w.failed,
+                "built": w.built,
+                "failed": w.failed,
+                "wall_secs": w.wall_secs,
+            })
+        });
+    Ok(serde_json::json!({
+        "version": 1,
+        "cache_dir": store.root.display().to_string(),
+        "kinds": kinds,
+        "total": {"entries": n_all, "bytes": b_all},
+        "last_warm": last,
+        "last_warm_remote": super::remote::last_totals(store),
+    }))
+}
+
 /// Re-hash every entry. Returns the number of corrupt entries; with `fix` they are removed.
 pub fn verify(store: &Store, fix: bool, report: &mut dyn FnMut(String)) -> Result<usize> {
     store.check()?;

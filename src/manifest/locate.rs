@@ -28,6 +28,20 @@ impl Locations {
         Locations { map: rx.map }
     }
 
+    /// The position of exactly `path`.
+    pub fn find_exact(&self, path: &str) -> Option<Pos> {
+        self.map.get(path).copied()
+    }
+
+    /// The lines of the document's top-level keys.
+    pub fn top_level_lines(&self) -> Vec<usize> {
+        self.map
+            .iter()
+            .filter(|(k, _)| !k.is_empty() && !k.contains(['.', '[']))
+            .map(|(_, p)| p.line)
+            .collect()
+    }
+
     /// The position of `path`, or of its nearest ancestor that has one.
     pub fn find(&self, path: &str) -> Option<Pos> {
         let mut p = path;

@@ -6,7 +6,7 @@
 pub mod depth;
 pub mod generated;
 pub mod lanes;
-mod locate;
+pub mod locate;
 mod paths;
 mod raw;
 pub mod remote;

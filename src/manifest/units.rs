@@ -51,6 +51,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// An age limit (`cache prune --max-age`): a duration, where `0` means "any age".
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    match text.trim() {
+        "0" | "0s" => Ok(Duration::ZERO),
+        _ => parse_duration(text),
+    }
+}
+
 /// `1.2s`, `340ms`, `2m05s`: short human durations for terminal lines.
 pub fn short_duration(d: Duration) -> String {
     let s = d.as_secs_f64();

@@ -2,8 +2,11 @@
 //! testcase per scene, warm failures included), `logs/`, and under GitHub Actions
 //! `::error` annotations plus a Markdown table in `$GITHUB_STEP_SUMMARY`.
 
+pub mod diagnostics;
+pub mod list;
 pub mod plan_view;
 pub mod term;
+pub mod trace;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -370,12 +373,4 @@ fn junit_status(s: &SceneReport) -> quick_junit::TestCaseStatus {
     }
 }
 
-fn gh_escape_data(s: &str) -> String {
-    s.replace('%', "%25")
-        .replace('\r', "%0D")
-        .replace('\n', "%0A")
-}
-
-fn gh_escape_property(s: &str) -> String {
-    gh_escape_data(s).replace(':', "%3A").replace(',', "%2C")
-}
+use diagnostics::{escape_data as gh_escape_data, escape_property as gh_escape_property};

@@ -83,10 +83,14 @@ fn scene_failed(plan: &Plan, i: usize) -> bool {
         .any(|&s| matches!(plan.steps[s].status, Status::Failed(_)))
 }
 
-fn status_text(plan: &Plan, i: usize) -> String {
+fn status_text(plan: &Plan, i: usize, why: Option<&str>) -> String {
     let s = &plan.steps[i];
     let scope = if s.persist { "" } else { " (job-scoped)" };
-    format!("{}{scope}", s.status.word())
+    match (&s.status, why) {
+        // The one word of `scenerun explain`: why this miss.
+        (Status::Miss, Some(w)) => format!("miss ({w}){scope}"),
+        _ => format!("{}{scope}", s.status.word()),
+    }
 }
 
 pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
@@ -145,9 +149,10 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
         let w = plan
             .steps
             .iter()
-            .map(|s| plan.scenes[s.scene].name.len() + s.name.len() + 1)
+            .map(|s| s.id.to_string().len())
             .max()
             .unwrap_or(10);
+        let whys = crate::explain::words(plan);
         for (i, s) in plan.steps.iter().enumerate() {
             let est = s
                 .estimate
@@ -156,9 +161,9 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
             out.push_str(&format!(
                 "  {:<8} {:<w$}  {}  {:<22} {est:>7}\n",
                 s.label(),
-                format!("{}/{}", plan.scenes[s.scene].name, s.name),
+                s.id.to_string(),
                 &s.key[..12],
-                status_text(plan, i),
+                status_text(plan, i, whys[i]),
             ));
             if let Status::Stale(why) | Status::Failed(why) = &s.status {
                 if let Some(first) = why.lines().next() {
@@ -261,21 +266,24 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
 }
 
 pub fn json(plan: &Plan) -> Value {
+    let whys = crate::explain::words(plan);
     let steps: Vec<Value> = plan
         .steps
         .iter()
-        .map(|s| {
+        .enumerate()
+        .map(|(i, s)| {
             let (status, reason) = match &s.status {
                 Status::Stale(w) | Status::Failed(w) => (s.status.word(), Some(w.clone())),
                 _ => (s.status.word(), None),
             };
             json!({
                 "kind": s.kind.name(),
-                "scene": plan.scenes[s.scene].name,
+                "scene": s.id.scene,
                 "name": s.name,
                 "key": s.key,
                 "status": status,
                 "reason": reason,
+                "why": whys[i],
                 "scope": if s.persist { "cache" } else { "job" },
                 "estimate_secs": s.estimate,
                 "threads": s.threads,
@@ -395,10 +403,8 @@ pub fn dry_run(plan: &Plan, phases: Phases) -> String {
                 ""
             };
             out.push_str(&format!(
-                "# {} {}/{}{note}\n{}\n",
-                s.label(),
-                plan.scenes[s.scene].name,
-                s.name,
+                "# {}{note}\n{}\n",
+                s.id.labelled(),
                 plan.command(s, &Fill::DryRun)
             ));
         }

@@ -16,19 +16,26 @@ pub struct Ui {
     pub github: bool,
 }
 
+/// Whether `--color` and the environment ask for color: `auto` means a terminal that is
+/// not `TERM=dumb`, without `NO_COLOR`.
+fn color_on(choice: Color, tty: bool, no_color: bool, dumb: bool) -> bool {
+    match choice {
+        Color::Always => true,
+        Color::Never => false,
+        Color::Auto => tty && !dumb && !no_color,
+    }
+}
+
 impl Ui {
     pub fn new(cli: &Cli) -> Ui {
+        let dumb = std::env::var("TERM").as_deref() == Ok("dumb");
         let tty = std::io::stderr().is_terminal();
-        let color = match cli.color {
-            Color::Always => true,
-            Color::Never => false,
-            Color::Auto => tty && std::env::var_os("NO_COLOR").is_none(),
-        };
+        let color = color_on(cli.color, tty, std::env::var_os("NO_COLOR").is_some(), dumb);
         Ui {
             quiet: cli.quiet,
             verbose: cli.verbose,
             color,
-            bars: tty && std::env::var_os("CI").is_none() && !cli.quiet,
+            bars: tty && !dumb && std::env::var_os("CI").is_none() && !cli.quiet,
             github: std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true"),
         }
     }
@@ -79,5 +86,19 @@ impl Ui {
         let mut o = std::io::stdout().lock();
         let _ = o.write_all(text.as_bytes());
         let _ = o.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn term_dumb_and_no_color_turn_auto_color_off() {
+        assert!(color_on(Color::Auto, true, false, false));
+        assert!(!color_on(Color::Auto, true, false, true));
+        assert!(!color_on(Color::Auto, true, true, false));
+        assert!(!color_on(Color::Auto, false, false, false));
+        assert!(color_on(Color::Always, false, true, true));
     }
 }

@@ -2,28 +2,39 @@
 //! cache (or the job dir for `persist: false`). Invariants kept here: a key is built at
 //! most once per cache (per-key lock, look again after acquiring it); a failure is never
 //! cached and fails only its scene; nothing partial is ever published.
+//!
+//! One pipeline: the plan's units (grouped once, in `plan`) go to the executor (`exec`,
+//! driven by the pure scheduler `sched`), which runs `build_unit` on its slots and emits
+//! typed events (`events`); one accumulator (`accum`) turns them into the summary, the
+//! warm record, history, key-input records and trace spans; one reporter (`reporter`)
+//! renders them. `run` hands back what it published so `scenerun run` updates its plan.
 
+pub mod accum;
 pub mod depfile;
+pub mod events;
+pub mod exec;
 mod inputs;
 pub mod record;
+pub mod reporter;
 pub mod sched;
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Result;
 
 use crate::cache::history::History;
 use crate::cache::maintain::{self, LastWarm};
-use crate::cache::{Dep, Kind, Lookup};
-use crate::manifest::units::{short_duration, short_size};
-use crate::plan::{Fill, Plan};
+use crate::cache::{Dep, Entry, Kind, Lookup};
+use crate::explain::inputs::Records;
+use crate::plan::{Fill, Plan, Status, Unit};
 use crate::proc::{self, Ended};
 use crate::report::term::Ui;
-use record::{Outcome, StepRecord, WarmRecord};
+use accum::{Accumulator, Summary};
+use events::{FailCause, UnitEnd, UnitOutcome};
+use record::WarmRecord;
+pub use reporter::print_summary;
+use reporter::Reporter;
 
 pub struct Options {
     pub jobs: usize,
@@ -48,61 +59,16 @@ pub fn default_memory() -> u64 {
     total / 10 * 8
 }
 
-/// What one warm did.
-#[derive(Debug, Default)]
-pub struct Summary {
-    pub built: usize,
-    pub hits: usize,
-    pub failed: usize,
-    pub skipped: usize,
-    pub wall_secs: f64,
-    pub saved_secs: f64,
-    /// (scene, why)
-    pub failed_scenes: Vec<(String, String)>,
-    /// What the remote cache moved, when one is configured.
-    pub remote: Option<crate::cache::remote::Totals>,
+/// What a warm did, and what it published (for `Plan::apply_warm`).
+pub struct Warmed {
+    pub summary: Summary,
+    pub published: Vec<(usize, Status, Option<Entry>)>,
 }
 
-/// One unique artifact to produce, and the steps (scenes) that want it.
-struct Unit {
-    steps: Vec<usize>,
-}
-
-enum Done {
-    /// `sent`: bytes uploaded to the remote cache afterwards.
-    Built {
-        secs: f64,
-        sent: u64,
-    },
-    Hit,
-    /// Downloaded from the remote cache and published locally, in `secs`.
-    Downloaded {
-        bytes: u64,
-        secs: f64,
-    },
-    Failed {
-        error: String,
-        tail: String,
-    },
-}
-
-struct UnitResult {
-    unit: usize,
-    done: Result<Done>,
-}
-
-pub fn log_path(plan: &Plan, step: &crate::plan::Step) -> PathBuf {
-    let file = match step.kind {
-        Kind::Kernel => format!("compile-{}.log", step.name),
-        k => format!("{}.log", k.name()),
-    };
-    plan.job_dir
-        .join("logs")
-        .join(&plan.scenes[step.scene].name)
-        .join(file)
-}
-
-pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
+/// Warm every unit of the plan: the executor runs them and emits events; the reporter
+/// renders each event, the accumulator keeps what it means; then records, history, key
+/// inputs and the trace are written and the cache is pruned.
+pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
     let started = Instant::now();
     plan.store.ensure()?;
     if plan.steps.iter().any(|s| !s.persist) {
@@ -111,234 +77,14 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
     plan.store.sweep_tmp();
     plan.job.sweep_tmp();
 
-    // One unit per unique (store, kind, key).
-    let mut units: Vec<Unit> = Vec::new();
-    let mut by_key: HashMap<(bool, Kind, &str), usize> = HashMap::new();
-    let mut unit_of = vec![0; plan.steps.len()];
-    for (i, s) in plan.steps.iter().enumerate() {
-        let u = *by_key
-            .entry((s.persist, s.kind, s.key.as_str()))
-            .or_insert_with(|| {
-                units.push(Unit { steps: Vec::new() });
-                units.len() - 1
-            });
-        units[u].steps.push(i);
-        unit_of[i] = u;
-    }
-    let known: Vec<f64> = plan.steps.iter().filter_map(|s| s.estimate).collect();
-    let mean = if known.is_empty() {
-        1.0
-    } else {
-        known.iter().sum::<f64>() / known.len() as f64
-    };
-    let tasks: Vec<sched::Task> = units
-        .iter()
-        .map(|u| {
-            let s = &plan.steps[u.steps[0]];
-            let mut deps: Vec<usize> = u
-                .steps
-                .iter()
-                .flat_map(|&i| plan.steps[i].deps.iter().map(|&d| unit_of[d]))
-                .collect();
-            deps.sort();
-            deps.dedup();
-            sched::Task {
-                estimate: if s.status.is_hit() {
-                    0.0
-                } else {
-                    s.estimate.unwrap_or(mean)
-                },
-                threads: s.threads as usize,
-                memory: s.memory,
-                deps,
-            }
-        })
-        .collect();
-    let total_steps = plan.steps.len();
-    let mut scheduler = sched::Scheduler::new(tasks, opts.jobs, opts.memory);
-
-    let (job_tx, job_rx) = mpsc::channel::<usize>();
-    let job_rx = Arc::new(Mutex::new(job_rx));
-    let (done_tx, done_rx) = mpsc::channel::<UnitResult>();
-    let bar = ui.bars.then(|| {
-        let pb = indicatif::ProgressBar::new(total_steps as u64);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template("warm [{bar:30}] {pos}/{len} {wide_msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        pb
+    let mut reporter = Reporter::new(plan, ui);
+    let mut acc = Accumulator::new(plan);
+    exec::execute(plan, opts.jobs, opts.memory, &build_or_fail, &mut |ev| {
+        reporter.on(plan, &ev);
+        acc.on(plan, ev);
     });
-    // What the bar shows as running (scheduler thread only).
-    let mut running_names: BTreeMap<usize, String> = BTreeMap::new();
-    let show_running = |pb: &indicatif::ProgressBar, names: &BTreeMap<usize, String>| {
-        pb.set_message(names.values().cloned().collect::<Vec<_>>().join(", "));
-    };
-
-    // One finished step's line: above the bar on a TTY (only failures unless -v), else on
-    // stderr (all but `keep: false` lines under -q).
-    let say = |line: &str, keep: bool| match &bar {
-        Some(pb) => {
-            if keep || ui.verbose > 0 {
-                pb.println(line);
-            }
-            pb.inc(1);
-        }
-        None if keep => ui.always(line),
-        None => ui.info(line),
-    };
-    let mut records: Vec<StepRecord> = Vec::new();
-    let mut summary = Summary::default();
-    let mut history: Vec<(String, f64)> = Vec::new();
-    let mut infra: Option<anyhow::Error> = None;
-    let mut finished = 0usize;
-
-    std::thread::scope(|scope| {
-        for _ in 0..opts.jobs.max(1) {
-            let rx = job_rx.clone();
-            let tx = done_tx.clone();
-            let units = &units;
-            scope.spawn(move || loop {
-                let next = rx.lock().expect("job queue").recv();
-                let Ok(u) = next else { break };
-                let done = build_unit(plan, &units[u]);
-                if tx.send(UnitResult { unit: u, done }).is_err() {
-                    break;
-                }
-            });
-        }
-        drop(done_tx);
-        let mut in_flight = 0usize;
-        let mut skipped_units: Vec<usize> = Vec::new();
-        loop {
-            if infra.is_none() && !proc::interrupted() {
-                while let Some(u) = scheduler.next_task() {
-                    in_flight += 1;
-                    if let Some(pb) = &bar {
-                        running_names.insert(u, plan.steps[units[u].steps[0]].id(plan));
-                        show_running(pb, &running_names);
-                    }
-                    let _ = job_tx.send(u);
-                }
-            }
-            if in_flight == 0 {
-                break;
-            }
-            let Ok(res) = done_rx.recv() else { break };
-            in_flight -= 1;
-            if let Some(pb) = &bar {
-                running_names.remove(&res.unit);
-                show_running(pb, &running_names);
-            }
-            let ok = matches!(
-                res.done,
-                Ok(Done::Built { .. }) | Ok(Done::Hit) | Ok(Done::Downloaded { .. })
-            );
-            let moved = match &res.done {
-                Ok(Done::Built { sent, .. }) if *sent > 0 => {
-                    format!(", {} up", short_size(*sent))
-                }
-                Ok(Done::Downloaded { bytes, .. }) => format!(" {}", short_size(*bytes)),
-                _ => String::new(),
-            };
-            let newly_skipped = scheduler.finish(res.unit, ok);
-            let remote_hit = matches!(res.done, Ok(Done::Downloaded { .. }));
-            let (outcome, secs, error, tail) = match res.done {
-                Ok(Done::Built { secs, .. }) => (Outcome::Built, secs, None, None),
-                Ok(Done::Downloaded { secs, .. }) => (Outcome::Hit, secs, None, None),
-                Ok(Done::Hit) => (Outcome::Hit, 0.0, None, None),
-                Ok(Done::Failed { error, tail }) => (Outcome::Failed, 0.0, Some(error), Some(tail)),
-                Err(e) => {
-                    let msg = format!("{e:#}");
-                    if infra.is_none() {
-                        infra = Some(e);
-                    }
-                    (Outcome::Failed, 0.0, Some(msg), None)
-                }
-            };
-            for &si in &units[res.unit].steps {
-                let s = &plan.steps[si];
-                finished += 1;
-                match outcome {
-                    Outcome::Built => {
-                        summary.built += 1;
-                        history.push((s.id(plan), secs));
-                    }
-                    Outcome::Hit => {
-                        summary.hits += 1;
-                        summary.saved_secs += s.estimate.unwrap_or(0.0);
-                    }
-                    _ => summary.failed += 1,
-                }
-                let line = format!(
-                    "[{finished}/{total_steps}] {} {}/{} {} {}{moved}",
-                    s.label(),
-                    plan.scenes[s.scene].name,
-                    s.name,
-                    short_duration(std::time::Duration::from_secs_f64(secs)),
-                    match outcome {
-                        Outcome::Built => "built".to_string(),
-                        Outcome::Hit if remote_hit => "remote-hit".to_string(),
-                        Outcome::Hit => "hit".to_string(),
-                        _ => ui.red("FAILED"),
-                    }
-                );
-                let log = log_path(plan, s);
-                if outcome == Outcome::Failed {
-                    let why = error.clone().unwrap_or_default();
-                    say(&format!("{line}\n  {why}\n  log: {}", log.display()), true);
-                    summary.failed_scenes.push((
-                        plan.scenes[s.scene].name.clone(),
-                        format!("{} {}: {why}", s.label(), s.name),
-                    ));
-                } else {
-                    say(&line, false);
-                }
-                records.push(step_record(
-                    plan,
-                    s,
-                    outcome,
-                    secs,
-                    Some(&log),
-                    error.clone(),
-                    tail.clone(),
-                ));
-            }
-            for u in newly_skipped {
-                if skipped_units.contains(&u) {
-                    continue;
-                }
-                skipped_units.push(u);
-                for &si in &units[u].steps {
-                    let s = &plan.steps[si];
-                    finished += 1;
-                    summary.skipped += 1;
-                    say(
-                        &format!(
-                            "[{finished}/{total_steps}] {} {}/{} skipped (a step it needs failed)",
-                            s.label(),
-                            plan.scenes[s.scene].name,
-                            s.name
-                        ),
-                        true,
-                    );
-                    records.push(step_record(
-                        plan,
-                        s,
-                        Outcome::Skipped,
-                        0.0,
-                        None,
-                        Some("not run: the fixture it needs failed".into()),
-                        None,
-                    ));
-                }
-            }
-        }
-        drop(job_tx);
-    });
-    if let Some(pb) = bar {
-        pb.finish_and_clear();
-    }
-    summary.wall_secs = started.elapsed().as_secs_f64();
+    reporter.finish();
+    acc.finish(started.elapsed().as_secs_f64());
 
     if proc::interrupted() {
         return Err(crate::coded!(
@@ -346,20 +92,30 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
             "interrupted: nothing partial was published"
         ));
     }
-    if let Some(e) = infra {
+    if let Some(e) = acc.infra.take() {
         // Keep what is known, but an unusable cache is exit 3.
-        let _ = WarmRecord::merge_and_save(&plan.job_dir, records);
+        let _ = WarmRecord::merge_and_save(&plan.job_dir, acc.records);
         return Err(e);
     }
-    History::record(&plan.store.root, &history);
+    History::record(&plan.store.root, &acc.history);
+    let built: Vec<(String, crate::explain::inputs::KeyInputs)> = acc
+        .built_steps
+        .iter()
+        .filter_map(|&i| Some((plan.steps[i].id.record_key(), plan.key_inputs(i)?)))
+        .collect();
+    Records::record(&plan.store.root, &built);
     plan.files.save();
-    WarmRecord::merge_and_save(&plan.job_dir, records).map_err(|e| {
+    if let Err(e) = crate::report::trace::write_warm(plan, &acc.spans) {
+        ui.info(&format!("warning: cannot write the trace: {e}"));
+    }
+    WarmRecord::merge_and_save(&plan.job_dir, acc.records).map_err(|e| {
         crate::coded!(
             crate::exit::Exit::Infra,
             "cannot write the warm record in {}: {e}",
             plan.job_dir.display()
         )
     })?;
+    let mut summary = acc.summary;
     LastWarm {
         hits: summary.hits,
         built: summary.built,
@@ -379,41 +135,57 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Summary> {
             ui.info(&n);
         }
     }
-    summary.failed_scenes.sort();
-    summary.failed_scenes.dedup();
-    Ok(summary)
+    Ok(Warmed {
+        summary,
+        published: acc.published,
+    })
 }
 
-fn step_record(
-    plan: &Plan,
-    s: &crate::plan::Step,
-    outcome: Outcome,
-    duration_secs: f64,
-    log: Option<&std::path::Path>,
-    error: Option<String>,
-    log_tail: Option<String>,
-) -> StepRecord {
-    StepRecord {
-        kind: s.kind,
-        scene: plan.scenes[s.scene].name.clone(),
-        name: s.name.clone(),
-        key: s.key.clone(),
+/// One unit's end: a failing step is `Failed`, a cache error `Infra`; an input that
+/// changed during the step is named beside the outcome of its one rerun.
+fn build_or_fail(plan: &Plan, unit: usize) -> UnitEnd {
+    let step = &plan.steps[plan.units[unit].steps[0]];
+    let (done, input_changed) = match build_as(plan, &plan.units[unit], &step.key) {
+        Ok(Attempt::Done(done)) => (Ok(done), None),
+        Ok(Attempt::InputChanged(path)) => {
+            let shown = crate::key::key_name(&plan.manifest.dir, &path);
+            (inputs::rerun(plan, &plan.units[unit], &shown), Some(shown))
+        }
+        Err(e) => (Err(e), None),
+    };
+    let outcome = match done {
+        Ok(Done::Built { secs, entry, sent }) => UnitOutcome::Built { secs, entry, sent },
+        Ok(Done::Hit(entry)) => UnitOutcome::Hit { entry },
+        Ok(Done::Downloaded { secs, bytes, entry }) => {
+            UnitOutcome::Downloaded { secs, bytes, entry }
+        }
+        Ok(Done::Failed(cause)) => UnitOutcome::Failed {
+            cause,
+            log: step.id.log_path(&plan.job_dir),
+        },
+        Err(e) => UnitOutcome::Infra(e),
+    };
+    UnitEnd {
         outcome,
-        duration_secs,
-        log: log.map(|l| l.display().to_string()),
-        error,
-        log_tail,
+        input_changed,
     }
 }
 
-/// Build one unit: lock its key, look again, run the step into staging, publish.
-/// Err only for infrastructure (the cache); a failing step is `Done::Failed`.
-fn build_unit(plan: &Plan, unit: &Unit) -> Result<Done> {
-    let step = &plan.steps[unit.steps[0]];
-    match build_as(plan, unit, &step.key)? {
-        Attempt::Done(done) => Ok(done),
-        Attempt::InputChanged(path) => inputs::rerun(plan, unit, &path),
-    }
+enum Done {
+    /// `sent`: bytes uploaded to the remote cache afterwards.
+    Built {
+        secs: f64,
+        entry: Entry,
+        sent: u64,
+    },
+    Hit(Entry),
+    /// Downloaded from the remote cache and published locally, in `secs`.
+    Downloaded {
+        secs: f64,
+        bytes: u64,
+        entry: Entry,
+    },
+    Failed(FailCause),
 }
 
 /// One try at a unit under `key`.
@@ -423,6 +195,9 @@ enum Attempt {
     InputChanged(PathBuf),
 }
 
+/// Build one unit under `key`: lock it, look again (locally, then in the remote cache),
+/// run the step into staging, check its inputs did not change meanwhile, publish, upload.
+/// Err only for infrastructure (the cache); a failing step is `Done::Failed`.
 fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     let step = &plan.steps[unit.steps[0]];
     let store = plan.store_of(step);
@@ -453,7 +228,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         {
             r.upload(&e, true)?;
         }
-        return Ok(Attempt::Done(Done::Hit));
+        return Ok(Attempt::Done(Done::Hit(e)));
     }
     // Local miss: the shared cache (not for a stale step: its entry there is as stale),
     // then a build.
@@ -461,8 +236,11 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         let t0 = Instant::now();
         let fetched = r.fetch(store, step.kind, key, &plan.manifest.dir, &plan.files)?;
         if let crate::cache::remote::Fetched::Published(bytes) = fetched {
-            let secs = t0.elapsed().as_secs_f64();
-            return Ok(Attempt::Done(Done::Downloaded { bytes, secs }));
+            if let Some(entry) = store.present(step.kind, key) {
+                store.touch(&entry);
+                let secs = t0.elapsed().as_secs_f64();
+                return Ok(Attempt::Done(Done::Downloaded { secs, bytes, entry }));
+            }
         }
     }
     let staging = store.stage(step.kind)?;
@@ -489,7 +267,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
             plan.artifact(&plan.steps[f]).display().to_string(),
         );
     }
-    let log = log_path(plan, step);
+    let log = step.id.log_path(&plan.job_dir);
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::create_dir_all(log.parent().expect("log has a dir"));
     let _ = std::fs::write(&log, format!("$ {command}\n"));
@@ -502,17 +280,21 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         timeout: step.timeout,
     });
     let secs = t0.elapsed().as_secs_f64();
-    let fail = |error: String| -> Result<Attempt> {
-        Ok(Attempt::Done(Done::Failed {
-            error,
-            tail: proc::log_tail(&log, 4000),
-        }))
-    };
+    // A message without a variant of its own becomes `FailCause::Other`.
+    fn fail(cause: impl Into<FailCause>) -> Result<Attempt> {
+        Ok(Attempt::Done(Done::Failed(cause.into())))
+    }
     match ended {
-        Err(e) => return fail(format!("could not start `sh -c`: {e}")),
+        Err(e) => return fail(FailCause::CouldNotStart(e.to_string())),
         Ok(Ended::Exited(0)) => {}
-        Ok(Ended::Interrupted) => return fail("interrupted".into()),
-        Ok(other) => return fail(other.describe()),
+        Ok(Ended::Exited(c)) => return fail(FailCause::Exited(c)),
+        Ok(Ended::Signaled(s)) => return fail(FailCause::Signaled(s)),
+        Ok(Ended::TimedOut) => {
+            return fail(FailCause::TimedOut {
+                limit: step.timeout.unwrap_or_default(),
+            })
+        }
+        Ok(Ended::Interrupted) => return fail(FailCause::Interrupted),
     }
     let empty = match std::fs::metadata(&out) {
         Ok(m) if m.is_file() => m.len() == 0,
@@ -522,15 +304,14 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         _ => true,
     };
     if empty {
-        return fail(format!(
-            "exited 0 but left {{out}} {} ({})",
-            if out.exists() { "empty" } else { "missing" },
-            out.display()
-        ));
+        return fail(FailCause::EmptyOut {
+            missing: !out.exists(),
+            out: out.clone(),
+        });
     }
     // An artifact the cache cannot hold (a symlink, a fifo) fails this step, not the warm.
     if let Err(e) = crate::fsutil::walk_files(&out) {
-        return fail(format!("left {{out}} that cannot be cached: {e}"));
+        return fail(FailCause::Uncacheable(e.to_string()));
     }
     let deps = match recorded_deps(plan, step, &depfile, &staging.dir) {
         Ok(d) => d,
@@ -541,14 +322,14 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         drop(staging);
         return Ok(Attempt::InputChanged(path));
     }
-    let built_by = step.id(plan);
+    let built_by = step.id.record_key();
     let entry = store.publish(staging, step.kind, key, &built_by, secs, deps)?;
     store.touch(&entry);
     let sent = match plan.remote.as_deref().filter(|_| step.persist) {
         Some(r) => r.upload(&entry, false)?,
         None => 0,
     };
-    Ok(Attempt::Done(Done::Built { secs, sent }))
+    Ok(Attempt::Done(Done::Built { secs, entry, sent }))
 }
 
 /// The files a step reported reading through its depfile (kernels whose toolchain has
@@ -559,7 +340,7 @@ fn recorded_deps(
     step: &crate::plan::Step,
     depfile: &std::path::Path,
     staging: &std::path::Path,
-) -> std::result::Result<Vec<Dep>, String> {
+) -> std::result::Result<Vec<Dep>, FailCause> {
     let scene = plan.scene(step);
     let (wants, make_only) = match step.kind {
         Kind::Kernel => {
@@ -584,15 +365,9 @@ fn recorded_deps(
         crate::fsutil::read_nofollow(depfile).map(|t| String::from_utf8_lossy(&t).into_owned())
     else {
         return Err(if make_only {
-            format!(
-                "the toolchain's depfile option was given but no depfile was written at {}",
-                depfile.display()
-            )
+            FailCause::NoDepfile(depfile.to_path_buf())
         } else {
-            format!(
-                "depfile not written: the command has {{depfile}} but exited 0 without writing {}",
-                depfile.display()
-            )
+            FailCause::DepfileNotWritten(depfile.to_path_buf())
         });
     };
     let paths = if make_only {
@@ -619,31 +394,13 @@ fn recorded_deps(
                 path: crate::key::key_name(&plan.manifest.dir, &path),
                 blake3: h,
             }),
-            Err(e) => return Err(format!("depfile names {p}, which cannot be read: {e}")),
+            Err(e) => {
+                return Err(FailCause::BadDepfileEntry {
+                    path: p,
+                    error: e.to_string(),
+                })
+            }
         }
     }
     Ok(deps)
-}
-
-/// The failed scenes and the final line.
-pub fn print_summary(s: &Summary, ui: &Ui) {
-    for (scene, why) in &s.failed_scenes {
-        ui.always(&format!("{} scene {scene}: {why}", ui.red("failed:")));
-    }
-    ui.always(&format!(
-        "warm: {} built, {} hit, {} failed{} in {:.1}s; hits saved ~{:.1}s of CPU time",
-        s.built,
-        s.hits,
-        s.failed,
-        if s.skipped > 0 {
-            format!(", {} skipped", s.skipped)
-        } else {
-            String::new()
-        },
-        s.wall_secs,
-        s.saved_secs
-    ));
-    if let Some(t) = &s.remote {
-        ui.always(&format!("remote cache: {}", t.line()));
-    }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::Kind;
 use crate::fsutil;
+use crate::stepid::StepId;
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -32,6 +33,12 @@ pub struct StepRecord {
     pub log: Option<String>,
     pub error: Option<String>,
     pub log_tail: Option<String>,
+}
+
+impl StepRecord {
+    pub fn id(&self) -> StepId {
+        StepId::new(self.kind, &self.scene, &self.name)
+    }
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -59,7 +66,7 @@ impl WarmRecord {
             self.steps
                 .iter()
                 .filter(|r| matches!(r.outcome, Outcome::Failed | Outcome::Skipped))
-                .map(|r| ((r.kind, r.scene.as_str(), r.name.as_str()), r))
+                .map(|r| (r.id(), r))
                 .collect(),
         )
     }
@@ -68,12 +75,8 @@ impl WarmRecord {
     pub fn merge_and_save(job_dir: &Path, new: Vec<StepRecord>) -> std::io::Result<()> {
         let mut rec = WarmRecord::load(job_dir);
         rec.version = RECORD_VERSION;
-        let replaced: std::collections::HashSet<(Kind, &str, &str)> = new
-            .iter()
-            .map(|n| (n.kind, n.scene.as_str(), n.name.as_str()))
-            .collect();
-        rec.steps
-            .retain(|o| !replaced.contains(&(o.kind, o.scene.as_str(), o.name.as_str())));
+        let replaced: std::collections::HashSet<StepId> = new.iter().map(StepRecord::id).collect();
+        rec.steps.retain(|o| !replaced.contains(&o.id()));
         drop(replaced);
         rec.steps.extend(new);
         let bytes = serde_json::to_vec_pretty(&rec).expect("record serializes");
@@ -81,13 +84,13 @@ impl WarmRecord {
     }
 }
 
-/// Failed steps of a warm record, by (kind, scene, name).
-pub struct Failures<'a>(std::collections::HashMap<(Kind, &'a str, &'a str), &'a StepRecord>);
+/// Failed steps of a warm record, by step.
+pub struct Failures<'a>(std::collections::HashMap<StepId, &'a StepRecord>);
 
 impl Failures<'_> {
     /// The failure message recorded for this step with this exact key.
-    pub fn get(&self, kind: Kind, scene: &str, name: &str, key: &str) -> Option<String> {
-        let r = self.0.get(&(kind, scene, name)).filter(|r| r.key == key)?;
+    pub fn get(&self, step: &StepId, key: &str) -> Option<String> {
+        let r = self.0.get(step).filter(|r| r.key == key)?;
         let mut msg = r.error.clone().unwrap_or_else(|| "failed".into());
         if let Some(tail) = &r.log_tail {
             if !tail.trim().is_empty() {

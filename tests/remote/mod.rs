@@ -133,6 +133,16 @@ fn a_second_checkout_with_an_empty_cache_builds_nothing() {
     assert_eq!(runs(&b), (0, 0, 0), "nothing built: {}", show(&o));
     assert_eq!(stderr(&o).matches("remote-hit").count(), 9, "{}", show(&o));
     assert_eq!(ngx.stored("ac").len(), 9, "the reader wrote nothing");
+    // The trace's warm spans say what came down.
+    let trace: serde_json::Value =
+        serde_json::from_slice(&fs::read(b.path("build/scenerun/trace.json")).unwrap()).unwrap();
+    let served = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["args"]["remote_bytes"].as_u64().is_some_and(|n| n > 0))
+        .count();
+    assert_eq!(served, 9, "{trace}");
     let stats = run(&b, &["cache", "stats"], &[]);
     ok(&stats);
     assert!(
@@ -140,6 +150,11 @@ fn a_second_checkout_with_an_empty_cache_builds_nothing() {
         "{}",
         show(&stats)
     );
+    let stats = run(&b, &["cache", "stats", "--format", "json"], &[]);
+    ok(&stats);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&stats)).unwrap();
+    assert_eq!(v["last_warm_remote"]["hits"], 9, "{}", show(&stats));
+    assert_eq!(v["last_warm"]["hits"], 9, "{}", show(&stats));
     // What came down is whole: verify re-hashes it, and the device phase runs on it.
     ok(&run(&b, &["cache", "verify"], &[]));
     ok(&run(&b, &["device", "--no-lock"], &[]));

@@ -121,6 +121,48 @@ fn an_input_edited_during_its_step_is_not_published_under_the_old_key() {
     assert_eq!(code(&o), 0, "{}", show(&o));
 }
 
+/// `run` hands the device phase what warm published: after an input changed during the
+/// fixture and the rerun published it under the new key, the device step reads it there
+/// (the plan is updated, not built again).
+#[test]
+fn run_hands_the_device_phase_the_rerun_key() {
+    let s = light_suite();
+    s.write("data.txt", "v1\n");
+    s.script(
+        "gen.sh",
+        "#!/bin/sh\necho run >> logs/gen.log\nif [ ! -e logs/edited ]; then touch logs/edited; echo v2-longer > data.txt; fi\ncat data.txt > \"$1/input.txt\"\n",
+    );
+    let yaml = s
+        .read("scenes.yaml")
+        .replace("inputs: [gen.sh]", "inputs: [gen.sh, data.txt]")
+        .replace(
+            "    golden:\n      run: \"./golden.sh {fixture} {out}\"\n      inputs: [golden.sh]\n",
+            "",
+        )
+        .replace(
+            "run: \"true\"",
+            "run: \"grep -q v2-longer {fixture}/input.txt\"",
+        );
+    assert!(!yaml.contains("golden"), "{yaml}");
+    s.manifest(&yaml);
+    let o = run(&s, &["run", "--no-lock"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("input changed during the step (data.txt)"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(s.count("logs/gen.log"), 2, "rerun once");
+    // The report names the key the fixture was published under, not the one planned.
+    let meta: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(only_entry(&s, "fixture").join("meta.json")).unwrap(),
+    )
+    .unwrap();
+    let report = s.read("build/scenerun/report.json");
+    let key = meta["key"].as_str().unwrap();
+    assert!(report.contains(key), "{report}");
+}
+
 /// A BOM is accepted, a NUL in an env value is a manifest error, and 400 KB of nested
 /// brackets is refused at once instead of parsing in quadratic time.
 #[test]

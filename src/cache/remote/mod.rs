@@ -512,12 +512,16 @@ pub fn save_totals(store: &Store, remote: Option<&Remote>) {
     }
 }
 
-/// The `cache stats` line about the remote in the last warm.
-pub fn stats_text(store: &Store) -> String {
-    match fs::read(store.root.join(STATS_FILE))
+/// What the remote cache moved in the last warm; None when it ran without one.
+pub fn last_totals(store: &Store) -> Option<Totals> {
+    fsutil::read_nofollow(&store.root.join(STATS_FILE))
         .ok()
         .and_then(|b| serde_json::from_slice::<Totals>(&b).ok())
-    {
+}
+
+/// The `cache stats` line about the remote in the last warm.
+pub fn stats_text(store: &Store) -> String {
+    match last_totals(store) {
         Some(t) => format!("last warm, remote: {}\n", t.line()),
         None => "last warm, remote: not used\n".into(),
     }

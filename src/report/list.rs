@@ -1,0 +1,61 @@
+//! `scenerun list`: the selected scenes with tags, platform, device ids and lane, as text
+//! (one scene a line) or versioned JSON. Lists the manifest; computes no key.
+
+use serde_json::json;
+
+use crate::cli::Format;
+use crate::manifest::Scene;
+
+pub fn render(scenes: &[&Scene], format: Format) -> String {
+    match format {
+        Format::Text => {
+            let w = scenes.iter().map(|s| s.name.len()).max().unwrap_or(0);
+            let mut out = String::new();
+            for s in scenes {
+                let devices = s
+                    .device
+                    .as_ref()
+                    .map(|d| {
+                        format!(
+                            "{} device{}",
+                            d.devices,
+                            if d.devices == 1 { "" } else { "s" }
+                        )
+                    })
+                    .unwrap_or_else(|| "no device step".into());
+                let tags = if s.tags.is_empty() {
+                    String::new()
+                } else {
+                    format!("  [{}]", s.tags.join(", "))
+                };
+                out.push_str(&format!(
+                    "{:<w$}  {}  {devices}{tags}\n",
+                    s.name, s.platform
+                ));
+            }
+            out
+        }
+        Format::Json => {
+            let list: Vec<_> = scenes
+                .iter()
+                .map(|s| {
+                    json!({
+                        "name": s.name,
+                        "platform": s.platform,
+                        "tags": s.tags,
+                        "devices": s.device.as_ref().map(|d| d.devices),
+                        "exclusive": s.device.as_ref().is_some_and(|d| d.exclusive),
+                        "lane": serde_json::Value::Null,
+                        "kernels": s.kernels.len(),
+                        "fixture": s.fixture.is_some(),
+                        "golden": s.golden.is_some(),
+                    })
+                })
+                .collect();
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(&json!({"version": 1, "scenes": list})).expect("json")
+            )
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! `trace.json` in the report dir: the last warm and the last device phase as Chrome
+//! trace events (they open in Perfetto and chrome://tracing). Warm is process 1 with one
+//! track per worker slot; device is process 2 with a track for the lock (queue and held
+//! spans) and one per granted device id (scenes, lane start-ups). Each phase replaces only
+//! its own part of the file, so after `warm && device` one file shows both. Times are
+//! Unix microseconds, so the two parts line up. Under GitHub Actions the device phase is
+//! also a Mermaid gantt in the step summary.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::plan::Plan;
+use crate::warm::accum::Span;
+
+pub const WARM_PID: u64 = 1;
+pub const DEVICE_PID: u64 = 2;
+/// The device process's lock track; ids get tracks 1 + their position in `granted`.
+const LOCK_TID: u64 = 0;
+
+pub fn path(dir: &Path) -> PathBuf {
+    dir.join("trace.json")
+}
+
+fn us(secs: f64) -> i64 {
+    (secs * 1e6).round() as i64
+}
+
+fn unix_secs(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn meta(pid: u64, tid: Option<u64>, what: &str, name: &str, sort: u64) -> Vec<Value> {
+    let mut v = vec![match tid {
+        None => json!({"ph": "M", "pid": pid, "name": what, "args": {"name": name}}),
+        Some(t) => json!({"ph": "M", "pid": pid, "tid": t, "name": what, "args": {"name": name}}),
+    }];
+    let sort_what = if tid.is_some() {
+        "thread_sort_index"
+    } else {
+        "process_sort_index"
+    };
+    v.push(match tid {
+        None => json!({"ph": "M", "pid": pid, "name": sort_what, "args": {"sort_index": sort}}),
+        Some(t) => {
+            json!({"ph": "M", "pid": pid, "tid": t, "name": sort_what, "args": {"sort_index": sort}})
+        }
+    });
+    v
+}
+
+fn span(pid: u64, tid: u64, name: &str, cat: &str, start: f64, dur: f64, args: Value) -> Value {
+    json!({
+        "ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat,
+        "ts": us(start), "dur": us(dur.max(0.0)).max(1), "args": args,
+    })
+}
+
+/// Replace the events of process `pid` in `dir/trace.json` with `events`. Best effort:
+/// a trace that cannot be written is a warning, never a failed phase.
+fn replace_part(dir: &Path, pid: u64, events: Vec<Value>) -> std::io::Result<()> {
+    let file = path(dir);
+    let mut all: Vec<Value> = std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v.get("traceEvents").and_then(|e| e.as_array()).cloned())
+        .unwrap_or_default();
+    all.retain(|e| e.get("pid").and_then(|p| p.as_u64()) != Some(pid));
+    all.extend(events);
+    let doc = json!({"traceEvents": all, "displayTimeUnit": "ms"});
+    std::fs::create_dir_all(dir)?;
+    crate::fsutil::write_atomic(&file, &serde_json::to_vec(&doc).expect("trace serializes"))
+}
+
+/// The warm part: one span per unit run, on the slot that ran it.
+pub fn write_warm(plan: &Plan, spans: &[Span]) -> std::io::Result<()> {
+    let mut ev = meta(WARM_PID, None, "process_name", "scenerun warm", 1);
+    let mut slots: Vec<usize> = spans.iter().map(|s| s.slot).collect();
+    slots.sort();
+    slots.dedup();
+    for &s in &slots {
+        ev.extend(meta(
+            WARM_PID,
+            Some(s as u64),
+            "thread_name",
+            &format!("slot {s}"),
+            s as u64,
+        ));
+    }
+    for s in spans {
+        let unit = &plan.units[s.unit];
+        let first = &plan.steps[unit.steps[0]];
+        let scenes: Vec<&str> = unit
+            .steps
+            .iter()
+            .map(|&i| plan.steps[i].id.scene.as_str())
+            .collect();
+        ev.push(span(
+            WARM_PID,
+            s.slot as u64,
+            &first.id.labelled(),
+            first.kind.name(),
+            unix_secs(s.start),
+            s.secs,
+            json!({
+                "outcome": s.outcome,
+                "remote_bytes": s.remote_bytes,
+                "key": first.key,
+                "scenes": scenes,
+            }),
+        ));
+    }
+    replace_part(&plan.job_dir, WARM_PID, ev)
+}
+
+fn f(v: &Value, k: &str) -> Option<f64> {
+    v.get(k).and_then(|x| x.as_f64())
+}
+
+/// The device part, from the report the device phase wrote (`report.json`): the lock's
+/// queue and held spans, each scene on every id it held, lane start-ups. `fallback_start`
+/// is when the inner run started if the report has no lock timings (`--no-lock`).
+pub fn device_events(report: &Value, fallback_start: f64) -> Vec<Value> {
+    let mut ev = meta(DEVICE_PID, None, "process_name", "scenerun device", 2);
+    let lock = report.get("lock").filter(|l| !l.is_null());
+    let inner_start = lock
+        .and_then(|l| f(l, "inner_started_at"))
+        .unwrap_or(fallback_start);
+    if let Some(l) = lock {
+        ev.extend(meta(DEVICE_PID, Some(LOCK_TID), "thread_name", "lock", 0));
+        let called = f(l, "called_at").unwrap_or(inner_start);
+        let returned = f(l, "returned_at").unwrap_or(called);
+        match f(l, "inner_started_at") {
+            Some(started) => {
+                ev.push(span(
+                    DEVICE_PID,
+                    LOCK_TID,
+                    "queued",
+                    "lock",
+                    called,
+                    started - called,
+                    json!({}),
+                ));
+                ev.push(span(
+                    DEVICE_PID,
+                    LOCK_TID,
+                    "held",
+                    "lock",
+                    started,
+                    returned - started,
+                    json!({
+                        "command": l.get("command"),
+                    }),
+                ));
+            }
+            None => ev.push(span(
+                DEVICE_PID,
+                LOCK_TID,
+                "lock command (inner never ran)",
+                "lock",
+                called,
+                returned - called,
+                json!({
+                    "exit_code": l.get("exit_code"),
+                }),
+            )),
+        }
+    }
+    let granted: Vec<String> = report
+        .pointer("/device/granted")
+        .and_then(|g| g.as_array())
+        .map(|g| {
+            g.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ids: Vec<String> = granted.clone();
+    let scenes = report
+        .get("scenes")
+        .and_then(|s| s.as_array())
+        .cloned()
+        .unwrap_or_default();
+    for s in &scenes {
+        for d in s
+            .get("devices")
+            .and_then(|d| d.as_array())
+            .into_iter()
+            .flatten()
+        {
+            if let Some(d) = d.as_str() {
+                if !ids.iter().any(|i| i == d) {
+                    ids.push(d.to_string());
+                }
+            }
+        }
+    }
+    let tid = |id: &str| 1 + ids.iter().position(|i| i == id).unwrap_or(0) as u64;
+    for id in &ids {
+        ev.extend(meta(
+            DEVICE_PID,
+            Some(tid(id)),
+            "thread_name",
+            &format!("device {id}"),
+            tid(id),
+        ));
+    }
+    for s in &scenes {
+        let name = s.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+        let Some(start) = f(s, "start_secs") else {
+            continue;
+        };
+        let dur = f(s, "duration_secs").unwrap_or(0.0);
+        let devices: Vec<&str> = s
+            .get("devices")
+            .and_then(|d| d.as_array())
+            .map(|d| d.iter().filter_map(|x| x.as_str()).collect())
+            .unwrap_or_default();
+        for d in &devices {
+            ev.push(span(
+                DEVICE_PID,
+                tid(d),
+                name,
+                "scene",
+                inner_start + start,
+                dur,
+                json!({
+                    "outcome": s.get("outcome"),
+                    "devices": devices,
+                }),
+            ));
+        }
+    }
+    // Lane processes' start-ups: from the process start when the report has it, else
+    // ending where the first of its scenes started.
+    let lanes = report
+        .pointer("/device/lanes")
+        .or_else(|| report.get("lanes"))
+        .and_then(|l| l.as_array())
+        .cloned()
+        .unwrap_or_default();
+    for l in &lanes {
+        let Some(startup) = f(l, "startup_secs") else {
+            continue;
+        };
+        let lane = l.get("lane").and_then(|x| x.as_str()).unwrap_or("lane");
+        let names: Vec<&str> = l
+            .get("scenes")
+            .and_then(|x| x.as_array())
+            .map(|x| x.iter().filter_map(|n| n.as_str()).collect())
+            .unwrap_or_default();
+        let start = f(l, "start_secs").unwrap_or_else(|| {
+            scenes
+                .iter()
+                .filter(|s| {
+                    s.get("name")
+                        .and_then(|n| n.as_str())
+                        .is_some_and(|n| names.contains(&n))
+                })
+                .filter_map(|s| f(s, "start_secs"))
+                .fold(f64::INFINITY, f64::min)
+                - startup
+        });
+        if !start.is_finite() {
+            continue;
+        }
+        let devices: Vec<String> = match l.get("devices") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect(),
+            Some(Value::String(s)) => s.split(',').map(str::to_string).collect(),
+            _ => Vec::new(),
+        };
+        for d in &devices {
+            ev.push(span(
+                DEVICE_PID,
+                tid(d),
+                &format!("{lane} start-up"),
+                "lane",
+                inner_start + start,
+                startup,
+                json!({"lane": lane, "restarts": l.get("restarts")}),
+            ));
+        }
+    }
+    ev
+}
+
+/// Read `report.json` from `dir` and replace the device part of the trace with it;
+/// under GitHub Actions also append the Mermaid gantt to the step summary.
+pub fn write_device(dir: &Path, fallback_start: f64, github: bool) -> std::io::Result<()> {
+    let file = dir.join("report.json");
+    // A report left by an earlier run says nothing about this one.
+    let fresh = std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| unix_secs(t) + 1.0 >= fallback_start);
+    if !fresh {
+        return Ok(());
+    }
+    let report: Value = match std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+    {
+        Some(r) => r,
+        None => return Ok(()),
+    };
+    let events = device_events(&report, fallback_start);
+    if github {
+        if let Ok(p) = std::env::var("GITHUB_STEP_SUMMARY") {
+            let g = gantt(&events);
+            if !g.is_empty() {
+                use std::io::Write;
+                if let Ok(mut f) = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(p)
+                {
+                    let _ = f.write_all(g.as_bytes());
+                }
+            }
+        }
+    }
+    replace_part(dir, DEVICE_PID, events)
+}
+
+/// A Mermaid gantt of the device part: one section per track, one bar per span.
+pub fn gantt(events: &[Value]) -> String {
+    let spans: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let Some(t0) = spans.iter().filter_map(|e| e["ts"].as_i64()).min() else {
+        return String::new();
+    };
+    let mut tracks: Vec<(u64, String)> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .filter_map(|e| Some((e["tid"].as_u64()?, e["args"]["name"].as_str()?.to_string())))
+        .collect();
+    tracks.sort();
+    let clean = |s: &str| s.replace([':', '#', ';'], " ");
+    let mut md = String::from(
+        "\n```mermaid\ngantt\n    title scenerun device phase\n    dateFormat x\n    axisFormat %M:%S\n",
+    );
+    for (tid, name) in &tracks {
+        md.push_str(&format!("    section {}\n", clean(name)));
+        for e in spans.iter().filter(|e| e["tid"].as_u64() == Some(*tid)) {
+            let start = (e["ts"].as_i64().unwrap_or(t0) - t0) / 1000;
+            let dur = (e["dur"].as_i64().unwrap_or(0) / 1000).max(1);
+            let failed = e["args"]["outcome"]
+                .as_str()
+                .is_some_and(|o| !matches!(o, "passed" | "flaky"));
+            md.push_str(&format!(
+                "    {} :{}{start}, {}ms\n",
+                clean(e["name"].as_str().unwrap_or("?")),
+                if failed { "crit, " } else { "" },
+                dur
+            ));
+        }
+    }
+    md.push_str("```\n");
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Value {
+        json!({
+            "lock": {"called_at": 100.0, "inner_started_at": 102.0, "returned_at": 110.0, "command": "x"},
+            "device": {
+                "granted": ["4", "5"],
+                "lanes": [{"lane": "npu", "devices": ["5"], "start_secs": 0.5, "startup_secs": 1.5,
+                           "restarts": 0, "scenes": ["b"]}]
+            },
+            "scenes": [
+                {"name": "a", "devices": ["4"], "start_secs": 0.0, "duration_secs": 3.0, "outcome": "passed"},
+                {"name": "b", "devices": ["5"], "start_secs": 2.0, "duration_secs": 1.0, "outcome": "failed"},
+                {"name": "c", "devices": [], "start_secs": 0.0, "duration_secs": 0.0, "outcome": "not_run"}
+            ]
+        })
+    }
+
+    fn spans<'a>(ev: &'a [Value], cat: &str) -> Vec<&'a Value> {
+        ev.iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+            .collect()
+    }
+
+    #[test]
+    fn device_part_has_lock_ids_and_lane_startups() {
+        let ev = device_events(&report(), 0.0);
+        let lock = spans(&ev, "lock");
+        assert_eq!(lock.len(), 2);
+        assert_eq!(
+            (lock[0]["ts"].as_i64(), lock[0]["dur"].as_i64()),
+            (Some(100_000_000), Some(2_000_000))
+        );
+        assert_eq!(lock[1]["name"], "held");
+        assert_eq!(lock[1]["dur"].as_i64(), Some(8_000_000));
+        let scenes = spans(&ev, "scene");
+        // A scene that never held an id has no span.
+        assert_eq!(scenes.len(), 2);
+        assert_eq!(scenes[1]["ts"].as_i64(), Some(104_000_000));
+        // Tracks follow the granted order: id 4 is track 1, id 5 track 2.
+        assert_eq!(
+            (scenes[0]["tid"].as_u64(), scenes[1]["tid"].as_u64()),
+            (Some(1), Some(2))
+        );
+        let lane = spans(&ev, "lane");
+        assert_eq!(lane.len(), 1);
+        assert_eq!(
+            (lane[0]["ts"].as_i64(), lane[0]["tid"].as_u64()),
+            (Some(102_500_000), Some(2))
+        );
+        let g = gantt(&ev);
+        assert!(g.contains("section device 5\n"), "{g}");
+        assert!(g.contains("    b :crit, 4000, 1000ms\n"), "{g}");
+        assert!(g.contains("    a :2000, 3000ms\n"), "{g}");
+    }
+
+    #[test]
+    fn without_lock_timings_the_inner_start_is_the_fallback() {
+        let mut r = report();
+        r["lock"] = Value::Null;
+        let ev = device_events(&r, 50.0);
+        assert!(spans(&ev, "lock").is_empty());
+        assert_eq!(spans(&ev, "scene")[0]["ts"].as_i64(), Some(50_000_000));
+    }
+}

@@ -1,0 +1,85 @@
+//! A warm step's identity: (kind, scene, name). Stable across content changes, so
+//! history, the key-input records, logs, the warm record and every printed line name a
+//! step the same way. Rendered here and nowhere else.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::cache::Kind;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StepId {
+    pub kind: Kind,
+    pub scene: String,
+    /// The kernel's name, or `fixture` / `golden`.
+    pub name: String,
+}
+
+impl StepId {
+    pub fn new(kind: Kind, scene: &str, name: &str) -> StepId {
+        StepId {
+            kind,
+            scene: scene.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The key under which history and key-input records keep this step
+    /// (`kernel/scene/name`; also the `built_by` of an entry).
+    pub fn record_key(&self) -> String {
+        format!("{}/{}/{}", self.kind.name(), self.scene, self.name)
+    }
+
+    /// The verb printed before the step: `compile`, `fixture`, `golden`.
+    pub fn label(&self) -> &'static str {
+        match self.kind {
+            Kind::Kernel => "compile",
+            Kind::Fixture => "fixture",
+            Kind::Golden => "golden",
+        }
+    }
+
+    /// The step's log: `<job dir>/logs/<scene>/compile-<kernel>.log` or `<kind>.log`.
+    pub fn log_path(&self, job_dir: &Path) -> PathBuf {
+        let file = match self.kind {
+            Kind::Kernel => format!("compile-{}.log", self.name),
+            k => format!("{}.log", k.name()),
+        };
+        job_dir.join("logs").join(&self.scene).join(file)
+    }
+
+    /// `label scene/name`, as every line about a step starts.
+    pub fn labelled(&self) -> String {
+        format!("{} {self}", self.label())
+    }
+}
+
+/// `scene/name`.
+impl fmt::Display for StepId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.scene, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_each_form_once() {
+        let k = StepId::new(Kind::Kernel, "vadd", "add");
+        assert_eq!(k.to_string(), "vadd/add");
+        assert_eq!(k.record_key(), "kernel/vadd/add");
+        assert_eq!(k.labelled(), "compile vadd/add");
+        assert_eq!(
+            k.log_path(Path::new("/j")),
+            PathBuf::from("/j/logs/vadd/compile-add.log")
+        );
+        let f = StepId::new(Kind::Fixture, "vadd", "fixture");
+        assert_eq!(f.labelled(), "fixture vadd/fixture");
+        assert_eq!(
+            f.log_path(Path::new("/j")),
+            PathBuf::from("/j/logs/vadd/fixture.log")
+        );
+    }
+}

@@ -1,0 +1,475 @@
+//! The one accumulator of a warm: turns the executor's events into the summary, the
+//! warm record's step records, history durations, the key-input records to keep, the
+//! trace spans and what was published (so `run` updates its plan instead of planning
+//! again). Outcome logic lives here and is unit-tested without a process.
+
+use std::time::SystemTime;
+
+use super::events::{Event, FailCause, SkipCause, UnitOutcome};
+use super::record::{Outcome, StepRecord};
+use crate::cache::Entry;
+use crate::plan::{Plan, Status};
+use crate::proc;
+
+/// Bytes of a failed step's log kept in the warm record.
+const RECORD_TAIL: usize = 4000;
+
+/// What one warm did. Step counts count every scene's step; unit counts count unique
+/// artifacts (scenes share identical kernels).
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub built: usize,
+    pub hits: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub units: usize,
+    pub units_built: usize,
+    pub units_hit: usize,
+    pub wall_secs: f64,
+    pub saved_secs: f64,
+    /// Steps served by the remote cache (counted in `hits` too).
+    pub remote_hits: usize,
+    /// (scene, why)
+    pub failed_scenes: Vec<(String, String)>,
+    /// What the remote cache moved, when one is configured.
+    pub remote: Option<crate::cache::remote::Totals>,
+}
+
+/// One unit's time on one slot, for the trace.
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub slot: usize,
+    pub unit: usize,
+    pub start: SystemTime,
+    pub secs: f64,
+    pub outcome: Outcome,
+    /// Bytes downloaded from the remote cache, when it served the unit.
+    pub remote_bytes: Option<u64>,
+}
+
+#[derive(Default)]
+pub struct Accumulator {
+    pub summary: Summary,
+    pub records: Vec<StepRecord>,
+    /// (step record key, seconds) of built steps.
+    pub history: Vec<(String, f64)>,
+    /// Steps built by this warm (their key inputs are recorded).
+    pub built_steps: Vec<usize>,
+    /// Per unit that ended: its new status and entry, for `Plan::apply_warm`.
+    pub published: Vec<(usize, Status, Option<Entry>)>,
+    pub spans: Vec<Span>,
+    /// The first cache failure: the warm exits 3 after recording what it knows.
+    pub infra: Option<anyhow::Error>,
+    started: std::collections::HashMap<usize, SystemTime>,
+}
+
+impl Accumulator {
+    pub fn new(plan: &Plan) -> Accumulator {
+        Accumulator {
+            summary: Summary {
+                units: plan.units.len(),
+                ..Summary::default()
+            },
+            ..Accumulator::default()
+        }
+    }
+
+    pub fn on(&mut self, plan: &Plan, ev: Event) {
+        match ev {
+            Event::Started { unit, at, .. } => {
+                self.started.insert(unit, at);
+            }
+            Event::Finished {
+                unit,
+                slot,
+                wall_secs,
+                outcome,
+                ..
+            } => {
+                let remote_bytes = match &outcome {
+                    UnitOutcome::Downloaded { bytes, .. } => Some(*bytes),
+                    _ => None,
+                };
+                let remote_hit = remote_bytes.is_some();
+                let is_infra = matches!(outcome, UnitOutcome::Infra(_));
+                let (kind, secs, error, tail, log, status, entry) = match outcome {
+                    UnitOutcome::Built { secs, entry, .. } => {
+                        self.summary.units_built += 1;
+                        (
+                            Outcome::Built,
+                            secs,
+                            None,
+                            None,
+                            None,
+                            Status::Hit,
+                            Some(entry),
+                        )
+                    }
+                    UnitOutcome::Hit { entry } => {
+                        self.summary.units_hit += 1;
+                        (
+                            Outcome::Hit,
+                            0.0,
+                            None,
+                            None,
+                            None,
+                            Status::Hit,
+                            Some(entry),
+                        )
+                    }
+                    UnitOutcome::Downloaded { secs, entry, .. } => {
+                        self.summary.units_hit += 1;
+                        (
+                            Outcome::Hit,
+                            secs,
+                            None,
+                            None,
+                            None,
+                            Status::Hit,
+                            Some(entry),
+                        )
+                    }
+                    UnitOutcome::Failed { cause, log } => {
+                        let tail = proc::log_tail(&log, RECORD_TAIL);
+                        let status = Status::Failed(failure_text(&cause, &tail));
+                        let why = cause.to_string();
+                        (
+                            Outcome::Failed,
+                            wall_secs,
+                            Some(why),
+                            Some(tail),
+                            Some(log),
+                            status,
+                            None,
+                        )
+                    }
+                    UnitOutcome::Infra(e) => {
+                        let msg = format!("{e:#}");
+                        self.infra.get_or_insert(e);
+                        (
+                            Outcome::Failed,
+                            wall_secs,
+                            Some(msg),
+                            None,
+                            None,
+                            Status::Failed(String::new()),
+                            None,
+                        )
+                    }
+                };
+                if let Some(start) = self.started.remove(&unit) {
+                    self.spans.push(Span {
+                        slot,
+                        unit,
+                        start,
+                        secs: wall_secs,
+                        outcome: kind,
+                        remote_bytes,
+                    });
+                }
+                if !is_infra {
+                    self.published.push((unit, status, entry));
+                }
+                for &si in &plan.units[unit].steps {
+                    let s = &plan.steps[si];
+                    match kind {
+                        Outcome::Built => {
+                            self.summary.built += 1;
+                            self.history.push((s.id.record_key(), secs));
+                            self.built_steps.push(si);
+                        }
+                        Outcome::Hit => {
+                            self.summary.hits += 1;
+                            self.summary.remote_hits += usize::from(remote_hit);
+                            self.summary.saved_secs += s.estimate.unwrap_or(0.0);
+                        }
+                        _ => {
+                            self.summary.failed += 1;
+                            self.summary.failed_scenes.push((
+                                s.id.scene.clone(),
+                                format!(
+                                    "{} {}: {}",
+                                    s.label(),
+                                    s.name,
+                                    error.as_deref().unwrap_or("")
+                                ),
+                            ));
+                        }
+                    }
+                    let log = log.clone().unwrap_or_else(|| s.id.log_path(&plan.job_dir));
+                    self.records.push(StepRecord {
+                        kind: s.kind,
+                        scene: s.id.scene.clone(),
+                        name: s.name.clone(),
+                        key: s.key.clone(),
+                        outcome: kind,
+                        duration_secs: secs,
+                        log: Some(log.display().to_string()),
+                        error: error.clone(),
+                        log_tail: tail.clone(),
+                    });
+                }
+            }
+            Event::Skipped { unit, cause } => {
+                let SkipCause::DependencyFailed = cause;
+                self.published
+                    .push((unit, Status::Failed(cause.to_string()), None));
+                for &si in &plan.units[unit].steps {
+                    let s = &plan.steps[si];
+                    self.summary.skipped += 1;
+                    self.records.push(StepRecord {
+                        kind: s.kind,
+                        scene: s.id.scene.clone(),
+                        name: s.name.clone(),
+                        key: s.key.clone(),
+                        outcome: Outcome::Skipped,
+                        duration_secs: 0.0,
+                        log: None,
+                        error: Some(cause.to_string()),
+                        log_tail: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The failed scenes, once each, sorted.
+    pub fn finish(&mut self, wall_secs: f64) {
+        self.summary.wall_secs = wall_secs;
+        self.summary.failed_scenes.sort();
+        self.summary.failed_scenes.dedup();
+    }
+}
+
+/// The failure as the device phase shows it: the cause, then the log's tail.
+fn failure_text(cause: &FailCause, tail: &str) -> String {
+    let mut msg = cause.to_string();
+    if !tail.trim().is_empty() {
+        msg.push('\n');
+        msg.push_str(tail.trim_end());
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{Kind, Meta};
+    use crate::warm::events::Event;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    /// Two scenes sharing one kernel, each with a fixture and a golden: 5 units, 6 steps.
+    fn plan() -> (tempfile::TempDir, Plan) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.c"), "int k;\n").unwrap();
+        let mut y = String::from(
+            "version: 1\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"cc -c {source} -o {out}\"\nscenes:\n",
+        );
+        for s in ["a", "b"] {
+            y.push_str(&format!(
+                "  - name: {s}\n    kernels:\n      - name: k\n        toolchain: cc\n        source: k.c\n    fixture:\n      run: \"gen {{scene}} {{out}}\"\n    golden:\n      run: \"gold {{fixture}} {{out}}\"\n"
+            ));
+        }
+        std::fs::write(dir.path().join("scenes.yaml"), y).unwrap();
+        let m = crate::manifest::load(&dir.path().join("scenes.yaml")).unwrap();
+        let p = Plan::build(m, &Default::default(), None).unwrap();
+        (dir, p)
+    }
+
+    fn entry(kind: Kind) -> Entry {
+        Entry {
+            dir: PathBuf::from("/nowhere"),
+            meta: Meta {
+                layout: 1,
+                kind,
+                key: String::new(),
+                built_by: String::new(),
+                duration_secs: 0.0,
+                files: Vec::new(),
+                deps: Vec::new(),
+            },
+        }
+    }
+
+    fn unit_of(p: &Plan, kind: Kind, scene: &str) -> usize {
+        p.steps
+            .iter()
+            .find(|s| s.kind == kind && s.id.scene == scene)
+            .unwrap()
+            .unit
+    }
+
+    #[test]
+    fn a_shared_unit_counts_per_step_and_a_failure_skips_its_golden() {
+        let (_d, p) = plan();
+        assert_eq!((p.steps.len(), p.units.len()), (6, 5));
+        let mut acc = Accumulator::new(&p);
+        let k = unit_of(&p, Kind::Kernel, "a");
+        let fa = unit_of(&p, Kind::Fixture, "a");
+        let ga = unit_of(&p, Kind::Golden, "a");
+        let fb = unit_of(&p, Kind::Fixture, "b");
+        let at = SystemTime::now();
+        acc.on(
+            &p,
+            Event::Started {
+                unit: k,
+                slot: 1,
+                at,
+            },
+        );
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: k,
+                slot: 1,
+                wall_secs: 2.5,
+                input_changed: None,
+                outcome: UnitOutcome::Built {
+                    secs: 2.0,
+                    entry: entry(Kind::Kernel),
+                    sent: 0,
+                },
+            },
+        );
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: fa,
+                slot: 0,
+                wall_secs: 4.0,
+                input_changed: None,
+                outcome: UnitOutcome::Failed {
+                    cause: FailCause::TimedOut {
+                        limit: Duration::from_secs(4),
+                    },
+                    log: PathBuf::from("/nowhere/fixture.log"),
+                },
+            },
+        );
+        acc.on(
+            &p,
+            Event::Skipped {
+                unit: ga,
+                cause: SkipCause::DependencyFailed,
+            },
+        );
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: fb,
+                slot: 0,
+                wall_secs: 0.0,
+                input_changed: None,
+                outcome: UnitOutcome::Hit {
+                    entry: entry(Kind::Fixture),
+                },
+            },
+        );
+        acc.finish(9.0);
+        let s = &acc.summary;
+        // The shared kernel: two steps built from one unit.
+        assert_eq!((s.built, s.hits, s.failed, s.skipped), (2, 1, 1, 1));
+        assert_eq!((s.units, s.units_built, s.units_hit), (5, 1, 1));
+        assert_eq!(acc.history.len(), 2);
+        assert_eq!(acc.history[0], ("kernel/a/k".to_string(), 2.0));
+        assert_eq!(acc.built_steps.len(), 2);
+        // A failure keeps its real duration and its cause, with the limit.
+        let f = acc
+            .records
+            .iter()
+            .find(|r| r.kind == Kind::Fixture && r.scene == "a")
+            .unwrap();
+        assert_eq!(f.duration_secs, 4.0);
+        assert!(f.error.as_deref().unwrap().contains("timed out after 4.0s"));
+        assert_eq!(
+            s.failed_scenes,
+            vec![(
+                "a".to_string(),
+                "fixture fixture: timed out after 4.0s (its timeout; process group killed)"
+                    .to_string()
+            )]
+        );
+        // What the device phase will see.
+        let status = |u: usize| {
+            acc.published
+                .iter()
+                .find(|(x, ..)| *x == u)
+                .map(|(_, s, e)| (s.word(), e.is_some()))
+        };
+        assert_eq!(status(k), Some(("hit", true)));
+        assert_eq!(status(fa), Some(("failed-in-warm", false)));
+        assert_eq!(status(ga), Some(("failed-in-warm", false)));
+        assert_eq!(status(fb), Some(("hit", true)));
+        // The trace has a span only where a start was seen.
+        assert_eq!(acc.spans.len(), 1);
+        assert_eq!((acc.spans[0].slot, acc.spans[0].secs), (1, 2.5));
+    }
+
+    #[test]
+    fn a_download_is_a_hit_counted_as_remote_and_a_rerun_publishes_its_entry() {
+        let (_d, p) = plan();
+        let mut acc = Accumulator::new(&p);
+        let k = unit_of(&p, Kind::Kernel, "a");
+        let fa = unit_of(&p, Kind::Fixture, "a");
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: k,
+                slot: 0,
+                wall_secs: 0.3,
+                outcome: UnitOutcome::Downloaded {
+                    secs: 0.2,
+                    bytes: 4096,
+                    entry: entry(Kind::Kernel),
+                },
+                input_changed: None,
+            },
+        );
+        // An input changed during the fixture: what is reported is its rerun's build.
+        acc.on(
+            &p,
+            Event::Finished {
+                unit: fa,
+                slot: 1,
+                wall_secs: 1.0,
+                outcome: UnitOutcome::Built {
+                    secs: 0.5,
+                    entry: entry(Kind::Fixture),
+                    sent: 0,
+                },
+                input_changed: Some("data.txt".into()),
+            },
+        );
+        acc.finish(1.0);
+        let s = &acc.summary;
+        // The shared kernel: both scenes' steps came down once.
+        assert_eq!((s.built, s.hits, s.remote_hits, s.units_hit), (1, 2, 2, 1));
+        assert!(acc.history.iter().all(|(id, _)| id == "fixture/a/fixture"));
+        assert_eq!(acc.published.len(), 2);
+        assert!(acc
+            .published
+            .iter()
+            .all(|(_, st, e)| st.is_hit() && e.is_some()));
+    }
+
+    #[test]
+    fn a_cache_failure_is_kept_once_and_publishes_nothing() {
+        let (_d, p) = plan();
+        let mut acc = Accumulator::new(&p);
+        for u in 0..2 {
+            acc.on(
+                &p,
+                Event::Finished {
+                    unit: u,
+                    slot: 0,
+                    wall_secs: 0.1,
+                    input_changed: None,
+                    outcome: UnitOutcome::Infra(anyhow::anyhow!("disk full {u}")),
+                },
+            );
+        }
+        assert_eq!(format!("{}", acc.infra.unwrap()), "disk full 0");
+        assert!(acc.published.is_empty());
+    }
+}

@@ -1,0 +1,267 @@
+//! The one renderer of a warm: a progress bar on a terminal, else one line per finished
+//! step; under a failed step its cause and the tail of its output; under GitHub Actions
+//! `::error` annotations on the files a compiler complained about and the whole log in a
+//! collapsible `::group::`. Decides nothing: it renders the executor's events.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::accum::Summary;
+use super::events::{Event, UnitOutcome};
+use crate::manifest::units::{short_duration, short_size};
+use crate::plan::Plan;
+use crate::report::diagnostics;
+use crate::report::term::Ui;
+
+/// Lines of a failed step's output shown under its line.
+const TAIL_LINES: usize = 15;
+/// Annotations per failed step at most.
+const MAX_ANNOTATIONS: usize = 10;
+/// A log longer than the tail is shown whole, folded, under GitHub Actions (up to this).
+const GROUP_BYTES: usize = 64 << 10;
+
+pub struct Reporter<'a> {
+    ui: &'a Ui,
+    bar: Option<indicatif::ProgressBar>,
+    running: BTreeMap<usize, String>,
+    total: usize,
+    finished: usize,
+    /// Bytes the remote cache moved so far (down, up), shown on the bar.
+    moved: (u64, u64),
+}
+
+impl<'a> Reporter<'a> {
+    pub fn new(plan: &Plan, ui: &'a Ui) -> Reporter<'a> {
+        let total = plan.steps.len();
+        let bar = ui.bars.then(|| {
+            let pb = indicatif::ProgressBar::new(total as u64);
+            pb.set_style(
+                indicatif::ProgressStyle::with_template("warm [{bar:30}] {pos}/{len} {wide_msg}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            pb
+        });
+        Reporter {
+            ui,
+            bar,
+            running: BTreeMap::new(),
+            total,
+            finished: 0,
+            moved: (0, 0),
+        }
+    }
+
+    /// One finished step's text: above the bar on a TTY (only failures unless -v), else
+    /// on stderr (all but `keep: false` lines under -q).
+    fn say(&self, text: &str, keep: bool) {
+        match &self.bar {
+            Some(pb) => {
+                if keep || self.ui.verbose > 0 {
+                    pb.println(text);
+                }
+                pb.inc(1);
+            }
+            None if keep => self.ui.always(text),
+            None => self.ui.info(text),
+        }
+    }
+
+    fn show_running(&self) {
+        if let Some(pb) = &self.bar {
+            let running = self
+                .running
+                .values()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            pb.set_message(match self.moved {
+                (0, 0) => running,
+                (down, up) => format!(
+                    "remote {} down, {} up; {running}",
+                    short_size(down),
+                    short_size(up)
+                ),
+            });
+        }
+    }
+
+    pub fn on(&mut self, plan: &Plan, ev: &Event) {
+        match ev {
+            Event::Started { unit, .. } => {
+                if self.bar.is_some() {
+                    let s = &plan.steps[plan.units[*unit].steps[0]];
+                    self.running.insert(*unit, s.id.to_string());
+                    self.show_running();
+                }
+            }
+            Event::Finished {
+                unit,
+                wall_secs,
+                outcome,
+                input_changed,
+                ..
+            } => {
+                self.running.remove(unit);
+                match outcome {
+                    UnitOutcome::Built { sent, .. } => self.moved.1 += sent,
+                    UnitOutcome::Downloaded { bytes, .. } => self.moved.0 += bytes,
+                    _ => {}
+                }
+                self.show_running();
+                let (word, secs) = match outcome {
+                    UnitOutcome::Built { secs, sent: 0, .. } => ("built".to_string(), *secs),
+                    UnitOutcome::Built { secs, sent, .. } => {
+                        (format!("built, {} up", short_size(*sent)), *secs)
+                    }
+                    UnitOutcome::Hit { .. } => ("hit".to_string(), 0.0),
+                    UnitOutcome::Downloaded { secs, bytes, .. } => {
+                        (format!("remote-hit {}", short_size(*bytes)), *secs)
+                    }
+                    _ => (self.ui.red("FAILED"), *wall_secs),
+                };
+                // Said once per unit, under its first step.
+                let note = input_changed.as_ref().map(|input| {
+                    format!(
+                        "\n  note: input changed during the step ({input}): not published; ran it again with a recomputed key"
+                    )
+                });
+                for (n, &si) in plan.units[*unit].steps.iter().enumerate() {
+                    let s = &plan.steps[si];
+                    self.finished += 1;
+                    let line = format!(
+                        "[{}/{}] {} {} {word}",
+                        self.finished,
+                        self.total,
+                        s.id.labelled(),
+                        short_duration(Duration::from_secs_f64(secs)),
+                    );
+                    let line = match (&note, n) {
+                        (Some(note), 0) => format!("{line}{note}"),
+                        _ => line,
+                    };
+                    match outcome {
+                        UnitOutcome::Failed { cause, log } => {
+                            let mut text = format!("{line}\n  {cause}");
+                            // The output once per unit, under its first step.
+                            if n == 0 {
+                                text.push_str(&self.failure_detail(
+                                    plan,
+                                    &s.id.labelled(),
+                                    &cause.to_string(),
+                                    log,
+                                ));
+                            }
+                            text.push_str(&format!("\n  log: {}", log.display()));
+                            self.say(&text, true);
+                        }
+                        UnitOutcome::Infra(e) => self.say(&format!("{line}\n  {e:#}"), true),
+                        _ => self.say(&line, n == 0 && note.is_some()),
+                    }
+                }
+            }
+            Event::Skipped { unit, cause } => {
+                for &si in &plan.units[*unit].steps {
+                    self.finished += 1;
+                    let s = &plan.steps[si];
+                    self.say(
+                        &format!(
+                            "[{}/{}] {} skipped ({cause})",
+                            self.finished,
+                            self.total,
+                            s.id.labelled()
+                        ),
+                        true,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The tail of a failed step's output, and under GitHub Actions its annotations and
+    /// the whole log folded in a group.
+    fn failure_detail(
+        &self,
+        plan: &Plan,
+        title: &str,
+        cause: &str,
+        log: &std::path::Path,
+    ) -> String {
+        let text = crate::proc::log_tail(log, GROUP_BYTES);
+        let whole = std::fs::metadata(log).map_or(true, |m| m.len() <= GROUP_BYTES as u64);
+        // A whole log starts with the `$ command` line scenerun wrote; the output follows.
+        let output: Vec<&str> = text.lines().skip(usize::from(whole)).collect();
+        let mut out = String::new();
+        let from = output.len().saturating_sub(TAIL_LINES);
+        if from > 0 || !whole {
+            out.push_str("\n  | … (earlier lines are in the log)");
+        }
+        for l in &output[from..] {
+            out.push_str(&format!("\n  | {l}"));
+        }
+        if self.ui.github {
+            let diags = diagnostics::parse(&output.join("\n"), MAX_ANNOTATIONS);
+            // Workflow commands go to stdout, where the runner reads them.
+            let mut cmds = String::new();
+            if from > 0 || !whole {
+                cmds.push_str(&format!(
+                    "::group::{title}: {}\n{text}\n::endgroup::\n",
+                    if whole { "full log" } else { "end of the log" }
+                ));
+            }
+            for d in &diags {
+                cmds.push_str(&diagnostics::annotation(d, &plan.manifest.dir, title));
+                cmds.push('\n');
+            }
+            if diags.is_empty() {
+                cmds.push_str(&diagnostics::plain_error(
+                    &format!("scenerun: {title} failed"),
+                    cause,
+                ));
+                cmds.push('\n');
+            }
+            if let Some(pb) = &self.bar {
+                pb.suspend(|| self.ui.out(&cmds));
+            } else {
+                self.ui.out(&cmds);
+            }
+        }
+        out
+    }
+
+    pub fn finish(self) {
+        if let Some(pb) = self.bar {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+/// The failed scenes and the final line.
+pub fn print_summary(s: &Summary, ui: &Ui) {
+    for (scene, why) in &s.failed_scenes {
+        ui.always(&format!("{} scene {scene}: {why}", ui.red("failed:")));
+    }
+    let shared = if s.units < s.built + s.hits + s.failed + s.skipped {
+        format!(
+            "; {} unique keys ({} built, {} hit)",
+            s.units, s.units_built, s.units_hit
+        )
+    } else {
+        String::new()
+    };
+    ui.always(&format!(
+        "warm: {} built, {} hit, {} failed{} in {:.1}s{shared}; hits saved ~{:.1}s of CPU time",
+        s.built,
+        s.hits,
+        s.failed,
+        if s.skipped > 0 {
+            format!(", {} skipped", s.skipped)
+        } else {
+            String::new()
+        },
+        s.wall_secs,
+        s.saved_secs
+    ));
+    if let Some(t) = &s.remote {
+        ui.always(&format!("remote cache: {}", t.line()));
+    }
+}
