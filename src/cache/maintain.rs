@@ -33,22 +33,35 @@ impl LastWarm {
     }
 }
 
+/// Entries and bytes per kind, in `Kind::ALL` order: one walk over the entries.
+fn kind_totals(store: &Store) -> Vec<(Kind, usize, u64)> {
+    let mut totals: Vec<(Kind, usize, u64)> = Kind::ALL.iter().map(|&k| (k, 0, 0)).collect();
+    for (kind, _, dir) in store.entries() {
+        let bytes = read_meta(&dir)
+            .ok()
+            .flatten()
+            .map(|m| m.bytes())
+            .unwrap_or(0);
+        if let Some(t) = totals.iter_mut().find(|t| t.0 == kind) {
+            t.1 += 1;
+            t.2 += bytes;
+        }
+    }
+    totals
+}
+
+/// The summary the last warm left in the cache dir, if any.
+fn last_warm(store: &Store) -> Option<LastWarm> {
+    fsutil::read_nofollow(&store.root.join("last-warm.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<LastWarm>(&b).ok())
+}
+
 pub fn stats(store: &Store) -> Result<String> {
     store.check()?;
     let mut out = format!("cache {}\n", store.root.display());
     let mut total = (0usize, 0u64);
-    for kind in Kind::ALL {
-        let (mut n, mut bytes) = (0usize, 0u64);
-        for (k, _, dir) in store.entries() {
-            if k == kind {
-                n += 1;
-                bytes += read_meta(&dir)
-                    .ok()
-                    .flatten()
-                    .map(|m| m.bytes())
-                    .unwrap_or(0);
-            }
-        }
+    for (kind, n, bytes) in kind_totals(store) {
         total.0 += n;
         total.1 += bytes;
         out.push_str(&format!(
@@ -63,10 +76,7 @@ pub fn stats(store: &Store) -> Result<String> {
         total.0,
         short_size(total.1)
     ));
-    match fsutil::read_nofollow(&store.root.join("last-warm.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<LastWarm>(&b).ok())
-    {
+    match last_warm(store) {
         Some(w) => out.push_str(&format!(
             "last warm: {} hits, {} misses ({} built, {} failed), {:.1}s\n",
             w.hits,
@@ -85,18 +95,7 @@ pub fn stats_json(store: &Store) -> Result<serde_json::Value> {
     store.check()?;
     let mut kinds = serde_json::Map::new();
     let (mut n_all, mut b_all) = (0usize, 0u64);
-    for kind in Kind::ALL {
-        let (mut n, mut bytes) = (0usize, 0u64);
-        for (k, _, dir) in store.entries() {
-            if k == kind {
-                n += 1;
-                bytes += read_meta(&dir)
-                    .ok()
-                    .flatten()
-                    .map(|m| m.bytes())
-                    .unwrap_or(0);
-            }
-        }
+    for (kind, n, bytes) in kind_totals(store) {
         n_all += n;
         b_all += bytes;
         kinds.insert(
@@ -104,18 +103,15 @@ pub fn stats_json(store: &Store) -> Result<serde_json::Value> {
             serde_json::json!({"entries": n, "bytes": bytes}),
         );
     }
-    let last = fsutil::read_nofollow(&store.root.join("last-warm.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<LastWarm>(&b).ok())
-        .map(|w| {
-            serde_json::json!({
-                "hits": w.hits,
-                "misses": w.built + w.failed,
-                "built": w.built,
-                "failed": w.failed,
-                "wall_secs": w.wall_secs,
-            })
-        });
+    let last = last_warm(store).map(|w| {
+        serde_json::json!({
+            "hits": w.hits,
+            "misses": w.built + w.failed,
+            "built": w.built,
+            "failed": w.failed,
+            "wall_secs": w.wall_secs,
+        })
+    });
     Ok(serde_json::json!({
         "version": 1,
         "cache_dir": store.root.display().to_string(),

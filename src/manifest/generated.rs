@@ -77,19 +77,7 @@ impl Ctx {
                 continue;
             };
             let run = self.templ(&g.run, &format!("{path}.run"), &[Ph::Platform]);
-            let mut inputs = Vec::new();
-            for (j, pattern) in g.inputs.iter().enumerate() {
-                let ip = format!("{path}.inputs[{j}]");
-                match self.glob_inputs(pattern) {
-                    Ok(files) if files.is_empty() => {
-                        self.err(&ip, format!("input `{pattern}` matches no file"))
-                    }
-                    Ok(files) => inputs.extend(files),
-                    Err(e) => self.err(&ip, e),
-                }
-            }
-            inputs.sort();
-            inputs.dedup();
+            let inputs = self.inputs(&g.inputs, &path);
             if let Some(run) = run {
                 out.push(Generator {
                     index: i,

@@ -873,11 +873,11 @@ impl Ctx {
         })
     }
 
-    fn gen_step(&mut self, v: Value, path: &str, allowed: &[Ph]) -> Option<GenStep> {
-        let g = self.take::<raw::GenStep>(v, path, raw::GEN_STEP)?;
-        let run = self.templ(&g.run, &format!("{path}.run"), allowed);
+    /// `<path>.inputs`: every pattern expanded (sorted, without duplicates); a pattern
+    /// that matches nothing is an error at its position.
+    pub(super) fn inputs(&mut self, patterns: &[String], path: &str) -> Vec<FileRef> {
         let mut inputs = Vec::new();
-        for (i, pattern) in g.inputs.iter().enumerate() {
+        for (i, pattern) in patterns.iter().enumerate() {
             let ip = format!("{path}.inputs[{i}]");
             match self.glob_inputs(pattern) {
                 Ok(files) if files.is_empty() => {
@@ -889,6 +889,13 @@ impl Ctx {
         }
         inputs.sort();
         inputs.dedup();
+        inputs
+    }
+
+    fn gen_step(&mut self, v: Value, path: &str, allowed: &[Ph]) -> Option<GenStep> {
+        let g = self.take::<raw::GenStep>(v, path, raw::GEN_STEP)?;
+        let run = self.templ(&g.run, &format!("{path}.run"), allowed);
+        let inputs = self.inputs(&g.inputs, path);
         if g.threads == Some(0) {
             self.err(&format!("{path}.threads"), "threads must be at least 1");
         }
