@@ -8,7 +8,6 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::lane::Verdict;
 use super::SceneOutcome;
 
 /// How one try of a scene's device step ended.
@@ -22,20 +21,6 @@ pub enum AttemptOutcome {
     DeviceFault,
     Interrupted,
     NotRun,
-}
-
-impl From<Verdict> for AttemptOutcome {
-    fn from(v: Verdict) -> Self {
-        match v {
-            Verdict::Passed => AttemptOutcome::Passed,
-            Verdict::Failed => AttemptOutcome::Failed,
-            Verdict::Skipped => AttemptOutcome::Skipped,
-            Verdict::TimedOut => AttemptOutcome::TimedOut,
-            Verdict::DeviceFault => AttemptOutcome::DeviceFault,
-            Verdict::Interrupted => AttemptOutcome::Interrupted,
-            Verdict::NotRun => AttemptOutcome::NotRun,
-        }
-    }
 }
 
 impl AttemptOutcome {

@@ -599,7 +599,7 @@ fn emit(
             duration,
             message,
         } => {
-            let outcome = AttemptOutcome::from(*verdict);
+            let outcome = *verdict;
             let output = output_since(log, mark);
             let _ = tx.send(Event::Attempt {
                 scene: batch[*scene],

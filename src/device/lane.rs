@@ -9,18 +9,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-/// How one scene ended inside a lane process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Passed,
-    Failed,
-    Skipped,
-    TimedOut,
-    /// The device failed, not the scene: rerun on healthy ids.
-    DeviceFault,
-    Interrupted,
-    NotRun,
-}
+use super::events::AttemptOutcome;
 
 /// One line of a results file.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +19,7 @@ pub enum Line {
     },
     End {
         scene: String,
-        verdict: Verdict,
+        verdict: AttemptOutcome,
         duration: Option<f64>,
         message: Option<String>,
     },
@@ -43,7 +32,7 @@ pub enum Line {
     Report {
         nodeid: String,
         when: String,
-        verdict: Verdict,
+        verdict: AttemptOutcome,
         duration: f64,
         message: Option<String>,
     },
@@ -55,11 +44,11 @@ pub enum Line {
     Garbage(String),
 }
 
-fn outcome_word(v: Option<&Value>) -> Option<Verdict> {
+fn outcome_word(v: Option<&Value>) -> Option<AttemptOutcome> {
     match v?.as_str()? {
-        "passed" => Some(Verdict::Passed),
-        "failed" | "error" => Some(Verdict::Failed),
-        "skipped" => Some(Verdict::Skipped),
+        "passed" => Some(AttemptOutcome::Passed),
+        "failed" | "error" => Some(AttemptOutcome::Failed),
+        "skipped" => Some(AttemptOutcome::Skipped),
         _ => None,
     }
 }
@@ -199,7 +188,7 @@ pub enum Effect {
     /// Scene `scene` (index in the batch) ended this way.
     Scene {
         scene: usize,
-        verdict: Verdict,
+        verdict: AttemptOutcome,
         /// Seconds since the process started.
         started: f64,
         duration: f64,
@@ -327,11 +316,11 @@ impl Batch {
         } = std::mem::replace(&mut self.state[i], State::Done)
         {
             let verdict = if failed {
-                Verdict::Failed
+                AttemptOutcome::Failed
             } else if passed {
-                Verdict::Passed
+                AttemptOutcome::Passed
             } else {
-                Verdict::Skipped
+                AttemptOutcome::Skipped
             };
             out.push(Effect::Scene {
                 scene: i,
@@ -441,13 +430,13 @@ impl Batch {
                         State::Running { since } => (since, false, false, 0.0, None),
                         _ => (prev, false, false, 0.0, None),
                     };
-                    let failed = verdict == Verdict::Failed;
+                    let failed = verdict == AttemptOutcome::Failed;
                     self.state[i] = State::Reporting {
                         since,
                         failed: f0 || failed,
-                        passed: p0 || (verdict == Verdict::Passed && when == "call"),
+                        passed: p0 || (verdict == AttemptOutcome::Passed && when == "call"),
                         duration: d0 + duration,
-                        message: m0.or(if failed || verdict == Verdict::Skipped {
+                        message: m0.or(if failed || verdict == AttemptOutcome::Skipped {
                             message.map(|m| format!("{nodeid} ({when}): {m}"))
                         } else {
                             None
@@ -500,7 +489,7 @@ impl Batch {
         self.state[i] = State::Done;
         vec![Effect::Scene {
             scene: i,
-            verdict: Verdict::TimedOut,
+            verdict: AttemptOutcome::TimedOut,
             started: since,
             duration: (now - since).max(0.0),
             message: self.scenes[i].timeout.map(|t| {
@@ -551,19 +540,19 @@ impl Batch {
             let since = since_of(&self.state[i], self.last_result);
             let (verdict, message) = match end {
                 ProcessEnd::Exited { how, .. } => (
-                    Verdict::Failed,
+                    AttemptOutcome::Failed,
                     with_tail(format!("crashed the lane process (it {how})")),
                 ),
                 ProcessEnd::LaneTimeout => (
-                    Verdict::TimedOut,
+                    AttemptOutcome::TimedOut,
                     "timed out: the lane process reached its lane timeout (process group killed)"
                         .to_string(),
                 ),
                 ProcessEnd::Fault => (
-                    Verdict::DeviceFault,
+                    AttemptOutcome::DeviceFault,
                     with_tail("device fault reported by the lane process".to_string()),
                 ),
-                ProcessEnd::Interrupted => (Verdict::Interrupted, "interrupted".to_string()),
+                ProcessEnd::Interrupted => (AttemptOutcome::Interrupted, "interrupted".to_string()),
                 ProcessEnd::SceneTimeout => unreachable!("no current scene"),
             };
             self.state[i] = State::Done;
@@ -582,7 +571,7 @@ impl Batch {
             }
             let not_run = |m: &str| Effect::Scene {
                 scene: i,
-                verdict: Verdict::NotRun,
+                verdict: AttemptOutcome::NotRun,
                 started: now,
                 duration: 0.0,
                 message: Some(m.to_string()),
@@ -590,7 +579,7 @@ impl Batch {
             match end {
                 ProcessEnd::Exited { .. } if clean => out.push(Effect::Scene {
                     scene: i,
-                    verdict: Verdict::Failed,
+                    verdict: AttemptOutcome::Failed,
                     started: now,
                     duration: 0.0,
                     message: Some("lane process ended without reporting it".into()),

@@ -16,7 +16,7 @@ fn batch(names: &[(&str, &[&str], Option<f64>)]) -> Batch {
     )
 }
 
-fn verdicts(effects: &[Effect]) -> Vec<(usize, Verdict)> {
+fn verdicts(effects: &[Effect]) -> Vec<(usize, AttemptOutcome)> {
     effects
         .iter()
         .filter_map(|e| match e {
@@ -44,7 +44,7 @@ fn parses_every_kind_of_line() {
         ),
         Line::End {
             scene: "a".into(),
-            verdict: Verdict::Failed,
+            verdict: AttemptOutcome::Failed,
             duration: Some(1.5),
             message: Some("MISMATCH".into())
         }
@@ -93,7 +93,7 @@ fn start_and_end_events_give_outcomes() {
         e,
         vec![Effect::Scene {
             scene: 0,
-            verdict: Verdict::Passed,
+            verdict: AttemptOutcome::Passed,
             started: 1.0,
             duration: 0.25,
             message: None
@@ -103,7 +103,7 @@ fn start_and_end_events_give_outcomes() {
         r#"{"scene": "b", "event": "end", "outcome": "skipped"}"#,
         1.5,
     );
-    assert_eq!(verdicts(&e), vec![(1, Verdict::Skipped)]);
+    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Skipped)]);
     let (e, requeue) = b.finish(
         &ProcessEnd::Exited {
             ok: true,
@@ -148,7 +148,7 @@ fn start_without_end_crashes_and_the_rest_is_handed_back() {
         0.9,
         "segfault in runtime\n",
     );
-    assert_eq!(verdicts(&e), vec![(1, Verdict::Failed)]);
+    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Failed)]);
     let Effect::Scene { message, .. } = &e[0] else {
         panic!()
     };
@@ -173,7 +173,7 @@ fn exit_zero_leaving_scenes_unreported_fails_them_without_restart() {
         0.6,
         "",
     );
-    assert_eq!(verdicts(&e), vec![(1, Verdict::Failed)]);
+    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Failed)]);
     assert!(requeue.is_empty());
     let Effect::Scene { message, .. } = &e[0] else {
         panic!()
@@ -205,7 +205,7 @@ fn reportlog_scene_is_in_progress_until_a_later_scene_reports() {
     );
     // mm's first report closes vadd with the worst of its reports.
     let e = b.feed(&report("t/test_mm.py::test_mm", "call", "passed"), 1.5);
-    assert_eq!(verdicts(&e), vec![(0, Verdict::Failed)]);
+    assert_eq!(verdicts(&e), vec![(0, AttemptOutcome::Failed)]);
     // Exit 0 closes the one in progress.
     let (e, requeue) = b.finish(
         &ProcessEnd::Exited {
@@ -215,7 +215,7 @@ fn reportlog_scene_is_in_progress_until_a_later_scene_reports() {
         2.0,
         "",
     );
-    assert_eq!(verdicts(&e), vec![(1, Verdict::Passed)]);
+    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Passed)]);
     assert!(requeue.is_empty());
 }
 
@@ -237,7 +237,7 @@ fn reportlog_crash_blames_the_scene_of_the_last_report() {
         "",
     );
     // a was closed by b's report; b was in progress and crashed; c is handed back.
-    assert_eq!(verdicts(&e), vec![(1, Verdict::Failed)]);
+    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Failed)]);
     assert_eq!(requeue, vec![2]);
 }
 
@@ -252,7 +252,7 @@ fn reportlog_crash_without_any_report_blames_the_first_scene() {
         0.5,
         "",
     );
-    assert_eq!(verdicts(&e), vec![(0, Verdict::Failed)]);
+    assert_eq!(verdicts(&e), vec![(0, AttemptOutcome::Failed)]);
     assert_eq!(requeue, vec![1]);
 }
 
@@ -270,7 +270,7 @@ fn pytest_exit_1_after_session_finish_is_a_normal_end() {
         1.4,
         "",
     );
-    assert_eq!(verdicts(&e), vec![(1, Verdict::Passed)]);
+    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Passed)]);
     assert!(requeue.is_empty());
 }
 
@@ -292,7 +292,7 @@ fn skipped_only_when_no_test_of_the_scene_ran() {
     let mut v = verdicts(&e);
     v.sort_by_key(|x| x.0);
     // a was closed by b's first report (skipped); b had a passing test.
-    assert_eq!(v, vec![(1, Verdict::Passed)]);
+    assert_eq!(v, vec![(1, AttemptOutcome::Passed)]);
 }
 
 #[test]
@@ -329,7 +329,7 @@ fn timeout_counts_from_start_event_else_previous_result_else_process_start() {
     b.feed(r#"{"scene": "b", "event": "start"}"#, 1.5);
     assert_eq!(b.deadline(), Some(Deadline::Scene { scene: 1, at: 6.5 }));
     let e = b.expire_scene(1, 6.5);
-    assert_eq!(verdicts(&e), vec![(1, Verdict::TimedOut)]);
+    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::TimedOut)]);
     let (e, requeue) = b.finish(&ProcessEnd::SceneTimeout, 6.6, "");
     assert!(e.is_empty());
     assert_eq!(requeue, vec![2]);
@@ -357,7 +357,7 @@ fn lane_timeout_times_out_the_running_scene_and_fails_the_rest() {
     let (e, requeue) = b.finish(&ProcessEnd::LaneTimeout, 10.0, "");
     assert_eq!(
         verdicts(&e),
-        vec![(1, Verdict::TimedOut), (2, Verdict::NotRun)]
+        vec![(1, AttemptOutcome::TimedOut), (2, AttemptOutcome::NotRun)]
     );
     assert!(requeue.is_empty());
 }
@@ -378,7 +378,7 @@ fn device_fault_blames_the_running_scene_and_hands_back_the_rest() {
         }]
     );
     let (e, requeue) = b.finish(&ProcessEnd::Fault, 1.3, "");
-    assert_eq!(verdicts(&e), vec![(1, Verdict::DeviceFault)]);
+    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::DeviceFault)]);
     assert_eq!(requeue, vec![2]);
 }
 
