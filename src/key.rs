@@ -589,13 +589,6 @@ fn read_info(path: &Path, size: u64) -> io::Result<FileInfo> {
     })
 }
 
-/// Hash a file's content (no memo): for integrity records.
-pub fn hash_file(path: &Path) -> io::Result<String> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(crate::fsutil::open_regular(path)?)?;
-    Ok(hasher.finalize().to_hex().to_string())
-}
-
 /// `#include "x"` and `#include <x>` lines. `#if` is not evaluated (an
 /// over-approximation); computed includes (`#include MACRO`) are skipped — the depfile
 /// re-check covers them.

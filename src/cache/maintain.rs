@@ -190,8 +190,9 @@ fn verify_entry(kind: Kind, key: &str, dir: &std::path::Path) -> Result<(), Stri
         } else {
             out.join(&f.path)
         };
-        let h = super::hash_in_cache(&p).map_err(|e| format!("cannot read {}: {e}", f.path))?;
-        if h != f.blake3 {
+        let d = super::digest_in_cache(&p, super::Digester::new())
+            .map_err(|e| format!("cannot read {}: {e}", f.path))?;
+        if d.blake3 != f.blake3 {
             return Err(format!(
                 "{} content does not match its BLAKE3",
                 if f.path.is_empty() { "out" } else { &f.path }

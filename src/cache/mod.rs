@@ -16,6 +16,7 @@
 //! re-hashes; `verify` re-hashes. Nothing inside the cache is followed through a symlink
 //! (see `guard` and docs/cache-trust.md).
 
+pub mod digest;
 pub mod guard;
 pub mod history;
 pub mod maintain;
@@ -32,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::exit::Exit;
 use crate::fsutil;
 use crate::key::{self, Files};
+use digest::{Digester, Digests};
 
 pub const LAYOUT: u32 = 1;
 const MARKER: &str = "scenerun-cache.json";
@@ -89,6 +91,25 @@ pub struct Meta {
 }
 
 impl Meta {
+    pub fn new(
+        kind: Kind,
+        key: &str,
+        built_by: &str,
+        duration_secs: f64,
+        files: Vec<FileRecord>,
+        deps: Vec<Dep>,
+    ) -> Meta {
+        Meta {
+            layout: LAYOUT,
+            kind,
+            key: key.to_string(),
+            built_by: built_by.to_string(),
+            duration_secs,
+            files,
+            deps,
+        }
+    }
+
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
     }
@@ -380,8 +401,9 @@ impl Store {
         })
     }
 
-    /// Record integrity, then move the staging directory into place in one rename.
-    /// Replaces an existing (stale) entry under the same key.
+    /// Record integrity (hash every file the step left in `out`), then move the staging
+    /// directory into place in one rename. Replaces an existing (stale) entry under the
+    /// same key.
     pub fn publish(
         &self,
         staging: Staging,
@@ -393,7 +415,7 @@ impl Store {
     ) -> Result<Entry> {
         let out = staging.out();
         let mut files = Vec::new();
-        for (rel, size) in
+        for (rel, _) in
             fsutil::walk_files(&out).with_context(|| format!("reading {}", out.display()))?
         {
             let path = if rel.is_empty() {
@@ -401,22 +423,39 @@ impl Store {
             } else {
                 out.join(&rel)
             };
-            let blake3 = hash_in_cache(&path).map_err(|e| infra(e, "read", &path))?;
+            let d = digest_in_cache(&path, Digester::new()).map_err(|e| infra(e, "read", &path))?;
             files.push(FileRecord {
                 path: rel,
-                size,
-                blake3,
+                size: d.size,
+                blake3: d.blake3,
             });
         }
-        let meta = Meta {
-            layout: LAYOUT,
-            kind,
-            key: key.to_string(),
-            built_by: built_by.to_string(),
-            duration_secs,
-            files,
-            deps,
-        };
+        self.place(
+            staging,
+            Meta::new(kind, key, built_by, duration_secs, files, deps),
+        )
+    }
+
+    /// Publish a staging directory whose files were digested while they were written (a
+    /// download): the same rename as `publish`, without reading the bytes again. `out`
+    /// must list exactly `meta.files` (paths, sizes, regular files — the check a hit
+    /// makes), else nothing is published.
+    pub fn publish_digested(&self, staging: Staging, mut meta: Meta) -> Result<Entry> {
+        meta.files.sort_by(|a, b| a.path.cmp(&b.path));
+        guard::check_listing(&staging.out(), &meta.files).map_err(|why| {
+            crate::coded!(
+                Exit::Infra,
+                "cache unusable: staged entry {} does not match its record ({why}); not published",
+                meta.key
+            )
+        })?;
+        self.place(staging, meta)
+    }
+
+    /// Write the integrity record into the staging dir and rename it into place: the one
+    /// way an entry appears.
+    fn place(&self, staging: Staging, meta: Meta) -> Result<Entry> {
+        let (kind, key) = (meta.kind, meta.key.as_str());
         let meta_path = staging.dir.join("meta.json");
         // The step knew the staging dir: whatever it left at meta.json is replaced, and
         // a link there is removed, never written through.
@@ -560,11 +599,9 @@ fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     f.write_all(bytes)
 }
 
-/// BLAKE3 of a file inside the cache: regular files only, no link followed.
-pub fn hash_in_cache(path: &Path) -> io::Result<String> {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(fsutil::open_regular_nofollow(path)?)?;
-    Ok(hasher.finalize().to_hex().to_string())
+/// Digests of a file inside the cache: regular files only, no link followed.
+pub fn digest_in_cache(path: &Path, digester: Digester) -> io::Result<Digests> {
+    digester.read_all(fsutil::open_regular_nofollow(path)?)
 }
 
 /// Ok(None): no entry. Err: an entry directory without a readable record.

@@ -385,7 +385,9 @@ fn recorded_deps(
         // since the plan hashed it: read it again rather than trust the memo.
         let built_here = path.starts_with(&plan.store.root) || path.starts_with(&plan.job.root);
         let hash = if built_here {
-            crate::key::hash_file(&path)
+            crate::fsutil::open_regular(&path)
+                .and_then(|f| crate::cache::digest::Digester::new().read_all(f))
+                .map(|d| d.blake3)
         } else {
             plan.files.hash(&path)
         };

@@ -155,6 +155,9 @@ fn a_second_checkout_with_an_empty_cache_builds_nothing() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&stats)).unwrap();
     assert_eq!(v["last_warm_remote"]["hits"], 9, "{}", show(&stats));
     assert_eq!(v["last_warm"]["hits"], 9, "{}", show(&stats));
+    // The integrity records written while the blobs streamed in (no second read) are
+    // the ones the builder's publish computed from its files.
+    assert_eq!(records(&b), records(&a));
     // What came down is whole: verify re-hashes it, and the device phase runs on it.
     ok(&run(&b, &["cache", "verify"], &[]));
     ok(&run(&b, &["device", "--no-lock"], &[]));
@@ -214,6 +217,70 @@ fn a_tampered_blob_is_never_published() {
         fs::read_dir(b.path("cache/tmp")).unwrap().count() == 0,
         "no staging left behind"
     );
+}
+
+/// Each entry's recorded files (path, size, BLAKE3), by (kind, key).
+fn records(s: &Suite) -> std::collections::BTreeMap<(String, String), serde_json::Value> {
+    crate::common::entry_dirs(&s.path("cache"))
+        .into_iter()
+        .map(|(id, dir)| {
+            let meta: serde_json::Value =
+                serde_json::from_slice(&fs::read(dir.join("meta.json")).unwrap()).unwrap();
+            (id, meta["files"].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn a_blob_of_the_wrong_size_is_never_published() {
+    let ngx = Nginx::start();
+    let a = fleet_suite(1, &remote_yaml(&ngx.url(), ""), 1000);
+    ok(&run(
+        &a,
+        &["warm", "--remote-write"],
+        &[("SCENERUN_REMOTE_TOKEN", TOKEN)],
+    ));
+    // Every blob one byte longer: its first bytes are right, its sha256 is never reached.
+    for b in ngx.stored("cas") {
+        let mut bytes = fs::read(&b).unwrap();
+        bytes.push(b'x');
+        fs::write(&b, bytes).unwrap();
+    }
+    let b = checkout(&a);
+    let o = run(&b, &["warm"], &[]);
+    ok(&o);
+    assert_eq!(runs(&b), (1, 1, 1), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("more than the recorded"),
+        "{}",
+        show(&o)
+    );
+    ok(&run(&b, &["cache", "verify"], &[]));
+    assert_eq!(fs::read_dir(b.path("cache/tmp")).unwrap().count(), 0);
+}
+
+#[test]
+fn a_damaged_local_entry_is_not_offered_to_the_fleet() {
+    let ngx = Nginx::start();
+    let a = fleet_suite(1, &remote_yaml(&ngx.url(), ""), 1000);
+    ok(&run(&a, &["warm", "--no-remote"], &[]));
+    // Same size, other bytes: a hit (which checks sizes only) still serves it locally.
+    let dirs = crate::common::entry_dirs(&a.path("cache"));
+    let (_, fixture) = dirs.iter().find(|((k, _), _)| k == "fixture").unwrap();
+    flip_byte(&fixture.join("out/data/blob.bin"));
+    // Write-through of local hits: the damaged one is not uploaded, the others are.
+    let o = run(
+        &a,
+        &["warm", "--remote-write"],
+        &[("SCENERUN_REMOTE_TOKEN", TOKEN)],
+    );
+    ok(&o);
+    assert!(
+        stderr(&o).contains("does not match its integrity record; not uploaded"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(ngx.stored("ac").len(), 2, "kernel and golden only");
 }
 
 fn walk(p: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -4,9 +4,10 @@
 //!
 //! Invariants kept here:
 //! - A downloaded entry reaches the local store only through `Store::stage` +
-//!   `Store::publish` (the same atomic rename as a build), and only after every blob's
-//!   size and sha256 matched its record; a blob that does not match is dropped with its
-//!   staging dir.
+//!   `Store::publish_digested` (the same atomic rename as a build), and only after every
+//!   blob's size and sha256 matched its record; a blob that does not match is dropped
+//!   with its staging dir. Each blob is read once: sha256 (checked here) and the size
+//!   and BLAKE3 of the local integrity record come from the same pass as it streams in.
 //! - Uploads send every blob first and the record last, so a reader never finds a record
 //!   whose blobs are not there yet.
 //! - A remote failure is a warning and a local build, never a failed job — unless
@@ -19,17 +20,12 @@ pub mod record;
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use anyhow::{Context, Result};
-use ed25519_dalek::{SigningKey, VerifyingKey};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-
-use crate::cache::{Entry, Kind, Store};
+use crate::cache::digest::{self, CopyError, Digester};
+use crate::cache::{Entry, FileRecord, Kind, Meta, Store};
 use crate::cli::RemoteFlags;
 use crate::exit::Exit;
 use crate::fsutil;
@@ -37,8 +33,11 @@ use crate::key::{self, Files};
 use crate::manifest::remote::{parse_ed25519, RemoteConfig};
 use crate::manifest::units::short_size;
 use crate::report::term::Ui;
+use anyhow::{Context, Result};
+use ed25519_dalek::{SigningKey, VerifyingKey};
 use http::{Client, Failure};
 use record::{Record, RemoteFile};
+use serde::{Deserialize, Serialize};
 
 /// Records are small; a larger answer is not a record.
 const RECORD_LIMIT: u64 = 16 << 20;
@@ -269,6 +268,7 @@ impl Remote {
         }
         let staging = store.stage(kind).map_err(Self::local)?;
         let out = staging.out();
+        let records = Mutex::new(Vec::with_capacity(rec.files.len()));
         each_parallel(&rec.files, BLOB_WIDTH, |f| {
             let dest = if f.path.is_empty() {
                 out.clone()
@@ -280,73 +280,68 @@ impl Remote {
                     .with_context(|| format!("creating {}", dir.display()))
                     .map_err(Self::local)?;
             }
-            self.fetch_blob(f, &dest)
+            let r = self.fetch_blob(f, &dest)?;
+            records.lock().expect("file records").push(r);
+            Ok(())
         })?;
-        store
-            .publish(
-                staging,
-                kind,
-                key,
-                &rec.built_by,
-                rec.duration_secs,
-                rec.deps.clone(),
-            )
-            .map_err(Self::local)?;
+        let files = records.into_inner().expect("file records");
+        let meta = Meta::new(
+            kind,
+            key,
+            &rec.built_by,
+            rec.duration_secs,
+            files,
+            rec.deps.clone(),
+        );
+        store.publish_digested(staging, meta).map_err(Self::local)?;
         Ok(Some(rec.bytes()))
     }
 
     /// Stream one blob into `dest`, hashing as it comes; any mismatch is `Tampered`.
-    fn fetch_blob(&self, f: &RemoteFile, dest: &Path) -> Result<(), Error> {
+    /// Gives the blob's local integrity record, digested in the same pass.
+    fn fetch_blob(&self, f: &RemoteFile, dest: &Path) -> Result<FileRecord, Error> {
         let path = format!("cas/{}", f.sha256);
         let url = self.client.url(&path);
-        let Some(mut body) = self.client.get(&path)? else {
+        let Some(body) = self.client.get(&path)? else {
             return Err(Failure::BlobMissing { url }.into());
         };
-        let mut file = fs::File::create_new(dest)
+        let file = fs::File::create_new(dest)
             .with_context(|| format!("creating {}", dest.display()))
             .map_err(Self::local)?;
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut n = 0u64;
-        loop {
-            let k = body
-                .read(&mut buf)
-                .map_err(|e| Error::Remote(http::io_failure(&url, &e)))?;
-            if k == 0 {
-                break;
+        let got = digest::copy(body, file, Digester::with_sha256(), f.size, |k| {
+            self.counters.bytes_down.fetch_add(k, Ordering::Relaxed);
+        })
+        .map_err(|e| match e {
+            CopyError::Read(e) => Error::Remote(http::io_failure(&url, &e)),
+            CopyError::Write(e) => {
+                Error::Local(anyhow::Error::new(e).context(format!("writing {}", dest.display())))
             }
-            n += k as u64;
-            self.counters
-                .bytes_down
-                .fetch_add(k as u64, Ordering::Relaxed);
-            if n > f.size {
-                return Err(Failure::Tampered {
-                    url,
-                    why: format!("more than the recorded {} bytes", f.size),
-                }
-                .into());
+            CopyError::TooLong => Failure::Tampered {
+                url: url.clone(),
+                why: format!("more than the recorded {} bytes", f.size),
             }
-            hasher.update(&buf[..k]);
-            file.write_all(&buf[..k])
-                .with_context(|| format!("writing {}", dest.display()))
-                .map_err(Self::local)?;
-        }
-        if n != f.size {
+            .into(),
+        })?;
+        if got.size != f.size {
             return Err(Failure::Tampered {
                 url,
-                why: format!("{n} bytes, recorded {}", f.size),
+                why: format!("{} bytes, recorded {}", got.size, f.size),
             }
             .into());
         }
-        let got = hex(&hasher.finalize());
-        if got != f.sha256 {
+        let sha256 = got.sha256.expect("asked for");
+        if sha256 != f.sha256 {
             return Err(Failure::Tampered {
                 url,
-                why: format!("its sha256 is {got}"),
+                why: format!("its sha256 is {sha256}"),
             }
             .into());
         }
-        Ok(())
+        Ok(FileRecord {
+            path: f.path.clone(),
+            size: got.size,
+            blake3: got.blake3,
+        })
     }
 
     /// Upload a published entry when writes are on: blobs first (those the server lacks),
@@ -394,11 +389,24 @@ impl Remote {
             } else {
                 out.join(&f.path)
             };
+            // One pass gives the blob's name and re-checks the local record: an entry
+            // damaged since it was published is not offered to the fleet.
+            let d = crate::cache::digest_in_cache(&p, Digester::with_sha256())
+                .with_context(|| format!("reading {}", p.display()))
+                .map_err(Self::local)?;
+            if d.size != f.size || d.blake3 != f.blake3 {
+                self.warn(&format!(
+                    "{} in the local cache does not match its integrity record; not uploaded (`scenerun cache verify` removes it)",
+                    p.display()
+                ));
+                return Ok(0);
+            }
+            let sha256 = d.sha256.expect("asked for");
             files.push((
                 RemoteFile {
                     path: f.path.clone(),
                     size: f.size,
-                    sha256: sha256_file(&p).map_err(Self::local)?,
+                    sha256,
                 },
                 p,
             ));
@@ -525,26 +533,6 @@ pub fn stats_text(store: &Store) -> String {
         Some(t) => format!("last warm, remote: {}\n", t.line()),
         None => "last warm, remote: not used\n".into(),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn sha256_file(p: &Path) -> Result<String> {
-    let mut f = fs::File::open(p).with_context(|| format!("reading {}", p.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let k = f
-            .read(&mut buf)
-            .with_context(|| format!("reading {}", p.display()))?;
-        if k == 0 {
-            break;
-        }
-        h.update(&buf[..k]);
-    }
-    Ok(hex(&h.finalize()))
 }
 
 /// Run `f` over `items` on at most `width` threads; the first error stops the rest.
