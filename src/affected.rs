@@ -7,6 +7,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use anyhow::Result;
 
@@ -162,7 +163,7 @@ pub fn affected(plan: &Plan, c: &Changes) -> Result<Vec<String>> {
                 || s.entry
                     .clone()
                     // A stale entry (a recorded dependency changed) still names its deps.
-                    .or_else(|| plan.store_of(s).present(s.kind, &s.key))
+                    .or_else(|| plan.store_of(s).present(s.kind, &s.key).map(Arc::new))
                     .is_some_and(|e| e.meta.deps.iter().any(|d| hit(&rel(&d.path))));
         }
         if yes {

@@ -9,6 +9,15 @@ use std::path::Path;
 
 /// Write a file so that readers see the old content or the new, never a torn one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, |f| f.write_all(bytes))
+}
+
+/// `write_atomic` of what `write` streams into the file (through a buffer): a large
+/// document need not exist whole in memory first.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
@@ -18,9 +27,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         unique()
     ));
     let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+        let mut f = io::BufWriter::new(fs::File::create(&tmp)?);
+        write(&mut f)?;
         f.flush()?;
+        drop(f);
         fs::rename(&tmp, path)
     })();
     if result.is_err() {
@@ -189,6 +199,11 @@ pub fn is_not_regular(e: &io::Error) -> bool {
 }
 
 fn open_checked(path: &Path, follow: bool) -> io::Result<fs::File> {
+    open_checked_len(path, follow).map(|(f, _)| f)
+}
+
+/// `open_checked`, and the file's size from the same `fstat`.
+fn open_checked_len(path: &Path, follow: bool) -> io::Result<(fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
     if !follow {
@@ -205,7 +220,8 @@ fn open_checked(path: &Path, follow: bool) -> io::Result<fs::File> {
         }
         Err(e) => return Err(e),
     };
-    let t = f.metadata()?.file_type();
+    let meta = f.metadata()?;
+    let t = meta.file_type();
     if !t.is_file() {
         let found = if t.is_dir() {
             "a directory"
@@ -214,7 +230,7 @@ fn open_checked(path: &Path, follow: bool) -> io::Result<fs::File> {
         };
         return Err(not_regular(path, found));
     }
-    Ok(f)
+    Ok((f, meta.len()))
 }
 
 /// Open a regular file for reading, following symlinks (a checkout may link its
@@ -232,9 +248,11 @@ pub fn open_regular_nofollow(path: &Path) -> io::Result<fs::File> {
 /// Read a whole regular file inside the cache (see `open_regular_nofollow`).
 pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    let mut f = open_regular_nofollow(path)?;
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf)?;
+    let (f, len) = open_checked_len(path, false)?;
+    // Sized from the check's own `fstat`; read through `take` so std does not probe the
+    // size again (an `fstat` and an `lseek` per read: thousands of records per plan).
+    let mut buf = Vec::with_capacity(len as usize + 1);
+    f.take(u64::MAX).read_to_end(&mut buf)?;
     Ok(buf)
 }
 

@@ -92,6 +92,28 @@ struct MemoFile {
 
 const MEMO_VERSION: u32 = 1;
 
+/// `MemoFile` as written: the entries of this run over those of the last.
+#[derive(Serialize)]
+struct MemoOut<'a> {
+    version: u32,
+    entries: MergedEntries<'a>,
+}
+
+struct MergedEntries<'a> {
+    old: &'a HashMap<PathBuf, MemoEntry>,
+    fresh: &'a HashMap<PathBuf, MemoEntry>,
+}
+
+impl Serialize for MergedEntries<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let kept = self
+            .old
+            .iter()
+            .filter(|(k, _)| !self.fresh.contains_key(*k));
+        s.collect_map(kept.chain(self.fresh.iter()))
+    }
+}
+
 /// (directory of a quoted include's file or None, include-dir set, name) → the file it names.
 type ResolveKey = (Option<PathBuf>, u32, String);
 
@@ -317,13 +339,18 @@ impl Files {
         if self.reads.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return;
         }
-        let mut entries = self.old.clone();
-        entries.extend(fresh.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let file = MemoFile {
+        // Streamed, and borrowing both maps: neither a merged copy of the memo nor the
+        // whole JSON document is ever in memory (a cold plan's peak).
+        let file = MemoOut {
             version: MEMO_VERSION,
-            entries,
+            entries: MergedEntries {
+                old: &self.old,
+                fresh: &fresh,
+            },
         };
-        let _ = crate::fsutil::write_atomic(path, &serde_json::to_vec(&file).unwrap_or_default());
+        let _ = crate::fsutil::write_atomic_with(path, |w| {
+            serde_json::to_writer(w, &file).map_err(io::Error::other)
+        });
     }
 
     /// Every file the source includes, transitively, that the scanner can resolve
@@ -575,8 +602,10 @@ fn read_info(path: &Path, size: u64) -> io::Result<FileInfo> {
     let mut f = crate::fsutil::open_regular(path)?;
     let mut hasher = blake3::Hasher::new();
     let includes = if size <= SCAN_LIMIT {
-        let mut buf = Vec::with_capacity(size as usize);
-        f.read_to_end(&mut buf)?;
+        // `size + 1`: the read that finds the end needs no growth; `take` keeps std from
+        // asking the size again (an `fstat` and an `lseek` per file).
+        let mut buf = Vec::with_capacity(size as usize + 1);
+        (&mut f).take(u64::MAX).read_to_end(&mut buf)?;
         hasher.update(&buf);
         scan_includes(&buf)
     } else {

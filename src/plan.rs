@@ -93,8 +93,9 @@ pub struct Step {
     pub memory: u64,
     pub timeout: Option<std::time::Duration>,
     pub status: Status,
-    /// The published entry, when `status` is a hit.
-    pub entry: Option<Entry>,
+    /// The published entry, when `status` is a hit: shared by the steps of its unit
+    /// (one record of ~80 dependencies, not one copy per scene).
+    pub entry: Option<Arc<Entry>>,
     /// Seconds, from history.
     pub estimate: Option<f64>,
 }
@@ -282,27 +283,36 @@ impl Plan {
             .collect();
         // Kernel and fixture keys are independent: compute them in parallel; goldens
         // need their fixture's key.
-        let keys: Vec<(usize, Result<Keyed>)> = (0..plan.steps.len())
+        // An indexed collect writes each key into its slot: no per-thread lists of
+        // (index, result, inputs) to concatenate, which set the plan's peak memory.
+        let keys: Vec<Option<Result<String>>> = (0..plan.steps.len())
             .into_par_iter()
-            .filter(|&i| plan.steps[i].kind != Kind::Golden)
-            .map(|i| (i, plan.compute_key(i, false, None)))
-            .collect();
-        for (i, k) in keys {
-            plan.steps[i].key = k?.0;
-        }
-        let golden_keys: Vec<(usize, Result<Keyed>)> = (0..plan.steps.len())
-            .into_par_iter()
-            .filter(|&i| plan.steps[i].kind == Kind::Golden)
             .map(|i| {
-                let fixture_key = plan.steps[i]
-                    .deps
-                    .first()
-                    .map(|&f| plan.steps[f].key.clone());
-                (i, plan.compute_key(i, false, fixture_key))
+                (plan.steps[i].kind != Kind::Golden)
+                    .then(|| plan.compute_key(i, false, None).map(|k| k.0))
             })
             .collect();
-        for (i, k) in golden_keys {
-            plan.steps[i].key = k?.0;
+        for (i, k) in keys.into_iter().enumerate() {
+            if let Some(k) = k {
+                plan.steps[i].key = k?;
+            }
+        }
+        let golden_keys: Vec<Option<Result<String>>> = (0..plan.steps.len())
+            .into_par_iter()
+            .map(|i| {
+                (plan.steps[i].kind == Kind::Golden).then(|| {
+                    let fixture_key = plan.steps[i]
+                        .deps
+                        .first()
+                        .map(|&f| plan.steps[f].key.clone());
+                    plan.compute_key(i, false, fixture_key).map(|k| k.0)
+                })
+            })
+            .collect();
+        for (i, k) in golden_keys.into_iter().enumerate() {
+            if let Some(k) = k {
+                plan.steps[i].key = k?;
+            }
         }
 
         plan.group_units();
@@ -322,15 +332,19 @@ impl Plan {
             })
             .collect();
         let failures = record.failures();
-        let statuses: Vec<(Status, Option<Entry>)> = plan
+        let entries: Vec<Option<Arc<Entry>>> = lookups
+            .iter()
+            .map(|l| match l {
+                Lookup::Hit(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect();
+        let statuses: Vec<(Status, Option<Arc<Entry>>)> = plan
             .steps
             .iter()
             .map(|s| {
                 let lookup = &lookups[s.unit];
-                let entry = match lookup {
-                    Lookup::Hit(e) => Some(e.clone()),
-                    _ => None,
-                };
+                let entry = entries[s.unit].clone();
                 (plan.status_of(s, lookup, &failures), entry)
             })
             .collect();
@@ -397,12 +411,12 @@ impl Plan {
     /// are failed-in-warm, so the device phase reads an up-to-date plan without
     /// planning again. A unit warm re-keyed (an input changed while it ran) takes the
     /// key it was published under.
-    pub fn apply_warm(&mut self, results: &[(usize, Status, Option<Entry>)]) {
+    pub fn apply_warm(&mut self, results: &[(usize, Status, Option<Arc<Entry>>)]) {
         for (u, status, entry) in results {
             for &si in &self.units[*u].steps {
                 let step = &mut self.steps[si];
                 step.status = status.clone();
-                if let Some(e) = entry {
+                if let Some(e) = &entry {
                     step.key.clone_from(&e.meta.key);
                 }
                 step.entry = entry.clone();

@@ -132,7 +132,8 @@ impl Entry {
 /// The result of looking a key up.
 #[derive(Debug, Clone)]
 pub enum Lookup {
-    Hit(Entry),
+    /// Shared: every step of the unit, and warm after it, hold this one record.
+    Hit(std::sync::Arc<Entry>),
     Miss,
     /// Present but not servable: a recorded dependency changed, or a file is missing or
     /// has the wrong size.
@@ -293,7 +294,7 @@ impl Store {
                 }
             }
         }
-        Lookup::Hit(Entry { dir, meta })
+        Lookup::Hit(std::sync::Arc::new(Entry { dir, meta }))
     }
 
     /// Cheap presence check: the record, and a listing of `out` equal to it.
@@ -305,6 +306,27 @@ impl Store {
         }
         guard::check_listing(&dir.join("out"), &meta.files).ok()?;
         Some(Entry { dir, meta })
+    }
+
+    /// `present` for an entry whose record this process read moments ago (the plan's
+    /// lookup): the entry directory is still a real directory (no link followed), its
+    /// record is still a regular file, and the listing of `out` still equals that record.
+    /// The record is not read and parsed a second time.
+    pub fn still_present(&self, kind: Kind, key: &str, seen: &Entry) -> bool {
+        self.still_present_(kind, key, seen).is_some()
+    }
+
+    fn still_present_(&self, kind: Kind, key: &str, seen: &Entry) -> Option<()> {
+        let dir = self.entry_checked(kind, key).ok().flatten()?;
+        if dir != seen.dir
+            || seen.meta.key != key
+            || seen.meta.kind != kind
+            || seen.meta.layout != LAYOUT
+            || fsutil::node(&dir.join("meta.json")).ok()? != fsutil::Node::File
+        {
+            return None;
+        }
+        guard::check_listing(&dir.join("out"), &seen.meta.files).ok()
     }
 
     /// Mark an entry used now (for pruning by last use).

@@ -51,7 +51,7 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
                     name: step.name.clone(),
                     key: step.key.clone(),
                     out: e.out(),
-                    files: e.meta.files,
+                    files: e.meta.files.clone(),
                 })),
                 None => {
                     missing.push((

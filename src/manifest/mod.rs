@@ -711,7 +711,8 @@ impl Ctx {
         let has_kernels = !s.kernels.is_empty();
         let (has_fixture, has_golden, has_device) =
             (s.fixture.is_some(), s.golden.is_some(), s.device.is_some());
-        let mut kernels = Vec::new();
+        // Exact sizes: 20,000 kernels with growth slack are megabytes of a plan's peak.
+        let mut kernels = Vec::with_capacity(s.kernels.len());
         let mut kernel_names: HashMap<String, usize> = HashMap::new();
         for (i, kv) in s.kernels.into_iter().enumerate() {
             let kp = format!("{path}.kernels[{i}]");
@@ -770,7 +771,7 @@ impl Ctx {
                     None
                 }
             };
-            let mut include_dirs = Vec::new();
+            let mut include_dirs = Vec::with_capacity(k.include_dirs.len());
             for (j, d) in k.include_dirs.iter().enumerate() {
                 let expanded = expand_vars(d);
                 // `$VAR` of an unset variable names no dir: skipped, like a missing one.

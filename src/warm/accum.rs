@@ -3,6 +3,7 @@
 //! trace spans and what was published (so `run` updates its plan instead of planning
 //! again). Outcome logic lives here and is unit-tested without a process.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::events::{Event, FailCause, SkipCause, UnitOutcome};
@@ -56,7 +57,7 @@ pub struct Accumulator {
     /// Steps built by this warm (their key inputs are recorded).
     pub built_steps: Vec<usize>,
     /// Per unit that ended: its new status and entry, for `Plan::apply_warm`.
-    pub published: Vec<(usize, Status, Option<Entry>)>,
+    pub published: Vec<(usize, Status, Option<Arc<Entry>>)>,
     pub spans: Vec<Span>,
     /// The first cache failure: the warm exits 3 after recording what it knows.
     pub infra: Option<anyhow::Error>,
@@ -277,8 +278,8 @@ mod tests {
         (dir, p)
     }
 
-    fn entry(kind: Kind) -> Entry {
-        Entry {
+    fn entry(kind: Kind) -> Arc<Entry> {
+        Arc::new(Entry {
             dir: PathBuf::from("/nowhere"),
             meta: Meta {
                 layout: 1,
@@ -289,7 +290,7 @@ mod tests {
                 files: Vec::new(),
                 deps: Vec::new(),
             },
-        }
+        })
     }
 
     fn unit_of(p: &Plan, kind: Kind, scene: &str) -> usize {

@@ -5,6 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
+use std::sync::Arc;
+
 use crate::cache::Entry;
 use crate::manifest::units::short_duration;
 
@@ -118,18 +120,18 @@ pub enum UnitOutcome {
     /// bytes uploaded to the remote cache afterwards.
     Built {
         secs: f64,
-        entry: Entry,
+        entry: Arc<Entry>,
         sent: u64,
     },
     /// Already in the cache (another warm may have just built it).
     Hit {
-        entry: Entry,
+        entry: Arc<Entry>,
     },
     /// Downloaded from the remote cache (`bytes`) and published locally, in `secs`.
     Downloaded {
         secs: f64,
         bytes: u64,
-        entry: Entry,
+        entry: Arc<Entry>,
     },
     Failed {
         cause: FailCause,

@@ -19,6 +19,7 @@ pub mod reporter;
 pub mod sched;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -62,7 +63,7 @@ pub fn default_memory() -> u64 {
 /// What a warm did, and what it published (for `Plan::apply_warm`).
 pub struct Warmed {
     pub summary: Summary,
-    pub published: Vec<(usize, Status, Option<Entry>)>,
+    pub published: Vec<(usize, Status, Option<Arc<Entry>>)>,
 }
 
 /// Warm every unit of the plan: the executor runs them and emits events; the reporter
@@ -175,15 +176,15 @@ enum Done {
     /// `sent`: bytes uploaded to the remote cache afterwards.
     Built {
         secs: f64,
-        entry: Entry,
+        entry: Arc<Entry>,
         sent: u64,
     },
-    Hit(Entry),
+    Hit(Arc<Entry>),
     /// Downloaded from the remote cache and published locally, in `secs`.
     Downloaded {
         secs: f64,
         bytes: u64,
-        entry: Entry,
+        entry: Arc<Entry>,
     },
     Failed(FailCause),
 }
@@ -206,10 +207,11 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     let _lock = store.lock_key(step.kind, key)?;
     // The plan, moments ago in this process, already re-checked a hit's dependencies;
     // under the lock it is enough that the entry is still whole.
-    let hit = if step.status.is_hit() && key == step.key {
-        store.present(step.kind, key)
-    } else {
-        None
+    let hit = match &step.entry {
+        Some(seen) if step.status.is_hit() && key == step.key => store
+            .still_present(step.kind, key, seen)
+            .then(|| seen.clone()),
+        _ => None,
     };
     // A stale step is rebuilt even if its own entry still checks out (a golden whose
     // fixture is rebuilt); at worst a concurrent warm's fresh entry is built again.
@@ -239,6 +241,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
             if let Some(entry) = store.present(step.kind, key) {
                 store.touch(&entry);
                 let secs = t0.elapsed().as_secs_f64();
+                let entry = Arc::new(entry);
                 return Ok(Attempt::Done(Done::Downloaded { secs, bytes, entry }));
             }
         }
@@ -329,7 +332,11 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         Some(r) => r.upload(&entry, false)?,
         None => 0,
     };
-    Ok(Attempt::Done(Done::Built { secs, entry, sent }))
+    Ok(Attempt::Done(Done::Built {
+        secs,
+        entry: Arc::new(entry),
+        sent,
+    }))
 }
 
 /// The files a step reported reading through its depfile (kernels whose toolchain has

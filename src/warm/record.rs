@@ -22,7 +22,7 @@ pub enum Outcome {
     Skipped,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub kind: Kind,
     pub scene: String,
@@ -71,9 +71,17 @@ impl WarmRecord {
         )
     }
 
-    /// Replace the records of the steps this warm ran, keep the others.
+    /// Replace the records of the steps this warm ran, keep the others. A record that
+    /// would not change (a no-op warm: every step a hit, as last time) is not rewritten.
     pub fn merge_and_save(job_dir: &Path, new: Vec<StepRecord>) -> std::io::Result<()> {
         let mut rec = WarmRecord::load(job_dir);
+        if rec.version == RECORD_VERSION {
+            let old: std::collections::HashMap<StepId, &StepRecord> =
+                rec.steps.iter().map(|r| (r.id(), r)).collect();
+            if old.len() == rec.steps.len() && new.iter().all(|n| old.get(&n.id()) == Some(&n)) {
+                return Ok(());
+            }
+        }
         rec.version = RECORD_VERSION;
         let replaced: std::collections::HashSet<StepId> = new.iter().map(StepRecord::id).collect();
         rec.steps.retain(|o| !replaced.contains(&o.id()));
