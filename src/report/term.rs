@@ -3,6 +3,7 @@
 //! final line.
 
 use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
 
 use crate::cli::{Cli, Color};
 
@@ -14,6 +15,27 @@ pub struct Ui {
     /// Progress bars (TTY, not CI).
     pub bars: bool,
     pub github: bool,
+    /// The progress bar on screen, if any, shared by every clone of this `Ui`: a line
+    /// printed from another thread meanwhile (a remote-cache warning) goes above it
+    /// instead of through it.
+    pub bar: BarSlot,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct BarSlot(Arc<Mutex<Option<indicatif::ProgressBar>>>);
+
+impl BarSlot {
+    pub fn set(&self, bar: Option<indicatif::ProgressBar>) {
+        *self.0.lock().expect("bar slot") = bar;
+    }
+
+    /// `line` on stderr, above the bar when one is shown.
+    fn eprint(&self, line: &str) {
+        match self.0.lock().expect("bar slot").as_ref() {
+            Some(pb) => pb.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
+        }
+    }
 }
 
 /// Whether `--color` and the environment ask for color: `auto` means a terminal that is
@@ -37,6 +59,7 @@ impl Ui {
             color,
             bars: tty && !dumb && std::env::var_os("CI").is_none() && !cli.quiet,
             github: std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true"),
+            bar: BarSlot::default(),
         }
     }
 
@@ -72,13 +95,13 @@ impl Ui {
     /// A progress or status line on stderr (suppressed by -q).
     pub fn info(&self, line: &str) {
         if !self.quiet {
-            eprintln!("{line}");
+            self.bar.eprint(line);
         }
     }
 
     /// A line that -q keeps (failures, the final summary).
     pub fn always(&self, line: &str) {
-        eprintln!("{line}");
+        self.bar.eprint(line);
     }
 
     /// Result text on stdout.

@@ -39,6 +39,7 @@ impl<'a> Reporter<'a> {
                 indicatif::ProgressStyle::with_template("warm [{bar:30}] {pos}/{len} {wide_msg}")
                     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
+            ui.bar.set(Some(pb.clone()));
             pb
         });
         Reporter {
@@ -230,6 +231,7 @@ impl<'a> Reporter<'a> {
 
     pub fn finish(self) {
         if let Some(pb) = self.bar {
+            self.ui.bar.set(None);
             pb.finish_and_clear();
         }
     }
