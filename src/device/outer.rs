@@ -170,13 +170,25 @@ fn read_results(frozen: &Frozen) -> Option<Results> {
 /// Call the lock command — the one acquisition — and read what the inner run left.
 /// Anything but complete results from an inner run that ended inside the lock is an
 /// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
-fn through_lock(
-    plan: &Plan,
-    frozen: &mut Frozen,
-    opts: &Options,
-    ui: &Ui,
-    report: &mut Report,
-) -> Result<Results> {
+/// The fixed surroundings of one device phase, handed to its helpers together.
+#[derive(Clone, Copy)]
+struct Phase<'a> {
+    plan: &'a Plan,
+    opts: &'a Options,
+    ui: &'a Ui,
+}
+
+/// A lock call that did not complete: the exit code it calls for, what happened, the
+/// lock command's output tail, and whatever the inner run wrote.
+struct LockFailure {
+    exit: Exit,
+    what: String,
+    tail: String,
+    results: Option<Results>,
+}
+
+fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<Results> {
+    let Phase { plan, ui, .. } = ph;
     let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
         return Err(crate::coded!(
             Exit::Usage,
@@ -198,18 +210,13 @@ fn through_lock(
         ..Default::default()
     };
     if crate::proc::interrupted() {
-        return Err(fail(
-            plan,
-            frozen,
-            opts,
-            ui,
-            report,
-            None,
-            lock,
-            Exit::Interrupted,
-            "interrupted before the lock command was called".into(),
-            String::new(),
-        ));
+        let f = LockFailure {
+            exit: Exit::Interrupted,
+            what: "interrupted before the lock command was called".into(),
+            tail: String::new(),
+            results: None,
+        };
+        return Err(fail(ph, frozen, report, lock, f));
     }
     ui.info(&format!("device: taking the lock once: {command}"));
     let run_dir = frozen.run_dir.clone();
@@ -237,18 +244,13 @@ fn through_lock(
         Ok(r) => r,
         Err(e) => {
             lock.returned_at = super::unix_now();
-            return Err(fail(
-                plan,
-                frozen,
-                opts,
-                ui,
-                report,
-                results,
-                lock,
-                Exit::Infra,
-                format!("could not be started: {e}"),
+            let f = LockFailure {
+                exit: Exit::Infra,
+                what: format!("could not be started: {e}"),
                 tail,
-            ));
+                results,
+            };
+            return Err(fail(ph, frozen, report, lock, f));
         }
     };
     lock.called_at = ran.called_at;
@@ -329,27 +331,32 @@ fn through_lock(
         }
         (failure, results) => {
             let (exit, what) = failure.expect("no failure means results are present");
-            Err(fail(
-                plan, frozen, opts, ui, report, results, lock, exit, what, tail,
-            ))
+            let f = LockFailure {
+                exit,
+                what,
+                tail,
+                results,
+            };
+            Err(fail(ph, frozen, report, lock, f))
         }
     }
 }
 
 /// Write the report of a device phase the lock command did not complete, and the error.
-#[allow(clippy::too_many_arguments)]
 fn fail(
-    plan: &Plan,
+    ph: Phase,
     frozen: &Frozen,
-    opts: &Options,
-    ui: &Ui,
     report: &mut Report,
-    results: Option<Results>,
     mut lock: LockReport,
-    exit: Exit,
-    what: String,
-    tail: String,
+    f: LockFailure,
 ) -> anyhow::Error {
+    let Phase { plan, opts, ui } = ph;
+    let LockFailure {
+        exit,
+        what,
+        tail,
+        results,
+    } = f;
     if lock.returned_at == 0.0 {
         lock.returned_at = super::unix_now();
     }
@@ -577,7 +584,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         report.device = Some(device_report(&r, r.ended - r.started));
         r
     } else {
-        through_lock(plan, &mut frozen, opts, ui, &mut report)?
+        through_lock(Phase { plan, opts, ui }, &mut frozen, &mut report)?
     };
     report.scenes = scene_reports(plan, Some(&r), &frozen);
     let durations: Vec<(String, f64)> = r
