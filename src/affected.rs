@@ -159,7 +159,7 @@ pub fn affected(plan: &Plan, c: &Changes) -> Result<Vec<String>> {
                 || inputs
                     .closure
                     .as_ref()
-                    .is_some_and(|cl| cl.files.iter().any(|n| hit(&rel(&n.name))))
+                    .is_some_and(|cl| cl.files().any(|n| hit(&rel(&n.name))))
                 || s.entry
                     .clone()
                     // A stale entry (a recorded dependency changed) still names its deps.

@@ -13,6 +13,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+mod closure;
+
+use closure::{Bits, Table};
+pub use closure::{Closure, ClosureSet};
+
 /// Bump when the encoding changes: every key changes with it.
 pub const KEY_SCHEMA: &str = "scenerun-key-3";
 
@@ -127,19 +132,6 @@ pub struct Node {
     pub digest: [u8; 32],
 }
 
-/// An include closure: its files (in no particular order), and the digest that goes
-/// into kernel keys: BLAKE3 over the count and the files' own digests sorted bytewise.
-/// Computed once per (source, include dirs) however many kernels share them; sorting
-/// 32-byte digests instead of names and hashing 32 bytes per file instead of its name
-/// and hex hash keeps a deep vendor header tree cheap.
-#[derive(Debug)]
-pub struct ClosureSet {
-    pub files: Vec<Arc<Node>>,
-    pub digest: String,
-}
-
-pub type Closure = Arc<ClosureSet>;
-
 /// The include graph over interned files: each file's resolved includes are found once
 /// per include-dir list, and a closure is a walk over small ids.
 #[derive(Default)]
@@ -150,6 +142,9 @@ struct Graph {
     dir_sets: HashMap<Vec<PathBuf>, u32>,
     children: HashMap<(u32, u32), Arc<[u32]>, IdHash>,
     closures: HashMap<(u32, u32), Closure, IdHash>,
+    /// (file, dir set) → the file and every file it reaches.
+    reach: HashMap<(u32, u32), Arc<Bits>, IdHash>,
+    table: Arc<Table>,
 }
 
 /// Hashing for maps keyed by small ids: a multiply-rotate per word (as rustc's FxHash),
@@ -353,88 +348,6 @@ impl Files {
         });
     }
 
-    /// Every file the source includes, transitively, that the scanner can resolve
-    /// (excluding the source itself), sorted by key name.
-    pub fn closure(&self, base: &Path, source: &Path, dirs: &[PathBuf]) -> io::Result<Closure> {
-        // Fast path, one shared lock: kernels of many scenes share (source, dirs).
-        {
-            let g = self.graph.read().expect("graph");
-            if let (Some(&src), Some(&set)) = (g.ids.get(source), g.dir_sets.get(dirs)) {
-                if let Some(c) = g.closures.get(&(src, set)) {
-                    return Ok(c.clone());
-                }
-            }
-        }
-        let src = self.intern(base, source)?;
-        let set = self.dir_set(dirs);
-        let mut g = self.graph.read().expect("graph");
-        // Visited ids as a bitset (ids are dense); grown when the walk interns new files.
-        let mut seen: Vec<u64> = vec![0; g.nodes.len() / 64 + 1];
-        let mut files: Vec<Arc<Node>> = Vec::new();
-        let mut digests: Vec<[u8; 32]> = Vec::new();
-        let mut todo = vec![src];
-        while let Some(file) = todo.pop() {
-            let kids = match g.children.get(&(file, set)) {
-                Some(k) => k.clone(),
-                None => {
-                    // Reading and resolving a file's includes is I/O: not under the lock.
-                    let path = g.paths[file as usize].clone();
-                    drop(g);
-                    let kids = self.children(base, &path, set, dirs)?;
-                    let kids = self
-                        .graph
-                        .write()
-                        .expect("graph")
-                        .children
-                        .entry((file, set))
-                        .or_insert(kids)
-                        .clone();
-                    g = self.graph.read().expect("graph");
-                    kids
-                }
-            };
-            for &child in kids.iter() {
-                let (word, bit) = (child as usize / 64, 1u64 << (child % 64));
-                if word >= seen.len() {
-                    seen.resize(word + 1, 0);
-                }
-                if child != src && seen[word] & bit == 0 {
-                    seen[word] |= bit;
-                    let node = &g.nodes[child as usize];
-                    digests.push(node.digest);
-                    files.push(node.clone());
-                    todo.push(child);
-                }
-            }
-        }
-        drop(g);
-        // Thousands of closures stay alive for the whole plan: no growth slack.
-        files.shrink_to_fit();
-        // Bytewise order, compared as two big-endian u128s (no memcmp per comparison).
-        digests.sort_unstable_by_key(|d| {
-            let (hi, lo) = d.split_at(16);
-            (
-                u128::from_be_bytes(hi.try_into().expect("16 bytes")),
-                u128::from_be_bytes(lo.try_into().expect("16 bytes")),
-            )
-        });
-        let mut h = KeyHasher::new("include-closure");
-        h.field("count", &(files.len() as u64).to_le_bytes());
-        h.field("file-digests", digests.as_flattened());
-        let out: Closure = Arc::new(ClosureSet {
-            digest: h.finish(),
-            files,
-        });
-        Ok(self
-            .graph
-            .write()
-            .expect("graph")
-            .closures
-            .entry((src, set))
-            .or_insert(out)
-            .clone())
-    }
-
     /// The node id of a file, hashing it the first time.
     fn intern(&self, base: &Path, path: &Path) -> io::Result<u32> {
         if let Some(&id) = self.graph.read().expect("graph").ids.get(path) {
@@ -467,25 +380,6 @@ impl Files {
         let mut g = self.graph.write().expect("graph");
         let next = g.dir_sets.len() as u32;
         *g.dir_sets.entry(dirs.to_vec()).or_insert(next)
-    }
-
-    /// The files a file's `#include`s resolve to, with these include dirs.
-    fn children(
-        &self,
-        base: &Path,
-        path: &Path,
-        set: u32,
-        dirs: &[PathBuf],
-    ) -> io::Result<Arc<[u32]>> {
-        let info = self.info(path)?;
-        let here = path.parent().unwrap_or(Path::new("/"));
-        let mut ids = Vec::new();
-        for inc in &info.includes {
-            if let Some(found) = self.resolve(here, set, dirs, inc) {
-                ids.push(self.intern(base, &found)?);
-            }
-        }
-        Ok(ids.into())
     }
 
     fn resolve(&self, here: &Path, set: u32, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {

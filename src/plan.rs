@@ -655,7 +655,7 @@ impl Plan {
                 let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
                 let mut out = vec![k.source.abs.clone()];
                 if let Ok(c) = self.files.closure(base, &k.source.abs, &dirs) {
-                    out.extend(c.files.iter().map(|n| key::key_path(base, &n.name)));
+                    out.extend(c.files().map(|n| key::key_path(base, &n.name)));
                 }
                 out
             }

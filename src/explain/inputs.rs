@@ -90,8 +90,7 @@ impl KeyInputs {
     pub fn closure_files(&self, records: &Records) -> BTreeMap<String, String> {
         match (&self.closure, &self.closure_digest) {
             (Some(c), _) => c
-                .files
-                .iter()
+                .files()
                 .map(|n| (n.name.clone(), short(&n.hash)))
                 .collect(),
             (None, Some(d)) => records.closures.get(d).cloned().unwrap_or_default(),
