@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::plan::Plan;
@@ -59,24 +60,91 @@ fn span(pid: u64, tid: u64, name: &str, cat: &str, start: f64, dur: f64, args: V
     })
 }
 
-/// Replace the events of process `pid` in `dir/trace.json` with `events`. Best effort:
-/// a trace that cannot be written is a warning, never a failed phase.
-fn replace_part(dir: &Path, pid: u64, events: Vec<Value>) -> std::io::Result<()> {
+/// Replace the events of process `pid` in `dir/trace.json` with `events` (each already
+/// serialized, comma-separated). Best effort: a trace that cannot be written is a
+/// warning, never a failed phase. The other process's events are kept byte for byte
+/// (the file is ours, compact): no value tree is built for them or for the new ones.
+fn replace_part(dir: &Path, pid: u64, events: &[u8]) -> std::io::Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Doc<'a> {
+        #[serde(borrow, rename = "traceEvents")]
+        trace_events: Vec<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Pid {
+        pid: Option<u64>,
+    }
     let file = path(dir);
-    let mut all: Vec<Value> = std::fs::read(&file)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|v| v.get("traceEvents").and_then(|e| e.as_array()).cloned())
-        .unwrap_or_default();
-    all.retain(|e| e.get("pid").and_then(|p| p.as_u64()) != Some(pid));
-    all.extend(events);
-    let doc = json!({"traceEvents": all, "displayTimeUnit": "ms"});
+    let old = std::fs::read(&file).unwrap_or_default();
+    let kept: Vec<&RawValue> = serde_json::from_slice::<Doc>(&old)
+        .map(|d| d.trace_events)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            serde_json::from_str::<Pid>(e.get())
+                .ok()
+                .and_then(|p| p.pid)
+                != Some(pid)
+        })
+        .collect();
+    let mut doc = Vec::with_capacity(events.len() + old.len() + 64);
+    doc.extend_from_slice(br#"{"displayTimeUnit":"ms","traceEvents":["#);
+    for e in &kept {
+        if doc.last() != Some(&b'[') {
+            doc.push(b',');
+        }
+        doc.extend_from_slice(e.get().as_bytes());
+    }
+    if !events.is_empty() {
+        if doc.last() != Some(&b'[') {
+            doc.push(b',');
+        }
+        doc.extend_from_slice(events);
+    }
+    doc.extend_from_slice(b"]}");
     std::fs::create_dir_all(dir)?;
-    crate::fsutil::write_atomic(&file, &serde_json::to_vec(&doc).expect("trace serializes"))
+    crate::fsutil::write_atomic(&file, &doc)
 }
 
-/// The warm part: one span per unit run, on the slot that ran it.
+/// Append one event to a comma-separated list of serialized events.
+fn push_event(out: &mut Vec<u8>, event: &impl serde::Serialize) {
+    if !out.is_empty() {
+        out.push(b',');
+    }
+    serde_json::to_writer(&mut *out, event).expect("trace event serializes");
+}
+
+/// Serialized events, comma-separated, for `replace_part`.
+fn serialized(events: &[Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in events {
+        push_event(&mut out, e);
+    }
+    out
+}
+
+/// The warm part: one span per unit run, on the slot that ran it. Spans are written
+/// from typed structs (fields in the order a `json!` object sorts its keys, so the
+/// bytes are as before), not built as values first: a no-op warm has thousands.
 pub fn write_warm(plan: &Plan, spans: &[Span]) -> std::io::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Args<'a> {
+        key: &'a str,
+        outcome: crate::warm::record::Outcome,
+        remote_bytes: Option<u64>,
+        scenes: Vec<&'a str>,
+    }
+    #[derive(serde::Serialize)]
+    struct WarmSpan<'a> {
+        args: Args<'a>,
+        cat: &'a str,
+        dur: i64,
+        name: &'a str,
+        ph: &'a str,
+        pid: u64,
+        tid: u64,
+        ts: i64,
+    }
     let mut ev = meta(WARM_PID, None, "process_name", "scenerun warm", 1);
     let mut slots: Vec<usize> = spans.iter().map(|s| s.slot).collect();
     slots.sort();
@@ -90,30 +158,36 @@ pub fn write_warm(plan: &Plan, spans: &[Span]) -> std::io::Result<()> {
             s as u64,
         ));
     }
+    let mut out = serialized(&ev);
+    out.reserve(spans.len() * 256);
     for s in spans {
         let unit = &plan.units[s.unit];
         let first = &plan.steps[unit.steps[0]];
-        let scenes: Vec<&str> = unit
-            .steps
-            .iter()
-            .map(|&i| plan.steps[i].id.scene.as_str())
-            .collect();
-        ev.push(span(
-            WARM_PID,
-            s.slot as u64,
-            &first.id.labelled(),
-            first.kind.name(),
-            unix_secs(s.start),
-            s.secs,
-            json!({
-                "outcome": s.outcome,
-                "remote_bytes": s.remote_bytes,
-                "key": first.key,
-                "scenes": scenes,
-            }),
-        ));
+        let name = first.id.labelled();
+        push_event(
+            &mut out,
+            &WarmSpan {
+                args: Args {
+                    key: &first.key,
+                    outcome: s.outcome,
+                    remote_bytes: s.remote_bytes,
+                    scenes: unit
+                        .steps
+                        .iter()
+                        .map(|&i| plan.steps[i].id.scene.as_str())
+                        .collect(),
+                },
+                cat: first.kind.name(),
+                dur: us(s.secs.max(0.0)).max(1),
+                name: &name,
+                ph: "X",
+                pid: WARM_PID,
+                tid: s.slot as u64,
+                ts: us(unix_secs(s.start)),
+            },
+        );
     }
-    replace_part(&plan.job_dir, WARM_PID, ev)
+    replace_part(&plan.job_dir, WARM_PID, &out)
 }
 
 fn f(v: &Value, k: &str) -> Option<f64> {
@@ -324,7 +398,7 @@ pub fn write_device(dir: &Path, fallback_start: f64, github: bool) -> std::io::R
             }
         }
     }
-    replace_part(dir, DEVICE_PID, events)
+    replace_part(dir, DEVICE_PID, &serialized(&events))
 }
 
 /// A Mermaid gantt of the device part: one section per track, one bar per span.

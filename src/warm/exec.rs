@@ -2,7 +2,14 @@
 //! scheduler (`sched`). It knows nothing of output or records: it emits typed `Event`s,
 //! in order, to one callback on the calling thread. Nothing new starts once the cache
 //! has failed or a signal arrived; what is running finishes (or is killed) first.
+//!
+//! Units the plan already found as hits are first settled in one batch (`settle`, on
+//! `-j` threads that each take runs of units, no hand-off per unit): a no-op warm is
+//! thousands of hits, and a thread round trip per hit cost as much as the check itself.
+//! A unit is settled only when its dependencies were too; every other unit (a miss, a
+//! hit that no longer checks out) goes to the pool as before.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
@@ -52,19 +59,128 @@ pub fn tasks(plan: &Plan) -> Vec<sched::Task> {
         .collect()
 }
 
+/// What settling one unit in the batch gave: when it started, its wall time, its end.
+type Settled = (SystemTime, f64, UnitEnd);
+
+/// Units taken at a time by a batch thread (one atomic add per run, not per unit).
+const BATCH_RUN: usize = 32;
+
+/// Try `settle` on every unit, on `jobs` threads; `None` where it declined (or a signal
+/// arrived first).
+fn settle_batch(
+    plan: &Plan,
+    jobs: usize,
+    settle: &(dyn Fn(&Plan, usize) -> Option<UnitEnd> + Sync),
+) -> Vec<Option<(usize, Settled)>> {
+    let n = plan.units.len();
+    let next = AtomicUsize::new(0);
+    let work = |slot: usize| {
+        let mut got = Vec::new();
+        loop {
+            let from = next.fetch_add(BATCH_RUN, Ordering::Relaxed);
+            if from >= n || proc::interrupted() {
+                break;
+            }
+            for unit in from..(from + BATCH_RUN).min(n) {
+                let at = SystemTime::now();
+                let t0 = Instant::now();
+                if let Some(end) = settle(plan, unit) {
+                    got.push((unit, (slot, (at, t0.elapsed().as_secs_f64(), end))));
+                }
+            }
+        }
+        got
+    };
+    let threads = jobs.clamp(1, n.div_ceil(BATCH_RUN).max(1));
+    let parts: Vec<_> = if threads == 1 {
+        vec![work(0)]
+    } else {
+        std::thread::scope(|scope| {
+            let work = &work;
+            let handles: Vec<_> = (1..threads)
+                .map(|slot| scope.spawn(move || work(slot)))
+                .collect();
+            let mut parts = vec![work(0)];
+            parts.extend(handles.into_iter().map(|h| h.join().expect("batch thread")));
+            parts
+        })
+    };
+    let mut out: Vec<Option<(usize, Settled)>> = (0..n).map(|_| None).collect();
+    for (unit, done) in parts.into_iter().flatten() {
+        out[unit] = Some(done);
+    }
+    out
+}
+
 /// Run every unit of `plan` with `build` on `jobs` slots, within `memory`; emit events.
+/// `settle` ends a unit without the pool when it can (a hit the plan saw, still whole).
 pub fn execute(
     plan: &Plan,
     jobs: usize,
     memory: u64,
     build: &(dyn Fn(&Plan, usize) -> UnitEnd + Sync),
+    settle: &(dyn Fn(&Plan, usize) -> Option<UnitEnd> + Sync),
     on_event: &mut dyn FnMut(Event),
 ) {
     let mut scheduler = sched::Scheduler::new(tasks(plan), jobs, memory);
+    let mut skipped = vec![false; plan.units.len()];
+    let mut stop = false;
+    // The batch: a settled unit counts only if every unit it needs was settled too
+    // (otherwise it waits for them in the pool, where it is checked again).
+    let mut batch = settle_batch(plan, jobs, settle);
+    let mut accepted: Vec<Option<bool>> = vec![None; plan.units.len()];
+    fn accept(
+        u: usize,
+        plan: &Plan,
+        batch: &[Option<(usize, Settled)>],
+        memo: &mut [Option<bool>],
+    ) -> bool {
+        if let Some(a) = memo[u] {
+            return a;
+        }
+        let a = batch[u].is_some()
+            && plan.units[u]
+                .deps
+                .iter()
+                .all(|&d| accept(d, plan, batch, memo));
+        memo[u] = Some(a);
+        a
+    }
+    let mut done = Vec::new();
+    for u in 0..plan.units.len() {
+        if !accept(u, plan, &batch, &mut accepted) {
+            continue;
+        }
+        let Some((slot, (at, wall_secs, end))) = batch[u].take() else {
+            continue;
+        };
+        let ok = end.outcome.ok();
+        stop |= matches!(end.outcome, UnitOutcome::Infra(_));
+        on_event(Event::Started { unit: u, slot, at });
+        on_event(Event::Finished {
+            unit: u,
+            slot,
+            wall_secs,
+            outcome: end.outcome,
+            input_changed: end.input_changed,
+        });
+        done.push((u, ok));
+    }
+    drop(batch);
+    for u in scheduler.settle(&done) {
+        if !std::mem::replace(&mut skipped[u], true) {
+            on_event(Event::Skipped {
+                unit: u,
+                cause: SkipCause::DependencyFailed,
+            });
+        }
+    }
+    if done.len() == plan.units.len() {
+        return;
+    }
     let (job_tx, job_rx) = mpsc::channel::<usize>();
     let job_rx = Arc::new(Mutex::new(job_rx));
     let (msg_tx, msg_rx) = mpsc::channel::<Msg>();
-    let mut stop = false;
     std::thread::scope(|scope| {
         for slot in 0..jobs.max(1) {
             let rx = job_rx.clone();
@@ -92,7 +208,6 @@ pub fn execute(
         }
         drop(msg_tx);
         let mut in_flight = 0usize;
-        let mut skipped = vec![false; plan.units.len()];
         loop {
             if !stop && !proc::interrupted() {
                 while let Some(u) = scheduler.next_task() {

@@ -80,10 +80,17 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
 
     let mut reporter = Reporter::new(plan, ui);
     let mut acc = Accumulator::new(plan);
-    exec::execute(plan, opts.jobs, opts.memory, &build_or_fail, &mut |ev| {
-        reporter.on(plan, &ev);
-        acc.on(plan, ev);
-    });
+    exec::execute(
+        plan,
+        opts.jobs,
+        opts.memory,
+        &build_or_fail,
+        &settle_hit,
+        &mut |ev| {
+            reporter.on(plan, &ev);
+            acc.on(plan, ev);
+        },
+    );
     reporter.finish();
     acc.finish(started.elapsed().as_secs_f64());
 
@@ -139,6 +146,35 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
     Ok(Warmed {
         summary,
         published: acc.published,
+    })
+}
+
+/// A unit the plan found as a hit, settled without the pool: under its key lock (which
+/// `cache prune` and `clean` take before they evict) the entry is still whole — the same
+/// `still_present` check and `touch` as `build_as` makes for such a hit. `None` (left to
+/// the pool, which does all of `build_as`) for anything else: a miss, a stale step, an
+/// entry no longer whole, a lock that cannot be taken, a remote cache to write through.
+fn settle_hit(plan: &Plan, unit: usize) -> Option<UnitEnd> {
+    let step = &plan.steps[plan.units[unit].steps[0]];
+    let seen = step.entry.as_ref().filter(|_| step.status.is_hit())?;
+    if plan
+        .remote
+        .as_deref()
+        .is_some_and(|r| step.persist && r.writes())
+    {
+        return None;
+    }
+    let store = plan.store_of(step);
+    let _lock = store.lock_key(step.kind, &step.key).ok()?;
+    if !store.still_present(step.kind, &step.key, seen) {
+        return None;
+    }
+    store.touch(seen);
+    Some(UnitEnd {
+        outcome: UnitOutcome::Hit {
+            entry: seen.clone(),
+        },
+        input_changed: None,
     })
 }
 

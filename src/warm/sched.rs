@@ -122,6 +122,39 @@ impl Scheduler {
         self.alone_running = self.alone(i);
     }
 
+    /// Tasks that finished before any was started here (hits settled in one batch by the
+    /// executor): none of them is handed out; each `ok` one lets its dependents run, a
+    /// failed one's dependents are returned as skipped (transitively), as in `finish`.
+    pub fn settle(&mut self, done: &[(usize, bool)]) -> Vec<usize> {
+        debug_assert_eq!(self.running, 0, "settle before anything starts");
+        let mut gone = vec![false; self.tasks.len()];
+        let mut skipped = Vec::new();
+        for &(i, ok) in done {
+            gone[i] = true;
+            if ok {
+                for &d in &self.dependents[i] {
+                    self.waiting_on[d] -= 1;
+                }
+            } else {
+                let mut stack = self.dependents[i].clone();
+                while let Some(d) = stack.pop() {
+                    if !skipped.contains(&d) {
+                        skipped.push(d);
+                        stack.extend(self.dependents[d].iter().copied());
+                    }
+                }
+            }
+        }
+        for &d in &skipped {
+            gone[d] = true;
+        }
+        self.ready = (0..self.tasks.len())
+            .filter(|&i| !gone[i] && self.waiting_on[i] == 0)
+            .collect();
+        self.ready_sorted = false;
+        skipped
+    }
+
     /// A task finished. `ok`: its dependents may run; otherwise they are returned as
     /// skipped (transitively).
     pub fn finish(&mut self, i: usize, ok: bool) -> Vec<usize> {
@@ -234,6 +267,31 @@ mod tests {
         assert_eq!(s.next_task(), None);
         assert_eq!(s.finish(0, false), vec![2]);
         assert_eq!(s.next_task(), Some(1));
+    }
+
+    #[test]
+    fn settled_tasks_are_never_handed_out_and_free_their_dependents() {
+        // 0 and 1 settled in a batch (1 failed): 2 (needs 0) runs, 3 (needs 1) and 4
+        // (needs 3) are skipped, 5 was never settled and runs.
+        let tasks = vec![
+            t(0.0, 1, 0, vec![]),
+            t(0.0, 1, 0, vec![]),
+            t(1.0, 1, 0, vec![0]),
+            t(1.0, 1, 0, vec![1]),
+            t(1.0, 1, 0, vec![3]),
+            t(1.0, 1, 0, vec![]),
+        ];
+        let mut s = Scheduler::new(tasks, 1, u64::MAX);
+        let mut skipped = s.settle(&[(0, true), (1, false)]);
+        skipped.sort();
+        assert_eq!(skipped, vec![3, 4]);
+        let mut started = Vec::new();
+        while let Some(i) = s.next_task() {
+            started.push(i);
+            s.finish(i, true);
+        }
+        started.sort();
+        assert_eq!(started, vec![2, 5]);
     }
 
     #[test]
