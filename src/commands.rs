@@ -189,10 +189,25 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
 }
 
 fn build(cli: &Cli, select: &Selection, ui: &Ui) -> Result<Plan> {
-    let mut m = manifest::load(&cli.manifest)?;
+    // The stat memo (a file beside the manifest, megabytes on a big suite) is read on
+    // another thread while the manifest parses: its place is known before the manifest.
+    let (m, memo) = std::thread::scope(|s| {
+        let memo = s.spawn(|| {
+            manifest::dir_of(&cli.manifest)
+                .ok()
+                .map(|d| plan::stat_memo(&d))
+        });
+        let m = manifest::load(&cli.manifest);
+        (m, memo.join())
+    });
+    let mut m = m?;
+    let files = match memo {
+        Ok(Some(f)) => f,
+        _ => plan::stat_memo(&m.dir),
+    };
     let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
-    manifest::generated::expand(&mut m, &cache)?;
-    let mut plan = Plan::build(m, select, cli.cache_dir.as_deref())?;
+    manifest::generated::expand(&mut m, &cache, &files)?;
+    let mut plan = Plan::build(m, select, cli.cache_dir.as_deref(), files)?;
     plan.remote = Remote::configure(&plan.manifest.cache.remote, &cli.remote, ui)?.map(Arc::new);
     Ok(plan)
 }

@@ -27,7 +27,17 @@ type Keyed = (String, Option<KeyInputs>);
 
 /// Where scenerun keeps its per-checkout files: `build/scenerun/` beside the manifest.
 pub fn job_dir(manifest: &Manifest) -> PathBuf {
-    manifest.dir.join("build").join("scenerun")
+    job_dir_in(&manifest.dir)
+}
+
+/// `build/scenerun` beside a manifest, from the manifest's directory.
+pub fn job_dir_in(manifest_dir: &Path) -> PathBuf {
+    manifest_dir.join("build").join("scenerun")
+}
+
+/// The stat memo of the checkout whose manifest is in `manifest_dir` (docs/cache.md).
+pub fn stat_memo(manifest_dir: &Path) -> Files {
+    Files::new(Some(job_dir_in(manifest_dir).join("statmemo.json")))
 }
 
 /// The cache directory: `--cache-dir` > `$SCENERUN_CACHE_DIR` (both via clap) > `cache.dir`
@@ -162,14 +172,19 @@ pub enum Fill<'a> {
 }
 
 impl Plan {
-    pub fn build(manifest: Manifest, sel: &Selection, cache_flag: Option<&Path>) -> Result<Plan> {
+    /// The plan of the selection; `files` is the checkout's stat memo ([`stat_memo`]).
+    pub fn build(
+        manifest: Manifest,
+        sel: &Selection,
+        cache_flag: Option<&Path>,
+        files: Files,
+    ) -> Result<Plan> {
         let selected = crate::select::select(&manifest.scenes, sel)?;
         let job_dir = job_dir(&manifest);
         let store = Store::at(cache_dir(&manifest, cache_flag));
         // Not a cache, or a link at its own directories: exit 3 before anything is read.
         store.check()?;
         let job = Store::at(job_dir.join("job"));
-        let files = Files::new(Some(job_dir.join("statmemo.json")));
         let history = History::load(&store.root);
         let record = WarmRecord::load(&job_dir);
 

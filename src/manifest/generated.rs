@@ -121,14 +121,11 @@ fn place((g, text): &(Generator, String), path: &str) -> String {
 }
 
 /// Run (or read from `cache_root`) every generator of `m` and add their scenes.
-pub fn expand(m: &mut Manifest, cache_root: &Path) -> Result<Expanded> {
+pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expanded> {
     let mut done = Expanded::default();
     if m.generators.is_empty() {
         return Ok(done);
     }
-    let files = Files::new(Some(
-        m.dir.join("build").join("scenerun").join("statmemo.json"),
-    ));
     let mut names: HashMap<String, Origin> = m
         .scenes
         .iter()
@@ -140,7 +137,7 @@ pub fn expand(m: &mut Manifest, cache_root: &Path) -> Result<Expanded> {
     let mut outputs: Vec<(Generator, String)> = Vec::new();
     let mut clashes = Vec::new();
     for g in m.generators.clone() {
-        let key = g.key(&m.env, &files)?;
+        let key = g.key(&m.env, files)?;
         let cached = cached_path(cache_root, &key);
         let (text, fresh) = match read_cached(&cached) {
             Some(text) => (text, false),

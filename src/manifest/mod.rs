@@ -274,15 +274,18 @@ pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
     };
     let bytes = std::fs::read(path).map_err(|e| single(format!("cannot read it: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
-    let abs = std::path::absolute(path).map_err(|e| single(format!("cannot resolve it: {e}")))?;
-    let dir = abs
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("/"));
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| single(format!("cannot resolve its directory: {e}")))?;
+    let dir = dir_of(path).map_err(single)?;
     parse(&text, path, &dir)
+}
+
+/// The directory a manifest's relative paths start from: its own, with links resolved.
+/// Known before the manifest is read, so files kept beside it can be read meanwhile.
+pub fn dir_of(path: &Path) -> Result<PathBuf, String> {
+    let abs = std::path::absolute(path).map_err(|e| format!("cannot resolve it: {e}"))?;
+    abs.parent()
+        .unwrap_or(Path::new("/"))
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve its directory: {e}"))
 }
 
 /// Parse and validate manifest text as if it were the file `file` in directory `dir`.
@@ -430,11 +433,11 @@ impl Ctx {
                 format!("{path}.{name}")
             };
             if unknown {
-                self.err_at(&at, k.pos, yaml::unknown_field(&name, known));
+                self.err_at(&at, k.pos(), yaml::unknown_field(&name, known));
             } else {
                 self.err_at(
                     &at,
-                    k.pos,
+                    k.pos(),
                     format!("`{name}` is given twice in this mapping"),
                 );
             }
@@ -516,7 +519,7 @@ impl Ctx {
         if !matches!(top.kind, yaml::Kind::Map(_)) {
             self.err_at(
                 "",
-                top.pos,
+                top.pos(),
                 "the manifest must be a mapping with `version: 1` and `scenes:`",
             );
             return None;
@@ -529,7 +532,7 @@ impl Ctx {
             Some(v) if v.as_int() == Some(1) => {}
             Some(other) => self.err_at(
                 "version",
-                other.pos,
+                other.pos(),
                 format!(
                     "unsupported manifest version {} (this scenerun reads version 1)",
                     other.as_str().unwrap_or("(not a number)")

@@ -19,10 +19,12 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use super::locate::Pos;
 
-/// One YAML node and where it starts.
+/// One YAML node and where it starts. Kept small: a big manifest is hundreds of
+/// thousands of nodes, all alive at once, and they set a `plan`'s peak memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
-    pub pos: Pos,
+    line: u32,
+    col: u32,
     pub kind: Kind,
 }
 
@@ -31,7 +33,7 @@ pub enum Kind {
     /// A scalar as written; `plain` when unquoted (only plain scalars can be numbers,
     /// booleans or null).
     Scalar {
-        text: String,
+        text: Box<str>,
         plain: bool,
     },
     Seq(Vec<Node>),
@@ -50,6 +52,24 @@ enum Resolved {
 }
 
 impl Node {
+    pub fn new(pos: Pos, kind: Kind) -> Node {
+        // Past 4 G lines or columns the position saturates; the text is refused long
+        // before that by the manifest's size.
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Node {
+            line: narrow(pos.line),
+            col: narrow(pos.col),
+            kind,
+        }
+    }
+
+    pub fn pos(&self) -> Pos {
+        Pos {
+            line: self.line as usize,
+            col: self.col as usize,
+        }
+    }
+
     /// The text of a scalar (a mapping key, a string value).
     pub fn as_str(&self) -> Option<&str> {
         match &self.kind {
@@ -81,7 +101,7 @@ impl Node {
             (Kind::Map(_), _) => "a mapping".into(),
             (_, Some(Resolved::Null)) => "nothing (null)".into(),
             (Kind::Scalar { text, .. }, Some(Resolved::Str)) => format!("a string `{text}`"),
-            (Kind::Scalar { text, .. }, _) => text.clone(),
+            (Kind::Scalar { text, .. }, _) => text.to_string(),
         }
     }
 
@@ -189,13 +209,13 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
                 // `!!str 1` is the string "1"; any other tag leaves the value as written.
                 let str_tag = tag.is_some_and(|t| t.suffix == "str");
                 Some((
-                    Node {
-                        pos: pos(&mark),
-                        kind: Kind::Scalar {
-                            text,
+                    Node::new(
+                        pos(&mark),
+                        Kind::Scalar {
+                            text: text.into_boxed_str(),
                             plain: style == TScalarStyle::Plain && !str_tag,
                         },
-                    },
+                    ),
                     anchor,
                 ))
             }
@@ -214,23 +234,26 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
                 Some((n, 0))
             }
             Event::SequenceStart(anchor, _) => {
-                let n = Node {
-                    pos: pos(&mark),
-                    kind: Kind::Seq(Vec::new()),
-                };
+                let n = Node::new(pos(&mark), Kind::Seq(Vec::new()));
                 stack.push(Frame::Seq(n, anchor));
                 None
             }
             Event::MappingStart(anchor, _) => {
-                let n = Node {
-                    pos: pos(&mark),
-                    kind: Kind::Map(Vec::new()),
-                };
+                let n = Node::new(pos(&mark), Kind::Map(Vec::new()));
                 stack.push(Frame::Map(n, anchor, None));
                 None
             }
             Event::SequenceEnd | Event::MappingEnd => match stack.pop() {
-                Some(Frame::Seq(n, a)) | Some(Frame::Map(n, a, _)) => Some((n, a)),
+                Some(Frame::Seq(mut n, a)) | Some(Frame::Map(mut n, a, _)) => {
+                    // Growth slack of every small list and mapping adds up to a third
+                    // of the tree; a shrinking realloc stays in place.
+                    match &mut n.kind {
+                        Kind::Seq(items) => items.shrink_to_fit(),
+                        Kind::Map(entries) => entries.shrink_to_fit(),
+                        Kind::Scalar { .. } => {}
+                    }
+                    Some((n, a))
+                }
                 None => None,
             },
             _ => None,
@@ -259,13 +282,13 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             },
         }
     }
-    Ok(root.unwrap_or(Node {
-        pos: Pos { line: 1, col: 1 },
-        kind: Kind::Scalar {
-            text: String::new(),
+    Ok(root.unwrap_or(Node::new(
+        Pos { line: 1, col: 1 },
+        Kind::Scalar {
+            text: Box::default(),
             plain: true,
         },
-    }))
+    )))
 }
 
 /// One step of a key path.
@@ -467,7 +490,7 @@ fn wrong(node: &Node, expected: &str) -> Error {
         expected: expected.to_string(),
         found: node.describe(),
     })
-    .at(node.pos)
+    .at(node.pos())
 }
 
 impl Node {
@@ -501,7 +524,7 @@ impl<'de> de::Deserializer<'de> for Node {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        let p = self.pos;
+        let p = self.pos();
         let r = match (self.resolve(), self.kind) {
             (_, Kind::Seq(items)) => v.visit_seq(Seq {
                 items: items.into_iter(),
@@ -519,19 +542,19 @@ impl<'de> de::Deserializer<'de> for Node {
                 _ => v.visit_i128(i),
             },
             (Some(Resolved::Float(f)), _) => v.visit_f64(f),
-            (_, Kind::Scalar { text, .. }) => v.visit_string(text),
+            (_, Kind::Scalar { text, .. }) => v.visit_string(text.into_string()),
         };
         r.map_err(|e: Error| e.at(p))
     }
 
     fn deserialize_str<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        let p = self.pos;
+        let p = self.pos();
         match self.kind {
             // A number or boolean where text is expected is taken as written
             // (`name: 2024`); null is not text.
-            Kind::Scalar { text, plain } if !(plain && resolve_plain(&text) == Resolved::Null) => {
-                v.visit_string(text).map_err(|e: Error| e.at(p))
-            }
+            Kind::Scalar { text, plain } if !(plain && resolve_plain(&text) == Resolved::Null) => v
+                .visit_string(text.into_string())
+                .map_err(|e: Error| e.at(p)),
             _ => Err(wrong(&self, "a string")),
         }
     }
@@ -542,7 +565,7 @@ impl<'de> de::Deserializer<'de> for Node {
 
     fn deserialize_bool<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
         match self.resolve() {
-            Some(Resolved::Bool(b)) => v.visit_bool(b).map_err(|e: Error| e.at(self.pos)),
+            Some(Resolved::Bool(b)) => v.visit_bool(b).map_err(|e: Error| e.at(self.pos())),
             _ => Err(wrong(&self, "true or false")),
         }
     }
@@ -567,7 +590,7 @@ impl<'de> de::Deserializer<'de> for Node {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        let p = self.pos;
+        let p = self.pos();
         match self.kind {
             Kind::Seq(items) => v
                 .visit_seq(Seq {
@@ -580,7 +603,7 @@ impl<'de> de::Deserializer<'de> for Node {
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
-        let p = self.pos;
+        let p = self.pos();
         match self.kind {
             Kind::Map(entries) => v
                 .visit_map(Map {
@@ -663,7 +686,7 @@ impl<'de> de::MapAccess<'de> for Map {
             return Ok(None);
         };
         let name = k.as_str().unwrap_or("?").to_string();
-        let p = k.pos;
+        let p = k.pos();
         let key = seed.deserialize(k).map_err(|e| match e.problem {
             // Unknown fields are named by their own path.
             Problem::Unknown { .. } => e.under(Seg::Key(name.clone())).at(p),
