@@ -191,23 +191,32 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
 fn build(cli: &Cli, select: &Selection, ui: &Ui) -> Result<Plan> {
     // The stat memo (a file beside the manifest, megabytes on a big suite) is read on
     // another thread while the manifest parses: its place is known before the manifest.
-    let (m, memo) = std::thread::scope(|s| {
+    let (loaded, memo) = std::thread::scope(|s| {
         let memo = s.spawn(|| {
             manifest::dir_of(&cli.manifest)
                 .ok()
                 .map(|d| plan::stat_memo(&d))
         });
-        let m = manifest::load(&cli.manifest);
+        let m = manifest::load_deferred(&cli.manifest);
         (m, memo.join())
     });
-    let mut m = m?;
+    let (mut m, kept) = loaded?;
     let files = match memo {
         Ok(Some(f)) => f,
         _ => plan::stat_memo(&m.dir),
     };
-    let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
-    manifest::generated::expand(&mut m, &cache, &files)?;
-    let mut plan = Plan::build(m, select, cli.cache_dir.as_deref(), files)?;
+    // A manifest parsed from its text is kept for the next run by another thread while
+    // this one plans (from a copy: generated scenes join this one, they are not kept).
+    let plan = std::thread::scope(|s| {
+        if let Some(kept) = kept {
+            let copy = m.clone();
+            s.spawn(move || kept.write(&copy));
+        }
+        let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
+        manifest::generated::expand(&mut m, &cache, &files)?;
+        Plan::build(m, select, cli.cache_dir.as_deref(), files)
+    });
+    let mut plan = plan?;
     plan.remote = Remote::configure(&plan.manifest.cache.remote, &cli.remote, ui)?.map(Arc::new);
     Ok(plan)
 }

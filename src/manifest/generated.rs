@@ -20,7 +20,7 @@ use crate::key::{Files, KeyHasher};
 use crate::template::{Ph, Template, Val};
 
 /// One entry of `scenes_from:`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Generator {
     pub index: usize,
     /// The command as run: `{platform}` filled.

@@ -7,6 +7,7 @@ pub mod depth;
 pub mod generated;
 pub mod lanes;
 pub mod locate;
+mod memo;
 mod paths;
 mod raw;
 pub mod remote;
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use yaml::Node as Value;
 
@@ -34,7 +36,7 @@ pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
 /// grants): the packer keeps one slot per id.
 pub const MAX_DEVICES: u32 = 4096;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
     /// The manifest file as the user named it (for messages).
     pub file: PathBuf,
@@ -54,7 +56,7 @@ pub struct Manifest {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CacheConfig {
     /// `cache.dir` resolved against the manifest's directory.
     pub dir: Option<PathBuf>,
@@ -64,7 +66,7 @@ pub struct CacheConfig {
     pub remote: remote::RemoteConfig,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Toolchain {
     pub name: String,
     pub compile: Template,
@@ -75,7 +77,7 @@ pub struct Toolchain {
     pub include_flag: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LockConfig {
     pub submit: Template,
     pub device_env: String,
@@ -87,7 +89,7 @@ pub struct LockConfig {
     pub device_fault: Option<DeviceFault>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Scene {
     pub name: String,
     pub platform: String,
@@ -110,7 +112,7 @@ pub struct FileRef {
     pub abs: PathBuf,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Kernel {
     pub name: String,
     pub toolchain: String,
@@ -120,7 +122,7 @@ pub struct Kernel {
     pub flags: Vec<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GenStep {
     pub run: Template,
     pub inputs: Vec<FileRef>,
@@ -140,7 +142,7 @@ impl GenStep {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeviceStep {
     pub run: DeviceRun,
     pub devices: u32,
@@ -262,6 +264,16 @@ pub fn position(m: &Manifest, key: &str) -> String {
 }
 
 pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
+    let (m, memo) = load_deferred(path)?;
+    if let Some(memo) = memo {
+        memo.write(&m);
+    }
+    Ok(m)
+}
+
+/// `load`, leaving the memo of a manifest parsed from its text to the caller to keep
+/// (it takes a while on a big suite, and can be written while the plan is made).
+pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), ManifestErrors> {
     let file = path.display().to_string();
     let single = |message: String| ManifestErrors {
         file: file.clone(),
@@ -275,7 +287,26 @@ pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
     let bytes = std::fs::read(path).map_err(|e| single(format!("cannot read it: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
     let dir = dir_of(path).map_err(single)?;
-    parse(&text, path, &dir)
+    let key = memo::Key::of(&text, path, &dir);
+    if let Some(m) = memo::read(&key, path, &dir) {
+        return Ok((m, None));
+    }
+    let (m, probes) = parse_probed(&text, path, &dir)?;
+    Ok((m, Some(MemoWrite { key, dir, probes })))
+}
+
+/// The memo of a manifest that was parsed from its text, to be kept.
+pub struct MemoWrite {
+    key: memo::Key,
+    dir: PathBuf,
+    probes: Vec<memo::Probe>,
+}
+
+impl MemoWrite {
+    /// Keep `m` (the manifest this was loaded with) for the next run.
+    pub fn write(self, m: &Manifest) {
+        memo::write(self.key, &self.dir, self.probes, m);
+    }
 }
 
 /// The directory a manifest's relative paths start from: its own, with links resolved.
@@ -290,6 +321,15 @@ pub fn dir_of(path: &Path) -> Result<PathBuf, String> {
 
 /// Parse and validate manifest text as if it were the file `file` in directory `dir`.
 pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestErrors> {
+    parse_probed(text, file, dir).map(|(m, _)| m)
+}
+
+/// `parse`, with what validation looked at outside the text (for the memo).
+fn parse_probed(
+    text: &str,
+    file: &Path,
+    dir: &Path,
+) -> Result<(Manifest, Vec<memo::Probe>), ManifestErrors> {
     // A UTF-8 byte order mark (editors on Windows write one) is not a second document.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if let Some((line, col)) = depth::too_deep(text, depth::LIMIT) {
@@ -323,7 +363,10 @@ pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestEr
     };
     let manifest = cx.manifest(value);
     if cx.diags.is_empty() {
-        return Ok(manifest.expect("no errors means a manifest"));
+        return Ok((
+            manifest.expect("no errors means a manifest"),
+            cx.probes.take(),
+        ));
     }
     // Positions are needed only to report errors: index the text then, not on every load.
     let locs = Locations::index(text);
@@ -352,6 +395,8 @@ struct Ctx {
     /// Real paths of directories, and whether resolved paths are directories.
     canon: std::cell::RefCell<HashMap<PathBuf, Option<PathBuf>>>,
     kinds: std::cell::RefCell<HashMap<PathBuf, bool>>,
+    /// What validation looked at outside the text, for the manifest memo.
+    probes: memo::Probes,
     /// Toolchains that are defined but invalid: a kernel naming one is not told
     /// "unknown toolchain" on top of the toolchain's own error.
     broken_toolchains: Vec<String>,
@@ -369,6 +414,7 @@ impl Ctx {
             resolved: Default::default(),
             canon: Default::default(),
             kinds: Default::default(),
+            probes: Default::default(),
             broken_toolchains: Vec::new(),
             lane_devices: Default::default(),
         }
@@ -776,7 +822,7 @@ impl Ctx {
             };
             let mut include_dirs = Vec::with_capacity(k.include_dirs.len());
             for (j, d) in k.include_dirs.iter().enumerate() {
-                let expanded = expand_vars(d);
+                let expanded = self.expand(d);
                 // `$VAR` of an unset variable names no dir: skipped, like a missing one.
                 let resolved = if expanded.is_empty() && !d.is_empty() {
                     Ok(None)

@@ -5,6 +5,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use super::memo::Probe;
 use super::{Ctx, FileRef};
 
 impl Ctx {
@@ -19,10 +20,19 @@ impl Ctx {
         self.resolved
             .borrow_mut()
             .insert(raw.to_string(), r.clone());
+        let dir = match &r {
+            Ok(Some(f)) => self.kinds.borrow().get(&f.abs).copied(),
+            _ => None,
+        };
+        self.probes.push(Probe::Resolve {
+            raw: raw.to_string(),
+            found: r.clone(),
+            dir,
+        });
         r
     }
 
-    fn resolve_uncached(&self, raw: &str) -> Result<Option<FileRef>, String> {
+    pub(super) fn resolve_uncached(&self, raw: &str) -> Result<Option<FileRef>, String> {
         if raw.is_empty() {
             return Err("empty path".into());
         }
@@ -110,13 +120,39 @@ impl Ctx {
 
     /// Whether a resolved path is a directory (known from resolving it).
     pub(super) fn is_dir(&self, f: &FileRef) -> bool {
-        match self.kinds.borrow().get(&f.abs) {
-            Some(d) => *d,
-            None => f.abs.is_dir(),
+        if let Some(d) = self.kinds.borrow().get(&f.abs) {
+            return *d;
         }
+        let is = f.abs.is_dir();
+        self.probes.push(Probe::IsDir {
+            abs: f.abs.clone(),
+            is,
+        });
+        is
     }
 
     pub(super) fn glob_inputs(&self, pattern: &str) -> Result<Vec<FileRef>, String> {
+        let found = self.glob_uncached(pattern);
+        self.probes.push(Probe::Glob {
+            pattern: pattern.to_string(),
+            found: found.clone(),
+        });
+        found
+    }
+
+    /// `$VAR` and `${VAR}` from the environment (unset = empty), each variable recorded.
+    pub(super) fn expand(&self, s: &str) -> String {
+        expand_vars_with(s, |name| {
+            let value = std::env::var(name).ok();
+            self.probes.push(Probe::Var {
+                name: name.to_string(),
+                value: value.clone(),
+            });
+            value
+        })
+    }
+
+    fn glob_uncached(&self, pattern: &str) -> Result<Vec<FileRef>, String> {
         if !pattern.contains(['*', '?', '[']) {
             return match self.resolve(pattern)? {
                 Some(f) if !self.is_dir(&f) => Ok(vec![f]),
@@ -167,6 +203,10 @@ pub(super) fn slash(p: &Path) -> String {
 
 /// Expand `$VAR` and `${VAR}` from the environment (unset = empty).
 pub fn expand_vars(s: &str) -> String {
+    expand_vars_with(s, |name| std::env::var(name).ok())
+}
+
+fn expand_vars_with(s: &str, mut var: impl FnMut(&str) -> Option<String>) -> String {
     let mut out = String::new();
     let mut rest = s;
     while let Some(i) = rest.find('$') {
@@ -188,7 +228,7 @@ pub fn expand_vars(s: &str) -> String {
             out.push('$');
             rest = after;
         } else {
-            out.push_str(&std::env::var(name).unwrap_or_default());
+            out.push_str(&var(name).unwrap_or_default());
             rest = &after[consumed..];
         }
     }

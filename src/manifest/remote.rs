@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::yaml::Node as Value;
-use serde::Deserialize;
 
 use super::raw::Scalar;
 use super::Ctx;
@@ -37,7 +38,7 @@ pub const FIELDS: &[&str] = &[
 ];
 
 /// `cache.remote` as the manifest says it (before `--remote` and friends).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RemoteConfig {
     /// `$VAR`-expanded; None when absent or empty after expansion.
     pub url: Option<String>,
@@ -83,7 +84,7 @@ impl Ctx {
         let r = self.take::<Raw>(v, "cache.remote", FIELDS)?;
         let mut c = RemoteConfig::default();
         if let Some(u) = r.url {
-            let url = super::expand_vars(&u).trim().to_string();
+            let url = self.expand(&u).trim().to_string();
             if !url.is_empty() {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     self.err(
