@@ -86,7 +86,8 @@ struct MemoEntry {
     ctime_ns: i128,
     ino: u64,
     hashed_at_ns: i128,
-    info: FileInfo,
+    /// Shared with every lookup that trusts the entry: no copy of the include list.
+    info: Arc<FileInfo>,
 }
 
 #[derive(Default, Serialize, Deserialize)]
@@ -263,7 +264,7 @@ impl Files {
         let info = match trusted {
             // Trusted: the memo's entry is already in `old` and is written back from
             // there; nothing is read, hashed or copied into `fresh`.
-            Some(e) => Arc::new(e.info.clone()),
+            Some(e) => e.info.clone(),
             None => {
                 let hashed_at_ns = now_ns();
                 let info = read_info(path, meta.len())?;
@@ -275,9 +276,9 @@ impl Files {
                     ctime_ns,
                     ino: meta.ino(),
                     hashed_at_ns,
-                    info,
+                    info: Arc::new(info),
                 };
-                let info = Arc::new(entry.info.clone());
+                let info = entry.info.clone();
                 self.fresh
                     .lock()
                     .expect("memo lock")
