@@ -153,10 +153,16 @@ struct Graph {
 struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
+    /// A word at a time: dependency names (~40 bytes) are hashed once per record line.
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.write_u64(u64::from_le_bytes(w.try_into().expect("8 bytes")));
         }
+        let mut tail = [0u8; 8];
+        let rest = words.remainder();
+        tail[..rest.len()].copy_from_slice(rest);
+        self.write_u64(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 59));
     }
 
     fn write_u32(&mut self, n: u32) {
@@ -182,6 +188,21 @@ enum EntryKind {
     Link,
 }
 
+/// A recorded dependency as it is now: its name as records write it and its content
+/// hash, shared by every record that names it (one allocation per file, not per line).
+#[derive(Clone)]
+pub struct DepNow {
+    pub name: Arc<str>,
+    pub hash: Arc<str>,
+}
+
+/// `DepNow` by record name, for one base directory (the manifest's).
+#[derive(Default)]
+struct DepNames {
+    base: Option<PathBuf>,
+    names: HashMap<Box<str>, DepNow, IdHash>,
+}
+
 /// A directory's entries by name; None when the directory cannot be read.
 type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind>>>;
 
@@ -199,6 +220,9 @@ pub struct Files {
     /// in the listing instead of probing every directory with `stat`.
     listings: RwLock<HashMap<PathBuf, Listing>>,
     graph: RwLock<Graph>,
+    /// What `info` answered for the dependencies records name, by their name: a hit
+    /// check looks up ~80 names per record without building a path for each.
+    dep_names: RwLock<DepNames>,
     pub reads: std::sync::atomic::AtomicUsize,
 }
 
@@ -231,6 +255,7 @@ impl Files {
             resolved: RwLock::default(),
             listings: RwLock::default(),
             graph: RwLock::default(),
+            dep_names: RwLock::default(),
             reads: Default::default(),
         }
     }
@@ -294,6 +319,33 @@ impl Files {
             .clone())
     }
 
+    /// A dependency named as records name it (`key_name`: relative to `base`, or
+    /// absolute) as it is now; `info` answers the first time, after that its answer is
+    /// found by name. Err: gone or unreadable (not remembered: asked again next time).
+    pub fn dep_now(&self, base: &Path, name: &str) -> io::Result<DepNow> {
+        {
+            let d = self.dep_names.read().expect("memo lock");
+            if d.base.as_deref() == Some(base) {
+                if let Some(now) = d.names.get(name) {
+                    return Ok(now.clone());
+                }
+            }
+        }
+        let info = self.info(&key_path(base, name))?;
+        let now = DepNow {
+            name: name.into(),
+            hash: info.hash.as_str().into(),
+        };
+        let mut d = self.dep_names.write().expect("memo lock");
+        if d.base.is_none() {
+            d.base = Some(base.to_path_buf());
+        }
+        if d.base.as_deref() == Some(base) {
+            return Ok(d.names.entry(name.into()).or_insert(now).clone());
+        }
+        Ok(now)
+    }
+
     /// Whether a file hashed in this process differs now from when it was hashed (size,
     /// mtime, ctime or inode; gone counts as changed). A file never hashed: false.
     pub fn changed_since_hashed(&self, path: &Path) -> bool {
@@ -319,6 +371,7 @@ impl Files {
         self.resolved.write().expect("memo lock").clear();
         // A header created meanwhile must be found: include dirs are listed again.
         self.listings.write().expect("memo lock").clear();
+        *self.dep_names.write().expect("memo lock") = DepNames::default();
         *self.graph.write().expect("graph") = Graph::default();
     }
 

@@ -22,9 +22,11 @@ pub mod history;
 pub mod maintain;
 pub mod remote;
 
+use std::borrow::Cow;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
@@ -32,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::exit::Exit;
 use crate::fsutil;
-use crate::key::{self, Files};
+use crate::key::Files;
 use digest::{Digester, Digests};
 
 pub const LAYOUT: u32 = 1;
@@ -69,11 +71,38 @@ pub struct FileRecord {
 }
 
 /// A file the compiler reported reading (from its depfile), re-checked on every hit.
+/// Shared strings: the records of one plan name the same few hundred files thousands of
+/// times, and a hit's record holds the plan's own copy of each name and hash.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Dep {
     /// Relative to the manifest's directory when inside it, else absolute.
-    pub path: String,
-    pub blake3: String,
+    pub path: Arc<str>,
+    pub blake3: Arc<str>,
+}
+
+/// `meta.json` as a lookup reads it: the same fields as `Meta`, strings borrowed from the
+/// record's bytes where JSON lets them be, so a record whose dependency changed costs no
+/// allocation per line, and a hit's dependencies become the shared `key::DepNow` strings.
+#[derive(Deserialize)]
+struct MetaView<'a> {
+    layout: u32,
+    kind: Kind,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    built_by: Cow<'a, str>,
+    duration_secs: f64,
+    files: Vec<FileRecord>,
+    #[serde(default, borrow)]
+    deps: Vec<DepView<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DepView<'a> {
+    #[serde(borrow)]
+    path: Cow<'a, str>,
+    #[serde(borrow)]
+    blake3: Cow<'a, str>,
 }
 
 /// The integrity record, `meta.json`.
@@ -133,7 +162,7 @@ impl Entry {
 #[derive(Debug, Clone)]
 pub enum Lookup {
     /// Shared: every step of the unit, and warm after it, hold this one record.
-    Hit(std::sync::Arc<Entry>),
+    Hit(Arc<Entry>),
     Miss,
     /// Present but not servable: a recorded dependency changed, or a file is missing or
     /// has the wrong size.
@@ -184,7 +213,7 @@ pub struct Snapshot {
     shards: std::sync::RwLock<
         std::collections::HashMap<
             PathBuf,
-            Option<std::sync::Arc<std::collections::HashSet<std::ffi::OsString>>>,
+            Option<Arc<std::collections::HashSet<std::ffi::OsString>>>,
         >,
     >,
 }
@@ -236,14 +265,14 @@ impl Store {
                 Some(l) => l,
                 None => {
                     let l = match fs::read_dir(shard) {
-                        Ok(rd) => Some(std::sync::Arc::new(
+                        Ok(rd) => Some(Arc::new(
                             rd.filter_map(Result::ok)
                                 .map(|e| e.file_name())
                                 .collect::<std::collections::HashSet<_>>(),
                         )),
                         // No shard directory: no entry in it.
                         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                            Some(std::sync::Arc::default())
+                            Some(Arc::default())
                         }
                         Err(_) => None,
                     };
@@ -271,21 +300,28 @@ impl Store {
             Ok(None) => return Lookup::Miss,
             Err(why) => return Lookup::Stale(why),
         };
-        let meta = match read_meta(&dir) {
-            Ok(Some(m)) => m,
+        let bytes = match read_record(&dir) {
+            Ok(Some(b)) => b,
             Ok(None) => return Lookup::Miss,
             Err(why) => return Lookup::Stale(why),
         };
-        if meta.key != key || meta.kind != kind || meta.layout != LAYOUT {
+        let view: MetaView = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => return Lookup::Stale(format!("integrity record unreadable: {e}")),
+        };
+        if view.key != key || view.kind != kind || view.layout != LAYOUT {
             return Lookup::Stale("integrity record does not match its key".into());
         }
-        if let Err(why) = guard::check_listing(&dir.join("out"), &meta.files) {
+        if let Err(why) = guard::check_listing(&dir.join("out"), &view.files) {
             return Lookup::Stale(why);
         }
-        for dep in &meta.deps {
-            let path = key::key_path(base, &dep.path);
-            match files.info(&path) {
-                Ok(i) if i.hash == dep.blake3 => {}
+        let mut deps = Vec::with_capacity(view.deps.len());
+        for dep in &view.deps {
+            match files.dep_now(base, &dep.path) {
+                Ok(now) if *now.hash == *dep.blake3 => deps.push(Dep {
+                    path: now.name,
+                    blake3: now.hash,
+                }),
                 Ok(_) => {
                     return Lookup::DepChanged(format!("{} changed since it was built", dep.path))
                 }
@@ -294,7 +330,16 @@ impl Store {
                 }
             }
         }
-        Lookup::Hit(std::sync::Arc::new(Entry { dir, meta }))
+        let meta = Meta {
+            layout: view.layout,
+            kind: view.kind,
+            key: view.key.into_owned(),
+            built_by: view.built_by.into_owned(),
+            duration_secs: view.duration_secs,
+            files: view.files,
+            deps,
+        };
+        Lookup::Hit(Arc::new(Entry { dir, meta }))
     }
 
     /// Cheap presence check: the record, and a listing of `out` equal to it.
@@ -628,10 +673,18 @@ pub fn digest_in_cache(path: &Path, digester: Digester) -> io::Result<Digests> {
 
 /// Ok(None): no entry. Err: an entry directory without a readable record.
 pub fn read_meta(dir: &Path) -> Result<Option<Meta>, String> {
-    match fsutil::read_nofollow(&dir.join("meta.json")) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
+    match read_record(dir)? {
+        Some(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| format!("integrity record unreadable: {e}")),
+        None => Ok(None),
+    }
+}
+
+/// The bytes of an entry's `meta.json` (see `read_meta`).
+fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, String> {
+    match fsutil::read_nofollow(&dir.join("meta.json")) {
+        Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if fsutil::node(dir).ok() != Some(fsutil::Node::Missing) {
                 Err("integrity record missing".into())

@@ -436,8 +436,8 @@ fn recorded_deps(
         };
         match hash {
             Ok(h) => deps.push(Dep {
-                path: crate::key::key_name(&plan.manifest.dir, &path),
-                blake3: h,
+                path: crate::key::key_name(&plan.manifest.dir, &path).into(),
+                blake3: h.into(),
             }),
             Err(e) => {
                 return Err(FailCause::BadDepfileEntry {
