@@ -247,10 +247,15 @@ pub fn open_regular_nofollow(path: &Path) -> io::Result<fs::File> {
 
 /// Read a whole regular file inside the cache (see `open_regular_nofollow`).
 pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
-    use std::io::Read;
     let (f, len) = open_checked_len(path, false)?;
-    // Sized from the check's own `fstat`; read through `take` so std does not probe the
-    // size again (an `fstat` and an `lseek` per read: thousands of records per plan).
+    read_all(f, len)
+}
+
+/// The rest of an open file whose size an `fstat` just gave: one buffer of that size,
+/// read through `take` so std does not probe the size again (an `fstat` and an `lseek`
+/// per read: thousands of records per plan).
+pub fn read_all(f: fs::File, len: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
     let mut buf = Vec::with_capacity(len as usize + 1);
     f.take(u64::MAX).read_to_end(&mut buf)?;
     Ok(buf)

@@ -316,8 +316,8 @@ impl Plan {
         }
 
         plan.group_units();
-        // One lookup per unit (scenes share kernels). A shard the cache does not have
-        // is a miss without a lookup.
+        // One lookup per unit (scenes share kernels). After the first miss, a key its
+        // shard's listing does not hold is a miss without a lookup.
         let snapshot = crate::cache::Snapshot::default();
         let lookups: Vec<Lookup> = plan
             .units
@@ -325,10 +325,13 @@ impl Plan {
             .map(|u| {
                 let s = &plan.steps[u.steps[0]];
                 if plan.store_of(s).listed_absent(&snapshot, s.kind, &s.key) {
-                    Lookup::Miss
-                } else {
-                    plan.lookup(s)
+                    return Lookup::Miss;
                 }
+                let found = plan.lookup(s);
+                if matches!(found, Lookup::Miss) {
+                    snapshot.missed();
+                }
+                found
             })
             .collect();
         let failures = record.failures();

@@ -16,6 +16,7 @@
 //! re-hashes; `verify` re-hashes. Nothing inside the cache is followed through a symlink
 //! (see `guard` and docs/cache-trust.md).
 
+mod at;
 pub mod digest;
 pub mod guard;
 pub mod history;
@@ -25,9 +26,9 @@ pub mod remote;
 use std::borrow::Cow;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -149,6 +150,9 @@ impl Meta {
 pub struct Entry {
     pub dir: PathBuf,
     pub meta: Meta,
+    /// The `meta.json` that `meta` was read from, when the lookup opened it relative to
+    /// the cache's directories: `still_present` compares it instead of reading again.
+    pub record: Option<at::FileId>,
 }
 
 impl Entry {
@@ -205,11 +209,15 @@ pub struct KeyLock {
 #[derive(Debug, Clone)]
 pub struct Store {
     pub root: PathBuf,
+    /// The cache's own directories, opened on first use (see `at`).
+    dirs: Arc<at::Dirs>,
 }
 
 /// Entry directory names per shard, listed once for one plan (see `Store::listed_absent`).
 #[derive(Default)]
 pub struct Snapshot {
+    /// Whether a lookup of this plan has missed yet: until one does, no shard is listed.
+    missed: std::sync::atomic::AtomicBool,
     shards: std::sync::RwLock<
         std::collections::HashMap<
             PathBuf,
@@ -231,10 +239,21 @@ fn infra(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
     ))
 }
 
+impl Snapshot {
+    /// A lookup of the plan missed: from now on `listed_absent` lists shards.
+    pub fn missed(&self) {
+        self.missed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Store {
     /// A store handle; nothing is created until `ensure`.
     pub fn at(root: PathBuf) -> Store {
-        Store { root }
+        Store {
+            root,
+            dirs: Arc::default(),
+        }
     }
 
     pub fn entry_dir(&self, kind: Kind, key: &str) -> PathBuf {
@@ -249,7 +268,14 @@ impl Store {
     /// this before `lookup`, so 20,000 misses cost one `readdir` per shard instead of a
     /// failed `open` and a failed `stat` each. Only an answer of `true` is final; the
     /// snapshot is taken once per plan and never consulted after it.
+    ///
+    /// Listing pays off only for misses: a plan of hits (a no-op warm) would list every
+    /// shard for nothing, so shards are listed only once a lookup of the plan has missed
+    /// (`Snapshot::missed`).
     pub fn listed_absent(&self, snap: &Snapshot, kind: Kind, key: &str) -> bool {
+        if !snap.missed.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
         let dir = self.entry_dir(kind, key);
         let Some(shard) = dir.parent() else {
             return false;
@@ -294,7 +320,15 @@ impl Store {
 
     /// The one lookup function: `plan`, `warm` and `device` all decide hit or miss here.
     /// `base` resolves relative dependency paths; `files` hashes them (stat memo).
+    ///
+    /// A hit is found relative to the cache's own directories (`at`: no link followed in
+    /// any component, a few short paths instead of absolute ones); anything else that
+    /// way, or a kernel without `openat2`, is decided path by path (`guard`), which names
+    /// what it found.
     pub fn lookup(&self, kind: Kind, key: &str, base: &Path, files: &Files) -> Lookup {
+        if let Some(found) = self.lookup_at(kind, key, base, files) {
+            return found;
+        }
         let dir = match self.entry_checked(kind, key) {
             Ok(Some(dir)) => dir,
             Ok(None) => return Lookup::Miss,
@@ -315,31 +349,43 @@ impl Store {
         if let Err(why) = guard::check_listing(&dir.join("out"), &view.files) {
             return Lookup::Stale(why);
         }
-        let mut deps = Vec::with_capacity(view.deps.len());
-        for dep in &view.deps {
-            match files.dep_now(base, &dep.path) {
-                Ok(now) if *now.hash == *dep.blake3 => deps.push(Dep {
-                    path: now.name,
-                    blake3: now.hash,
-                }),
-                Ok(_) => {
-                    return Lookup::DepChanged(format!("{} changed since it was built", dep.path))
-                }
-                Err(_) => {
-                    return Lookup::DepChanged(format!("{} is gone since it was built", dep.path))
-                }
-            }
-        }
-        let meta = Meta {
-            layout: view.layout,
-            kind: view.kind,
-            key: view.key.into_owned(),
-            built_by: view.built_by.into_owned(),
-            duration_secs: view.duration_secs,
-            files: view.files,
-            deps,
+        check_deps(view, dir, None, base, files)
+    }
+
+    /// `lookup` through `at`: None when the answer is not a plain hit or dependency
+    /// change reached that way (the path-by-path lookup then decides, and names why).
+    fn lookup_at(&self, kind: Kind, key: &str, base: &Path, files: &Files) -> Option<Lookup> {
+        let kind_dir = self.dirs.kind(&self.root, kind).ok()?;
+        let entry = match at::entry(kind_dir, key) {
+            Ok(e) => e,
+            // No shard or no entry directory (`entries/<kind>` is open): a miss, as
+            // `entry_checked` would find it.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(Lookup::Miss),
+            Err(_) => return None,
         };
-        Lookup::Hit(Arc::new(Entry { dir, meta }))
+        let (bytes, record) = {
+            let f = at::open_read(entry.as_fd(), "meta.json").ok()?;
+            let st = at::fstat(&f).ok()?;
+            if !at::is_file(&st) {
+                return None;
+            }
+            (fsutil::read_all(f, st.st_size as u64).ok()?, at::FileId::of(&st))
+        };
+        let view: MetaView = serde_json::from_slice(&bytes).ok()?;
+        if view.key != key || view.kind != kind || view.layout != LAYOUT {
+            return None;
+        }
+        if !out_matches_at(entry.as_fd(), &view.files)? {
+            return None;
+        }
+        drop(entry);
+        Some(check_deps(
+            view,
+            self.entry_dir(kind, key),
+            Some(record),
+            base,
+            files,
+        ))
     }
 
     /// Cheap presence check: the record, and a listing of `out` equal to it.
@@ -350,7 +396,11 @@ impl Store {
             return None;
         }
         guard::check_listing(&dir.join("out"), &meta.files).ok()?;
-        Some(Entry { dir, meta })
+        Some(Entry {
+            dir,
+            meta,
+            record: None,
+        })
     }
 
     /// `present` for an entry whose record this process read moments ago (the plan's
@@ -358,7 +408,40 @@ impl Store {
     /// record is still a regular file, and the listing of `out` still equals that record.
     /// The record is not read and parsed a second time.
     pub fn still_present(&self, kind: Kind, key: &str, seen: &Entry) -> bool {
-        self.still_present_(kind, key, seen).is_some()
+        self.still_present_at(kind, key, seen).is_some()
+            || self.still_present_(kind, key, seen).is_some()
+    }
+
+    /// `still_present` through `at`, for an entry whose lookup went that way; Some(the
+    /// entry directory) when it holds. It keeps the guarantees of the path-by-path check
+    /// without its walks:
+    /// - the entry directory is reached from `entries/<kind>` by `openat2` with no link
+    ///   in any component, and `meta.json` and `out` are `lstat`ed in it, never followed;
+    /// - `meta.json` is the very file the lookup parsed: a regular file with the same
+    ///   device, inode, size and ctime. An entry replaced since (a new directory renamed
+    ///   into place) or a record rewritten has a new inode or ctime — and so has a record
+    ///   another warm touched meanwhile: then the full check decides;
+    /// - the listing of `out` equals the record: for a single-file `out` (kernels) that
+    ///   is one `lstat` (a regular file of the recorded size), exactly what
+    ///   `check_listing` looks at; a directory `out` is left to the full check.
+    ///
+    /// None only means "not shown here": the caller runs the full check.
+    fn still_present_at(&self, kind: Kind, key: &str, seen: &Entry) -> Option<OwnedFd> {
+        let record = seen.record?;
+        if seen.meta.key != key
+            || seen.meta.kind != kind
+            || seen.meta.layout != LAYOUT
+            || !single_file(&seen.meta.files)
+        {
+            return None;
+        }
+        let kind_dir = self.dirs.kind(&self.root, kind).ok()?;
+        let entry = at::entry(kind_dir, key).ok()?;
+        let st = at::stat_at(entry.as_fd(), "meta.json").ok()?;
+        if !at::is_file(&st) || at::FileId::of(&st) != record {
+            return None;
+        }
+        out_matches_at(entry.as_fd(), &seen.meta.files)?.then_some(entry)
     }
 
     fn still_present_(&self, kind: Kind, key: &str, seen: &Entry) -> Option<()> {
@@ -374,18 +457,41 @@ impl Store {
         guard::check_listing(&dir.join("out"), &seen.meta.files).ok()
     }
 
-    /// Mark an entry used now (for pruning by last use).
+    /// `still_present`, then `touch`: how warm settles a hit the plan found (thousands
+    /// in a no-op warm), in one opened entry directory when the lookup went through `at`.
+    pub fn settle_present(&self, kind: Kind, key: &str, seen: &Entry) -> bool {
+        if let Some(entry) = self.still_present_at(kind, key, seen) {
+            // Checked just now, under the key lock: this record, touched in place.
+            let _ = at::touch_at(entry.as_raw_fd(), "meta.json");
+            return true;
+        }
+        if self.still_present_(kind, key, seen).is_none() {
+            return false;
+        }
+        self.touch(seen);
+        true
+    }
+
+    /// Mark an entry used now (for pruning by last use). A link at `meta.json` would be
+    /// touched itself, never its target.
     pub fn touch(&self, entry: &Entry) {
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = fs::File::options()
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(entry.dir.join("meta.json"))
-            .and_then(|f| f.set_modified(SystemTime::now()));
+        let _ = at::touch(&entry.dir.join("meta.json"));
     }
 
     /// Take the per-key build lock (blocking until another builder finishes).
     pub fn lock_key(&self, kind: Kind, key: &str) -> Result<KeyLock> {
+        // Relative to `locks/` when it can be opened that way (a short path, and the
+        // directory checked once); the path-by-path open below repairs a planted link
+        // or special file and names the path in its errors.
+        if let Ok(dir) = self.dirs.locks(&self.root) {
+            if let Ok(file) = at::open_lock(dir, &format!("{}-{key}.lock", kind.name())) {
+                if at::fstat(&file).is_ok_and(|st| at::is_file(&st)) {
+                    let path = || self.key_lock_path(kind, key);
+                    file.lock().map_err(|e| infra(e, "lock", &path()))?;
+                    return Ok(KeyLock { _file: file });
+                }
+            }
+        }
         let path = self.key_lock_path(kind, key);
         let file = open_key_lock(&path).map_err(|e| infra(e, "create lock", &path))?;
         file.lock().map_err(|e| infra(e, "lock", &path))?;
@@ -552,7 +658,11 @@ impl Store {
         }
         fs::rename(&staging.dir, &target).map_err(|e| infra(e, "publish", &target))?;
         drop(staging);
-        Ok(Entry { dir: target, meta })
+        Ok(Entry {
+            dir: target,
+            meta,
+            record: None,
+        })
     }
 
     /// Remove staging dirs whose builder is gone (its lock is free). `tmp/` itself was
@@ -694,4 +804,53 @@ fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, String> {
         }
         Err(e) => Err(format!("integrity record unreadable: {e}")),
     }
+}
+
+/// Whether a record lists exactly one file that is `out` itself (a kernel's object).
+fn single_file(files: &[FileRecord]) -> bool {
+    files.len() == 1 && files[0].path.is_empty()
+}
+
+/// `check_listing` for a single-file `out`, by one `lstat` in the opened entry
+/// directory: a regular file of the recorded size. None for a directory `out` (left to
+/// `check_listing`) or when `out` cannot be looked at.
+fn out_matches_at(entry: BorrowedFd<'_>, files: &[FileRecord]) -> Option<bool> {
+    if !single_file(files) {
+        return None;
+    }
+    let st = at::stat_at(entry, "out").ok()?;
+    Some(at::is_file(&st) && st.st_size as u64 == files[0].size)
+}
+
+/// The end of every lookup that found a whole entry: each recorded dependency must still
+/// have its recorded content (`DepChanged` names the first that does not), else a hit
+/// whose record holds the plan's shared strings.
+fn check_deps(
+    view: MetaView<'_>,
+    dir: PathBuf,
+    record: Option<at::FileId>,
+    base: &Path,
+    files: &Files,
+) -> Lookup {
+    let mut deps = Vec::with_capacity(view.deps.len());
+    for dep in &view.deps {
+        match files.dep_now(base, &dep.path) {
+            Ok(now) if *now.hash == *dep.blake3 => deps.push(Dep {
+                path: now.name,
+                blake3: now.hash,
+            }),
+            Ok(_) => return Lookup::DepChanged(format!("{} changed since it was built", dep.path)),
+            Err(_) => return Lookup::DepChanged(format!("{} is gone since it was built", dep.path)),
+        }
+    }
+    let meta = Meta {
+        layout: view.layout,
+        kind: view.kind,
+        key: view.key.into_owned(),
+        built_by: view.built_by.into_owned(),
+        duration_secs: view.duration_secs,
+        files: view.files,
+        deps,
+    };
+    Lookup::Hit(Arc::new(Entry { dir, meta, record }))
 }

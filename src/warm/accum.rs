@@ -290,6 +290,7 @@ mod tests {
                 files: Vec::new(),
                 deps: Vec::new(),
             },
+            record: None,
         })
     }
 

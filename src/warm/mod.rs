@@ -166,10 +166,9 @@ fn settle_hit(plan: &Plan, unit: usize) -> Option<UnitEnd> {
     }
     let store = plan.store_of(step);
     let _lock = store.lock_key(step.kind, &step.key).ok()?;
-    if !store.still_present(step.kind, &step.key, seen) {
+    if !store.settle_present(step.kind, &step.key, seen) {
         return None;
     }
-    store.touch(seen);
     Some(UnitEnd {
         outcome: UnitOutcome::Hit {
             entry: seen.clone(),
