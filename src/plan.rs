@@ -169,11 +169,8 @@ impl Plan {
         // Not a cache, or a link at its own directories: exit 3 before anything is read.
         store.check()?;
         let job = Store::at(job_dir.join("job"));
-        let files = Files::new(Some(job_dir.join("statmemo.json")));
-        let history = History::load(&store.root);
-        let record = WarmRecord::load(&job_dir);
-
-        // Identity commands: once per toolchain used by the selection.
+        // Identity commands: once per toolchain used by the selection. They mostly wait
+        // on a child process: the stat memo, history and warm record are read meanwhile.
         let mut used: Vec<&str> = selected
             .iter()
             .flat_map(|&i| {
@@ -185,14 +182,26 @@ impl Plan {
             .collect();
         used.sort();
         used.dedup();
-        let identities: HashMap<String, Vec<u8>> = used
-            .par_iter()
-            .map(|name| {
-                let tc = &manifest.toolchains[*name];
-                identity(tc, &manifest).map(|id| (name.to_string(), id))
-            })
-            .collect::<Result<_>>()?;
-        let gen_identities = gen_identities(&manifest, &selected)?;
+        let run_identities = || -> Result<_> {
+            let identities: HashMap<String, Vec<u8>> = used
+                .par_iter()
+                .map(|name| {
+                    let tc = &manifest.toolchains[*name];
+                    identity(tc, &manifest).map(|id| (name.to_string(), id))
+                })
+                .collect::<Result<_>>()?;
+            Ok((identities, gen_identities(&manifest, &selected)?))
+        };
+        let ((files, history, record), ran) = std::thread::scope(|scope| {
+            let ran = scope.spawn(run_identities);
+            let loaded = (
+                Files::new(Some(job_dir.join("statmemo.json"))),
+                History::load(&store.root),
+                WarmRecord::load(&job_dir),
+            );
+            (loaded, ran.join().expect("identity thread"))
+        });
+        let (identities, gen_identities) = ran?;
 
         let mut scenes = Vec::new();
         let mut steps = Vec::with_capacity(
