@@ -196,11 +196,42 @@ pub struct DepNow {
     pub hash: Arc<str>,
 }
 
-/// `DepNow` by record name, for one base directory (the manifest's).
-#[derive(Default)]
-struct DepNames {
-    base: Option<PathBuf>,
+/// What one thread has answered for record dependency names, for one `Files` (its id
+/// and `forget` generation) and one base directory: a no-op plan checks ~80 names per
+/// record on two threads, and a map shared between them cost more in lock traffic than
+/// the lookups themselves.
+struct ThreadDeps {
+    owner: (u64, u64),
+    base: PathBuf,
     names: HashMap<Box<str>, DepNow, IdHash>,
+}
+
+thread_local! {
+    static THREAD_DEPS: std::cell::RefCell<Option<ThreadDeps>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Record dependencies looked up by name (see `Files::with_deps`).
+pub struct DepLookup<'a> {
+    files: &'a Files,
+    known: &'a mut ThreadDeps,
+}
+
+impl DepLookup<'_> {
+    /// A dependency named as records name it (`key_name`: relative to the base, or
+    /// absolute) as it is now. `Files::info` answers the first time; Err (gone,
+    /// unreadable) is not remembered.
+    pub fn get(&mut self, name: &str) -> io::Result<DepNow> {
+        if let Some(now) = self.known.names.get(name) {
+            return Ok(now.clone());
+        }
+        let info = self.files.info(&key_path(&self.known.base, name))?;
+        let now = DepNow {
+            name: name.into(),
+            hash: info.hash.as_str().into(),
+        };
+        self.known.names.insert(name.into(), now.clone());
+        Ok(now)
+    }
 }
 
 /// A directory's entries by name; None when the directory cannot be read.
@@ -220,9 +251,9 @@ pub struct Files {
     /// in the listing instead of probing every directory with `stat`.
     listings: RwLock<HashMap<PathBuf, Listing>>,
     graph: RwLock<Graph>,
-    /// What `info` answered for the dependencies records name, by their name: a hit
-    /// check looks up ~80 names per record without building a path for each.
-    dep_names: RwLock<DepNames>,
+    /// Tells this `Files` and its `forget`s apart in the per-thread dependency names.
+    id: u64,
+    generation: std::sync::atomic::AtomicU64,
     pub reads: std::sync::atomic::AtomicUsize,
 }
 
@@ -255,7 +286,11 @@ impl Files {
             resolved: RwLock::default(),
             listings: RwLock::default(),
             graph: RwLock::default(),
-            dep_names: RwLock::default(),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
+            generation: Default::default(),
             reads: Default::default(),
         }
     }
@@ -319,31 +354,26 @@ impl Files {
             .clone())
     }
 
-    /// A dependency named as records name it (`key_name`: relative to `base`, or
-    /// absolute) as it is now; `info` answers the first time, after that its answer is
-    /// found by name. Err: gone or unreadable (not remembered: asked again next time).
-    pub fn dep_now(&self, base: &Path, name: &str) -> io::Result<DepNow> {
-        {
-            let d = self.dep_names.read().expect("memo lock");
-            if d.base.as_deref() == Some(base) {
-                if let Some(now) = d.names.get(name) {
-                    return Ok(now.clone());
-                }
-            }
-        }
-        let info = self.info(&key_path(base, name))?;
-        let now = DepNow {
-            name: name.into(),
-            hash: info.hash.as_str().into(),
-        };
-        let mut d = self.dep_names.write().expect("memo lock");
-        if d.base.is_none() {
-            d.base = Some(base.to_path_buf());
-        }
-        if d.base.as_deref() == Some(base) {
-            return Ok(d.names.entry(name.into()).or_insert(now).clone());
-        }
-        Ok(now)
+    /// Run `f` with this thread's answers for record dependency names under `base`
+    /// (kept per thread, for this `Files`, until `forget`): a hit check looks up ~80
+    /// names per record without building a path or taking a lock for each.
+    pub fn with_deps<R>(&self, base: &Path, f: impl FnOnce(&mut DepLookup<'_>) -> R) -> R {
+        let owner = (
+            self.id,
+            self.generation.load(std::sync::atomic::Ordering::Acquire),
+        );
+        THREAD_DEPS.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let known = match &mut *cell {
+                Some(k) if k.owner == owner && k.base == base => k,
+                other => other.insert(ThreadDeps {
+                    owner,
+                    base: base.to_path_buf(),
+                    names: HashMap::default(),
+                }),
+            };
+            f(&mut DepLookup { files: self, known })
+        })
     }
 
     /// Whether a file hashed in this process differs now from when it was hashed (size,
@@ -371,7 +401,8 @@ impl Files {
         self.resolved.write().expect("memo lock").clear();
         // A header created meanwhile must be found: include dirs are listed again.
         self.listings.write().expect("memo lock").clear();
-        *self.dep_names.write().expect("memo lock") = DepNames::default();
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         *self.graph.write().expect("graph") = Graph::default();
     }
 

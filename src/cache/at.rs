@@ -133,19 +133,24 @@ pub fn stat_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<libc::stat> {
 }
 
 /// Open a file in `dir` for reading, `O_NOFOLLOW | O_NONBLOCK` (a FIFO never blocks).
+/// `O_NOATIME` where the file is ours: every warm touches a record's mtime, so under
+/// `relatime` each read would also write its atime (an inode dirtied per hit, for a
+/// time nothing reads).
 pub fn open_read(dir: BorrowedFd<'_>, name: &str) -> io::Result<fs::File> {
     let name = cstr(name)?;
-    // SAFETY: `name` is NUL-terminated, `dir` is open.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    let open = |flags| {
+        // SAFETY: `name` is NUL-terminated, `dir` is open.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+        cvt(fd as libc::c_long)
+            // SAFETY: a successful openat returns an open fd we now own.
+            .map(|_| unsafe { fs::File::from_raw_fd(fd) })
     };
-    cvt(fd as libc::c_long)?;
-    // SAFETY: a successful openat returns an open fd we now own.
-    Ok(unsafe { fs::File::from_raw_fd(fd) })
+    match open(flags | libc::O_NOATIME) {
+        // Not the file's owner: O_NOATIME is refused, not the open.
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(flags),
+        other => other,
+    }
 }
 
 /// Open (creating) a lock file in `dir`, as `fsutil::open_lock_file` does by path.

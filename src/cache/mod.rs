@@ -84,8 +84,19 @@ pub struct Dep {
 /// `meta.json` as a lookup reads it: the same fields as `Meta`, strings borrowed from the
 /// record's bytes where JSON lets them be, so a record whose dependency changed costs no
 /// allocation per line, and a hit's dependencies become the shared `key::DepNow` strings.
-#[derive(Deserialize)]
 struct MetaView<'a> {
+    layout: u32,
+    kind: Kind,
+    key: Cow<'a, str>,
+    built_by: Cow<'a, str>,
+    duration_secs: f64,
+    files: Vec<FileRecord>,
+    deps: Deps<'a>,
+}
+
+/// `MetaView` as serde alone parses it.
+#[derive(Deserialize)]
+struct MetaFull<'a> {
     layout: u32,
     kind: Kind,
     #[serde(borrow)]
@@ -98,12 +109,162 @@ struct MetaView<'a> {
     deps: Vec<DepView<'a>>,
 }
 
+/// `MetaFull` with `deps` left as its JSON text (checked by serde to be valid JSON).
+#[derive(Deserialize)]
+struct MetaRaw<'a> {
+    layout: u32,
+    kind: Kind,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    built_by: Cow<'a, str>,
+    duration_secs: f64,
+    files: Vec<FileRecord>,
+    /// Absent: `[]`, as `MetaFull` defaults it (a `null` stays `null`, which serde
+    /// refuses there).
+    #[serde(default = "no_deps", borrow)]
+    deps: &'a serde_json::value::RawValue,
+}
+
+fn no_deps() -> &'static serde_json::value::RawValue {
+    serde_json::from_str("[]").expect("valid JSON")
+}
+
 #[derive(Deserialize)]
 struct DepView<'a> {
     #[serde(borrow)]
     path: Cow<'a, str>,
     #[serde(borrow)]
     blake3: Cow<'a, str>,
+}
+
+/// A record's dependencies: its JSON text when written exactly as scenerun writes it
+/// (read in place, nothing allocated per line), else what serde parsed.
+enum Deps<'a> {
+    Canonical { text: &'a str, count: usize },
+    Parsed(Vec<DepView<'a>>),
+}
+
+impl<'a> MetaView<'a> {
+    /// Parse a record: its dependencies in place when they are written as
+    /// `serde_json::to_vec(&Meta)` writes them (`canonical_count`), else (whitespace,
+    /// another field order, an escape, an error) by serde alone, so the answer and any
+    /// error message are serde's.
+    fn parse(bytes: &'a [u8]) -> serde_json::Result<MetaView<'a>> {
+        if let Ok(raw) = serde_json::from_slice::<MetaRaw<'a>>(bytes) {
+            let text = raw.deps.get();
+            if let Some(count) = canonical_count(text) {
+                return Ok(MetaView {
+                    layout: raw.layout,
+                    kind: raw.kind,
+                    key: raw.key,
+                    built_by: raw.built_by,
+                    duration_secs: raw.duration_secs,
+                    files: raw.files,
+                    deps: Deps::Canonical { text, count },
+                });
+            }
+        }
+        let full: MetaFull<'a> = serde_json::from_slice(bytes)?;
+        Ok(MetaView {
+            layout: full.layout,
+            kind: full.kind,
+            key: full.key,
+            built_by: full.built_by,
+            duration_secs: full.duration_secs,
+            files: full.files,
+            deps: Deps::Parsed(full.deps),
+        })
+    }
+}
+
+impl<'a> Deps<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Deps::Canonical { count, .. } => *count,
+            Deps::Parsed(v) => v.len(),
+        }
+    }
+
+    /// (path, blake3) of each dependency, in record order.
+    fn iter(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
+        match self {
+            Deps::Canonical { text, .. } => {
+                let mut rest = match *text {
+                    "[]" => "",
+                    t => &t[1..],
+                };
+                Box::new(std::iter::from_fn(move || {
+                    if rest.is_empty() {
+                        return None;
+                    }
+                    let (path, blake3, r) =
+                        canonical_step(rest).expect("checked by canonical_count");
+                    rest = if r == "]" { "" } else { &r[1..] };
+                    Some((path, blake3))
+                }))
+            }
+            Deps::Parsed(v) => Box::new(v.iter().map(|d| (&*d.path, &*d.blake3))),
+        }
+    }
+}
+
+/// How many dependencies `text` lists when it is exactly what `serde_json::to_vec` writes
+/// for them — no whitespace, `path` then `blake3`, no escape in either — else None.
+/// `text` is valid JSON, so a string without a backslash is its own value: what serde
+/// would give.
+fn canonical_count(text: &str) -> Option<usize> {
+    let mut rest = text.strip_prefix('[')?;
+    if rest == "]" {
+        return Some(0);
+    }
+    let mut n = 0;
+    loop {
+        let (_, _, r) = canonical_step(rest)?;
+        n += 1;
+        match r {
+            "]" => return Some(n),
+            r => rest = r.strip_prefix(',')?,
+        }
+    }
+}
+
+/// One `{"path":"…","blake3":"…"}` at the start of `rest`: its two strings and what
+/// follows its `}`.
+fn canonical_step(rest: &str) -> Option<(&str, &str, &str)> {
+    /// A string's content up to its closing quote, and what follows that quote.
+    fn plain(s: &str) -> Option<(&str, &str)> {
+        let end = quote_or_backslash(s.as_bytes())?;
+        (s.as_bytes()[end] == b'"').then(|| (&s[..end], &s[end + 1..]))
+    }
+    let (path, r) = plain(rest.strip_prefix(r#"{"path":""#)?)?;
+    let (blake3, r) = plain(r.strip_prefix(r#","blake3":""#)?)?;
+    Some((path, blake3, r.strip_prefix('}')?))
+}
+
+/// The index of the first `"` or `\` in `s`, eight bytes at a time (a record is ~9 KB
+/// of such strings).
+fn quote_or_backslash(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // A byte of `x` is zero: its high bit set in the result; no false bit below the
+    // first zero byte, so the lowest set bit names the first match.
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut words = s.chunks_exact(8);
+    let mut at = 0;
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        let hit = zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')));
+        if hit != 0 {
+            return Some(at + (hit.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|p| at + p)
 }
 
 /// The integrity record, `meta.json`.
@@ -339,7 +500,7 @@ impl Store {
             Ok(None) => return Lookup::Miss,
             Err(why) => return Lookup::Stale(why),
         };
-        let view: MetaView = match serde_json::from_slice(&bytes) {
+        let view = match MetaView::parse(&bytes) {
             Ok(v) => v,
             Err(e) => return Lookup::Stale(format!("integrity record unreadable: {e}")),
         };
@@ -371,7 +532,7 @@ impl Store {
             }
             (fsutil::read_all(f, st.st_size as u64).ok()?, at::FileId::of(&st))
         };
-        let view: MetaView = serde_json::from_slice(&bytes).ok()?;
+        let view = MetaView::parse(&bytes).ok()?;
         if view.key != key || view.kind != kind || view.layout != LAYOUT {
             return None;
         }
@@ -832,17 +993,24 @@ fn check_deps(
     base: &Path,
     files: &Files,
 ) -> Lookup {
-    let mut deps = Vec::with_capacity(view.deps.len());
-    for dep in &view.deps {
-        match files.dep_now(base, &dep.path) {
-            Ok(now) if *now.hash == *dep.blake3 => deps.push(Dep {
-                path: now.name,
-                blake3: now.hash,
-            }),
-            Ok(_) => return Lookup::DepChanged(format!("{} changed since it was built", dep.path)),
-            Err(_) => return Lookup::DepChanged(format!("{} is gone since it was built", dep.path)),
+    let checked = files.with_deps(base, |names| {
+        let mut deps = Vec::with_capacity(view.deps.len());
+        for (path, blake3) in view.deps.iter() {
+            match names.get(path) {
+                Ok(now) if *now.hash == *blake3 => deps.push(Dep {
+                    path: now.name,
+                    blake3: now.hash,
+                }),
+                Ok(_) => return Err(format!("{path} changed since it was built")),
+                Err(_) => return Err(format!("{path} is gone since it was built")),
+            }
         }
-    }
+        Ok(deps)
+    });
+    let deps = match checked {
+        Ok(deps) => deps,
+        Err(why) => return Lookup::DepChanged(why),
+    };
     let meta = Meta {
         layout: view.layout,
         kind: view.kind,
@@ -853,4 +1021,63 @@ fn check_deps(
         deps,
     };
     Lookup::Hit(Arc::new(Entry { dir, meta, record }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deps_of(bytes: &[u8]) -> Vec<(String, String)> {
+        MetaView::parse(bytes)
+            .unwrap()
+            .deps
+            .iter()
+            .map(|(p, h)| (p.to_string(), h.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn records_parse_as_serde_parses_them() {
+        let dep = |p: &str, h: &str| Dep {
+            path: p.into(),
+            blake3: h.into(),
+        };
+        let file = FileRecord {
+            path: String::new(),
+            size: 3,
+            blake3: "ff".into(),
+        };
+        for deps in [
+            vec![],
+            vec![dep("a.c", "01")],
+            vec![dep("/usr/include/x.h", "02"), dep("q\"uote\\d/é.h", "03")],
+        ] {
+            let meta = Meta::new(Kind::Kernel, "k", "b", 0.5, vec![file.clone()], deps);
+            let bytes = serde_json::to_vec(&meta).unwrap();
+            let want: Vec<(String, String)> = meta
+                .deps
+                .iter()
+                .map(|d| (d.path.to_string(), d.blake3.to_string()))
+                .collect();
+            assert_eq!(deps_of(&bytes), want);
+            // Pretty-printed (another writer): serde's own parse, the same answer.
+            assert_eq!(deps_of(&serde_json::to_vec_pretty(&meta).unwrap()), want);
+        }
+        let no_deps = br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[]}"#;
+        assert!(deps_of(no_deps).is_empty());
+        let swapped = br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":[{"blake3":"h","path":"p"}]}"#;
+        assert_eq!(deps_of(swapped), vec![("p".into(), "h".into())]);
+        for bad in [
+            &br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":null}"#[..],
+            br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":[{"path":"p"}]}"#,
+            br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":[{"path":"p","blake3":"h","path":"q"}]}"#,
+        ] {
+            let ours = MetaView::parse(bad).err().map(|e| e.to_string());
+            let serde = serde_json::from_slice::<MetaFull>(bad)
+                .err()
+                .map(|e| e.to_string());
+            assert!(ours.is_some());
+            assert_eq!(ours, serde);
+        }
+    }
 }
