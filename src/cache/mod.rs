@@ -372,6 +372,10 @@ pub struct Store {
     pub root: PathBuf,
     /// The cache's own directories, opened on first use (see `at`).
     dirs: Arc<at::Dirs>,
+    /// Entries this process marked used (`touch` succeeded): their last use is now, so
+    /// the prune after a warm need not `stat` them (`touched_now`).
+    /// By `Kind as usize`.
+    touched: Arc<std::sync::Mutex<[std::collections::HashSet<String>; 3]>>,
 }
 
 /// Entry directory names per shard, listed once for one plan (see `Store::listed_absent`).
@@ -414,6 +418,7 @@ impl Store {
         Store {
             root,
             dirs: Arc::default(),
+            touched: Arc::default(),
         }
     }
 
@@ -623,7 +628,9 @@ impl Store {
     pub fn settle_present(&self, kind: Kind, key: &str, seen: &Entry) -> bool {
         if let Some(entry) = self.still_present_at(kind, key, seen) {
             // Checked just now, under the key lock: this record, touched in place.
-            let _ = at::touch_at(entry.as_raw_fd(), "meta.json");
+            if at::touch_at(entry.as_raw_fd(), "meta.json").is_ok() {
+                self.touched(kind, key);
+            }
             return true;
         }
         if self.still_present_(kind, key, seen).is_none() {
@@ -636,7 +643,18 @@ impl Store {
     /// Mark an entry used now (for pruning by last use). A link at `meta.json` would be
     /// touched itself, never its target.
     pub fn touch(&self, entry: &Entry) {
-        let _ = at::touch(&entry.dir.join("meta.json"));
+        if at::touch(&entry.dir.join("meta.json")).is_ok() {
+            self.touched(entry.meta.kind, &entry.meta.key);
+        }
+    }
+
+    fn touched(&self, kind: Kind, key: &str) {
+        self.touched.lock().expect("touched")[kind as usize].insert(key.to_string());
+    }
+
+    /// Whether this process marked the entry used (see `touch`).
+    pub fn touched_now(&self, kind: Kind, key: &str) -> bool {
+        self.touched.lock().expect("touched")[kind as usize].contains(key)
     }
 
     /// Take the per-key build lock (blocking until another builder finishes).
