@@ -9,7 +9,7 @@
 //! answers `Err` when it cannot give that answer (an old kernel, anything unexpected):
 //! callers then take the path-by-path checks in `guard`, which name what they found.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -48,15 +48,34 @@ fn cached<'a>(slot: &'a OnceLock<OwnedFd>, root: &Path, rel: &str) -> io::Result
     }
     // The cache dir itself may be a link (the user's choice, docs/cache-trust.md);
     // nothing below it may be.
-    let root = fs::File::open(root)?;
-    let fd = open_dir(root.as_raw_fd(), rel)?;
+    let root = {
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(root)?
+    };
+    let fd = open_dir(root.as_raw_fd(), &[rel])?;
     // A racing thread's fd wins; ours is closed.
     let _ = slot.set(fd);
     Ok(slot.get().expect("just set").as_fd())
 }
 
-fn cstr(rel: &str) -> io::Result<CString> {
-    CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+/// `parts` joined and NUL-terminated, on the stack when short (every path here is:
+/// two thousand hits would otherwise cost two allocations each per call).
+fn with_path<R>(parts: &[&str], f: impl FnOnce(&CStr) -> io::Result<R>) -> io::Result<R> {
+    let invalid = || io::Error::from(io::ErrorKind::InvalidInput);
+    let mut buf = [0u8; 192];
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len >= buf.len() {
+        return f(&CString::new(parts.concat()).map_err(|_| invalid())?);
+    }
+    let mut at = 0;
+    for p in parts {
+        buf[at..at + p.len()].copy_from_slice(p.as_bytes());
+        at += p.len();
+    }
+    f(CStr::from_bytes_with_nul(&buf[..=len]).map_err(|_| invalid())?)
 }
 
 fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
@@ -67,10 +86,9 @@ fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-/// `openat2` beneath `dir`, with no symlink in any component of `rel`.
+/// `openat2` beneath `dir`, with no symlink in any component of `path`.
 #[cfg(target_os = "linux")]
-fn openat2(dir: libc::c_int, rel: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let path = cstr(rel)?;
+fn openat2(dir: libc::c_int, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: `open_how` is plain data; zeroed is its documented "no options" value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
@@ -99,24 +117,23 @@ fn openat2(dir: libc::c_int, rel: &str, flags: libc::c_int) -> io::Result<OwnedF
 }
 
 #[cfg(not(target_os = "linux"))]
-fn openat2(_dir: libc::c_int, _rel: &str, _flags: libc::c_int) -> io::Result<OwnedFd> {
+fn openat2(_dir: libc::c_int, _path: &CStr, _flags: libc::c_int) -> io::Result<OwnedFd> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 /// A directory beneath `dir` (a handle to look in, not to read).
-fn open_dir(dir: libc::c_int, rel: &str) -> io::Result<OwnedFd> {
-    openat2(dir, rel, libc::O_PATH | libc::O_DIRECTORY)
+fn open_dir(dir: libc::c_int, parts: &[&str]) -> io::Result<OwnedFd> {
+    with_path(parts, |p| openat2(dir, p, libc::O_PATH | libc::O_DIRECTORY))
 }
 
 /// An entry directory `<kk>/<key>` beneath its kind directory.
 pub fn entry(kind_dir: BorrowedFd<'_>, key: &str) -> io::Result<OwnedFd> {
     let shard = &key[..2.min(key.len())];
-    open_dir(kind_dir.as_raw_fd(), &format!("{shard}/{key}"))
+    open_dir(kind_dir.as_raw_fd(), &[shard, "/", key])
 }
 
 /// `lstat` of a name in `dir`.
-pub fn stat_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<libc::stat> {
-    let name = cstr(name)?;
+pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::stat> {
     // SAFETY: zeroed `stat` is valid plain data for the kernel to fill.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `name` is NUL-terminated, `st` is a valid out-pointer, `dir` is open.
@@ -136,8 +153,7 @@ pub fn stat_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<libc::stat> {
 /// `O_NOATIME` where the file is ours: every warm touches a record's mtime, so under
 /// `relatime` each read would also write its atime (an inode dirtied per hit, for a
 /// time nothing reads).
-pub fn open_read(dir: BorrowedFd<'_>, name: &str) -> io::Result<fs::File> {
-    let name = cstr(name)?;
+pub fn open_read(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<fs::File> {
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
     let open = |flags| {
         // SAFETY: `name` is NUL-terminated, `dir` is open.
@@ -153,27 +169,32 @@ pub fn open_read(dir: BorrowedFd<'_>, name: &str) -> io::Result<fs::File> {
     }
 }
 
-/// Open (creating) a lock file in `dir`, as `fsutil::open_lock_file` does by path.
-pub fn open_lock(dir: BorrowedFd<'_>, name: &str) -> io::Result<fs::File> {
-    let name = cstr(name)?;
-    // SAFETY: `name` is NUL-terminated, `dir` is open.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            0o666 as libc::c_uint,
-        )
-    };
-    cvt(fd as libc::c_long)?;
-    // SAFETY: a successful openat returns an open fd we now own.
-    Ok(unsafe { fs::File::from_raw_fd(fd) })
+/// Open (creating) the lock file `<kind>-<key>.lock` in `dir`, as
+/// `fsutil::open_lock_file` does by path.
+pub fn open_lock(dir: BorrowedFd<'_>, kind: &str, key: &str) -> io::Result<fs::File> {
+    with_path(&[kind, "-", key, ".lock"], |name| {
+        // SAFETY: `name` is NUL-terminated, `dir` is open.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_WRONLY
+                    | libc::O_CREAT
+                    | libc::O_NOFOLLOW
+                    | libc::O_NONBLOCK
+                    | libc::O_CLOEXEC,
+                0o666 as libc::c_uint,
+            )
+        };
+        cvt(fd as libc::c_long)?;
+        // SAFETY: a successful openat returns an open fd we now own.
+        Ok(unsafe { fs::File::from_raw_fd(fd) })
+    })
 }
 
 /// Set a name's mtime in `dir` to now, without following a link (the link itself would
 /// be touched, never its target).
-pub fn touch_at(dir: libc::c_int, name: &str) -> io::Result<()> {
-    let name = cstr(name)?;
+pub fn touch_at(dir: libc::c_int, name: &CStr) -> io::Result<()> {
     let times = [
         libc::timespec {
             tv_sec: 0,
@@ -186,15 +207,22 @@ pub fn touch_at(dir: libc::c_int, name: &str) -> io::Result<()> {
     ];
     // SAFETY: `name` is NUL-terminated, `times` holds two timespecs, `dir` is an open
     // fd or AT_FDCWD.
-    let r = unsafe { libc::utimensat(dir, name.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    let r = unsafe {
+        libc::utimensat(
+            dir,
+            name.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
     cvt(r as libc::c_long).map(|_| ())
 }
 
 /// `touch_at` of an absolute or relative path.
 pub fn touch(path: &Path) -> io::Result<()> {
-    let s = std::str::from_utf8(path.as_os_str().as_bytes())
+    let path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    touch_at(libc::AT_FDCWD, s)
+    touch_at(libc::AT_FDCWD, &path)
 }
 
 /// What identifies one `meta.json` file: a record replaced (a new entry renamed into

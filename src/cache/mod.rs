@@ -463,9 +463,7 @@ impl Store {
                                 .collect::<std::collections::HashSet<_>>(),
                         )),
                         // No shard directory: no entry in it.
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                            Some(Arc::default())
-                        }
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(Arc::default()),
                         Err(_) => None,
                     };
                     snap.shards
@@ -530,12 +528,15 @@ impl Store {
             Err(_) => return None,
         };
         let (bytes, record) = {
-            let f = at::open_read(entry.as_fd(), "meta.json").ok()?;
+            let f = at::open_read(entry.as_fd(), c"meta.json").ok()?;
             let st = at::fstat(&f).ok()?;
             if !at::is_file(&st) {
                 return None;
             }
-            (fsutil::read_all(f, st.st_size as u64).ok()?, at::FileId::of(&st))
+            (
+                fsutil::read_all(f, st.st_size as u64).ok()?,
+                at::FileId::of(&st),
+            )
         };
         let view = MetaView::parse(&bytes).ok()?;
         if view.key != key || view.kind != kind || view.layout != LAYOUT {
@@ -603,7 +604,7 @@ impl Store {
         }
         let kind_dir = self.dirs.kind(&self.root, kind).ok()?;
         let entry = at::entry(kind_dir, key).ok()?;
-        let st = at::stat_at(entry.as_fd(), "meta.json").ok()?;
+        let st = at::stat_at(entry.as_fd(), c"meta.json").ok()?;
         if !at::is_file(&st) || at::FileId::of(&st) != record {
             return None;
         }
@@ -628,7 +629,7 @@ impl Store {
     pub fn settle_present(&self, kind: Kind, key: &str, seen: &Entry) -> bool {
         if let Some(entry) = self.still_present_at(kind, key, seen) {
             // Checked just now, under the key lock: this record, touched in place.
-            if at::touch_at(entry.as_raw_fd(), "meta.json").is_ok() {
+            if at::touch_at(entry.as_raw_fd(), c"meta.json").is_ok() {
                 self.touched(kind, key);
             }
             return true;
@@ -663,7 +664,7 @@ impl Store {
         // directory checked once); the path-by-path open below repairs a planted link
         // or special file and names the path in its errors.
         if let Ok(dir) = self.dirs.locks(&self.root) {
-            if let Ok(file) = at::open_lock(dir, &format!("{}-{key}.lock", kind.name())) {
+            if let Ok(file) = at::open_lock(dir, kind.name(), key) {
                 if at::fstat(&file).is_ok_and(|st| at::is_file(&st)) {
                     let path = || self.key_lock_path(kind, key);
                     file.lock().map_err(|e| infra(e, "lock", &path()))?;
@@ -997,7 +998,7 @@ fn out_matches_at(entry: BorrowedFd<'_>, files: &[FileRecord]) -> Option<bool> {
     if !single_file(files) {
         return None;
     }
-    let st = at::stat_at(entry, "out").ok()?;
+    let st = at::stat_at(entry, c"out").ok()?;
     Some(at::is_file(&st) && st.st_size as u64 == files[0].size)
 }
 
