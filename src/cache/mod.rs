@@ -1056,6 +1056,54 @@ mod tests {
     }
 
     #[test]
+    fn a_hit_is_confirmed_by_its_record_identity_and_never_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::at(t.path().join("cache"));
+        store.ensure().unwrap();
+        let key = "ab".repeat(32);
+        let staging = store.stage(Kind::Kernel).unwrap();
+        fs::write(staging.out(), b"obj").unwrap();
+        let entry = store
+            .publish(staging, Kind::Kernel, &key, "kernel/s/k", 0.1, Vec::new())
+            .unwrap();
+        let files = Files::new(None);
+        let Lookup::Hit(hit) = store.lookup(Kind::Kernel, &key, t.path(), &files) else {
+            panic!("a fresh entry is a hit");
+        };
+        assert!(hit.record.is_some(), "found through at");
+        assert!(store.still_present_at(Kind::Kernel, &key, &hit).is_some());
+
+        // The record replaced by another file (a new inode): not confirmed by identity,
+        // the full check decides (and the listing still matches).
+        let meta = entry.dir.join("meta.json");
+        let copy = entry.dir.join("meta.copy");
+        fs::copy(&meta, &copy).unwrap();
+        fs::rename(&copy, &meta).unwrap();
+        assert!(store.still_present_at(Kind::Kernel, &key, &hit).is_none());
+        assert!(store.still_present(Kind::Kernel, &key, &hit));
+
+        // `out` of another size: neither check passes.
+        let Lookup::Hit(hit) = store.lookup(Kind::Kernel, &key, t.path(), &files) else {
+            panic!("still a hit");
+        };
+        fs::write(entry.dir.join("out"), b"longer").unwrap();
+        assert!(!store.still_present(Kind::Kernel, &key, &hit));
+        fs::write(entry.dir.join("out"), b"obj").unwrap();
+
+        // The shard moved away and linked back: the same entry, reached through a link,
+        // is corruption for the lookup and the settle alike.
+        let shard = entry.dir.parent().unwrap().to_path_buf();
+        let elsewhere = t.path().join("elsewhere");
+        fs::rename(&shard, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &shard).unwrap();
+        assert!(matches!(
+            store.lookup(Kind::Kernel, &key, t.path(), &files),
+            Lookup::Stale(why) if why.contains("symlink")
+        ));
+        assert!(!store.settle_present(Kind::Kernel, &key, &hit));
+    }
+
+    #[test]
     fn records_parse_as_serde_parses_them() {
         let dep = |p: &str, h: &str| Dep {
             path: p.into(),
