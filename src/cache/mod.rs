@@ -542,17 +542,18 @@ impl Store {
         if view.key != key || view.kind != kind || view.layout != LAYOUT {
             return None;
         }
-        if !out_matches_at(entry.as_fd(), &view.files)? {
+        let dir = self.entry_dir(kind, key);
+        // A directory `out` (fixtures, goldens) is listed by path, as the path-by-path
+        // lookup lists it.
+        let listed = match out_matches_at(entry.as_fd(), &view.files) {
+            Some(same) => same,
+            None => guard::check_listing(&dir.join("out"), &view.files).is_ok(),
+        };
+        if !listed {
             return None;
         }
         drop(entry);
-        Some(check_deps(
-            view,
-            self.entry_dir(kind, key),
-            Some(record),
-            base,
-            files,
-        ))
+        Some(check_deps(view, dir, Some(record), base, files))
     }
 
     /// Cheap presence check: the record, and a listing of `out` equal to it.
@@ -589,17 +590,14 @@ impl Store {
     ///   into place) or a record rewritten has a new inode or ctime — and so has a record
     ///   another warm touched meanwhile: then the full check decides;
     /// - the listing of `out` equals the record: for a single-file `out` (kernels) that
-    ///   is one `lstat` (a regular file of the recorded size), exactly what
-    ///   `check_listing` looks at; a directory `out` is left to the full check.
+    ///   is one `lstat` in the opened directory (a regular file of the recorded size),
+    ///   exactly what `check_listing` looks at; a directory `out` (fixtures, goldens) is
+    ///   listed by `check_listing` itself, by path, as the full check lists it.
     ///
     /// None only means "not shown here": the caller runs the full check.
     fn still_present_at(&self, kind: Kind, key: &str, seen: &Entry) -> Option<OwnedFd> {
         let record = seen.record?;
-        if seen.meta.key != key
-            || seen.meta.kind != kind
-            || seen.meta.layout != LAYOUT
-            || !single_file(&seen.meta.files)
-        {
+        if seen.meta.key != key || seen.meta.kind != kind || seen.meta.layout != LAYOUT {
             return None;
         }
         let kind_dir = self.dirs.kind(&self.root, kind).ok()?;
@@ -608,7 +606,11 @@ impl Store {
         if !at::is_file(&st) || at::FileId::of(&st) != record {
             return None;
         }
-        out_matches_at(entry.as_fd(), &seen.meta.files)?.then_some(entry)
+        let listed = match out_matches_at(entry.as_fd(), &seen.meta.files) {
+            Some(same) => same,
+            None => guard::check_listing(&seen.dir.join("out"), &seen.meta.files).is_ok(),
+        };
+        listed.then_some(entry)
     }
 
     fn still_present_(&self, kind: Kind, key: &str, seen: &Entry) -> Option<()> {
