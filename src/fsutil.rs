@@ -247,12 +247,28 @@ pub fn open_regular_nofollow(path: &Path) -> io::Result<fs::File> {
 
 /// Read a whole regular file inside the cache (see `open_regular_nofollow`).
 pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
-    use std::io::Read;
     let (f, len) = open_checked_len(path, false)?;
-    // Sized from the check's own `fstat`; read through `take` so std does not probe the
-    // size again (an `fstat` and an `lseek` per read: thousands of records per plan).
-    let mut buf = Vec::with_capacity(len as usize + 1);
-    f.take(u64::MAX).read_to_end(&mut buf)?;
+    read_all(f, len)
+}
+
+/// The rest of an open regular file whose size an `fstat` just gave: one buffer of that
+/// size, read through `take` so std does not probe the size again (an `fstat` and an
+/// `lseek` per read: thousands of records per plan). The first read asks for one byte
+/// more than the size: a regular file gives fewer bytes than asked only at its end, so
+/// a file that did not grow takes one `read`, not a second one to find the end.
+pub fn read_all(mut f: fs::File, len: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = vec![0u8; len as usize + 1];
+    let n = loop {
+        match f.read(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => break other?,
+        }
+    };
+    buf.truncate(n);
+    if n == len as usize + 1 {
+        f.take(u64::MAX).read_to_end(&mut buf)?;
+    }
     Ok(buf)
 }
 

@@ -154,10 +154,16 @@ struct Graph {
 struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
+    /// A word at a time: dependency names (~40 bytes) are hashed once per record line.
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.write_u64(u64::from_le_bytes(w.try_into().expect("8 bytes")));
         }
+        let mut tail = [0u8; 8];
+        let rest = words.remainder();
+        tail[..rest.len()].copy_from_slice(rest);
+        self.write_u64(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 59));
     }
 
     fn write_u32(&mut self, n: u32) {
@@ -183,6 +189,52 @@ enum EntryKind {
     Link,
 }
 
+/// A recorded dependency as it is now: its name as records write it and its content
+/// hash, shared by every record that names it (one allocation per file, not per line).
+#[derive(Clone)]
+pub struct DepNow {
+    pub name: Arc<str>,
+    pub hash: Arc<str>,
+}
+
+/// What one thread has answered for record dependency names, for one `Files` (its id
+/// and `forget` generation) and one base directory: a no-op plan checks ~80 names per
+/// record on two threads, and a map shared between them cost more in lock traffic than
+/// the lookups themselves.
+struct ThreadDeps {
+    owner: (u64, u64),
+    base: PathBuf,
+    names: HashMap<Box<str>, DepNow, IdHash>,
+}
+
+thread_local! {
+    static THREAD_DEPS: std::cell::RefCell<Option<ThreadDeps>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Record dependencies looked up by name (see `Files::with_deps`).
+pub struct DepLookup<'a> {
+    files: &'a Files,
+    known: &'a mut ThreadDeps,
+}
+
+impl DepLookup<'_> {
+    /// A dependency named as records name it (`key_name`: relative to the base, or
+    /// absolute) as it is now. `Files::info` answers the first time; Err (gone,
+    /// unreadable) is not remembered.
+    pub fn get(&mut self, name: &str) -> io::Result<DepNow> {
+        if let Some(now) = self.known.names.get(name) {
+            return Ok(now.clone());
+        }
+        let info = self.files.info(&key_path(&self.known.base, name))?;
+        let now = DepNow {
+            name: name.into(),
+            hash: info.hash.as_str().into(),
+        };
+        self.known.names.insert(name.into(), now.clone());
+        Ok(now)
+    }
+}
+
 /// A directory's entries by name; None when the directory cannot be read.
 type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind>>>;
 
@@ -200,6 +252,9 @@ pub struct Files {
     /// in the listing instead of probing every directory with `stat`.
     listings: RwLock<HashMap<PathBuf, Listing>>,
     graph: RwLock<Graph>,
+    /// Tells this `Files` and its `forget`s apart in the per-thread dependency names.
+    id: u64,
+    generation: std::sync::atomic::AtomicU64,
     pub reads: std::sync::atomic::AtomicUsize,
 }
 
@@ -232,6 +287,11 @@ impl Files {
             resolved: RwLock::default(),
             listings: RwLock::default(),
             graph: RwLock::default(),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
+            generation: Default::default(),
             reads: Default::default(),
         }
     }
@@ -295,6 +355,28 @@ impl Files {
             .clone())
     }
 
+    /// Run `f` with this thread's answers for record dependency names under `base`
+    /// (kept per thread, for this `Files`, until `forget`): a hit check looks up ~80
+    /// names per record without building a path or taking a lock for each.
+    pub fn with_deps<R>(&self, base: &Path, f: impl FnOnce(&mut DepLookup<'_>) -> R) -> R {
+        let owner = (
+            self.id,
+            self.generation.load(std::sync::atomic::Ordering::Acquire),
+        );
+        THREAD_DEPS.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let known = match &mut *cell {
+                Some(k) if k.owner == owner && k.base == base => k,
+                other => other.insert(ThreadDeps {
+                    owner,
+                    base: base.to_path_buf(),
+                    names: HashMap::default(),
+                }),
+            };
+            f(&mut DepLookup { files: self, known })
+        })
+    }
+
     /// Whether a file hashed in this process differs now from when it was hashed (size,
     /// mtime, ctime or inode; gone counts as changed). A file never hashed: false.
     pub fn changed_since_hashed(&self, path: &Path) -> bool {
@@ -320,6 +402,8 @@ impl Files {
         self.resolved.write().expect("memo lock").clear();
         // A header created meanwhile must be found: include dirs are listed again.
         self.listings.write().expect("memo lock").clear();
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         *self.graph.write().expect("graph") = Graph::default();
     }
 

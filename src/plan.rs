@@ -185,10 +185,9 @@ impl Plan {
         // Not a cache, or a link at its own directories: exit 3 before anything is read.
         store.check()?;
         let job = Store::at(job_dir.join("job"));
-        let history = History::load(&store.root);
-        let record = WarmRecord::load(&job_dir);
-
-        // Identity commands: once per toolchain used by the selection.
+        // Identity commands: once per toolchain used by the selection. They mostly wait
+        // on a child process: meanwhile the history and warm record are read and the
+        // include closures of the selected kernels (which need no identity) are found.
         let mut used: Vec<&str> = selected
             .iter()
             .flat_map(|&i| {
@@ -200,14 +199,23 @@ impl Plan {
             .collect();
         used.sort();
         used.dedup();
-        let identities: HashMap<String, Vec<u8>> = used
-            .par_iter()
-            .map(|name| {
-                let tc = &manifest.toolchains[*name];
-                identity(tc, &manifest).map(|id| (name.to_string(), id))
-            })
-            .collect::<Result<_>>()?;
-        let gen_identities = gen_identities(&manifest, &selected)?;
+        let run_identities = || -> Result<_> {
+            let identities: HashMap<String, Vec<u8>> = used
+                .par_iter()
+                .map(|name| {
+                    let tc = &manifest.toolchains[*name];
+                    identity(tc, &manifest).map(|id| (name.to_string(), id))
+                })
+                .collect::<Result<_>>()?;
+            Ok((identities, gen_identities(&manifest, &selected)?))
+        };
+        let ((history, record), ran) = std::thread::scope(|scope| {
+            let ran = scope.spawn(run_identities);
+            let loaded = (History::load(&store.root), WarmRecord::load(&job_dir));
+            find_closures(&manifest, &selected, &files);
+            (loaded, ran.join().expect("identity thread"))
+        });
+        let (identities, gen_identities) = ran?;
 
         let mut scenes = Vec::new();
         let mut steps = Vec::with_capacity(
@@ -331,8 +339,8 @@ impl Plan {
         }
 
         plan.group_units();
-        // One lookup per unit (scenes share kernels). A shard the cache does not have
-        // is a miss without a lookup.
+        // One lookup per unit (scenes share kernels). After the first miss, a key its
+        // shard's listing does not hold is a miss without a lookup.
         let snapshot = crate::cache::Snapshot::default();
         let lookups: Vec<Lookup> = plan
             .units
@@ -340,10 +348,13 @@ impl Plan {
             .map(|u| {
                 let s = &plan.steps[u.steps[0]];
                 if plan.store_of(s).listed_absent(&snapshot, s.kind, &s.key) {
-                    Lookup::Miss
-                } else {
-                    plan.lookup(s)
+                    return Lookup::Miss;
                 }
+                let found = plan.lookup(s);
+                if matches!(found, Lookup::Miss) {
+                    snapshot.missed();
+                }
+                found
             })
             .collect();
         let failures = record.failures();
@@ -811,6 +822,19 @@ fn include_words(tc: &Toolchain, k: &Kernel) -> Vec<String> {
 
 /// Run a toolchain's identity command (once per process, bounded by its
 /// `identity_timeout`). Its output and exit status go into every key the toolchain builds.
+/// The include closures of the selected kernels, found ahead of their keys (`files`
+/// keeps them); an error is left for the key computation to report.
+fn find_closures(manifest: &Manifest, selected: &[usize], files: &Files) {
+    let kernels: Vec<&crate::manifest::Kernel> = selected
+        .iter()
+        .flat_map(|&i| &manifest.scenes[i].kernels)
+        .collect();
+    kernels.par_iter().for_each(|k| {
+        let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
+        let _ = files.closure(&manifest.dir, &k.source.abs, &dirs);
+    });
+}
+
 fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
     let Some(cmd) = &tc.identity else {
         return Ok(Vec::new());

@@ -240,9 +240,15 @@ pub fn prune(
     let sized = max_size.is_some();
     let mut live = Vec::new();
     for (kind, key, dir) in store.entries() {
-        let used = fs::symlink_metadata(dir.join("meta.json"))
-            .and_then(|m| m.modified())
-            .unwrap_or(SystemTime::UNIX_EPOCH);
+        // An entry this process just marked used (the warm before this prune touched
+        // its record) was used now: no need to ask its mtime.
+        let used = if store.touched_now(kind, &key) {
+            now
+        } else {
+            fs::symlink_metadata(dir.join("meta.json"))
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
         let bytes = if sized { entry_bytes(&dir) } else { 0 };
         live.push((used, kind, key, dir, bytes));
     }

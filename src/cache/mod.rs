@@ -16,23 +16,26 @@
 //! re-hashes; `verify` re-hashes. Nothing inside the cache is followed through a symlink
 //! (see `guard` and docs/cache-trust.md).
 
+mod at;
 pub mod digest;
 pub mod guard;
 pub mod history;
 pub mod maintain;
 pub mod remote;
 
+use std::borrow::Cow;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::exit::Exit;
 use crate::fsutil;
-use crate::key::{self, Files};
+use crate::key::Files;
 use digest::{Digester, Digests};
 
 pub const LAYOUT: u32 = 1;
@@ -69,11 +72,199 @@ pub struct FileRecord {
 }
 
 /// A file the compiler reported reading (from its depfile), re-checked on every hit.
+/// Shared strings: the records of one plan name the same few hundred files thousands of
+/// times, and a hit's record holds the plan's own copy of each name and hash.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Dep {
     /// Relative to the manifest's directory when inside it, else absolute.
-    pub path: String,
-    pub blake3: String,
+    pub path: Arc<str>,
+    pub blake3: Arc<str>,
+}
+
+/// `meta.json` as a lookup reads it: the same fields as `Meta`, strings borrowed from the
+/// record's bytes where JSON lets them be, so a record whose dependency changed costs no
+/// allocation per line, and a hit's dependencies become the shared `key::DepNow` strings.
+struct MetaView<'a> {
+    layout: u32,
+    kind: Kind,
+    key: Cow<'a, str>,
+    built_by: Cow<'a, str>,
+    duration_secs: f64,
+    files: Vec<FileRecord>,
+    deps: Deps<'a>,
+}
+
+/// `MetaView` as serde alone parses it.
+#[derive(Deserialize)]
+struct MetaFull<'a> {
+    layout: u32,
+    kind: Kind,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    built_by: Cow<'a, str>,
+    duration_secs: f64,
+    files: Vec<FileRecord>,
+    #[serde(default, borrow)]
+    deps: Vec<DepView<'a>>,
+}
+
+/// `MetaFull` with `deps` left as its JSON text (checked by serde to be valid JSON).
+#[derive(Deserialize)]
+struct MetaRaw<'a> {
+    layout: u32,
+    kind: Kind,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    built_by: Cow<'a, str>,
+    duration_secs: f64,
+    files: Vec<FileRecord>,
+    /// Absent: `[]`, as `MetaFull` defaults it (a `null` stays `null`, which serde
+    /// refuses there).
+    #[serde(default = "no_deps", borrow)]
+    deps: &'a serde_json::value::RawValue,
+}
+
+fn no_deps() -> &'static serde_json::value::RawValue {
+    serde_json::from_str("[]").expect("valid JSON")
+}
+
+#[derive(Deserialize)]
+struct DepView<'a> {
+    #[serde(borrow)]
+    path: Cow<'a, str>,
+    #[serde(borrow)]
+    blake3: Cow<'a, str>,
+}
+
+/// A record's dependencies: its JSON text when written exactly as scenerun writes it
+/// (read in place, nothing allocated per line), else what serde parsed.
+enum Deps<'a> {
+    Canonical { text: &'a str, count: usize },
+    Parsed(Vec<DepView<'a>>),
+}
+
+impl<'a> MetaView<'a> {
+    /// Parse a record: its dependencies in place when they are written as
+    /// `serde_json::to_vec(&Meta)` writes them (`canonical_count`), else (whitespace,
+    /// another field order, an escape, an error) by serde alone, so the answer and any
+    /// error message are serde's.
+    fn parse(bytes: &'a [u8]) -> serde_json::Result<MetaView<'a>> {
+        if let Ok(raw) = serde_json::from_slice::<MetaRaw<'a>>(bytes) {
+            let text = raw.deps.get();
+            if let Some(count) = canonical_count(text) {
+                return Ok(MetaView {
+                    layout: raw.layout,
+                    kind: raw.kind,
+                    key: raw.key,
+                    built_by: raw.built_by,
+                    duration_secs: raw.duration_secs,
+                    files: raw.files,
+                    deps: Deps::Canonical { text, count },
+                });
+            }
+        }
+        let full: MetaFull<'a> = serde_json::from_slice(bytes)?;
+        Ok(MetaView {
+            layout: full.layout,
+            kind: full.kind,
+            key: full.key,
+            built_by: full.built_by,
+            duration_secs: full.duration_secs,
+            files: full.files,
+            deps: Deps::Parsed(full.deps),
+        })
+    }
+}
+
+impl<'a> Deps<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Deps::Canonical { count, .. } => *count,
+            Deps::Parsed(v) => v.len(),
+        }
+    }
+
+    /// (path, blake3) of each dependency, in record order.
+    fn iter(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
+        match self {
+            Deps::Canonical { text, .. } => {
+                let mut rest = match *text {
+                    "[]" => "",
+                    t => &t[1..],
+                };
+                Box::new(std::iter::from_fn(move || {
+                    if rest.is_empty() {
+                        return None;
+                    }
+                    let (path, blake3, r) =
+                        canonical_step(rest).expect("checked by canonical_count");
+                    rest = if r == "]" { "" } else { &r[1..] };
+                    Some((path, blake3))
+                }))
+            }
+            Deps::Parsed(v) => Box::new(v.iter().map(|d| (&*d.path, &*d.blake3))),
+        }
+    }
+}
+
+/// How many dependencies `text` lists when it is exactly what `serde_json::to_vec` writes
+/// for them — no whitespace, `path` then `blake3`, no escape in either — else None.
+/// `text` is valid JSON, so a string without a backslash is its own value: what serde
+/// would give.
+fn canonical_count(text: &str) -> Option<usize> {
+    let mut rest = text.strip_prefix('[')?;
+    if rest == "]" {
+        return Some(0);
+    }
+    let mut n = 0;
+    loop {
+        let (_, _, r) = canonical_step(rest)?;
+        n += 1;
+        match r {
+            "]" => return Some(n),
+            r => rest = r.strip_prefix(',')?,
+        }
+    }
+}
+
+/// One `{"path":"…","blake3":"…"}` at the start of `rest`: its two strings and what
+/// follows its `}`.
+fn canonical_step(rest: &str) -> Option<(&str, &str, &str)> {
+    /// A string's content up to its closing quote, and what follows that quote.
+    fn plain(s: &str) -> Option<(&str, &str)> {
+        let end = quote_or_backslash(s.as_bytes())?;
+        (s.as_bytes()[end] == b'"').then(|| (&s[..end], &s[end + 1..]))
+    }
+    let (path, r) = plain(rest.strip_prefix(r#"{"path":""#)?)?;
+    let (blake3, r) = plain(r.strip_prefix(r#","blake3":""#)?)?;
+    Some((path, blake3, r.strip_prefix('}')?))
+}
+
+/// The index of the first `"` or `\` in `s`, eight bytes at a time (a record is ~9 KB
+/// of such strings).
+fn quote_or_backslash(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // A byte of `x` is zero: its high bit set in the result; no false bit below the
+    // first zero byte, so the lowest set bit names the first match.
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut words = s.chunks_exact(8);
+    let mut at = 0;
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        let hit = zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')));
+        if hit != 0 {
+            return Some(at + (hit.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|p| at + p)
 }
 
 /// The integrity record, `meta.json`.
@@ -120,6 +311,9 @@ impl Meta {
 pub struct Entry {
     pub dir: PathBuf,
     pub meta: Meta,
+    /// The `meta.json` that `meta` was read from, when the lookup opened it relative to
+    /// the cache's directories: `still_present` compares it instead of reading again.
+    pub record: Option<at::FileId>,
 }
 
 impl Entry {
@@ -133,7 +327,7 @@ impl Entry {
 #[derive(Debug, Clone)]
 pub enum Lookup {
     /// Shared: every step of the unit, and warm after it, hold this one record.
-    Hit(std::sync::Arc<Entry>),
+    Hit(Arc<Entry>),
     Miss,
     /// Present but not servable: a recorded dependency changed, or a file is missing or
     /// has the wrong size.
@@ -176,15 +370,23 @@ pub struct KeyLock {
 #[derive(Debug, Clone)]
 pub struct Store {
     pub root: PathBuf,
+    /// The cache's own directories, opened on first use (see `at`).
+    dirs: Arc<at::Dirs>,
+    /// Entries this process marked used (`touch` succeeded): their last use is now, so
+    /// the prune after a warm need not `stat` them (`touched_now`).
+    /// By `Kind as usize`.
+    touched: Arc<std::sync::Mutex<[std::collections::HashSet<String>; 3]>>,
 }
 
 /// Entry directory names per shard, listed once for one plan (see `Store::listed_absent`).
 #[derive(Default)]
 pub struct Snapshot {
+    /// Whether a lookup of this plan has missed yet: until one does, no shard is listed.
+    missed: std::sync::atomic::AtomicBool,
     shards: std::sync::RwLock<
         std::collections::HashMap<
             PathBuf,
-            Option<std::sync::Arc<std::collections::HashSet<std::ffi::OsString>>>,
+            Option<Arc<std::collections::HashSet<std::ffi::OsString>>>,
         >,
     >,
 }
@@ -202,10 +404,22 @@ fn infra(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
     ))
 }
 
+impl Snapshot {
+    /// A lookup of the plan missed: from now on `listed_absent` lists shards.
+    pub fn missed(&self) {
+        self.missed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Store {
     /// A store handle; nothing is created until `ensure`.
     pub fn at(root: PathBuf) -> Store {
-        Store { root }
+        Store {
+            root,
+            dirs: Arc::default(),
+            touched: Arc::default(),
+        }
     }
 
     pub fn entry_dir(&self, kind: Kind, key: &str) -> PathBuf {
@@ -220,7 +434,14 @@ impl Store {
     /// this before `lookup`, so 20,000 misses cost one `readdir` per shard instead of a
     /// failed `open` and a failed `stat` each. Only an answer of `true` is final; the
     /// snapshot is taken once per plan and never consulted after it.
+    ///
+    /// Listing pays off only for misses: a plan of hits (a no-op warm) would list every
+    /// shard for nothing, so shards are listed only once a lookup of the plan has missed
+    /// (`Snapshot::missed`).
     pub fn listed_absent(&self, snap: &Snapshot, kind: Kind, key: &str) -> bool {
+        if !snap.missed.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
         let dir = self.entry_dir(kind, key);
         let Some(shard) = dir.parent() else {
             return false;
@@ -236,15 +457,13 @@ impl Store {
                 Some(l) => l,
                 None => {
                     let l = match fs::read_dir(shard) {
-                        Ok(rd) => Some(std::sync::Arc::new(
+                        Ok(rd) => Some(Arc::new(
                             rd.filter_map(Result::ok)
                                 .map(|e| e.file_name())
                                 .collect::<std::collections::HashSet<_>>(),
                         )),
                         // No shard directory: no entry in it.
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                            Some(std::sync::Arc::default())
-                        }
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(Arc::default()),
                         Err(_) => None,
                     };
                     snap.shards
@@ -265,36 +484,76 @@ impl Store {
 
     /// The one lookup function: `plan`, `warm` and `device` all decide hit or miss here.
     /// `base` resolves relative dependency paths; `files` hashes them (stat memo).
+    ///
+    /// A hit is found relative to the cache's own directories (`at`: no link followed in
+    /// any component, a few short paths instead of absolute ones); anything else that
+    /// way, or a kernel without `openat2`, is decided path by path (`guard`), which names
+    /// what it found.
     pub fn lookup(&self, kind: Kind, key: &str, base: &Path, files: &Files) -> Lookup {
+        if let Some(found) = self.lookup_at(kind, key, base, files) {
+            return found;
+        }
         let dir = match self.entry_checked(kind, key) {
             Ok(Some(dir)) => dir,
             Ok(None) => return Lookup::Miss,
             Err(why) => return Lookup::Stale(why),
         };
-        let meta = match read_meta(&dir) {
-            Ok(Some(m)) => m,
+        let bytes = match read_record(&dir) {
+            Ok(Some(b)) => b,
             Ok(None) => return Lookup::Miss,
             Err(why) => return Lookup::Stale(why),
         };
-        if meta.key != key || meta.kind != kind || meta.layout != LAYOUT {
+        let view = match MetaView::parse(&bytes) {
+            Ok(v) => v,
+            Err(e) => return Lookup::Stale(format!("integrity record unreadable: {e}")),
+        };
+        if view.key != key || view.kind != kind || view.layout != LAYOUT {
             return Lookup::Stale("integrity record does not match its key".into());
         }
-        if let Err(why) = guard::check_listing(&dir.join("out"), &meta.files) {
+        if let Err(why) = guard::check_listing(&dir.join("out"), &view.files) {
             return Lookup::Stale(why);
         }
-        for dep in &meta.deps {
-            let path = key::key_path(base, &dep.path);
-            match files.info(&path) {
-                Ok(i) if i.hash == dep.blake3 => {}
-                Ok(_) => {
-                    return Lookup::DepChanged(format!("{} changed since it was built", dep.path))
-                }
-                Err(_) => {
-                    return Lookup::DepChanged(format!("{} is gone since it was built", dep.path))
-                }
+        check_deps(view, dir, None, base, files)
+    }
+
+    /// `lookup` through `at`: None when the answer is not a plain hit or dependency
+    /// change reached that way (the path-by-path lookup then decides, and names why).
+    fn lookup_at(&self, kind: Kind, key: &str, base: &Path, files: &Files) -> Option<Lookup> {
+        let kind_dir = self.dirs.kind(&self.root, kind).ok()?;
+        let entry = match at::entry(kind_dir, key) {
+            Ok(e) => e,
+            // No shard or no entry directory (`entries/<kind>` is open): a miss, as
+            // `entry_checked` would find it.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(Lookup::Miss),
+            Err(_) => return None,
+        };
+        let (bytes, record) = {
+            let f = at::open_read(entry.as_fd(), c"meta.json").ok()?;
+            let st = at::fstat(&f).ok()?;
+            if !at::is_file(&st) {
+                return None;
             }
+            (
+                fsutil::read_all(f, st.st_size as u64).ok()?,
+                at::FileId::of(&st),
+            )
+        };
+        let view = MetaView::parse(&bytes).ok()?;
+        if view.key != key || view.kind != kind || view.layout != LAYOUT {
+            return None;
         }
-        Lookup::Hit(std::sync::Arc::new(Entry { dir, meta }))
+        let dir = self.entry_dir(kind, key);
+        // A directory `out` (fixtures, goldens) is listed by path, as the path-by-path
+        // lookup lists it.
+        let listed = match out_matches_at(entry.as_fd(), &view.files) {
+            Some(same) => same,
+            None => guard::check_listing(&dir.join("out"), &view.files).is_ok(),
+        };
+        if !listed {
+            return None;
+        }
+        drop(entry);
+        Some(check_deps(view, dir, Some(record), base, files))
     }
 
     /// Cheap presence check: the record, and a listing of `out` equal to it.
@@ -305,7 +564,11 @@ impl Store {
             return None;
         }
         guard::check_listing(&dir.join("out"), &meta.files).ok()?;
-        Some(Entry { dir, meta })
+        Some(Entry {
+            dir,
+            meta,
+            record: None,
+        })
     }
 
     /// `present` for an entry whose record this process read moments ago (the plan's
@@ -313,7 +576,41 @@ impl Store {
     /// record is still a regular file, and the listing of `out` still equals that record.
     /// The record is not read and parsed a second time.
     pub fn still_present(&self, kind: Kind, key: &str, seen: &Entry) -> bool {
-        self.still_present_(kind, key, seen).is_some()
+        self.still_present_at(kind, key, seen).is_some()
+            || self.still_present_(kind, key, seen).is_some()
+    }
+
+    /// `still_present` through `at`, for an entry whose lookup went that way; Some(the
+    /// entry directory) when it holds. It keeps the guarantees of the path-by-path check
+    /// without its walks:
+    /// - the entry directory is reached from `entries/<kind>` by `openat2` with no link
+    ///   in any component, and `meta.json` and `out` are `lstat`ed in it, never followed;
+    /// - `meta.json` is the very file the lookup parsed: a regular file with the same
+    ///   device, inode, size and ctime. An entry replaced since (a new directory renamed
+    ///   into place) or a record rewritten has a new inode or ctime — and so has a record
+    ///   another warm touched meanwhile: then the full check decides;
+    /// - the listing of `out` equals the record: for a single-file `out` (kernels) that
+    ///   is one `lstat` in the opened directory (a regular file of the recorded size),
+    ///   exactly what `check_listing` looks at; a directory `out` (fixtures, goldens) is
+    ///   listed by `check_listing` itself, by path, as the full check lists it.
+    ///
+    /// None only means "not shown here": the caller runs the full check.
+    fn still_present_at(&self, kind: Kind, key: &str, seen: &Entry) -> Option<OwnedFd> {
+        let record = seen.record?;
+        if seen.meta.key != key || seen.meta.kind != kind || seen.meta.layout != LAYOUT {
+            return None;
+        }
+        let kind_dir = self.dirs.kind(&self.root, kind).ok()?;
+        let entry = at::entry(kind_dir, key).ok()?;
+        let st = at::stat_at(entry.as_fd(), c"meta.json").ok()?;
+        if !at::is_file(&st) || at::FileId::of(&st) != record {
+            return None;
+        }
+        let listed = match out_matches_at(entry.as_fd(), &seen.meta.files) {
+            Some(same) => same,
+            None => guard::check_listing(&seen.dir.join("out"), &seen.meta.files).is_ok(),
+        };
+        listed.then_some(entry)
     }
 
     fn still_present_(&self, kind: Kind, key: &str, seen: &Entry) -> Option<()> {
@@ -329,18 +626,54 @@ impl Store {
         guard::check_listing(&dir.join("out"), &seen.meta.files).ok()
     }
 
-    /// Mark an entry used now (for pruning by last use).
+    /// `still_present`, then `touch`: how warm settles a hit the plan found (thousands
+    /// in a no-op warm), in one opened entry directory when the lookup went through `at`.
+    pub fn settle_present(&self, kind: Kind, key: &str, seen: &Entry) -> bool {
+        if let Some(entry) = self.still_present_at(kind, key, seen) {
+            // Checked just now, under the key lock: this record, touched in place.
+            if at::touch_at(entry.as_raw_fd(), c"meta.json").is_ok() {
+                self.touched(kind, key);
+            }
+            return true;
+        }
+        if self.still_present_(kind, key, seen).is_none() {
+            return false;
+        }
+        self.touch(seen);
+        true
+    }
+
+    /// Mark an entry used now (for pruning by last use). A link at `meta.json` would be
+    /// touched itself, never its target.
     pub fn touch(&self, entry: &Entry) {
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = fs::File::options()
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(entry.dir.join("meta.json"))
-            .and_then(|f| f.set_modified(SystemTime::now()));
+        if at::touch(&entry.dir.join("meta.json")).is_ok() {
+            self.touched(entry.meta.kind, &entry.meta.key);
+        }
+    }
+
+    fn touched(&self, kind: Kind, key: &str) {
+        self.touched.lock().expect("touched")[kind as usize].insert(key.to_string());
+    }
+
+    /// Whether this process marked the entry used (see `touch`).
+    pub fn touched_now(&self, kind: Kind, key: &str) -> bool {
+        self.touched.lock().expect("touched")[kind as usize].contains(key)
     }
 
     /// Take the per-key build lock (blocking until another builder finishes).
     pub fn lock_key(&self, kind: Kind, key: &str) -> Result<KeyLock> {
+        // Relative to `locks/` when it can be opened that way (a short path, and the
+        // directory checked once); the path-by-path open below repairs a planted link
+        // or special file and names the path in its errors.
+        if let Ok(dir) = self.dirs.locks(&self.root) {
+            if let Ok(file) = at::open_lock(dir, kind.name(), key) {
+                if at::fstat(&file).is_ok_and(|st| at::is_file(&st)) {
+                    let path = || self.key_lock_path(kind, key);
+                    file.lock().map_err(|e| infra(e, "lock", &path()))?;
+                    return Ok(KeyLock { _file: file });
+                }
+            }
+        }
         let path = self.key_lock_path(kind, key);
         let file = open_key_lock(&path).map_err(|e| infra(e, "create lock", &path))?;
         file.lock().map_err(|e| infra(e, "lock", &path))?;
@@ -507,7 +840,11 @@ impl Store {
         }
         fs::rename(&staging.dir, &target).map_err(|e| infra(e, "publish", &target))?;
         drop(staging);
-        Ok(Entry { dir: target, meta })
+        Ok(Entry {
+            dir: target,
+            meta,
+            record: None,
+        })
     }
 
     /// Remove staging dirs whose builder is gone (its lock is free). `tmp/` itself was
@@ -628,10 +965,18 @@ pub fn digest_in_cache(path: &Path, digester: Digester) -> io::Result<Digests> {
 
 /// Ok(None): no entry. Err: an entry directory without a readable record.
 pub fn read_meta(dir: &Path) -> Result<Option<Meta>, String> {
-    match fsutil::read_nofollow(&dir.join("meta.json")) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
+    match read_record(dir)? {
+        Some(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| format!("integrity record unreadable: {e}")),
+        None => Ok(None),
+    }
+}
+
+/// The bytes of an entry's `meta.json` (see `read_meta`).
+fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, String> {
+    match fsutil::read_nofollow(&dir.join("meta.json")) {
+        Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if fsutil::node(dir).ok() != Some(fsutil::Node::Missing) {
                 Err("integrity record missing".into())
@@ -640,5 +985,168 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>, String> {
             }
         }
         Err(e) => Err(format!("integrity record unreadable: {e}")),
+    }
+}
+
+/// Whether a record lists exactly one file that is `out` itself (a kernel's object).
+fn single_file(files: &[FileRecord]) -> bool {
+    files.len() == 1 && files[0].path.is_empty()
+}
+
+/// `check_listing` for a single-file `out`, by one `lstat` in the opened entry
+/// directory: a regular file of the recorded size. None for a directory `out` (left to
+/// `check_listing`) or when `out` cannot be looked at.
+fn out_matches_at(entry: BorrowedFd<'_>, files: &[FileRecord]) -> Option<bool> {
+    if !single_file(files) {
+        return None;
+    }
+    let st = at::stat_at(entry, c"out").ok()?;
+    Some(at::is_file(&st) && st.st_size as u64 == files[0].size)
+}
+
+/// The end of every lookup that found a whole entry: each recorded dependency must still
+/// have its recorded content (`DepChanged` names the first that does not), else a hit
+/// whose record holds the plan's shared strings.
+fn check_deps(
+    view: MetaView<'_>,
+    dir: PathBuf,
+    record: Option<at::FileId>,
+    base: &Path,
+    files: &Files,
+) -> Lookup {
+    let checked = files.with_deps(base, |names| {
+        let mut deps = Vec::with_capacity(view.deps.len());
+        for (path, blake3) in view.deps.iter() {
+            match names.get(path) {
+                Ok(now) if *now.hash == *blake3 => deps.push(Dep {
+                    path: now.name,
+                    blake3: now.hash,
+                }),
+                Ok(_) => return Err(format!("{path} changed since it was built")),
+                Err(_) => return Err(format!("{path} is gone since it was built")),
+            }
+        }
+        Ok(deps)
+    });
+    let deps = match checked {
+        Ok(deps) => deps,
+        Err(why) => return Lookup::DepChanged(why),
+    };
+    let meta = Meta {
+        layout: view.layout,
+        kind: view.kind,
+        key: view.key.into_owned(),
+        built_by: view.built_by.into_owned(),
+        duration_secs: view.duration_secs,
+        files: view.files,
+        deps,
+    };
+    Lookup::Hit(Arc::new(Entry { dir, meta, record }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deps_of(bytes: &[u8]) -> Vec<(String, String)> {
+        MetaView::parse(bytes)
+            .unwrap()
+            .deps
+            .iter()
+            .map(|(p, h)| (p.to_string(), h.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_hit_is_confirmed_by_its_record_identity_and_never_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::at(t.path().join("cache"));
+        store.ensure().unwrap();
+        let key = "ab".repeat(32);
+        let staging = store.stage(Kind::Kernel).unwrap();
+        fs::write(staging.out(), b"obj").unwrap();
+        let entry = store
+            .publish(staging, Kind::Kernel, &key, "kernel/s/k", 0.1, Vec::new())
+            .unwrap();
+        let files = Files::new(None);
+        let Lookup::Hit(hit) = store.lookup(Kind::Kernel, &key, t.path(), &files) else {
+            panic!("a fresh entry is a hit");
+        };
+        assert!(hit.record.is_some(), "found through at");
+        assert!(store.still_present_at(Kind::Kernel, &key, &hit).is_some());
+
+        // The record replaced by another file (a new inode): not confirmed by identity,
+        // the full check decides (and the listing still matches).
+        let meta = entry.dir.join("meta.json");
+        let copy = entry.dir.join("meta.copy");
+        fs::copy(&meta, &copy).unwrap();
+        fs::rename(&copy, &meta).unwrap();
+        assert!(store.still_present_at(Kind::Kernel, &key, &hit).is_none());
+        assert!(store.still_present(Kind::Kernel, &key, &hit));
+
+        // `out` of another size: neither check passes.
+        let Lookup::Hit(hit) = store.lookup(Kind::Kernel, &key, t.path(), &files) else {
+            panic!("still a hit");
+        };
+        fs::write(entry.dir.join("out"), b"longer").unwrap();
+        assert!(!store.still_present(Kind::Kernel, &key, &hit));
+        fs::write(entry.dir.join("out"), b"obj").unwrap();
+
+        // The shard moved away and linked back: the same entry, reached through a link,
+        // is corruption for the lookup and the settle alike.
+        let shard = entry.dir.parent().unwrap().to_path_buf();
+        let elsewhere = t.path().join("elsewhere");
+        fs::rename(&shard, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &shard).unwrap();
+        assert!(matches!(
+            store.lookup(Kind::Kernel, &key, t.path(), &files),
+            Lookup::Stale(why) if why.contains("symlink")
+        ));
+        assert!(!store.settle_present(Kind::Kernel, &key, &hit));
+    }
+
+    #[test]
+    fn records_parse_as_serde_parses_them() {
+        let dep = |p: &str, h: &str| Dep {
+            path: p.into(),
+            blake3: h.into(),
+        };
+        let file = FileRecord {
+            path: String::new(),
+            size: 3,
+            blake3: "ff".into(),
+        };
+        for deps in [
+            vec![],
+            vec![dep("a.c", "01")],
+            vec![dep("/usr/include/x.h", "02"), dep("q\"uote\\d/é.h", "03")],
+        ] {
+            let meta = Meta::new(Kind::Kernel, "k", "b", 0.5, vec![file.clone()], deps);
+            let bytes = serde_json::to_vec(&meta).unwrap();
+            let want: Vec<(String, String)> = meta
+                .deps
+                .iter()
+                .map(|d| (d.path.to_string(), d.blake3.to_string()))
+                .collect();
+            assert_eq!(deps_of(&bytes), want);
+            // Pretty-printed (another writer): serde's own parse, the same answer.
+            assert_eq!(deps_of(&serde_json::to_vec_pretty(&meta).unwrap()), want);
+        }
+        let no_deps = br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[]}"#;
+        assert!(deps_of(no_deps).is_empty());
+        let swapped = br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":[{"blake3":"h","path":"p"}]}"#;
+        assert_eq!(deps_of(swapped), vec![("p".into(), "h".into())]);
+        for bad in [
+            &br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":null}"#[..],
+            br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":[{"path":"p"}]}"#,
+            br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":[{"path":"p","blake3":"h","path":"q"}]}"#,
+        ] {
+            let ours = MetaView::parse(bad).err().map(|e| e.to_string());
+            let serde = serde_json::from_slice::<MetaFull>(bad)
+                .err()
+                .map(|e| e.to_string());
+            assert!(ours.is_some());
+            assert_eq!(ours, serde);
+        }
     }
 }

@@ -291,6 +291,7 @@ mod tests {
                 files: Vec::new(),
                 deps: Vec::new(),
             },
+            record: None,
         })
     }
 

@@ -63,7 +63,7 @@ pub fn default_memory() -> u64 {
 /// What a warm did, and what it published (for `Plan::apply_warm`).
 pub struct Warmed {
     pub summary: Summary,
-    pub published: Vec<(usize, Status, Option<Arc<Entry>>)>,
+    pub published: Published,
 }
 
 /// Warm every unit of the plan: the executor runs them and emits events; the reporter
@@ -105,6 +105,36 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
         let _ = WarmRecord::merge_and_save(&plan.job_dir, acc.records);
         return Err(e);
     }
+    // Prune walks every entry of the cache; nothing written below is an entry, so it
+    // runs beside the records. An error of theirs still wins over one of its.
+    let cfg = &plan.manifest.cache;
+    let (pruned, recorded) = std::thread::scope(|scope| {
+        let pruned = scope.spawn(|| {
+            let mut notes = Vec::new();
+            maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |l| {
+                notes.push(l)
+            })
+            .map(|()| notes)
+        });
+        let recorded = record(plan, acc, ui);
+        (pruned.join().expect("prune thread"), recorded)
+    });
+    let (summary, published) = recorded?;
+    let notes = pruned?;
+    if ui.verbose > 0 {
+        for n in notes {
+            ui.info(&n);
+        }
+    }
+    Ok(Warmed { summary, published })
+}
+
+/// The units a warm published or found, for `Plan::apply_warm`.
+type Published = Vec<(usize, Status, Option<Arc<Entry>>)>;
+
+/// What a warm leaves behind besides its entries: history, key inputs, the stat memo,
+/// the trace, the warm record and the cache's last-warm summary.
+fn record(plan: &Plan, acc: Accumulator, ui: &Ui) -> Result<(Summary, Published)> {
     History::record(&plan.store.root, &acc.history);
     let built: Vec<(String, crate::explain::inputs::KeyInputs)> = acc
         .built_steps
@@ -133,20 +163,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
     .save(&plan.store);
     crate::cache::remote::save_totals(&plan.store, plan.remote.as_deref());
     summary.remote = plan.remote.as_ref().map(|r| r.totals());
-    let cfg = &plan.manifest.cache;
-    let mut notes = Vec::new();
-    maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |l| {
-        notes.push(l)
-    })?;
-    if ui.verbose > 0 {
-        for n in notes {
-            ui.info(&n);
-        }
-    }
-    Ok(Warmed {
-        summary,
-        published: acc.published,
-    })
+    Ok((summary, acc.published))
 }
 
 /// A unit the plan found as a hit, settled without the pool: under its key lock (which
@@ -166,10 +183,9 @@ fn settle_hit(plan: &Plan, unit: usize) -> Option<UnitEnd> {
     }
     let store = plan.store_of(step);
     let _lock = store.lock_key(step.kind, &step.key).ok()?;
-    if !store.still_present(step.kind, &step.key, seen) {
+    if !store.settle_present(step.kind, &step.key, seen) {
         return None;
     }
-    store.touch(seen);
     Some(UnitEnd {
         outcome: UnitOutcome::Hit {
             entry: seen.clone(),
@@ -436,8 +452,8 @@ fn recorded_deps(
         };
         match hash {
             Ok(h) => deps.push(Dep {
-                path: crate::key::key_name(&plan.manifest.dir, &path),
-                blake3: h,
+                path: crate::key::key_name(&plan.manifest.dir, &path).into(),
+                blake3: h.into(),
             }),
             Err(e) => {
                 return Err(FailCause::BadDepfileEntry {

@@ -262,7 +262,7 @@ impl Remote {
         // a local hit; if not, this runner builds its own.
         for dep in &rec.deps {
             match files.hash(&key::key_path(base, &dep.path)) {
-                Ok(h) if h == dep.blake3 => {}
+                Ok(h) if *h == *dep.blake3 => {}
                 _ => return Ok(None),
             }
         }
