@@ -159,6 +159,8 @@ pub struct Plan {
     gen_identities: HashMap<String, Vec<u8>>,
     /// Per plan scene: its env as `explain` records it (names, hashed values).
     env_hashes: Vec<Arc<BTreeMap<String, String>>>,
+    /// The warm record as this plan read it (warm merges its results into it).
+    pub record: WarmRecord,
 }
 
 /// How path placeholders are filled.
@@ -185,9 +187,10 @@ impl Plan {
         // Not a cache, or a link at its own directories: exit 3 before anything is read.
         store.check()?;
         let job = Store::at(job_dir.join("job"));
-        // Identity commands: once per toolchain used by the selection. They mostly wait
-        // on a child process: meanwhile the history and warm record are read and the
-        // include closures of the selected kernels (which need no identity) are found.
+        // Identity commands: once per toolchain used by the selection, each on a thread
+        // of its own (they wait on a child process, and a rayon worker must not), the
+        // history and warm record read on another, while the rayon pool finds the
+        // include closures of the selected kernels (they need no identity).
         let mut used: Vec<&str> = selected
             .iter()
             .flat_map(|&i| {
@@ -199,23 +202,31 @@ impl Plan {
             .collect();
         used.sort();
         used.dedup();
-        let run_identities = || -> Result<_> {
-            let identities: HashMap<String, Vec<u8>> = used
-                .par_iter()
+        let (identities, gen_identities, (history, record)) = std::thread::scope(|scope| {
+            let (manifest, selected) = (&manifest, &selected);
+            let ids: Vec<_> = used
+                .iter()
                 .map(|name| {
-                    let tc = &manifest.toolchains[*name];
-                    identity(tc, &manifest).map(|id| (name.to_string(), id))
+                    scope.spawn(move || {
+                        let tc = &manifest.toolchains[*name];
+                        identity(tc, manifest).map(|id| (name.to_string(), id))
+                    })
                 })
-                .collect::<Result<_>>()?;
-            Ok((identities, gen_identities(&manifest, &selected)?))
-        };
-        let ((history, record), ran) = std::thread::scope(|scope| {
-            let ran = scope.spawn(run_identities);
-            let loaded = (History::load(&store.root), WarmRecord::load(&job_dir));
-            find_closures(&manifest, &selected, &files);
-            (loaded, ran.join().expect("identity thread"))
+                .collect();
+            let gens = scope.spawn(|| gen_identities(manifest, selected));
+            let loads = scope.spawn(|| (History::load(&store.root), WarmRecord::load(&job_dir)));
+            find_closures(manifest, selected, &files);
+            let identities: Result<HashMap<String, Vec<u8>>> = ids
+                .into_iter()
+                .map(|h| h.join().expect("identity thread"))
+                .collect();
+            (
+                identities,
+                gens.join().expect("identity thread"),
+                loads.join().expect("load thread"),
+            )
         });
-        let (identities, gen_identities) = ran?;
+        let (identities, gen_identities) = (identities?, gen_identities?);
 
         let mut scenes = Vec::new();
         let mut steps = Vec::with_capacity(
@@ -296,6 +307,7 @@ impl Plan {
             identities,
             gen_identities,
             env_hashes: Vec::new(),
+            record: WarmRecord::default(),
         };
 
         // Env as `explain` records it: hashed once per scene, shared by its steps.
@@ -386,6 +398,8 @@ impl Plan {
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
         plan.stale_with_fixture(&dep_changed);
+        drop(failures);
+        plan.record = record;
         plan.files.save();
         plan.device_count = plan.resolve_device_count()?;
         Ok(plan)
@@ -825,13 +839,17 @@ fn include_words(tc: &Toolchain, k: &Kernel) -> Vec<String> {
 /// The include closures of the selected kernels, found ahead of their keys (`files`
 /// keeps them); an error is left for the key computation to report.
 fn find_closures(manifest: &Manifest, selected: &[usize], files: &Files) {
-    let kernels: Vec<&crate::manifest::Kernel> = selected
+    // Scenes share kernels: each (source, include dirs) once.
+    let mut kernels: Vec<(&Path, &[crate::manifest::FileRef])> = selected
         .iter()
         .flat_map(|&i| &manifest.scenes[i].kernels)
+        .map(|k| (k.source.abs.as_path(), k.include_dirs.as_slice()))
         .collect();
-    kernels.par_iter().for_each(|k| {
-        let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
-        let _ = files.closure(&manifest.dir, &k.source.abs, &dirs);
+    kernels.sort_unstable();
+    kernels.dedup();
+    kernels.par_iter().for_each(|(source, include_dirs)| {
+        let dirs: Vec<PathBuf> = include_dirs.iter().map(|d| d.abs.clone()).collect();
+        let _ = files.closure(&manifest.dir, source, &dirs);
     });
 }
 
@@ -857,18 +875,27 @@ fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<Str
             }
         }
     }
-    cmds.par_iter()
-        .map(|(cmd, what)| {
-            crate::identity::run(
-                cmd,
-                &manifest.dir,
-                &manifest.env,
-                crate::identity::DEFAULT_TIMEOUT,
-            )
-            .map(|o| (cmd.to_string(), o))
-            .map_err(|e| crate::coded!(Exit::Infra, "{what} identity: {e}"))
-        })
-        .collect()
+    // A thread each: they wait on child processes, which a rayon worker must not.
+    std::thread::scope(|s| {
+        let runs: Vec<_> = cmds
+            .iter()
+            .map(|&(cmd, what)| {
+                s.spawn(move || {
+                    crate::identity::run(
+                        cmd,
+                        &manifest.dir,
+                        &manifest.env,
+                        crate::identity::DEFAULT_TIMEOUT,
+                    )
+                    .map(|o| (cmd.to_string(), o))
+                    .map_err(|e| crate::coded!(Exit::Infra, "{what} identity: {e}"))
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|h| h.join().expect("identity thread"))
+            .collect()
+    })
 }
 
 /// A device step's command: every placeholder filled; `{devices}` shown as `<devices>`

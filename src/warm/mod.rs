@@ -102,7 +102,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
     }
     if let Some(e) = acc.infra.take() {
         // Keep what is known, but an unusable cache is exit 3.
-        let _ = WarmRecord::merge_and_save(&plan.job_dir, acc.records);
+        let _ = WarmRecord::merge_and_save(&plan.job_dir, &plan.record, acc.records);
         return Err(e);
     }
     // Prune walks every entry of the cache; nothing written below is an entry, so it
@@ -146,7 +146,7 @@ fn record(plan: &Plan, acc: Accumulator, ui: &Ui) -> Result<(Summary, Published)
     if let Err(e) = crate::report::trace::write_warm(plan, &acc.spans) {
         ui.info(&format!("warning: cannot write the trace: {e}"));
     }
-    WarmRecord::merge_and_save(&plan.job_dir, acc.records).map_err(|e| {
+    WarmRecord::merge_and_save(&plan.job_dir, &plan.record, acc.records).map_err(|e| {
         crate::coded!(
             crate::exit::Exit::Infra,
             "cannot write the warm record in {}: {e}",

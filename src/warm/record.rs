@@ -45,6 +45,25 @@ impl StepRecord {
 pub struct WarmRecord {
     pub version: u32,
     pub steps: Vec<StepRecord>,
+    /// The file as it was read (None: not read), to tell later whether it changed since.
+    #[serde(skip)]
+    stamp: Option<Stamp>,
+}
+
+/// (size, mtime, ctime, inode) of the record file: a rewrite (always a rename) changes
+/// the inode, an edit in place the times.
+type Stamp = (u64, i128, i128, u64);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    Some((
+        m.len(),
+        ns(m.mtime(), m.mtime_nsec()),
+        ns(m.ctime(), m.ctime_nsec()),
+        m.ino(),
+    ))
 }
 
 impl WarmRecord {
@@ -53,11 +72,16 @@ impl WarmRecord {
     }
 
     pub fn load(job_dir: &Path) -> WarmRecord {
-        std::fs::read(Self::path(job_dir))
+        let path = Self::path(job_dir);
+        // Stamped before reading: a write in between makes the stamp stale, not wrong.
+        let before = stamp(&path);
+        let mut rec = std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice::<WarmRecord>(&b).ok())
             .filter(|r| r.version == RECORD_VERSION)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        rec.stamp = before.filter(|_| !rec.steps.is_empty());
+        rec
     }
 
     /// The recorded failures, indexed by step.
@@ -73,8 +97,21 @@ impl WarmRecord {
 
     /// Replace the records of the steps this warm ran, keep the others. A record that
     /// would not change (a no-op warm: every step a hit, as last time) is not rewritten.
-    pub fn merge_and_save(job_dir: &Path, new: Vec<StepRecord>) -> std::io::Result<()> {
-        let mut rec = WarmRecord::load(job_dir);
+    /// `loaded` is the record as the plan read it: used again when the file is still
+    /// that one, read anew when another warm of this checkout wrote it meanwhile.
+    pub fn merge_and_save(
+        job_dir: &Path,
+        loaded: &WarmRecord,
+        new: Vec<StepRecord>,
+    ) -> std::io::Result<()> {
+        let reread;
+        let rec = match loaded.stamp {
+            Some(s) if stamp(&Self::path(job_dir)) == Some(s) => loaded,
+            _ => {
+                reread = WarmRecord::load(job_dir);
+                &reread
+            }
+        };
         if rec.version == RECORD_VERSION {
             let old: std::collections::HashMap<StepId, &StepRecord> =
                 rec.steps.iter().map(|r| (r.id(), r)).collect();
@@ -82,6 +119,7 @@ impl WarmRecord {
                 return Ok(());
             }
         }
+        let mut rec = rec.clone();
         rec.version = RECORD_VERSION;
         let replaced: std::collections::HashSet<StepId> = new.iter().map(StepRecord::id).collect();
         rec.steps.retain(|o| !replaced.contains(&o.id()));
@@ -107,5 +145,68 @@ impl Failures<'_> {
             }
         }
         Some(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(name: &str, key: &str, outcome: Outcome) -> StepRecord {
+        StepRecord {
+            kind: Kind::Kernel,
+            scene: "s".into(),
+            name: name.into(),
+            key: key.into(),
+            outcome,
+            duration_secs: 0.0,
+            log: None,
+            error: None,
+            log_tail: None,
+        }
+    }
+
+    fn names(job: &Path) -> Vec<(String, String)> {
+        let mut v: Vec<_> = WarmRecord::load(job)
+            .steps
+            .into_iter()
+            .map(|r| (r.name, r.key))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn merge_reuses_the_loaded_record_only_while_the_file_is_unchanged() {
+        let t = tempfile::tempdir().unwrap();
+        let job = t.path();
+        std::fs::create_dir_all(WarmRecord::path(job).parent().unwrap()).unwrap();
+        let first = vec![
+            step("a", "k1", Outcome::Built),
+            step("b", "k1", Outcome::Built),
+        ];
+        WarmRecord::merge_and_save(job, &WarmRecord::default(), first).unwrap();
+
+        // Unchanged file: the loaded record is merged into and written back.
+        let loaded = WarmRecord::load(job);
+        WarmRecord::merge_and_save(job, &loaded, vec![step("a", "k2", Outcome::Built)]).unwrap();
+        assert_eq!(
+            names(job),
+            [("a".into(), "k2".into()), ("b".into(), "k1".into())]
+        );
+
+        // Another warm writes `c` after this one loaded: its step survives the merge.
+        let loaded = WarmRecord::load(job);
+        let other = WarmRecord::load(job);
+        WarmRecord::merge_and_save(job, &other, vec![step("c", "k1", Outcome::Hit)]).unwrap();
+        WarmRecord::merge_and_save(job, &loaded, vec![step("b", "k3", Outcome::Built)]).unwrap();
+        assert_eq!(
+            names(job),
+            [
+                ("a".into(), "k2".into()),
+                ("b".into(), "k3".into()),
+                ("c".into(), "k1".into())
+            ]
+        );
     }
 }
