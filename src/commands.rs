@@ -15,7 +15,7 @@ use crate::cli::{
 };
 use crate::exit::Exit;
 use crate::manifest;
-use crate::plan::{self, Plan};
+use crate::plan::{self, Lookups, Plan};
 use crate::report::plan_view::{self, Phases};
 use crate::report::term::Ui;
 use crate::{affected, device, proc, warm};
@@ -85,7 +85,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         .max(1);
     match &cli.command {
         Command::Explain(a) => {
-            let Some(plan) = build_selected(&cli, &a.select, None, ui)? else {
+            let Some(plan) = build_selected(&cli, &a.select, None, Lookups::Look, ui)? else {
                 return Ok(Exit::Ok);
             };
             match a.format {
@@ -107,7 +107,9 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Plan(a) => {
-            let Some(mut plan) = build_selected(&cli, &a.select, Some(&a.device), ui)? else {
+            let Some(mut plan) =
+                build_selected(&cli, &a.select, Some(&a.device), Lookups::Look, ui)?
+            else {
                 return Ok(Exit::Ok);
             };
             let phases = Phases {
@@ -121,7 +123,9 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Warm(a) => {
-            let Some(mut plan) = build_selected(&cli, &a.select, None, ui)? else {
+            let Some(mut plan) =
+                build_selected(&cli, &a.select, None, settle_unless(&a.preview), ui)?
+            else {
                 return Ok(Exit::Ok);
             };
             let phases = Phases {
@@ -139,7 +143,9 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             exit
         }
         Command::Device(a) => {
-            let Some(mut plan) = build_selected(&cli, &a.select, Some(&a.device), ui)? else {
+            let Some(mut plan) =
+                build_selected(&cli, &a.select, Some(&a.device), Lookups::Look, ui)?
+            else {
                 // An empty shard that passes writes no report: none may stay looking current.
                 if let Some(dir) = device_report_dir(&cli) {
                     device::runs::clear_stale_reports(&dir);
@@ -157,7 +163,14 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             do_device(&plan, &a.device, ui)
         }
         Command::Run(a) => {
-            let Some(mut plan) = build_selected(&cli, &a.select, Some(&a.device), ui)? else {
+            let Some(mut plan) = build_selected(
+                &cli,
+                &a.select,
+                Some(&a.device),
+                settle_unless(&a.preview),
+                ui,
+            )?
+            else {
                 // An empty shard that passes writes no report: none may stay looking current.
                 if let Some(dir) = device_report_dir(&cli) {
                     device::runs::clear_stale_reports(&dir);
@@ -188,7 +201,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
     }
 }
 
-fn build(cli: &Cli, select: &Selection, ui: &Ui) -> Result<Plan> {
+fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> {
     // The stat memo (a file beside the manifest, megabytes on a big suite) is read on
     // another thread while the manifest parses: its place is known before the manifest.
     let (loaded, memo) = std::thread::scope(|s| {
@@ -214,7 +227,7 @@ fn build(cli: &Cli, select: &Selection, ui: &Ui) -> Result<Plan> {
         }
         let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
         manifest::generated::expand(&mut m, &cache, &files)?;
-        Plan::build(m, select, cli.cache_dir.as_deref(), files)
+        Plan::build(m, select, cli.cache_dir.as_deref(), files, mode)
     });
     let mut plan = plan?;
     plan.remote = Remote::configure(&plan.manifest.cache.remote, &cli.remote, ui)?.map(Arc::new);
@@ -230,6 +243,7 @@ fn build_selected(
     cli: &Cli,
     select: &Selection,
     device: Option<&DeviceFlags>,
+    mode: Lookups,
     ui: &Ui,
 ) -> Result<Option<Plan>> {
     let empty = |e: anyhow::Error| -> Result<Option<Plan>> {
@@ -245,7 +259,12 @@ fn build_selected(
         }
         Some(plan)
     };
-    let plan = match build(cli, select, ui) {
+    // Under --changed, the first plan only names the affected scenes: it looks only.
+    let first = match affected::wanted(select) {
+        true => Lookups::Look,
+        false => mode,
+    };
+    let plan = match build(cli, select, first, ui) {
         Ok(p) => p,
         Err(e) => return empty(e),
     };
@@ -261,7 +280,7 @@ fn build_selected(
     // Plan again with exactly the affected scenes.
     let mut narrowed = select.clone();
     narrowed.affected = Some(names);
-    match build(cli, &narrowed, ui) {
+    match build(cli, &narrowed, mode, ui) {
         Ok(p) => Ok(on_ids(p)),
         Err(e) => empty(e),
     }
@@ -270,7 +289,7 @@ fn build_selected(
 /// `scenerun list`: the selected scenes, with no key computed.
 fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
     let names: Option<Vec<String>> = if affected::wanted(&a.select) {
-        match build_selected(cli, &a.select, None, ui)? {
+        match build_selected(cli, &a.select, None, Lookups::Look, ui)? {
             Some(p) => Some(p.scenes.iter().map(|s| s.name.clone()).collect()),
             None => return Ok(Exit::Ok),
         }
@@ -316,6 +335,14 @@ fn preview(plan: &mut Plan, phases: Phases, format: Format, ui: &Ui) -> Result<(
         )),
     }
     Ok(())
+}
+
+/// A warm that will run settles its hits as the plan finds them; a preview only looks.
+fn settle_unless(p: &PreviewFlags) -> Lookups {
+    match p.plan || p.dry_run {
+        true => Lookups::Look,
+        false => Lookups::Settle,
+    }
 }
 
 fn previewed(plan: &mut Plan, p: &PreviewFlags, phases: Phases, ui: &Ui) -> Result<Option<Exit>> {

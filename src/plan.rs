@@ -123,6 +123,19 @@ pub struct Unit {
     pub steps: Vec<usize>,
     /// Units that must be published first (a golden's fixture).
     pub deps: Vec<usize>,
+    /// Its hit was settled by the plan's lookup ([`Lookups::Settle`]): warm need not
+    /// open the entry again.
+    pub settled: bool,
+}
+
+/// What the plan's cache lookups do besides looking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookups {
+    /// Look only: `plan`, previews, `device`, `explain`.
+    Look,
+    /// A warm follows: each lookup runs under its key's lock and a hit is touched there
+    /// and then, which is all warm does for a hit it was handed (docs/cache-trust.md).
+    Settle,
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +193,7 @@ impl Plan {
         sel: &Selection,
         cache_flag: Option<&Path>,
         files: Files,
+        mode: Lookups,
     ) -> Result<Plan> {
         let selected = crate::select::select(&manifest.scenes, sel)?;
         let job_dir = job_dir(&manifest);
@@ -354,18 +368,32 @@ impl Plan {
         // One lookup per unit (scenes share kernels). After the first miss, a key its
         // shard's listing does not hold is a miss without a lookup.
         let snapshot = crate::cache::Snapshot::default();
-        let lookups: Vec<Lookup> = plan
+        let looked: Vec<(Lookup, bool)> = plan
             .units
             .par_iter()
             .map(|u| {
                 let s = &plan.steps[u.steps[0]];
-                if plan.store_of(s).listed_absent(&snapshot, s.kind, &s.key) {
-                    return Lookup::Miss;
+                let store = plan.store_of(s);
+                if store.listed_absent(&snapshot, s.kind, &s.key) {
+                    return (Lookup::Miss, false);
                 }
-                let found = plan.lookup(s);
-                if matches!(found, Lookup::Miss) {
+                let found = match mode {
+                    Lookups::Look => (plan.lookup(s), false),
+                    Lookups::Settle => {
+                        store.lookup_settling(s.kind, &s.key, &plan.manifest.dir, &plan.files)
+                    }
+                };
+                if matches!(found.0, Lookup::Miss) {
                     snapshot.missed();
                 }
+                found
+            })
+            .collect();
+        let lookups: Vec<Lookup> = looked
+            .into_iter()
+            .zip(&mut plan.units)
+            .map(|((found, settled), u)| {
+                u.settled = settled;
                 found
             })
             .collect();
@@ -425,6 +453,7 @@ impl Plan {
                     units.push(Unit {
                         steps: Vec::new(),
                         deps: Vec::new(),
+                        settled: false,
                     });
                     units.len() - 1
                 });

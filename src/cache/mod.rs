@@ -490,7 +490,40 @@ impl Store {
     /// way, or a kernel without `openat2`, is decided path by path (`guard`), which names
     /// what it found.
     pub fn lookup(&self, kind: Kind, key: &str, base: &Path, files: &Files) -> Lookup {
-        if let Some(found) = self.lookup_at(kind, key, base, files) {
+        self.lookup_touching(kind, key, base, files, false)
+    }
+
+    /// `lookup` for a warm that will use what it finds: under the key lock (which
+    /// `cache prune` and `clean` take before they evict), a hit is touched as soon as it
+    /// is confirmed, which is what warm's settling of a hit does (`settle_present`) —
+    /// done here, warm need not open the entry a second time. `true` when the lookup
+    /// settled a hit; `false` for anything else, and when the lock cannot be had (a
+    /// read-only cache): then it was only `lookup`, and warm settles or builds as usual.
+    pub fn lookup_settling(
+        &self,
+        kind: Kind,
+        key: &str,
+        base: &Path,
+        files: &Files,
+    ) -> (Lookup, bool) {
+        let Ok(_lock) = self.lock_key(kind, key) else {
+            return (self.lookup(kind, key, base, files), false);
+        };
+        let found = self.lookup_touching(kind, key, base, files, true);
+        let settled = matches!(found, Lookup::Hit(_));
+        (found, settled)
+    }
+
+    /// `lookup`; with `settle`, a hit is also marked used (see `touch`).
+    fn lookup_touching(
+        &self,
+        kind: Kind,
+        key: &str,
+        base: &Path,
+        files: &Files,
+        settle: bool,
+    ) -> Lookup {
+        if let Some(found) = self.lookup_at(kind, key, base, files, settle) {
             return found;
         }
         let dir = match self.entry_checked(kind, key) {
@@ -513,12 +546,23 @@ impl Store {
         if let Err(why) = guard::check_listing(&dir.join("out"), &view.files) {
             return Lookup::Stale(why);
         }
-        check_deps(view, dir, None, base, files)
+        let found = check_deps(view, dir, None, base, files);
+        if let (true, Lookup::Hit(e)) = (settle, &found) {
+            self.touch(e);
+        }
+        found
     }
 
     /// `lookup` through `at`: None when the answer is not a plain hit or dependency
     /// change reached that way (the path-by-path lookup then decides, and names why).
-    fn lookup_at(&self, kind: Kind, key: &str, base: &Path, files: &Files) -> Option<Lookup> {
+    fn lookup_at(
+        &self,
+        kind: Kind,
+        key: &str,
+        base: &Path,
+        files: &Files,
+        settle: bool,
+    ) -> Option<Lookup> {
         let kind_dir = self.dirs.kind(&self.root, kind).ok()?;
         let entry = match at::entry(kind_dir, key) {
             Ok(e) => e,
@@ -552,8 +596,14 @@ impl Store {
         if !listed {
             return None;
         }
-        drop(entry);
-        Some(check_deps(view, dir, Some(record), base, files))
+        let found = check_deps(view, dir, Some(record), base, files);
+        // In the directory just opened: this record, confirmed a moment ago.
+        if let (true, Lookup::Hit(hit)) = (settle, &found) {
+            if at::touch_at(entry.as_raw_fd(), c"meta.json").is_ok() {
+                self.touched(hit.meta.kind, &hit.meta.key);
+            }
+        }
+        Some(found)
     }
 
     /// Cheap presence check: the record, and a listing of `out` equal to it.
@@ -1055,6 +1105,64 @@ mod tests {
             .iter()
             .map(|(p, h)| (p.to_string(), h.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_settling_lookup_touches_a_hit_under_its_lock_and_a_plain_lookup_does_not() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::at(t.path().join("cache"));
+        store.ensure().unwrap();
+        let key = "cd".repeat(32);
+        let staging = store.stage(Kind::Kernel).unwrap();
+        fs::write(staging.out(), b"obj").unwrap();
+        let entry = store
+            .publish(staging, Kind::Kernel, &key, "kernel/s/k", 0.1, Vec::new())
+            .unwrap();
+        let meta = entry.dir.join("meta.json");
+        let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86400);
+        let backdate = || {
+            fs::File::options()
+                .write(true)
+                .open(&meta)
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap()
+        };
+        let mtime = || fs::metadata(&meta).unwrap().modified().unwrap();
+        let files = Files::new(None);
+
+        backdate();
+        assert!(matches!(
+            store.lookup(Kind::Kernel, &key, t.path(), &files),
+            Lookup::Hit(_)
+        ));
+        assert_eq!(mtime(), long_ago, "a plain lookup only looks");
+        assert!(!store.touched_now(Kind::Kernel, &key));
+
+        let (found, settled) = store.lookup_settling(Kind::Kernel, &key, t.path(), &files);
+        assert!(matches!(found, Lookup::Hit(_)) && settled);
+        assert!(mtime() > long_ago, "a settled hit is marked used");
+        assert!(store.touched_now(Kind::Kernel, &key));
+
+        // While another process holds the key's lock (a build, or prune evicting it),
+        // the settling lookup waits for it.
+        let held = store.lock_key(Kind::Kernel, &key).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let r = store.lookup_settling(Kind::Kernel, &key, t.path(), &files);
+                tx.send(r.1).unwrap();
+            });
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            assert!(rx.try_recv().is_err(), "it waited for the lock");
+            drop(held);
+            assert!(rx.recv().unwrap());
+        });
+
+        // A miss is not settled.
+        let other = "ef".repeat(32);
+        let (found, settled) = store.lookup_settling(Kind::Kernel, &other, t.path(), &files);
+        assert!(matches!(found, Lookup::Miss) && !settled);
     }
 
     #[test]

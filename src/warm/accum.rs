@@ -275,7 +275,14 @@ mod tests {
         std::fs::write(dir.path().join("scenes.yaml"), y).unwrap();
         let m = crate::manifest::load(&dir.path().join("scenes.yaml")).unwrap();
         let memo = crate::plan::stat_memo(&m.dir);
-        let p = Plan::build(m, &Default::default(), None, memo).unwrap();
+        let p = Plan::build(
+            m,
+            &Default::default(),
+            None,
+            memo,
+            crate::plan::Lookups::Look,
+        )
+        .unwrap();
         (dir, p)
     }
 

@@ -135,18 +135,27 @@ type Published = Vec<(usize, Status, Option<Arc<Entry>>)>;
 /// What a warm leaves behind besides its entries: history, key inputs, the stat memo,
 /// the trace, the warm record and the cache's last-warm summary.
 fn record(plan: &Plan, acc: Accumulator, ui: &Ui) -> Result<(Summary, Published)> {
-    History::record(&plan.store.root, &acc.history);
-    let built: Vec<(String, crate::explain::inputs::KeyInputs)> = acc
-        .built_steps
-        .iter()
-        .filter_map(|&i| Some((plan.steps[i].id.record_key(), plan.key_inputs(i)?)))
-        .collect();
-    Records::record(&plan.store.root, &built);
-    plan.files.save();
-    if let Err(e) = crate::report::trace::write_warm(plan, &acc.spans) {
+    // The trace (one span per unit, thousands in a no-op warm) is written on a thread
+    // of its own while the rest is saved; it shares no file with them.
+    let spans = acc.spans;
+    let traced = std::thread::scope(|scope| {
+        let traced = scope.spawn(|| crate::report::trace::write_warm(plan, &spans));
+        History::record(&plan.store.root, &acc.history);
+        let built: Vec<(String, crate::explain::inputs::KeyInputs)> = acc
+            .built_steps
+            .iter()
+            .filter_map(|&i| Some((plan.steps[i].id.record_key(), plan.key_inputs(i)?)))
+            .collect();
+        Records::record(&plan.store.root, &built);
+        plan.files.save();
+        let saved = WarmRecord::merge_and_save(&plan.job_dir, &plan.record, acc.records);
+        (traced.join().expect("trace thread"), saved)
+    });
+    let (traced, saved) = traced;
+    if let Err(e) = traced {
         ui.info(&format!("warning: cannot write the trace: {e}"));
     }
-    WarmRecord::merge_and_save(&plan.job_dir, &plan.record, acc.records).map_err(|e| {
+    saved.map_err(|e| {
         crate::coded!(
             crate::exit::Exit::Infra,
             "cannot write the warm record in {}: {e}",
@@ -171,6 +180,8 @@ fn record(plan: &Plan, acc: Accumulator, ui: &Ui) -> Result<(Summary, Published)
 /// `still_present` check and `touch` as `build_as` makes for such a hit. `None` (left to
 /// the pool, which does all of `build_as`) for anything else: a miss, a stale step, an
 /// entry no longer whole, a lock that cannot be taken, a remote cache to write through.
+/// A hit the plan's lookup settled already ([`crate::plan::Lookups::Settle`]) is taken
+/// as it is.
 fn settle_hit(plan: &Plan, unit: usize) -> Option<UnitEnd> {
     let step = &plan.steps[plan.units[unit].steps[0]];
     let seen = step.entry.as_ref().filter(|_| step.status.is_hit())?;
@@ -181,17 +192,23 @@ fn settle_hit(plan: &Plan, unit: usize) -> Option<UnitEnd> {
     {
         return None;
     }
+    let hit = || {
+        Some(UnitEnd {
+            outcome: UnitOutcome::Hit {
+                entry: seen.clone(),
+            },
+            input_changed: None,
+        })
+    };
+    if plan.units[unit].settled {
+        return hit();
+    }
     let store = plan.store_of(step);
     let _lock = store.lock_key(step.kind, &step.key).ok()?;
     if !store.settle_present(step.kind, &step.key, seen) {
         return None;
     }
-    Some(UnitEnd {
-        outcome: UnitOutcome::Hit {
-            entry: seen.clone(),
-        },
-        input_changed: None,
-    })
+    hit()
 }
 
 /// One unit's end: a failing step is `Failed`, a cache error `Infra`; an input that

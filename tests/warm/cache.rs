@@ -227,6 +227,16 @@ fn cache_stats_prune_and_clean() {
         "a hit refreshes the last use: {out}"
     );
     backdate(&old, Duration::from_secs(3 * 86400));
+    // Looking is not using: `plan` and the previews of warm and run leave it old.
+    for args in [
+        &["plan"][..],
+        &["warm", "--plan"],
+        &["warm", "--dry-run"],
+        &["run", "--plan"],
+    ] {
+        let o = s.cmd(args).output().unwrap();
+        assert_eq!(code(&o), 0, "{args:?}: {}", show(&o));
+    }
     let out = cache_out(&s, &["prune", "--max-age", "1d"]);
     assert!(out.contains("pruned 1 entries"), "{out}");
     assert!(!old.exists());
