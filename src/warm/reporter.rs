@@ -54,6 +54,15 @@ impl<'a> Reporter<'a> {
 
     /// One finished step's text: above the bar on a TTY (only failures unless -v), else
     /// on stderr (all but `keep: false` lines under -q).
+    /// Whether `say` would print a line (one it would not is not even formatted: a
+    /// no-op warm under -q has thousands).
+    fn shows(&self, keep: bool) -> bool {
+        match &self.bar {
+            Some(_) => keep || self.ui.verbose > 0,
+            None => keep || !self.ui.quiet,
+        }
+    }
+
     fn say(&self, text: &str, keep: bool) {
         match &self.bar {
             Some(pb) => {
@@ -129,6 +138,14 @@ impl<'a> Reporter<'a> {
                 for (n, &si) in plan.units[*unit].steps.iter().enumerate() {
                     let s = &plan.steps[si];
                     self.finished += 1;
+                    let fails =
+                        matches!(outcome, UnitOutcome::Failed { .. } | UnitOutcome::Infra(_));
+                    if !fails && !self.shows(n == 0 && note.is_some()) {
+                        if let Some(pb) = &self.bar {
+                            pb.inc(1);
+                        }
+                        continue;
+                    }
                     let line = format!(
                         "[{}/{}] {} {} {word}",
                         self.finished,

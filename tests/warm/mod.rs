@@ -273,3 +273,32 @@ fn staging_left(cache: &Path) -> Vec<String> {
         .filter(|n| !n.starts_with(".probe"))
         .collect()
 }
+
+/// One line per step on stderr, hits included; `-q` keeps only the summary (and would
+/// keep failures). The hit lines of a no-op warm are not even formatted under -q, so
+/// this pins what each mode prints.
+#[test]
+fn every_step_has_its_line_and_quiet_keeps_only_the_summary() {
+    let s = basic_suite(2);
+    warm(&s, &[]);
+    let loud = warm(&s, &[]);
+    let err = stderr(&loud);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[')).collect();
+    // 2 scenes × (kernel, fixture, golden).
+    assert_eq!(lines.len(), 6, "{err}");
+    for n in 1..=6 {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("[{n}/6] ")) && l.ends_with(" hit")),
+            "no hit line [{n}/6]:\n{err}"
+        );
+    }
+    assert!(err.contains("6 hit"), "{err}");
+
+    let quiet = s.cmd(&["-q", "warm"]).output().unwrap();
+    assert_eq!(code(&quiet), 0, "{}", show(&quiet));
+    let err = stderr(&quiet);
+    assert!(!err.lines().any(|l| l.starts_with('[')), "{err}");
+    assert!(err.contains("6 hit"), "the summary stays: {err}");
+}
