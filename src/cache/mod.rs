@@ -1107,17 +1107,23 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_settling_lookup_touches_a_hit_under_its_lock_and_a_plain_lookup_does_not() {
-        let t = tempfile::tempdir().unwrap();
-        let store = Store::at(t.path().join("cache"));
+    /// A cache in `dir/cache` holding one kernel entry (`out` is "obj") under `key`.
+    fn kernel_entry(dir: &Path, key: &str) -> (Store, Entry) {
+        let store = Store::at(dir.join("cache"));
         store.ensure().unwrap();
-        let key = "cd".repeat(32);
         let staging = store.stage(Kind::Kernel).unwrap();
         fs::write(staging.out(), b"obj").unwrap();
         let entry = store
-            .publish(staging, Kind::Kernel, &key, "kernel/s/k", 0.1, Vec::new())
+            .publish(staging, Kind::Kernel, key, "kernel/s/k", 0.1, Vec::new())
             .unwrap();
+        (store, entry)
+    }
+
+    #[test]
+    fn a_settling_lookup_touches_a_hit_under_its_lock_and_a_plain_lookup_does_not() {
+        let t = tempfile::tempdir().unwrap();
+        let key = "cd".repeat(32);
+        let (store, entry) = kernel_entry(t.path(), &key);
         let meta = entry.dir.join("meta.json");
         let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86400);
         let backdate = || {
@@ -1168,14 +1174,8 @@ mod tests {
     #[test]
     fn a_hit_is_confirmed_by_its_record_identity_and_never_through_a_link() {
         let t = tempfile::tempdir().unwrap();
-        let store = Store::at(t.path().join("cache"));
-        store.ensure().unwrap();
         let key = "ab".repeat(32);
-        let staging = store.stage(Kind::Kernel).unwrap();
-        fs::write(staging.out(), b"obj").unwrap();
-        let entry = store
-            .publish(staging, Kind::Kernel, &key, "kernel/s/k", 0.1, Vec::new())
-            .unwrap();
+        let (store, entry) = kernel_entry(t.path(), &key);
         let files = Files::new(None);
         let Lookup::Hit(hit) = store.lookup(Kind::Kernel, &key, t.path(), &files) else {
             panic!("a fresh entry is a hit");
