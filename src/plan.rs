@@ -218,24 +218,19 @@ impl Plan {
         used.dedup();
         let (identities, gen_identities, (history, record)) = std::thread::scope(|scope| {
             let (manifest, selected) = (&manifest, &selected);
-            let ids: Vec<_> = used
-                .iter()
-                .map(|name| {
-                    scope.spawn(move || {
-                        let tc = &manifest.toolchains[*name];
-                        identity(tc, manifest).map(|id| (name.to_string(), id))
-                    })
+            let ids = scope.spawn(|| {
+                each_waiting(&used, |name| {
+                    let tc = &manifest.toolchains[*name];
+                    identity(tc, manifest).map(|id| (name.to_string(), id))
                 })
-                .collect();
+                .into_iter()
+                .collect::<Result<HashMap<String, Vec<u8>>>>()
+            });
             let gens = scope.spawn(|| gen_identities(manifest, selected));
             let loads = scope.spawn(|| (History::load(&store.root), WarmRecord::load(&job_dir)));
             find_closures(manifest, selected, &files);
-            let identities: Result<HashMap<String, Vec<u8>>> = ids
-                .into_iter()
-                .map(|h| h.join().expect("identity thread"))
-                .collect();
             (
-                identities,
+                ids.join().expect("identity thread"),
                 gens.join().expect("identity thread"),
                 loads.join().expect("load thread"),
             )
@@ -863,8 +858,6 @@ fn include_words(tc: &Toolchain, k: &Kernel) -> Vec<String> {
     out
 }
 
-/// Run a toolchain's identity command (once per process, bounded by its
-/// `identity_timeout`). Its output and exit status go into every key the toolchain builds.
 /// The include closures of the selected kernels, found ahead of their keys (`files`
 /// keeps them); an error is left for the key computation to report.
 fn find_closures(manifest: &Manifest, selected: &[usize], files: &Files) {
@@ -882,6 +875,8 @@ fn find_closures(manifest: &Manifest, selected: &[usize], files: &Files) {
     });
 }
 
+/// Run a toolchain's identity command (once per process, bounded by its
+/// `identity_timeout`). Its output and exit status go into every key the toolchain builds.
 fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
     let Some(cmd) = &tc.identity else {
         return Ok(Vec::new());
@@ -904,23 +899,26 @@ fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<Str
             }
         }
     }
-    // A thread each: they wait on child processes, which a rayon worker must not.
+    each_waiting(&cmds, |&(cmd, what)| {
+        crate::identity::run(
+            cmd,
+            &manifest.dir,
+            &manifest.env,
+            crate::identity::DEFAULT_TIMEOUT,
+        )
+        .map(|o| (cmd.to_string(), o))
+        .map_err(|e| crate::coded!(Exit::Infra, "{what} identity: {e}"))
+    })
+    .into_iter()
+    .collect()
+}
+
+/// `f` of each item, each on a scoped thread of its own, in item order: for work that
+/// waits on a child process (identity commands), which a rayon worker must not.
+fn each_waiting<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     std::thread::scope(|s| {
-        let runs: Vec<_> = cmds
-            .iter()
-            .map(|&(cmd, what)| {
-                s.spawn(move || {
-                    crate::identity::run(
-                        cmd,
-                        &manifest.dir,
-                        &manifest.env,
-                        crate::identity::DEFAULT_TIMEOUT,
-                    )
-                    .map(|o| (cmd.to_string(), o))
-                    .map_err(|e| crate::coded!(Exit::Infra, "{what} identity: {e}"))
-                })
-            })
-            .collect();
+        let f = &f;
+        let runs: Vec<_> = items.iter().map(|i| s.spawn(move || f(i))).collect();
         runs.into_iter()
             .map(|h| h.join().expect("identity thread"))
             .collect()
