@@ -94,22 +94,7 @@ struct MetaView<'a> {
     deps: Deps<'a>,
 }
 
-/// `MetaView` as serde alone parses it.
-#[derive(Deserialize)]
-struct MetaFull<'a> {
-    layout: u32,
-    kind: Kind,
-    #[serde(borrow)]
-    key: Cow<'a, str>,
-    #[serde(borrow)]
-    built_by: Cow<'a, str>,
-    duration_secs: f64,
-    files: Vec<FileRecord>,
-    #[serde(default, borrow)]
-    deps: Vec<DepView<'a>>,
-}
-
-/// `MetaFull` with `deps` left as its JSON text (checked by serde to be valid JSON).
+/// `Meta` with `deps` left as its JSON text (checked by serde to be valid JSON).
 #[derive(Deserialize)]
 struct MetaRaw<'a> {
     layout: u32,
@@ -120,8 +105,8 @@ struct MetaRaw<'a> {
     built_by: Cow<'a, str>,
     duration_secs: f64,
     files: Vec<FileRecord>,
-    /// Absent: `[]`, as `MetaFull` defaults it (a `null` stays `null`, which serde
-    /// refuses there).
+    /// Absent: `[]`, as `Meta` defaults it (a `null` stays `null`, which `Meta`
+    /// refuses).
     #[serde(default = "no_deps", borrow)]
     deps: &'a serde_json::value::RawValue,
 }
@@ -130,26 +115,18 @@ fn no_deps() -> &'static serde_json::value::RawValue {
     serde_json::from_str("[]").expect("valid JSON")
 }
 
-#[derive(Deserialize)]
-struct DepView<'a> {
-    #[serde(borrow)]
-    path: Cow<'a, str>,
-    #[serde(borrow)]
-    blake3: Cow<'a, str>,
-}
-
 /// A record's dependencies: its JSON text when written exactly as scenerun writes it
 /// (read in place, nothing allocated per line), else what serde parsed.
 enum Deps<'a> {
     Canonical { text: &'a str, count: usize },
-    Parsed(Vec<DepView<'a>>),
+    Parsed(Vec<Dep>),
 }
 
 impl<'a> MetaView<'a> {
     /// Parse a record: its dependencies in place when they are written as
     /// `serde_json::to_vec(&Meta)` writes them (`canonical_count`), else (whitespace,
-    /// another field order, an escape, an error) by serde alone, so the answer and any
-    /// error message are serde's.
+    /// another field order, an escape) by serde, so the answer and any error message
+    /// are serde's.
     fn parse(bytes: &'a [u8]) -> serde_json::Result<MetaView<'a>> {
         if let Ok(raw) = serde_json::from_slice::<MetaRaw<'a>>(bytes) {
             let text = raw.deps.get();
@@ -165,15 +142,16 @@ impl<'a> MetaView<'a> {
                 });
             }
         }
-        let full: MetaFull<'a> = serde_json::from_slice(bytes)?;
+        // Anything else is what serde makes of the record type itself.
+        let m: Meta = serde_json::from_slice(bytes)?;
         Ok(MetaView {
-            layout: full.layout,
-            kind: full.kind,
-            key: full.key,
-            built_by: full.built_by,
-            duration_secs: full.duration_secs,
-            files: full.files,
-            deps: Deps::Parsed(full.deps),
+            layout: m.layout,
+            kind: m.kind,
+            key: Cow::Owned(m.key),
+            built_by: Cow::Owned(m.built_by),
+            duration_secs: m.duration_secs,
+            files: m.files,
+            deps: Deps::Parsed(m.deps),
         })
     }
 }
@@ -598,10 +576,8 @@ impl Store {
         }
         let found = check_deps(view, dir, Some(record), base, files);
         // In the directory just opened: this record, confirmed a moment ago.
-        if let (true, Lookup::Hit(hit)) = (settle, &found) {
-            if at::touch_at(entry.as_raw_fd(), c"meta.json").is_ok() {
-                self.touched(hit.meta.kind, &hit.meta.key);
-            }
+        if let (true, Lookup::Hit(_)) = (settle, &found) {
+            self.touch_in(&entry, kind, key);
         }
         Some(found)
     }
@@ -681,9 +657,7 @@ impl Store {
     pub fn settle_present(&self, kind: Kind, key: &str, seen: &Entry) -> bool {
         if let Some(entry) = self.still_present_at(kind, key, seen) {
             // Checked just now, under the key lock: this record, touched in place.
-            if at::touch_at(entry.as_raw_fd(), c"meta.json").is_ok() {
-                self.touched(kind, key);
-            }
+            self.touch_in(&entry, kind, key);
             return true;
         }
         if self.still_present_(kind, key, seen).is_none() {
@@ -698,6 +672,13 @@ impl Store {
     pub fn touch(&self, entry: &Entry) {
         if at::touch(&entry.dir.join("meta.json")).is_ok() {
             self.touched(entry.meta.kind, &entry.meta.key);
+        }
+    }
+
+    /// `touch` for an entry directory opened through `at` (no path walked again).
+    fn touch_in(&self, entry: &OwnedFd, kind: Kind, key: &str) {
+        if at::touch_at(entry.as_raw_fd(), c"meta.json").is_ok() {
+            self.touched(kind, key);
         }
     }
 
@@ -1250,7 +1231,7 @@ mod tests {
             br#"{"layout":1,"kind":"kernel","key":"k","built_by":"b","duration_secs":1,"files":[],"deps":[{"path":"p","blake3":"h","path":"q"}]}"#,
         ] {
             let ours = MetaView::parse(bad).err().map(|e| e.to_string());
-            let serde = serde_json::from_slice::<MetaFull>(bad)
+            let serde = serde_json::from_slice::<Meta>(bad)
                 .err()
                 .map(|e| e.to_string());
             assert!(ours.is_some());
