@@ -245,6 +245,36 @@ pub fn open_regular_nofollow(path: &Path) -> io::Result<fs::File> {
     open_checked(path, false)
 }
 
+/// What tells whether a file changed without reading it: size, mtime and ctime (ns
+/// since the epoch), inode. A rewrite by rename gives a new inode, an edit in place new
+/// times, and no process can set a ctime back. The stat memo, the manifest memo's binary
+/// and the warm record all compare files by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stamp {
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+    pub ino: u64,
+}
+
+impl Stamp {
+    pub fn of(m: &fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Stamp {
+            size: m.len(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+            ino: m.ino(),
+        }
+    }
+
+    /// The stamp of the file at `path` (links followed); None when it cannot be stat'ed.
+    pub fn at(path: &Path) -> Option<Stamp> {
+        fs::metadata(path).ok().map(|m| Stamp::of(&m))
+    }
+}
+
 /// Read a whole regular file inside the cache (see `open_regular_nofollow`).
 pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
     let (f, len) = open_checked_len(path, false)?;

@@ -6,11 +6,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::fsutil::Stamp;
 use serde::{Deserialize, Serialize};
 
 mod closure;
@@ -88,6 +88,18 @@ struct MemoEntry {
     hashed_at_ns: i128,
     /// Shared with every lookup that trusts the entry: no copy of the include list.
     info: Arc<FileInfo>,
+}
+
+impl MemoEntry {
+    /// The file as it was when hashed (its fields are kept flat in the memo file).
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            ino: self.ino,
+        }
+    }
 }
 
 #[derive(Default, Serialize, Deserialize)]
@@ -312,14 +324,9 @@ impl Files {
             };
             return Err(crate::fsutil::not_regular(path, found));
         }
-        let mtime_ns = ns(meta.modified());
-        let ctime_ns = meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128;
+        let now = Stamp::of(&meta);
         let trusted = self.old.get(path).filter(|e| {
-            e.size == meta.len()
-                && e.mtime_ns == mtime_ns
-                && e.ctime_ns == ctime_ns
-                && e.ino == meta.ino()
-                && mtime_ns.max(ctime_ns) + RACY_NS < e.hashed_at_ns
+            e.stamp() == now && now.mtime_ns.max(now.ctime_ns) + RACY_NS < e.hashed_at_ns
         });
         let info = match trusted {
             // Trusted: the memo's entry is already in `old` and is written back from
@@ -331,10 +338,10 @@ impl Files {
                 self.reads
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let entry = MemoEntry {
-                    size: meta.len(),
-                    mtime_ns,
-                    ctime_ns,
-                    ino: meta.ino(),
+                    size: now.size,
+                    mtime_ns: now.mtime_ns,
+                    ctime_ns: now.ctime_ns,
+                    ino: now.ino,
                     hashed_at_ns,
                     info: Arc::new(info),
                 };
@@ -384,13 +391,7 @@ impl Files {
             return false;
         };
         match fs::metadata(path) {
-            Ok(m) => {
-                let ctime_ns = m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128;
-                m.len() != e.size
-                    || ns(m.modified()) != e.mtime_ns
-                    || ctime_ns != e.ctime_ns
-                    || m.ino() != e.ino
-            }
+            Ok(m) => Stamp::of(&m) != e.stamp(),
             Err(_) => true,
         }
     }

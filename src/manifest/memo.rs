@@ -19,8 +19,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{Ctx, FileRef, Manifest};
 
-/// Bump when `Manifest` or the probes change shape.
-const SCHEMA: u32 = 1;
+/// Bump when `Manifest`, the key or the probes change shape.
+const SCHEMA: u32 = 2;
 
 thread_local! {
     /// The manifest directory while a memo is written or read on this thread: a path
@@ -134,7 +134,7 @@ pub(super) struct Key {
     text: String,
     file: PathBuf,
     dir: PathBuf,
-    exe: Option<(u64, i128, u64)>,
+    exe: Option<crate::fsutil::Stamp>,
 }
 
 impl Key {
@@ -148,16 +148,9 @@ impl Key {
     }
 }
 
-/// The running binary's (size, mtime in ns, inode): changes whenever scenerun is rebuilt
-/// or replaced.
-fn exe_id() -> Option<(u64, i128, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
-    Some((
-        m.len(),
-        i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-        m.ino(),
-    ))
+/// The running binary's stamp: changes whenever scenerun is rebuilt or replaced.
+fn exe_id() -> Option<crate::fsutil::Stamp> {
+    crate::fsutil::Stamp::at(&std::env::current_exe().ok()?)
 }
 
 fn path(dir: &Path) -> PathBuf {

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::Kind;
-use crate::fsutil;
+use crate::fsutil::{self, Stamp};
 use crate::stepid::StepId;
 
 pub const RECORD_VERSION: u32 = 1;
@@ -50,22 +50,6 @@ pub struct WarmRecord {
     stamp: Option<Stamp>,
 }
 
-/// (size, mtime, ctime, inode) of the record file: a rewrite (always a rename) changes
-/// the inode, an edit in place the times.
-type Stamp = (u64, i128, i128, u64);
-
-fn stamp(path: &Path) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
-    Some((
-        m.len(),
-        ns(m.mtime(), m.mtime_nsec()),
-        ns(m.ctime(), m.ctime_nsec()),
-        m.ino(),
-    ))
-}
-
 impl WarmRecord {
     pub fn path(job_dir: &Path) -> std::path::PathBuf {
         job_dir.join("warm.json")
@@ -74,7 +58,7 @@ impl WarmRecord {
     pub fn load(job_dir: &Path) -> WarmRecord {
         let path = Self::path(job_dir);
         // Stamped before reading: a write in between makes the stamp stale, not wrong.
-        let before = stamp(&path);
+        let before = Stamp::at(&path);
         let mut rec = std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice::<WarmRecord>(&b).ok())
@@ -106,7 +90,7 @@ impl WarmRecord {
     ) -> std::io::Result<()> {
         let reread;
         let rec = match loaded.stamp {
-            Some(s) if stamp(&Self::path(job_dir)) == Some(s) => loaded,
+            Some(s) if Stamp::at(&Self::path(job_dir)) == Some(s) => loaded,
             _ => {
                 reread = WarmRecord::load(job_dir);
                 &reread
