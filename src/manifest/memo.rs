@@ -121,12 +121,13 @@ impl Probes {
     }
 }
 
+/// The file: `M` is `Manifest` as read, `&Manifest` as written.
 #[derive(Serialize, Deserialize)]
-struct MemoFile {
+struct MemoFile<M> {
     schema: u32,
     key: Key,
     probes: Vec<Probe>,
-    manifest: Manifest,
+    manifest: M,
 }
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -160,7 +161,7 @@ fn path(dir: &Path) -> PathBuf {
 /// The memo's manifest, if it is for this text and every probe still answers the same.
 pub(super) fn read(key: &Key, file: &Path, dir: &Path) -> Option<Manifest> {
     let bytes = crate::fsutil::read_nofollow(&path(dir)).ok()?;
-    let memo: MemoFile = with_base(dir, || serde_json::from_slice(&bytes)).ok()?;
+    let memo: MemoFile<Manifest> = with_base(dir, || serde_json::from_slice(&bytes)).ok()?;
     if memo.schema != SCHEMA || memo.key != *key {
         return None;
     }
@@ -197,14 +198,7 @@ pub(super) fn write(key: Key, dir: &Path, probes: Vec<Probe>, m: &Manifest) {
     if !at.parent().is_some_and(Path::is_dir) {
         return;
     }
-    #[derive(Serialize)]
-    struct Out<'a> {
-        schema: u32,
-        key: Key,
-        probes: Vec<Probe>,
-        manifest: &'a Manifest,
-    }
-    let out = Out {
+    let out = MemoFile {
         schema: SCHEMA,
         key,
         probes,

@@ -96,23 +96,31 @@ impl WarmRecord {
                 &reread
             }
         };
+        // Steps by borrowed (kind, scene, name): a no-op warm compares thousands.
+        fn id(r: &StepRecord) -> (Kind, &str, &str) {
+            (r.kind, &r.scene, &r.name)
+        }
         if rec.version == RECORD_VERSION {
-            // By borrowed (kind, scene, name): a no-op warm compares thousands of steps.
-            fn id(r: &StepRecord) -> (Kind, &str, &str) {
-                (r.kind, &r.scene, &r.name)
-            }
             let old: std::collections::HashMap<_, &StepRecord> =
                 rec.steps.iter().map(|r| (id(r), r)).collect();
             if old.len() == rec.steps.len() && new.iter().all(|n| old.get(&id(n)) == Some(&n)) {
                 return Ok(());
             }
         }
-        let mut rec = rec.clone();
-        rec.version = RECORD_VERSION;
-        let replaced: std::collections::HashSet<StepId> = new.iter().map(StepRecord::id).collect();
-        rec.steps.retain(|o| !replaced.contains(&o.id()));
+        let replaced: std::collections::HashSet<_> = new.iter().map(id).collect();
+        let mut steps: Vec<StepRecord> = rec
+            .steps
+            .iter()
+            .filter(|o| !replaced.contains(&id(o)))
+            .cloned()
+            .collect();
         drop(replaced);
-        rec.steps.extend(new);
+        steps.extend(new);
+        let rec = WarmRecord {
+            version: RECORD_VERSION,
+            steps,
+            stamp: None,
+        };
         let bytes = serde_json::to_vec_pretty(&rec).expect("record serializes");
         fsutil::write_atomic(&Self::path(job_dir), &bytes)
     }
