@@ -29,20 +29,20 @@ pub struct Dirs {
 
 impl Dirs {
     pub fn kind(&self, root: &Path, kind: Kind) -> io::Result<BorrowedFd<'_>> {
-        let (slot, rel) = match kind {
-            Kind::Kernel => (&self.kinds[0], "entries/kernel"),
-            Kind::Fixture => (&self.kinds[1], "entries/fixture"),
-            Kind::Golden => (&self.kinds[2], "entries/golden"),
-        };
-        cached(slot, root, rel)
+        cached(&self.kinds[kind as usize], root, &["entries/", kind.name()])
     }
 
     pub fn locks(&self, root: &Path) -> io::Result<BorrowedFd<'_>> {
-        cached(&self.locks, root, "locks")
+        cached(&self.locks, root, &["locks"])
     }
 }
 
-fn cached<'a>(slot: &'a OnceLock<OwnedFd>, root: &Path, rel: &str) -> io::Result<BorrowedFd<'a>> {
+/// The directory `rel` (its parts joined) below `root`, opened once into `slot`.
+fn cached<'a>(
+    slot: &'a OnceLock<OwnedFd>,
+    root: &Path,
+    rel: &[&str],
+) -> io::Result<BorrowedFd<'a>> {
     if let Some(fd) = slot.get() {
         return Ok(fd.as_fd());
     }
@@ -55,7 +55,7 @@ fn cached<'a>(slot: &'a OnceLock<OwnedFd>, root: &Path, rel: &str) -> io::Result
             .custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(root)?
     };
-    let fd = open_dir(root.as_raw_fd(), &[rel])?;
+    let fd = open_dir(root.as_raw_fd(), rel)?;
     // A racing thread's fd wins; ours is closed.
     let _ = slot.set(fd);
     Ok(slot.get().expect("just set").as_fd())
