@@ -609,6 +609,19 @@ impl Plan {
         self.compute_key(i, true, fixture_key).ok()?.1
     }
 
+    /// What step `i`'s key is made of when computed again now and it still comes out as
+    /// `key` (None when it does not: a file changed since, or `key` is another one).
+    pub fn inputs_of_key(&self, i: usize, key: &str) -> Option<KeyInputs> {
+        let fixture_key = self.steps[i]
+            .deps
+            .first()
+            .map(|&f| self.steps[f].key.clone());
+        match self.compute_key(i, true, fixture_key).ok()? {
+            (now, inputs) if now == key => inputs,
+            _ => None,
+        }
+    }
+
     /// Step `i`'s key and, when `want_inputs`, what went into it (kept out of the plan
     /// itself: a plan of 20,000 steps would carry them all for nothing).
     fn compute_key(

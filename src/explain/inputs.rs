@@ -53,6 +53,10 @@ pub struct KeyInputs {
     /// The include closure itself, while planning (not serialized with the step).
     #[serde(skip)]
     pub closure: Option<Closure>,
+    /// The full content hashes of `files`, in order, while planning (records keep the
+    /// short ones).
+    #[serde(skip)]
+    pub file_hashes: Vec<String>,
 }
 
 impl KeyInputs {
@@ -84,6 +88,23 @@ impl KeyInputs {
 
     pub fn file(&mut self, rel: &str, hash: &str) {
         self.files.push((rel.to_string(), short(hash)));
+        self.file_hashes.push(hash.to_string());
+    }
+
+    /// The files the key these inputs made commits to, as (name as keys name files,
+    /// full content hash): its source or declared inputs and its include closure's
+    /// members, each hashed into the key with its name.
+    pub fn committed(&self) -> std::collections::HashSet<(&str, &str)> {
+        let files = self
+            .files
+            .iter()
+            .zip(&self.file_hashes)
+            .map(|((name, _), hash)| (name.as_str(), hash.as_str()));
+        let closure = self
+            .closure
+            .iter()
+            .flat_map(|c| c.files().map(|n| (n.name.as_str(), n.hash.as_str())));
+        files.chain(closure).collect()
     }
 
     /// The include closure as (name → short hash), from the plan's closure or a record.

@@ -386,7 +386,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         return fail(FailCause::Uncacheable(e.to_string()));
     }
     let deps = match recorded_deps(plan, step, &depfile, &staging.dir) {
-        Ok(d) => d,
+        Ok(d) => uncommitted(plan, unit.steps[0], key, d),
         Err(why) => return fail(why),
     };
     // What was built from an input edited meanwhile is not what the key names.
@@ -406,6 +406,22 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         entry: Arc::new(entry),
         sent,
     }))
+}
+
+/// `deps` without the files `key` itself commits to by name and content (the source, a
+/// declared input, a member of the include closure): a lookup that arrives at this key
+/// computed it from those very files, so re-checking them on every hit proves nothing
+/// and only makes the record (a kernel's: ~80 headers) longer to read (docs/cache.md,
+/// "Depfile re-check"). All of `deps` when the key computed again is not `key`.
+fn uncommitted(plan: &Plan, step: usize, key: &str, mut deps: Vec<Dep>) -> Vec<Dep> {
+    if deps.is_empty() {
+        return deps;
+    }
+    if let Some(inputs) = plan.inputs_of_key(step, key) {
+        let committed = inputs.committed();
+        deps.retain(|d| !committed.contains(&(&*d.path, &*d.blake3)));
+    }
+    deps
 }
 
 /// The files a step reported reading through its depfile (kernels whose toolchain has

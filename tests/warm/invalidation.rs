@@ -133,6 +133,50 @@ fn computed_include_is_caught_by_the_depfile_recheck() {
     assert_verify_clean(&s);
 }
 
+/// The record keeps only what the key does not already commit to: the source and the
+/// scanned headers are in the key by name and content, a computed include is not.
+#[test]
+fn the_depfile_record_keeps_only_what_the_key_does_not_cover() {
+    let s = base_suite();
+    s.write("include/hidden.h", "#define HIDDEN 1\n");
+    s.write(
+        "kernels/m.c",
+        "#include \"common.h\"\n#define H \"hidden.h\"\n#include H\nint m(void) { return HIDDEN + SCALE + OFFSET; }\n",
+    );
+    one_scene(&s, true, "s0", &[("m", "kernels/m.c")], "");
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/cc.log"), 1);
+    let entry = entries(&s.path("cache"), "kernel");
+    let meta: Value =
+        serde_json::from_str(&fs::read_to_string(entry[0].join("meta.json")).unwrap()).unwrap();
+    let deps: Vec<&str> = meta["deps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    assert!(deps.contains(&"include/hidden.h"), "{deps:?}");
+    for covered in ["kernels/m.c", "include/common.h", "include/inner.h"] {
+        assert!(
+            !deps.contains(&covered),
+            "{covered} is in the key: {deps:?}"
+        );
+    }
+    // Left out of the record, still in the key: an edit of either rebuilds, once.
+    s.write("include/inner.h", "#define OFFSET 5\n");
+    assert_eq!(status_of(&plan_steps(&s, &[]), "kernel", "s0", "m"), "miss");
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/cc.log"), 2);
+    s.write("include/hidden.h", "#define HIDDEN 7\n");
+    assert_eq!(
+        status_of(&plan_steps(&s, &[]), "kernel", "s0", "m"),
+        "stale"
+    );
+    warm(&s, &[]);
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/cc.log"), 3);
+}
+
 #[test]
 fn golden_script_change_reruns_goldens_only() {
     let s = three_scene_suite();
