@@ -48,6 +48,27 @@ impl StepId {
         job_dir.join("logs").join(&self.scene).join(file)
     }
 
+    /// Whether `shown` is `log_path` displayed, for a job whose `logs` directory displays
+    /// as `logs`: compared in place (a no-op warm asks it of every step's record).
+    pub fn is_log_path(&self, logs: &str, shown: &str) -> bool {
+        let Some(file) = shown
+            .strip_prefix(logs)
+            .and_then(|r| r.strip_prefix('/'))
+            .and_then(|r| r.strip_prefix(self.scene.as_str()))
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            return false;
+        };
+        match self.kind {
+            Kind::Kernel => {
+                file.strip_prefix("compile-")
+                    .and_then(|r| r.strip_suffix(".log"))
+                    == Some(self.name.as_str())
+            }
+            k => file.strip_suffix(".log") == Some(k.name()),
+        }
+    }
+
     /// `label scene/name`, as every line about a step starts.
     pub fn labelled(&self) -> String {
         format!("{} {self}", self.label())
@@ -81,5 +102,26 @@ mod tests {
             f.log_path(Path::new("/j")),
             PathBuf::from("/j/logs/vadd/fixture.log")
         );
+    }
+
+    #[test]
+    fn a_log_path_is_recognised_in_place_and_nothing_else_is() {
+        let job = Path::new("/w/build/scenerun");
+        let logs = job.join("logs").display().to_string();
+        let ids = [
+            StepId::new(Kind::Kernel, "vadd", "add"),
+            StepId::new(Kind::Kernel, "vadd", "mul"),
+            StepId::new(Kind::Kernel, "vsub", "add"),
+            StepId::new(Kind::Fixture, "vadd", "fixture"),
+            StepId::new(Kind::Golden, "vadd", "golden"),
+        ];
+        for a in &ids {
+            let shown = a.log_path(job).display().to_string();
+            for b in &ids {
+                assert_eq!(b.is_log_path(&logs, &shown), a == b, "{a:?} {b:?}");
+            }
+            assert!(!a.is_log_path("/elsewhere/logs", &shown));
+            assert!(!a.is_log_path(&logs, &format!("{shown}x")));
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::events::{Event, FailCause, SkipCause, UnitOutcome};
-use super::record::{Outcome, StepRecord};
+use super::record::{Outcome, Recorded, StepRecord};
 use crate::cache::Entry;
 use crate::plan::{Plan, Status};
 use crate::proc;
@@ -51,7 +51,8 @@ pub struct Span {
 #[derive(Default)]
 pub struct Accumulator {
     pub summary: Summary,
-    pub records: Vec<StepRecord>,
+    /// Each step's warm record, in event order.
+    pub records: Vec<Recorded>,
     /// (step record key, seconds) of built steps.
     pub history: Vec<(String, f64)>,
     /// Steps built by this warm (their key inputs are recorded).
@@ -62,6 +63,8 @@ pub struct Accumulator {
     /// The first cache failure: the warm exits 3 after recording what it knows.
     pub infra: Option<anyhow::Error>,
     started: std::collections::HashMap<usize, SystemTime>,
+    /// The job's log directory as records show it.
+    logs: String,
 }
 
 impl Accumulator {
@@ -71,6 +74,7 @@ impl Accumulator {
                 units: plan.units.len(),
                 ..Summary::default()
             },
+            logs: plan.job_dir.join("logs").display().to_string(),
             ..Accumulator::default()
         }
     }
@@ -197,8 +201,18 @@ impl Accumulator {
                             ));
                         }
                     }
+                    // A hit recorded the same way at the same place last time (a no-op
+                    // warm, every step) is not built again to be compared.
+                    let at = self.records.len();
+                    let loaded = plan.record.steps.get(at);
+                    if kind == Outcome::Hit
+                        && loaded.is_some_and(|r| r.is_hit_of(&s.id, &s.key, secs, &self.logs))
+                    {
+                        self.records.push(Recorded::Same(at));
+                        continue;
+                    }
                     let log = log.clone().unwrap_or_else(|| s.id.log_path(&plan.job_dir));
-                    self.records.push(StepRecord {
+                    self.records.push(Recorded::New(StepRecord {
                         kind: s.kind,
                         scene: s.id.scene.clone(),
                         name: s.name.clone(),
@@ -208,7 +222,7 @@ impl Accumulator {
                         log: Some(log.display().to_string()),
                         error: error.clone(),
                         log_tail: tail.clone(),
-                    });
+                    }));
                 }
             }
             Event::Skipped { unit, cause } => {
@@ -218,7 +232,7 @@ impl Accumulator {
                 for &si in &plan.units[unit].steps {
                     let s = &plan.steps[si];
                     self.summary.skipped += 1;
-                    self.records.push(StepRecord {
+                    self.records.push(Recorded::New(StepRecord {
                         kind: s.kind,
                         scene: s.id.scene.clone(),
                         name: s.name.clone(),
@@ -228,7 +242,7 @@ impl Accumulator {
                         log: None,
                         error: Some(cause.to_string()),
                         log_tail: None,
-                    });
+                    }));
                 }
             }
         }
@@ -256,7 +270,9 @@ fn failure_text(cause: &FailCause, tail: &str) -> String {
 mod tests {
     use super::*;
     use crate::cache::{Kind, Meta};
+    use crate::plan::Lookups;
     use crate::warm::events::Event;
+    use crate::warm::record::WarmRecord;
     use std::path::PathBuf;
     use std::time::Duration;
 
@@ -388,7 +404,10 @@ mod tests {
         let f = acc
             .records
             .iter()
-            .find(|r| r.kind == Kind::Fixture && r.scene == "a")
+            .find_map(|r| match r {
+                Recorded::New(r) if r.kind == Kind::Fixture && r.scene == "a" => Some(r),
+                _ => None,
+            })
             .unwrap();
         assert_eq!(f.duration_secs, 4.0);
         assert!(f.error.as_deref().unwrap().contains("timed out after 4.0s"));
@@ -461,6 +480,59 @@ mod tests {
             .published
             .iter()
             .all(|(_, st, e)| st.is_hit() && e.is_some()));
+    }
+
+    /// Every unit of `p` a hit, in unit order.
+    fn all_hits(p: &Plan, kernel_secs: f64) -> Accumulator {
+        let mut acc = Accumulator::new(p);
+        for unit in 0..p.units.len() {
+            let kind = p.steps[p.units[unit].steps[0]].kind;
+            let outcome = match kind {
+                Kind::Kernel if kernel_secs > 0.0 => UnitOutcome::Downloaded {
+                    secs: kernel_secs,
+                    bytes: 1,
+                    entry: entry(kind),
+                },
+                _ => UnitOutcome::Hit { entry: entry(kind) },
+            };
+            acc.on(
+                p,
+                Event::Finished {
+                    unit,
+                    slot: 0,
+                    wall_secs: 0.0,
+                    outcome,
+                    input_changed: None,
+                },
+            );
+        }
+        acc
+    }
+
+    #[test]
+    fn a_hit_recorded_alike_last_time_is_kept_by_its_place_and_anything_else_is_new() {
+        let (d, p) = plan();
+        std::fs::create_dir_all(&p.job_dir).unwrap();
+        let first = all_hits(&p, 0.0);
+        assert!(first.records.iter().all(|r| matches!(r, Recorded::New(_))));
+        WarmRecord::merge_and_save(&p.job_dir, &p.record, first.records).unwrap();
+
+        let m = crate::manifest::load(&d.path().join("scenes.yaml")).unwrap();
+        let memo = crate::plan::stat_memo(&m.dir);
+        let again = Plan::build(m, &Default::default(), None, memo, Lookups::Look).unwrap();
+        assert_eq!(again.record.steps.len(), 6);
+        let same = all_hits(&again, 0.0);
+        let want: Vec<Recorded> = (0..6).map(Recorded::Same).collect();
+        assert_eq!(same.records, want);
+        // The shared kernel came down from the remote cache this time: its two records
+        // change, the others do not.
+        let changed = all_hits(&again, 0.5);
+        let new = changed
+            .records
+            .iter()
+            .filter(|r| matches!(r, Recorded::New(r) if r.kind == Kind::Kernel))
+            .count();
+        assert_eq!((new, changed.records.len()), (2, 6));
     }
 
     #[test]

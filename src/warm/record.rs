@@ -39,6 +39,29 @@ impl StepRecord {
     pub fn id(&self) -> StepId {
         StepId::new(self.kind, &self.scene, &self.name)
     }
+
+    /// Whether this is the record a hit of `id` under `key` gets (`secs` long, its log
+    /// the default one under `logs`, the job's log directory as displayed), checked
+    /// without building that record: a no-op warm asks it of every step.
+    pub fn is_hit_of(&self, id: &StepId, key: &str, secs: f64, logs: &str) -> bool {
+        self.kind == id.kind
+            && self.outcome == Outcome::Hit
+            && self.duration_secs == secs
+            && self.key == key
+            && self.scene == id.scene
+            && self.name == id.name
+            && self.error.is_none()
+            && self.log_tail.is_none()
+            && self.log.as_deref().is_some_and(|l| id.is_log_path(logs, l))
+    }
+}
+
+/// A step's record as one warm leaves it: the one at this index of the record the plan
+/// loaded, unchanged, or a new one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recorded {
+    Same(usize),
+    New(StepRecord),
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -86,12 +109,29 @@ impl WarmRecord {
     pub fn merge_and_save(
         job_dir: &Path,
         loaded: &WarmRecord,
-        new: Vec<StepRecord>,
+        new: Vec<Recorded>,
     ) -> std::io::Result<()> {
+        let current = matches!(loaded.stamp, Some(s) if Stamp::at(&Self::path(job_dir)) == Some(s));
+        // Every step's record is the loaded one at its own place, and there are no
+        // others: the file would be written as it is.
+        let unchanged = new
+            .iter()
+            .enumerate()
+            .all(|(at, r)| *r == Recorded::Same(at));
+        if current && unchanged && new.len() == loaded.steps.len() {
+            return Ok(());
+        }
+        let new: Vec<StepRecord> = new
+            .into_iter()
+            .map(|r| match r {
+                Recorded::Same(at) => loaded.steps[at].clone(),
+                Recorded::New(r) => r,
+            })
+            .collect();
         let reread;
-        let rec = match loaded.stamp {
-            Some(s) if Stamp::at(&Self::path(job_dir)) == Some(s) => loaded,
-            _ => {
+        let rec = match current {
+            true => loaded,
+            false => {
                 reread = WarmRecord::load(job_dir);
                 &reread
             }
@@ -178,14 +218,19 @@ mod tests {
         let job = t.path();
         std::fs::create_dir_all(WarmRecord::path(job).parent().unwrap()).unwrap();
         let first = vec![
-            step("a", "k1", Outcome::Built),
-            step("b", "k1", Outcome::Built),
+            Recorded::New(step("a", "k1", Outcome::Built)),
+            Recorded::New(step("b", "k1", Outcome::Built)),
         ];
         WarmRecord::merge_and_save(job, &WarmRecord::default(), first).unwrap();
 
         // Unchanged file: the loaded record is merged into and written back.
         let loaded = WarmRecord::load(job);
-        WarmRecord::merge_and_save(job, &loaded, vec![step("a", "k2", Outcome::Built)]).unwrap();
+        WarmRecord::merge_and_save(
+            job,
+            &loaded,
+            vec![Recorded::New(step("a", "k2", Outcome::Built))],
+        )
+        .unwrap();
         assert_eq!(
             names(job),
             [("a".into(), "k2".into()), ("b".into(), "k1".into())]
@@ -194,8 +239,18 @@ mod tests {
         // Another warm writes `c` after this one loaded: its step survives the merge.
         let loaded = WarmRecord::load(job);
         let other = WarmRecord::load(job);
-        WarmRecord::merge_and_save(job, &other, vec![step("c", "k1", Outcome::Hit)]).unwrap();
-        WarmRecord::merge_and_save(job, &loaded, vec![step("b", "k3", Outcome::Built)]).unwrap();
+        WarmRecord::merge_and_save(
+            job,
+            &other,
+            vec![Recorded::New(step("c", "k1", Outcome::Hit))],
+        )
+        .unwrap();
+        WarmRecord::merge_and_save(
+            job,
+            &loaded,
+            vec![Recorded::New(step("b", "k3", Outcome::Built))],
+        )
+        .unwrap();
         assert_eq!(
             names(job),
             [
@@ -204,5 +259,77 @@ mod tests {
                 ("c".into(), "k1".into())
             ]
         );
+    }
+
+    #[test]
+    fn records_unchanged_in_place_are_not_written_and_survive_a_concurrent_warm() {
+        let t = tempfile::tempdir().unwrap();
+        let job = t.path();
+        let first = vec![
+            Recorded::New(step("a", "k1", Outcome::Hit)),
+            Recorded::New(step("b", "k1", Outcome::Hit)),
+        ];
+        WarmRecord::merge_and_save(job, &WarmRecord::default(), first).unwrap();
+        let stamp = Stamp::at(&WarmRecord::path(job));
+
+        // A no-op: every record the loaded one in its place. The file is left alone.
+        let loaded = WarmRecord::load(job);
+        let same = || vec![Recorded::Same(0), Recorded::Same(1)];
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        WarmRecord::merge_and_save(job, &loaded, same()).unwrap();
+        assert_eq!(Stamp::at(&WarmRecord::path(job)), stamp);
+
+        // In another order: resolved and compared by step, still nothing to write.
+        WarmRecord::merge_and_save(job, &loaded, vec![Recorded::Same(1), Recorded::Same(0)])
+            .unwrap();
+        assert_eq!(Stamp::at(&WarmRecord::path(job)), stamp);
+        assert_eq!(
+            names(job),
+            [("a".into(), "k1".into()), ("b".into(), "k1".into())]
+        );
+
+        // Another warm wrote `c` meanwhile: the same records are merged into its file.
+        let loaded = WarmRecord::load(job);
+        let other = WarmRecord::load(job);
+        WarmRecord::merge_and_save(
+            job,
+            &other,
+            vec![Recorded::New(step("c", "k1", Outcome::Hit))],
+        )
+        .unwrap();
+        WarmRecord::merge_and_save(job, &loaded, same()).unwrap();
+        assert_eq!(
+            names(job),
+            [
+                ("a".into(), "k1".into()),
+                ("b".into(), "k1".into()),
+                ("c".into(), "k1".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hit_record_is_recognised_field_by_field() {
+        let job = Path::new("/w/build/scenerun");
+        let logs = job.join("logs").display().to_string();
+        let id = StepId::new(Kind::Kernel, "s", "a");
+        let mut r = step("a", "k1", Outcome::Hit);
+        r.log = Some(id.log_path(job).display().to_string());
+        assert!(r.is_hit_of(&id, "k1", 0.0, &logs));
+        assert!(!r.is_hit_of(&id, "k2", 0.0, &logs));
+        assert!(!r.is_hit_of(&id, "k1", 1.0, &logs));
+        assert!(!r.is_hit_of(&StepId::new(Kind::Kernel, "s", "b"), "k1", 0.0, &logs));
+        assert!(!r.is_hit_of(&id, "k1", 0.0, "/elsewhere/logs"));
+        for change in [
+            |r: &mut StepRecord| r.outcome = Outcome::Built,
+            |r: &mut StepRecord| r.error = Some("e".into()),
+            |r: &mut StepRecord| r.log_tail = Some("t".into()),
+            |r: &mut StepRecord| r.log = None,
+            |r: &mut StepRecord| r.kind = Kind::Fixture,
+        ] {
+            let mut other = r.clone();
+            change(&mut other);
+            assert!(!other.is_hit_of(&id, "k1", 0.0, &logs), "{other:?}");
+        }
     }
 }
