@@ -535,7 +535,7 @@ impl Plan {
                 let (k, tc) = self.kernel(step);
                 let path = |ph: Ph| -> Val {
                     match (fill, ph) {
-                        (Fill::Mask, _) => Val::Raw(format!("{{{}}}", ph.name()).into()),
+                        (Fill::Mask, _) => Val::Raw(ph.mask().into()),
                         (Fill::DryRun, Ph::Source) | (Fill::Real { .. }, Ph::Source) => {
                             Val::One(k.source.rel.clone().into())
                         }
@@ -550,8 +550,8 @@ impl Plan {
                 };
                 let mut value = |ph: Ph| match ph {
                     Ph::Source | Ph::Out | Ph::Depfile => path(ph),
-                    Ph::Includes => Val::Many(include_words(tc, k)),
-                    Ph::Flags => Val::Many(k.flags.clone()),
+                    Ph::Includes => Val::Many(include_words(tc, k).into()),
+                    Ph::Flags => Val::Many(k.flags.as_slice().into()),
                     Ph::Platform => Val::One(s.platform.as_str().into()),
                     Ph::Scene => Val::One(s.name.as_str().into()),
                     Ph::Kernel => Val::One(k.name.as_str().into()),
@@ -571,7 +571,7 @@ impl Plan {
                     (Ph::Out, Fill::Mask)
                     | (Ph::Depfile, Fill::Mask)
                     | (Ph::Fixture, Fill::Mask)
-                    | (Ph::Threads, Fill::Mask) => Val::Raw(format!("{{{}}}", ph.name()).into()),
+                    | (Ph::Threads, Fill::Mask) => Val::Raw(ph.mask().into()),
                     (Ph::Out, Fill::DryRun) => Val::Raw("<out>".into()),
                     (Ph::Depfile, Fill::DryRun) => Val::Raw("<depfile>".into()),
                     (Ph::Out, Fill::Real { out, .. }) => {
@@ -664,13 +664,13 @@ impl Plan {
                 h.field("command", command.as_bytes());
                 h.field("platform", s.platform.as_bytes());
                 h.env(&s.env);
-                let src_hash = self
+                let src = self
                     .files
-                    .hash(&k.source.abs)
+                    .info(&k.source.abs)
                     .map_err(|e| read_err(e, &k.source.rel))?;
-                h.file("source", &k.source.rel, &src_hash);
+                h.file("source", &k.source.rel, &src.hash);
                 if let Some(r) = &mut rec {
-                    r.file(&k.source.rel, &src_hash);
+                    r.file(&k.source.rel, &src.hash);
                 }
                 let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
                 let closure = self
@@ -696,10 +696,10 @@ impl Plan {
                 h.env(&s.env);
                 h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
                 for f in &g.inputs {
-                    let hash = self.files.hash(&f.abs).map_err(|e| read_err(e, &f.rel))?;
-                    h.file("input", &f.rel, &hash);
+                    let info = self.files.info(&f.abs).map_err(|e| read_err(e, &f.rel))?;
+                    h.file("input", &f.rel, &info.hash);
                     if let Some(r) = &mut rec {
-                        r.file(&f.rel, &hash);
+                        r.file(&f.rel, &info.hash);
                     }
                 }
                 if let Some(fk) = fixture_key {
@@ -874,17 +874,28 @@ fn include_words(tc: &Toolchain, k: &Kernel) -> Vec<String> {
 /// The include closures of the selected kernels, found ahead of their keys (`files`
 /// keeps them); an error is left for the key computation to report.
 fn find_closures(manifest: &Manifest, selected: &[usize], files: &Files) {
-    // Scenes share kernels: each (source, include dirs) once.
-    let mut kernels: Vec<(&Path, &[crate::manifest::FileRef])> = selected
+    // Scenes share kernels: each (source, include dirs) once. Told apart by the names
+    // keys use (each a function of its path), which compare as bytes; paths compare
+    // component by component.
+    fn names(k: &crate::manifest::Kernel) -> (&str, impl Iterator<Item = &str>) {
+        let dirs = k.include_dirs.iter().map(|d| d.rel.as_str());
+        (k.source.rel.as_str(), dirs)
+    }
+    let mut kernels: Vec<&crate::manifest::Kernel> = selected
         .iter()
         .flat_map(|&i| &manifest.scenes[i].kernels)
-        .map(|k| (k.source.abs.as_path(), k.include_dirs.as_slice()))
         .collect();
-    kernels.sort_unstable();
-    kernels.dedup();
-    kernels.par_iter().for_each(|(source, include_dirs)| {
-        let dirs: Vec<PathBuf> = include_dirs.iter().map(|d| d.abs.clone()).collect();
-        let _ = files.closure(&manifest.dir, source, &dirs);
+    kernels.sort_unstable_by(|a, b| {
+        let ((sa, da), (sb, db)) = (names(a), names(b));
+        sa.cmp(sb).then_with(|| da.cmp(db))
+    });
+    kernels.dedup_by(|a, b| {
+        let ((sa, da), (sb, db)) = (names(a), names(b));
+        sa == sb && da.eq(db)
+    });
+    kernels.par_iter().for_each(|k| {
+        let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
+        let _ = files.closure(&manifest.dir, &k.source.abs, &dirs);
     });
 }
 

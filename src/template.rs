@@ -76,6 +76,30 @@ impl Ph {
         }
     }
 
+    /// `{name}`: the placeholder as written, which is what a key sees of a path.
+    pub fn mask(self) -> &'static str {
+        match self {
+            Ph::Source => "{source}",
+            Ph::Out => "{out}",
+            Ph::Depfile => "{depfile}",
+            Ph::Includes => "{includes}",
+            Ph::Flags => "{flags}",
+            Ph::Platform => "{platform}",
+            Ph::Scene => "{scene}",
+            Ph::Kernel => "{kernel}",
+            Ph::Threads => "{threads}",
+            Ph::Fixture => "{fixture}",
+            Ph::Kernels => "{kernels}",
+            Ph::Golden => "{golden}",
+            Ph::Devices => "{devices}",
+            Ph::DeviceCount => "{device_count}",
+            Ph::Run => "{run}",
+            Ph::Args => "{args}",
+            Ph::Scenes => "{scenes}",
+            Ph::Results => "{results}",
+        }
+    }
+
     fn from_name(name: &str) -> Option<Ph> {
         Ph::ALL.iter().copied().find(|p| p.name() == name)
     }
@@ -114,7 +138,7 @@ pub enum Val<'a> {
     /// One word, shell-quoted.
     One(Cow<'a, str>),
     /// Several words, each quoted, separated by spaces.
-    Many(Vec<String>),
+    Many(Cow<'a, [String]>),
     /// Inserted as it is (masks such as `<out>`, already-quoted text).
     Raw(Cow<'a, str>),
 }
@@ -210,7 +234,12 @@ impl Template {
                 Seg::Ph(p) => match value(*p) {
                     Val::One(s) => out.push_str(&quote(&s)),
                     Val::Many(words) => {
-                        out.push_str(&words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "))
+                        for (i, w) in words.iter().enumerate() {
+                            if i > 0 {
+                                out.push(' ');
+                            }
+                            out.push_str(&quote(w));
+                        }
                     }
                     Val::Raw(s) => out.push_str(&s),
                 },
@@ -241,10 +270,17 @@ pub fn quote(s: &str) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn every_mask_is_its_placeholder_as_written() {
+        for p in Ph::ALL {
+            assert_eq!(p.mask(), format!("{{{}}}", p.name()));
+        }
+    }
+
     fn render_all(t: &Template) -> String {
         t.render(|p| match p {
             Ph::Out => Val::One("/tmp/a b;$(x)".into()),
-            Ph::Flags => Val::Many(vec!["-O2".into(), "-D X=1".into()]),
+            Ph::Flags => Val::Many(vec!["-O2".into(), "-D X=1".into()].into()),
             _ => Val::Raw(format!("<{}>", p.name()).into()),
         })
     }

@@ -368,7 +368,7 @@ fn lane_process(
     let args: Vec<String> = members.iter().flat_map(|s| s.args.clone()).collect();
     let command = cfg.run.render(|ph| match ph {
         Ph::Devices => Val::One(devices.join(",").into()),
-        Ph::Args => Val::Many(args.clone()),
+        Ph::Args => Val::Many(args.as_slice().into()),
         Ph::Scenes => Val::One(scenes_file.display().to_string().into()),
         Ph::Results => Val::One(results_file.display().to_string().into()),
         Ph::Platform => Val::One(members[0].platform.as_str().into()),

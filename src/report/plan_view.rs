@@ -374,7 +374,7 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
             Ph::Devices => Val::Raw("<devices>".into()),
             Ph::Scenes => Val::Raw("<scenes>".into()),
             Ph::Results => Val::Raw("<results>".into()),
-            Ph::Args => Val::Many(args.clone()),
+            Ph::Args => Val::Many(args.as_slice().into()),
             Ph::Platform => Val::One(platform.as_str().into()),
             _ => Val::Raw("".into()),
         });
