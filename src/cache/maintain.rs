@@ -16,6 +16,40 @@ use crate::manifest::units::short_size;
 
 pub const RECENT: Duration = Duration::from_secs(24 * 3600);
 
+/// How long a warm that put nothing new in the cache may skip its prune after a prune
+/// with the same limits (docs/cache.md): the prune walks every entry, and what it would
+/// evict then is only what aged past a limit since, an hour late at most.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// The limits of the last prune that ran to its end (`last-prune.json`); the file's
+/// mtime says when it ended.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct LastPrune {
+    max_age_secs: u64,
+    max_size: Option<u64>,
+}
+
+const LAST_PRUNE: &str = "last-prune.json";
+
+/// Whether a prune with these limits ended less than `PRUNE_EVERY` ago.
+pub fn pruned_lately(store: &Store, max_age: Duration, max_size: Option<u64>) -> bool {
+    let path = store.root.join(LAST_PRUNE);
+    let Ok(bytes) = fsutil::read_nofollow(&path) else {
+        return false;
+    };
+    let same = serde_json::from_slice::<LastPrune>(&bytes).is_ok_and(|l| {
+        l == LastPrune {
+            max_age_secs: max_age.as_secs(),
+            max_size,
+        }
+    });
+    let since = fs::symlink_metadata(&path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok());
+    same && since.is_some_and(|d| d < PRUNE_EVERY)
+}
+
 /// Hits and misses of the last warm, for `cache stats`.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct LastWarm {
@@ -315,6 +349,13 @@ pub fn prune(
         }
     }
     removal_errors(store, &failed_removals)?;
+    let done = LastPrune {
+        max_age_secs: max_age.as_secs(),
+        max_size,
+    };
+    if let Ok(b) = serde_json::to_vec(&done) {
+        let _ = fsutil::write_atomic(&store.root.join(LAST_PRUNE), &b);
+    }
     Ok(())
 }
 

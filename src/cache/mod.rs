@@ -8,6 +8,7 @@
 //! <root>/entries/<kind>/<kk>/<key>/ meta.json (integrity record) + out (file or dir)
 //! <root>/history.json               recent step durations
 //! <root>/last-warm.json             hits and misses of the last warm
+//! <root>/last-prune.json            limits of the last complete prune (mtime: when)
 //! ```
 //!
 //! Invariant: an entry directory appears only by one `rename` of a complete staging

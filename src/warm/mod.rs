@@ -106,11 +106,18 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
         return Err(e);
     }
     // Prune walks every entry of the cache; nothing written below is an entry, so it
-    // runs beside the records. An error of theirs still wins over one of its.
+    // runs beside the records. An error of theirs still wins over one of its. A warm
+    // that put nothing in the cache leaves a recent prune with the same limits be.
     let cfg = &plan.manifest.cache;
+    let added = acc.summary.units_built + acc.summary.remote_hits > 0;
+    let due = added || !maintain::pruned_lately(&plan.store, cfg.max_age, cfg.max_size);
     let (pruned, recorded) = std::thread::scope(|scope| {
         let pruned = scope.spawn(|| {
             let mut notes = Vec::new();
+            if !due {
+                notes.push("not pruned: nothing was added since a prune with these limits less than an hour ago".to_string());
+                return Ok(notes);
+            }
             maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |l| {
                 notes.push(l)
             })

@@ -184,6 +184,104 @@ fn backdate(entry: &Path, ago: Duration) {
         .unwrap();
 }
 
+/// Warm prunes after it adds to the cache; a warm that added nothing skips the walk
+/// while a prune with the same limits is less than an hour old.
+#[test]
+fn warm_prunes_after_adding_and_a_no_op_warm_only_once_an_hour() {
+    let s = three_scene_suite();
+    let with_d = s.read("scenes.yaml") + &scene("s3", &[("d", "kernels/d.c")], "");
+    s.write("kernels/d.c", "int d(int x) { return x * 3; }\n");
+    s.manifest(&with_d);
+    warm(&s, &[]);
+    let cache = s.path("cache");
+    let marker = cache.join("last-prune.json");
+    assert!(marker.exists(), "a warm that built pruned");
+    // Drop d from the manifest and make its entry three days unused: the next full
+    // prune evicts it (max_age 14d by default, so a 1d limit in the manifest).
+    let without_d = s
+        .read("scenes.yaml")
+        .replace("  - name: s3\n", "  - name: s3x\n")
+        .replace("kernels/d.c", "kernels/c.c");
+    let limits = |y: &str| y.replace("  dir: cache\n", "  dir: cache\n  max_age: 1d\n");
+    s.manifest(&limits(&without_d));
+    let d = entries(&cache, "kernel")
+        .into_iter()
+        .find(|e| {
+            fs::read_to_string(e.join("meta.json"))
+                .unwrap()
+                .contains("\"built_by\":\"kernel/s3/d\"")
+        })
+        .expect("d's entry");
+    warm(&s, &[]);
+    let pruned_at = fs::metadata(&marker).unwrap().modified().unwrap();
+    backdate(&d, Duration::from_secs(3 * 86400));
+
+    // Nothing added, same limits, pruned a moment ago: not walked, d stays.
+    let compiles = s.count("logs/cc.log");
+    let out = warm(&s, &["-v"]);
+    assert_eq!(s.count("logs/cc.log"), compiles);
+    assert!(stderr(&out).contains("not pruned"), "{}", stderr(&out));
+    assert!(d.exists());
+    assert_eq!(
+        fs::metadata(&marker).unwrap().modified().unwrap(),
+        pruned_at
+    );
+
+    // The last prune over an hour ago: this no-op warm prunes, and d goes.
+    fs::File::options()
+        .write(true)
+        .open(&marker)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(2 * 3600))
+        .unwrap();
+    warm(&s, &[]);
+    assert!(
+        !d.exists(),
+        "a prune over an hour old: the no-op warm pruned"
+    );
+
+    // Other limits than the last prune's: pruned at once.
+    s.manifest(&limits(&with_d));
+    warm(&s, &[]);
+    let d = entries(&cache, "kernel")
+        .into_iter()
+        .find(|e| {
+            fs::read_to_string(e.join("meta.json"))
+                .unwrap()
+                .contains("kernel/s3/d")
+        })
+        .expect("d rebuilt");
+    s.manifest(&limits(&without_d));
+    warm(&s, &[]);
+    backdate(&d, Duration::from_secs(3 * 86400));
+    let out = warm(&s, &["-v"]);
+    assert!(
+        d.exists() && stderr(&out).contains("not pruned"),
+        "{}",
+        stderr(&out)
+    );
+    s.manifest(&without_d.replace("  dir: cache\n", "  dir: cache\n  max_age: 2d\n"));
+    warm(&s, &[]);
+    assert!(!d.exists(), "new limits: the no-op warm pruned");
+
+    // A warm that builds prunes whatever the marker says.
+    s.manifest(&limits(&with_d));
+    warm(&s, &[]);
+    let d = entries(&cache, "kernel")
+        .into_iter()
+        .find(|e| {
+            fs::read_to_string(e.join("meta.json"))
+                .unwrap()
+                .contains("kernel/s3/d")
+        })
+        .expect("d rebuilt");
+    s.manifest(&limits(&without_d));
+    backdate(&d, Duration::from_secs(3 * 86400));
+    s.write("kernels/c.c", "int c(int x) { return x - 2; }\n");
+    warm(&s, &[]);
+    assert!(!d.exists(), "a warm that built pruned");
+}
+
 #[test]
 fn cache_stats_prune_and_clean() {
     let s = three_scene_suite();
