@@ -117,17 +117,22 @@ struct MemoOut<'a> {
     entries: MergedEntries<'a>,
 }
 
+/// The last run's entries that this one did not replace, then this run's. An old entry
+/// this run did not consult is kept only while its file is still there: a checkout
+/// restored under another path, or a deleted file, would otherwise stay in the memo
+/// (read on every run) forever.
 struct MergedEntries<'a> {
     old: &'a HashMap<PathBuf, MemoEntry>,
     fresh: &'a HashMap<PathBuf, MemoEntry>,
+    consulted: &'a HashMap<PathBuf, Arc<FileInfo>>,
 }
 
 impl Serialize for MergedEntries<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let kept = self
-            .old
-            .iter()
-            .filter(|(k, _)| !self.fresh.contains_key(*k));
+        let kept = self.old.iter().filter(|(k, _)| {
+            !self.fresh.contains_key(*k)
+                && (self.consulted.contains_key(*k) || fs::symlink_metadata(k).is_ok())
+        });
         s.collect_map(kept.chain(self.fresh.iter()))
     }
 }
@@ -422,11 +427,13 @@ impl Files {
         }
         // Streamed, and borrowing both maps: neither a merged copy of the memo nor the
         // whole JSON document is ever in memory (a cold plan's peak).
+        let consulted = self.seen.read().expect("memo lock");
         let file = MemoOut {
             version: MEMO_VERSION,
             entries: MergedEntries {
                 old: &self.old,
                 fresh: &fresh,
+                consulted: &consulted,
             },
         };
         let _ = crate::fsutil::write_atomic_with(path, |w| {
@@ -641,6 +648,37 @@ fn trim_start(b: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_memo_drops_entries_of_files_gone_and_keeps_the_others() {
+        let d = tempfile::tempdir().unwrap();
+        let memo = d.path().join("statmemo.json");
+        let file = |n: &str| d.path().join(n);
+        for n in ["kept.h", "gone.h", "unread.h"] {
+            fs::write(file(n), format!("// {n}\n")).unwrap();
+        }
+        let f = Files::new(Some(memo.clone()));
+        for n in ["kept.h", "gone.h", "unread.h"] {
+            f.hash(&file(n)).unwrap();
+        }
+        f.save();
+        fs::remove_file(file("gone.h")).unwrap();
+        fs::write(file("new.h"), "// new\n").unwrap();
+        // The next run reads kept.h and hashes new.h; unread.h is not asked about.
+        let f = Files::new(Some(memo.clone()));
+        f.hash(&file("kept.h")).unwrap();
+        f.hash(&file("new.h")).unwrap();
+        f.save();
+        let names = Files::new(Some(memo))
+            .old
+            .into_keys()
+            .collect::<std::collections::BTreeSet<_>>();
+        let want = ["kept.h", "new.h", "unread.h"]
+            .map(file)
+            .into_iter()
+            .collect();
+        assert_eq!(names, want);
+    }
 
     #[test]
     fn scans_includes() {
