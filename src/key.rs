@@ -105,7 +105,7 @@ impl MemoEntry {
 #[derive(Default, Serialize, Deserialize)]
 struct MemoFile {
     version: u32,
-    entries: HashMap<PathBuf, MemoEntry>,
+    entries: HashMap<PathBuf, MemoEntry, IdHash>,
 }
 
 const MEMO_VERSION: u32 = 1;
@@ -122,9 +122,9 @@ struct MemoOut<'a> {
 /// restored under another path, or a deleted file, would otherwise stay in the memo
 /// (read on every run) forever.
 struct MergedEntries<'a> {
-    old: &'a HashMap<PathBuf, MemoEntry>,
-    fresh: &'a HashMap<PathBuf, MemoEntry>,
-    consulted: &'a HashMap<PathBuf, Arc<FileInfo>>,
+    old: &'a HashMap<PathBuf, MemoEntry, IdHash>,
+    fresh: &'a HashMap<PathBuf, MemoEntry, IdHash>,
+    consulted: &'a HashMap<PathBuf, Arc<FileInfo>, IdHash>,
 }
 
 impl Serialize for MergedEntries<'_> {
@@ -154,10 +154,10 @@ pub struct Node {
 /// per include-dir list, and a closure is a walk over small ids.
 #[derive(Default)]
 struct Graph {
-    ids: HashMap<PathBuf, u32>,
+    ids: HashMap<PathBuf, u32, IdHash>,
     nodes: Vec<Arc<Node>>,
     paths: Vec<PathBuf>,
-    dir_sets: HashMap<Vec<PathBuf>, u32>,
+    dir_sets: HashMap<Vec<PathBuf>, u32, IdHash>,
     children: HashMap<(u32, u32), Arc<[u32]>, IdHash>,
     closures: HashMap<(u32, u32), Closure, IdHash>,
     /// (file, dir set) → the file and every file it reaches.
@@ -165,8 +165,10 @@ struct Graph {
     table: Arc<Table>,
 }
 
-/// Hashing for maps keyed by small ids: a multiply-rotate per word (as rustc's FxHash),
-/// since SipHash's flood resistance buys nothing for ids we hand out ourselves.
+/// Hashing for maps keyed by small ids, and by the paths and names of the checkout's own
+/// files: a multiply-rotate per word (as rustc's FxHash). SipHash's flood resistance
+/// buys nothing for ids we hand out ourselves, and for paths only protects against a
+/// checkout crafted to make its own plan slow (never wrong).
 #[derive(Default, Clone, Copy)]
 struct IdHasher(u64);
 
@@ -253,7 +255,7 @@ impl DepLookup<'_> {
 }
 
 /// A directory's entries by name; None when the directory cannot be read.
-type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind>>>;
+type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind, IdHash>>>;
 
 /// Content hashes of files, memoized within the process and across runs.
 ///
@@ -261,13 +263,13 @@ type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind>>>;
 /// the common case (already known) takes a shared lock and never waits on a futex.
 pub struct Files {
     memo_path: Option<PathBuf>,
-    old: HashMap<PathBuf, MemoEntry>,
-    fresh: Mutex<HashMap<PathBuf, MemoEntry>>,
-    seen: RwLock<HashMap<PathBuf, Arc<FileInfo>>>,
-    resolved: RwLock<HashMap<ResolveKey, Option<PathBuf>>>,
+    old: HashMap<PathBuf, MemoEntry, IdHash>,
+    fresh: Mutex<HashMap<PathBuf, MemoEntry, IdHash>>,
+    seen: RwLock<HashMap<PathBuf, Arc<FileInfo>, IdHash>>,
+    resolved: RwLock<HashMap<ResolveKey, Option<PathBuf>, IdHash>>,
     /// Include directories are listed once each; `#include` resolution looks names up
     /// in the listing instead of probing every directory with `stat`.
-    listings: RwLock<HashMap<PathBuf, Listing>>,
+    listings: RwLock<HashMap<PathBuf, Listing, IdHash>>,
     graph: RwLock<Graph>,
     /// Tells this `Files` and its `forget`s apart in the per-thread dependency names.
     id: u64,
@@ -536,7 +538,7 @@ impl Files {
                         };
                         (e.file_name(), kind)
                     })
-                    .collect::<HashMap<_, _>>(),
+                    .collect::<HashMap<_, _, IdHash>>(),
             )
         });
         self.listings

@@ -92,8 +92,9 @@ pub(super) struct Table {
     nodes: Vec<Arc<Node>>,
     /// id → position in bytewise digest order.
     rank: Vec<u32>,
-    /// position → id.
-    by_rank: Vec<u32>,
+    /// The digests by position: a closure copies its members' digests from one array in
+    /// order, not from each file's node.
+    sorted: Vec<[u8; 32]>,
 }
 
 impl Table {
@@ -104,10 +105,14 @@ impl Table {
         for (r, &id) in by_rank.iter().enumerate() {
             rank[id as usize] = r as u32;
         }
+        let sorted = by_rank
+            .iter()
+            .map(|&id| nodes[id as usize].digest)
+            .collect();
         Table {
             nodes,
             rank,
-            by_rank,
+            sorted,
         }
     }
 
@@ -121,9 +126,7 @@ impl Table {
         {
             ranks.insert(self.rank[id as usize]);
         }
-        let known = ranks
-            .iter()
-            .map(|r| self.nodes[self.by_rank[r as usize] as usize].digest);
+        let known = ranks.iter().map(|r| self.sorted[r as usize]);
         if extra.is_empty() {
             return known.collect();
         }
