@@ -64,12 +64,37 @@ impl KeyHasher {
     }
 }
 
-/// One `#include` directive as written.
+/// One `#include` directive as written. In the stat memo, one string: the name after
+/// `'` for `"x"` and after `<` for `<x>` (no object per include, no JSON escape).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Include {
     /// `"x"` (true) or `<x>` (false).
     pub quoted: bool,
     pub name: String,
+}
+
+impl From<Include> for String {
+    fn from(i: Include) -> String {
+        let mut s = String::with_capacity(i.name.len() + 1);
+        s.push(if i.quoted { '\'' } else { '<' });
+        s.push_str(&i.name);
+        s
+    }
+}
+
+impl TryFrom<String> for Include {
+    type Error = String;
+
+    fn try_from(mut s: String) -> Result<Include, String> {
+        let quoted = match s.chars().next() {
+            Some('\'') => true,
+            Some('<') => false,
+            _ => return Err(format!("not an include: {s:?}")),
+        };
+        s.remove(0);
+        Ok(Include { quoted, name: s })
+    }
 }
 
 /// What is known about a file's content.
@@ -79,7 +104,8 @@ pub struct FileInfo {
     pub includes: Vec<Include>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "MemoWire")]
 struct MemoEntry {
     size: u64,
     mtime_ns: i128,
@@ -88,6 +114,43 @@ struct MemoEntry {
     hashed_at_ns: i128,
     /// Shared with every lookup that trusts the entry: no copy of the include list.
     info: Arc<FileInfo>,
+}
+
+/// A memo entry as the file holds it, one array without field names (a plan reads
+/// thousands): `[size, mtime_ns, ctime_ns, ino, hashed_at_ns, hash, [includes]]`.
+#[derive(Deserialize)]
+struct MemoWire(u64, i128, i128, u64, i128, String, Vec<Include>);
+
+impl From<MemoWire> for MemoEntry {
+    fn from(w: MemoWire) -> MemoEntry {
+        let MemoWire(size, mtime_ns, ctime_ns, ino, hashed_at_ns, hash, includes) = w;
+        MemoEntry {
+            size,
+            mtime_ns,
+            ctime_ns,
+            ino,
+            hashed_at_ns,
+            info: Arc::new(FileInfo { hash, includes }),
+        }
+    }
+}
+
+impl Serialize for MemoEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (e, info) = (self, &*self.info);
+        let stamp = (e.size, e.mtime_ns, e.ctime_ns, e.ino, e.hashed_at_ns);
+        let (size, mtime, ctime, ino, hashed_at) = stamp;
+        (
+            size,
+            mtime,
+            ctime,
+            ino,
+            hashed_at,
+            &info.hash,
+            &info.includes,
+        )
+            .serialize(s)
+    }
 }
 
 impl MemoEntry {
@@ -108,7 +171,8 @@ struct MemoFile {
     entries: HashMap<PathBuf, MemoEntry, IdHash>,
 }
 
-const MEMO_VERSION: u32 = 1;
+/// 2: entries as arrays, includes as strings.
+const MEMO_VERSION: u32 = 2;
 
 /// `MemoFile` as written: the entries of this run over those of the last.
 #[derive(Serialize)]
@@ -650,6 +714,57 @@ fn trim_start(b: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_include_is_one_string_whatever_its_name() {
+        for (quoted, name) in [
+            (true, "a.h"),
+            (false, "sys/b.h"),
+            (true, "<odd>"),
+            (false, "'q\"x\\y'"),
+        ] {
+            let inc = Include {
+                quoted,
+                name: name.to_string(),
+            };
+            let text = serde_json::to_string(&inc).unwrap();
+            assert_eq!(
+                serde_json::from_str::<Include>(&text).unwrap(),
+                inc,
+                "{text}"
+            );
+        }
+        assert!(serde_json::from_str::<Include>("\"h.h\"").is_err());
+        assert!(serde_json::from_str::<Include>("\"\"").is_err());
+    }
+
+    #[test]
+    fn a_memo_of_another_version_is_read_as_none_and_replaced() {
+        let d = tempfile::tempdir().unwrap();
+        let memo = d.path().join("statmemo.json");
+        let file = d.path().join("a.h");
+        fs::write(&file, "#include \"b.h\"\n").unwrap();
+        let v1 = format!(
+            r#"{{"version":1,"entries":{{"{}":{{"size":18,"mtime_ns":0,"ctime_ns":0,"ino":1,"hashed_at_ns":9,"info":{{"hash":"x","includes":[]}}}}}}}}"#,
+            file.display()
+        );
+        fs::write(&memo, v1).unwrap();
+        let f = Files::new(Some(memo.clone()));
+        assert!(f.old.is_empty());
+        let info = f.info(&file).unwrap();
+        assert_eq!(
+            info.includes,
+            [Include {
+                quoted: true,
+                name: "b.h".into()
+            }]
+        );
+        f.save();
+        let again = Files::new(Some(memo));
+        assert_eq!(again.old.len(), 1);
+        assert_eq!(again.old[&file].info.hash, info.hash);
+        assert_eq!(again.old[&file].info.includes, info.includes);
+    }
 
     #[test]
     fn the_memo_drops_entries_of_files_gone_and_keeps_the_others() {
