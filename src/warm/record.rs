@@ -212,6 +212,16 @@ mod tests {
         v
     }
 
+    /// This warm loads the record, another then writes step `c` into it, and this one
+    /// saves `ours`.
+    fn after_another_warm_wrote_c(job: &Path, ours: Vec<Recorded>) {
+        let loaded = WarmRecord::load(job);
+        let other = WarmRecord::load(job);
+        let c = vec![Recorded::New(step("c", "k1", Outcome::Hit))];
+        WarmRecord::merge_and_save(job, &other, c).unwrap();
+        WarmRecord::merge_and_save(job, &loaded, ours).unwrap();
+    }
+
     #[test]
     fn merge_reuses_the_loaded_record_only_while_the_file_is_unchanged() {
         let t = tempfile::tempdir().unwrap();
@@ -237,20 +247,7 @@ mod tests {
         );
 
         // Another warm writes `c` after this one loaded: its step survives the merge.
-        let loaded = WarmRecord::load(job);
-        let other = WarmRecord::load(job);
-        WarmRecord::merge_and_save(
-            job,
-            &other,
-            vec![Recorded::New(step("c", "k1", Outcome::Hit))],
-        )
-        .unwrap();
-        WarmRecord::merge_and_save(
-            job,
-            &loaded,
-            vec![Recorded::New(step("b", "k3", Outcome::Built))],
-        )
-        .unwrap();
+        after_another_warm_wrote_c(job, vec![Recorded::New(step("b", "k3", Outcome::Built))]);
         assert_eq!(
             names(job),
             [
@@ -289,15 +286,7 @@ mod tests {
         );
 
         // Another warm wrote `c` meanwhile: the same records are merged into its file.
-        let loaded = WarmRecord::load(job);
-        let other = WarmRecord::load(job);
-        WarmRecord::merge_and_save(
-            job,
-            &other,
-            vec![Recorded::New(step("c", "k1", Outcome::Hit))],
-        )
-        .unwrap();
-        WarmRecord::merge_and_save(job, &loaded, same()).unwrap();
+        after_another_warm_wrote_c(job, same());
         assert_eq!(
             names(job),
             [

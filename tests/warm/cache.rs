@@ -184,6 +184,19 @@ fn backdate(entry: &Path, ago: Duration) {
         .unwrap();
 }
 
+/// The kernel entry first built by `step` (`kind/scene/name`).
+fn built_by(cache: &Path, step: &str) -> PathBuf {
+    let want = format!("\"built_by\":\"{step}\"");
+    entries(cache, "kernel")
+        .into_iter()
+        .find(|e| {
+            fs::read_to_string(e.join("meta.json"))
+                .unwrap()
+                .contains(&want)
+        })
+        .unwrap_or_else(|| panic!("no entry built by {step}"))
+}
+
 /// Warm prunes after it adds to the cache; a warm that added nothing skips the walk
 /// while a prune with the same limits is less than an hour old.
 #[test]
@@ -204,14 +217,7 @@ fn warm_prunes_after_adding_and_a_no_op_warm_only_once_an_hour() {
         .replace("kernels/d.c", "kernels/c.c");
     let limits = |y: &str| y.replace("  dir: cache\n", "  dir: cache\n  max_age: 1d\n");
     s.manifest(&limits(&without_d));
-    let d = entries(&cache, "kernel")
-        .into_iter()
-        .find(|e| {
-            fs::read_to_string(e.join("meta.json"))
-                .unwrap()
-                .contains("\"built_by\":\"kernel/s3/d\"")
-        })
-        .expect("d's entry");
+    let d = built_by(&cache, "kernel/s3/d");
     warm(&s, &[]);
     let pruned_at = fs::metadata(&marker).unwrap().modified().unwrap();
     backdate(&d, Duration::from_secs(3 * 86400));
@@ -243,14 +249,7 @@ fn warm_prunes_after_adding_and_a_no_op_warm_only_once_an_hour() {
     // Other limits than the last prune's: pruned at once.
     s.manifest(&limits(&with_d));
     warm(&s, &[]);
-    let d = entries(&cache, "kernel")
-        .into_iter()
-        .find(|e| {
-            fs::read_to_string(e.join("meta.json"))
-                .unwrap()
-                .contains("kernel/s3/d")
-        })
-        .expect("d rebuilt");
+    let d = built_by(&cache, "kernel/s3/d");
     s.manifest(&limits(&without_d));
     warm(&s, &[]);
     backdate(&d, Duration::from_secs(3 * 86400));
@@ -267,14 +266,7 @@ fn warm_prunes_after_adding_and_a_no_op_warm_only_once_an_hour() {
     // A warm that builds prunes whatever the marker says.
     s.manifest(&limits(&with_d));
     warm(&s, &[]);
-    let d = entries(&cache, "kernel")
-        .into_iter()
-        .find(|e| {
-            fs::read_to_string(e.join("meta.json"))
-                .unwrap()
-                .contains("kernel/s3/d")
-        })
-        .expect("d rebuilt");
+    let d = built_by(&cache, "kernel/s3/d");
     s.manifest(&limits(&without_d));
     backdate(&d, Duration::from_secs(3 * 86400));
     s.write("kernels/c.c", "int c(int x) { return x - 2; }\n");
