@@ -21,6 +21,11 @@ fn short(hash: &str) -> String {
     hash.chars().take(SHORT).collect()
 }
 
+/// `files` as records keep them: each hash in its short form.
+fn short_files<S: serde::Serializer>(files: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(files.iter().map(|(name, hash)| (name, short(hash))))
+}
+
 fn short_of(bytes: &[u8]) -> String {
     short(&blake3::hash(bytes).to_hex())
 }
@@ -40,9 +45,10 @@ pub struct KeyInputs {
     /// A fixture's or golden's `identity:` (command, short hash of its output).
     #[serde(default)]
     pub step_identity: Option<(String, String)>,
-    /// Source and declared inputs: (path as in keys, short content hash), in key order.
+    /// Source and declared inputs: (path as in keys, content hash), in key order; the
+    /// whole hash while planning, its short form in records (written short).
     /// A list, not a map: most steps have one or two, and a plan holds one per step.
-    #[serde(default)]
+    #[serde(default, serialize_with = "short_files")]
     pub files: Vec<(String, String)>,
     /// The include closure's digest (its files are in `Records::closures`).
     #[serde(default)]
@@ -53,10 +59,6 @@ pub struct KeyInputs {
     /// The include closure itself, while planning (not serialized with the step).
     #[serde(skip)]
     pub closure: Option<Closure>,
-    /// The full content hashes of `files`, in order, while planning (records keep the
-    /// short ones).
-    #[serde(skip)]
-    pub file_hashes: Vec<String>,
 }
 
 impl KeyInputs {
@@ -87,8 +89,15 @@ impl KeyInputs {
     }
 
     pub fn file(&mut self, rel: &str, hash: &str) {
-        self.files.push((rel.to_string(), short(hash)));
-        self.file_hashes.push(hash.to_string());
+        self.files.push((rel.to_string(), hash.to_string()));
+    }
+
+    /// The source and declared inputs as (name → short hash), planned or recorded.
+    pub fn files_short(&self) -> BTreeMap<String, String> {
+        self.files
+            .iter()
+            .map(|(name, hash)| (name.clone(), short(hash)))
+            .collect()
     }
 
     /// The files the key these inputs made commits to, as (name as keys name files,
@@ -98,8 +107,7 @@ impl KeyInputs {
         let files = self
             .files
             .iter()
-            .zip(&self.file_hashes)
-            .map(|((name, _), hash)| (name.as_str(), hash.as_str()));
+            .map(|(name, hash)| (name.as_str(), hash.as_str()));
         let closure = self
             .closure
             .iter()

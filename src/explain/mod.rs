@@ -256,8 +256,12 @@ pub fn compare(before: &KeyInputs, now: &KeyInputs, records: &Records) -> Vec<Ch
         });
     }
     diff_maps(Part::Env, &before.env, &now.env, &mut out);
-    let map = |f: &[(String, String)]| -> BTreeMap<String, String> { f.iter().cloned().collect() };
-    diff_maps(Part::File, &map(&before.files), &map(&now.files), &mut out);
+    diff_maps(
+        Part::File,
+        &before.files_short(),
+        &now.files_short(),
+        &mut out,
+    );
     let (b, n) = (
         before.closure_files(records),
         now.closure_files(&Records::default()),
