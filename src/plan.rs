@@ -333,7 +333,7 @@ impl Plan {
             .into_par_iter()
             .map(|i| {
                 (plan.steps[i].kind != Kind::Golden)
-                    .then(|| plan.compute_key(i, false, None).map(|k| k.0))
+                    .then(|| plan.compute_key(i, false).map(|k| k.0))
             })
             .collect();
         for (i, k) in keys.into_iter().enumerate() {
@@ -344,13 +344,8 @@ impl Plan {
         let golden_keys: Vec<Option<Result<String>>> = (0..plan.steps.len())
             .into_par_iter()
             .map(|i| {
-                (plan.steps[i].kind == Kind::Golden).then(|| {
-                    let fixture_key = plan.steps[i]
-                        .deps
-                        .first()
-                        .map(|&f| plan.steps[f].key.clone());
-                    plan.compute_key(i, false, fixture_key).map(|k| k.0)
-                })
+                (plan.steps[i].kind == Kind::Golden)
+                    .then(|| plan.compute_key(i, false).map(|k| k.0))
             })
             .collect();
         for (i, k) in golden_keys.into_iter().enumerate() {
@@ -602,34 +597,22 @@ impl Plan {
     /// the step after an input changed while it ran (`rekey`): then these are the inputs
     /// of the key it published, which is what the record must hold.
     pub fn key_inputs(&self, i: usize) -> Option<KeyInputs> {
-        let fixture_key = self.steps[i]
-            .deps
-            .first()
-            .map(|&f| self.steps[f].key.clone());
-        self.compute_key(i, true, fixture_key).ok()?.1
+        self.compute_key(i, true).ok()?.1
     }
 
     /// What step `i`'s key is made of when computed again now and it still comes out as
     /// `key` (None when it does not: a file changed since, or `key` is another one).
     pub fn inputs_of_key(&self, i: usize, key: &str) -> Option<KeyInputs> {
-        let fixture_key = self.steps[i]
-            .deps
-            .first()
-            .map(|&f| self.steps[f].key.clone());
-        match self.compute_key(i, true, fixture_key).ok()? {
+        match self.compute_key(i, true).ok()? {
             (now, inputs) if now == key => inputs,
             _ => None,
         }
     }
 
     /// Step `i`'s key and, when `want_inputs`, what went into it (kept out of the plan
-    /// itself: a plan of 20,000 steps would carry them all for nothing).
-    fn compute_key(
-        &self,
-        i: usize,
-        want_inputs: bool,
-        fixture_key: Option<String>,
-    ) -> Result<Keyed> {
+    /// itself: a plan of 20,000 steps would carry them all for nothing). A golden's key
+    /// holds its fixture's, which must be computed first.
+    fn compute_key(&self, i: usize, want_inputs: bool) -> Result<Keyed> {
         let identities = &self.identities;
         let step = &self.steps[i];
         let s = self.scene(step);
@@ -702,7 +685,7 @@ impl Plan {
                         r.file(&f.rel, &info.hash);
                     }
                 }
-                if let Some(fk) = fixture_key {
+                if let Some(fk) = step.deps.first().map(|&f| self.steps[f].key.clone()) {
                     h.field("fixture-key", fk.as_bytes());
                     if let Some(r) = &mut rec {
                         r.fixture_key = Some(fk);
@@ -749,10 +732,8 @@ impl Plan {
     /// input changed while the step ran).
     pub fn rekey(&self, step_index: usize) -> Result<String> {
         self.files.forget();
-        let step = &self.steps[step_index];
-        let fixture_key = step.deps.first().map(|&f| self.steps[f].key.clone());
         // Identity commands run once per process: the plan's own are still current.
-        Ok(self.compute_key(step_index, false, fixture_key)?.0)
+        Ok(self.compute_key(step_index, false)?.0)
     }
 
     fn status_of(&self, step: &Step, lookup: &Lookup, failures: &Failures) -> Status {
