@@ -530,7 +530,7 @@ impl Plan {
                 let (k, tc) = self.kernel(step);
                 let path = |ph: Ph| -> Val {
                     match (fill, ph) {
-                        (Fill::Mask, _) => Val::Raw(ph.mask().into()),
+                        (Fill::Mask, _) => Val::Mask(ph),
                         (Fill::DryRun, Ph::Source) | (Fill::Real { .. }, Ph::Source) => {
                             Val::One(k.source.rel.clone().into())
                         }
@@ -566,7 +566,7 @@ impl Plan {
                     (Ph::Out, Fill::Mask)
                     | (Ph::Depfile, Fill::Mask)
                     | (Ph::Fixture, Fill::Mask)
-                    | (Ph::Threads, Fill::Mask) => Val::Raw(ph.mask().into()),
+                    | (Ph::Threads, Fill::Mask) => Val::Mask(ph),
                     (Ph::Out, Fill::DryRun) => Val::Raw("<out>".into()),
                     (Ph::Depfile, Fill::DryRun) => Val::Raw("<depfile>".into()),
                     (Ph::Out, Fill::Real { out, .. }) => {

@@ -76,30 +76,6 @@ impl Ph {
         }
     }
 
-    /// `{name}`: the placeholder as written, which is what a key sees of a path.
-    pub fn mask(self) -> &'static str {
-        match self {
-            Ph::Source => "{source}",
-            Ph::Out => "{out}",
-            Ph::Depfile => "{depfile}",
-            Ph::Includes => "{includes}",
-            Ph::Flags => "{flags}",
-            Ph::Platform => "{platform}",
-            Ph::Scene => "{scene}",
-            Ph::Kernel => "{kernel}",
-            Ph::Threads => "{threads}",
-            Ph::Fixture => "{fixture}",
-            Ph::Kernels => "{kernels}",
-            Ph::Golden => "{golden}",
-            Ph::Devices => "{devices}",
-            Ph::DeviceCount => "{device_count}",
-            Ph::Run => "{run}",
-            Ph::Args => "{args}",
-            Ph::Scenes => "{scenes}",
-            Ph::Results => "{results}",
-        }
-    }
-
     fn from_name(name: &str) -> Option<Ph> {
         Ph::ALL.iter().copied().find(|p| p.name() == name)
     }
@@ -141,6 +117,8 @@ pub enum Val<'a> {
     Many(Cow<'a, [String]>),
     /// Inserted as it is (masks such as `<out>`, already-quoted text).
     Raw(Cow<'a, str>),
+    /// The placeholder itself, as written (`{out}`): what a key sees of a path.
+    Mask(Ph),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,6 +220,11 @@ impl Template {
                         }
                     }
                     Val::Raw(s) => out.push_str(&s),
+                    Val::Mask(p) => {
+                        out.push('{');
+                        out.push_str(p.name());
+                        out.push('}');
+                    }
                 },
             }
         }
@@ -273,7 +256,10 @@ mod tests {
     #[test]
     fn every_mask_is_its_placeholder_as_written() {
         for p in Ph::ALL {
-            assert_eq!(p.mask(), format!("{{{}}}", p.name()));
+            let t = Template {
+                segs: vec![Seg::Ph(p)],
+            };
+            assert_eq!(t.render(Val::Mask), format!("{{{}}}", p.name()));
         }
     }
 
