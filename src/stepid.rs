@@ -41,11 +41,17 @@ impl StepId {
 
     /// The step's log: `<job dir>/logs/<scene>/compile-<kernel>.log` or `<kind>.log`.
     pub fn log_path(&self, job_dir: &Path) -> PathBuf {
-        let file = match self.kind {
-            Kind::Kernel => format!("compile-{}.log", self.name),
-            k => format!("{}.log", k.name()),
-        };
+        let (prefix, stem) = self.log_file();
+        let file = format!("{prefix}{stem}.log");
         job_dir.join("logs").join(&self.scene).join(file)
+    }
+
+    /// The log file's name, `<prefix><stem>.log`: `compile-<kernel>` or `<kind>`.
+    fn log_file(&self) -> (&'static str, &str) {
+        match self.kind {
+            Kind::Kernel => ("compile-", &self.name),
+            k => ("", k.name()),
+        }
     }
 
     /// Whether `shown` is `log_path` displayed, for a job whose `logs` directory displays
@@ -59,14 +65,10 @@ impl StepId {
         else {
             return false;
         };
-        match self.kind {
-            Kind::Kernel => {
-                file.strip_prefix("compile-")
-                    .and_then(|r| r.strip_suffix(".log"))
-                    == Some(self.name.as_str())
-            }
-            k => file.strip_suffix(".log") == Some(k.name()),
-        }
+        let (prefix, stem) = self.log_file();
+        file.strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(".log"))
+            == Some(stem)
     }
 
     /// `label scene/name`, as every line about a step starts.
