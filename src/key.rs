@@ -136,18 +136,18 @@ impl From<MemoWire> for MemoEntry {
 }
 
 impl Serialize for MemoEntry {
+    /// As `MemoWire`, from borrowed fields.
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let (e, info) = (self, &*self.info);
-        let stamp = (e.size, e.mtime_ns, e.ctime_ns, e.ino, e.hashed_at_ns);
-        let (size, mtime, ctime, ino, hashed_at) = stamp;
+        let e = self;
+        let (hash, includes) = (&e.info.hash, &e.info.includes);
         (
-            size,
-            mtime,
-            ctime,
-            ino,
-            hashed_at,
-            &info.hash,
-            &info.includes,
+            e.size,
+            e.mtime_ns,
+            e.ctime_ns,
+            e.ino,
+            e.hashed_at_ns,
+            hash,
+            includes,
         )
             .serialize(s)
     }
