@@ -201,9 +201,6 @@ impl Serialize for MergedEntries<'_> {
     }
 }
 
-/// (directory of a quoted include's file or None, include-dir set, name) → the file it names.
-type ResolveKey = (Option<PathBuf>, u32, String);
-
 /// A file of an include closure: its name in keys and its content hash.
 #[derive(Debug)]
 pub struct Node {
@@ -222,6 +219,8 @@ struct Graph {
     nodes: Vec<Arc<Node>>,
     paths: Vec<PathBuf>,
     dir_sets: HashMap<Vec<PathBuf>, u32, IdHash>,
+    /// The include dirs of each set, by set id.
+    sets: Vec<Arc<[PathBuf]>>,
     children: HashMap<(u32, u32), Arc<[u32]>, IdHash>,
     closures: HashMap<(u32, u32), Closure, IdHash>,
     /// (file, dir set) → the file and every file it reaches.
@@ -324,17 +323,21 @@ type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind, IdHash>>>;
 /// Content hashes of files, memoized within the process and across runs.
 ///
 /// Plans look files up from many rayon threads: the hot maps are behind `RwLock`s, so
-/// the common case (already known) takes a shared lock and never waits on a futex.
+/// the common case (already known) takes a shared lock and never waits on a futex. The
+/// include graph is written by one closure batch at a time (`building`).
 pub struct Files {
     memo_path: Option<PathBuf>,
     old: HashMap<PathBuf, MemoEntry, IdHash>,
     fresh: Mutex<HashMap<PathBuf, MemoEntry, IdHash>>,
     seen: RwLock<HashMap<PathBuf, Arc<FileInfo>, IdHash>>,
-    resolved: RwLock<HashMap<ResolveKey, Option<PathBuf>, IdHash>>,
     /// Include directories are listed once each; `#include` resolution looks names up
     /// in the listing instead of probing every directory with `stat`.
     listings: RwLock<HashMap<PathBuf, Listing, IdHash>>,
     graph: RwLock<Graph>,
+    /// Held while closures are computed (and while `forget` resets the graph): the
+    /// graph has one writer, so a batch's files can be read in parallel without locks
+    /// and merged between waves.
+    building: Mutex<()>,
     /// Tells this `Files` and its `forget`s apart in the per-thread dependency names.
     id: u64,
     generation: std::sync::atomic::AtomicU64,
@@ -367,9 +370,9 @@ impl Files {
             old,
             fresh: Mutex::default(),
             seen: RwLock::default(),
-            resolved: RwLock::default(),
             listings: RwLock::default(),
             graph: RwLock::default(),
+            building: Mutex::default(),
             id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -381,9 +384,28 @@ impl Files {
 
     /// The content hash and `#include`s of a file.
     pub fn info(&self, path: &Path) -> io::Result<Arc<FileInfo>> {
-        if let Some(i) = self.seen.read().expect("memo lock").get(path) {
-            return Ok(i.clone());
+        if let Some(i) = self.known(path) {
+            return Ok(i);
         }
+        let info = self.probe(path)?;
+        Ok(self
+            .seen
+            .write()
+            .expect("memo lock")
+            .entry(path.to_path_buf())
+            .or_insert(info)
+            .clone())
+    }
+
+    /// What this process already knows of a file.
+    fn known(&self, path: &Path) -> Option<Arc<FileInfo>> {
+        self.seen.read().expect("memo lock").get(path).cloned()
+    }
+
+    /// A file as it is now: from the persisted memo when its stat still matches, else
+    /// read and hashed (and kept for the memo). Not remembered in `seen`: `info` does
+    /// that per file, a closure batch once per wave.
+    fn probe(&self, path: &Path) -> io::Result<Arc<FileInfo>> {
         let meta = fs::metadata(path)?;
         // Sources, inputs and depfile entries are regular files: a FIFO would hang the
         // plan, a device (`/dev/zero`) would be read forever.
@@ -424,13 +446,7 @@ impl Files {
                 info
             }
         };
-        Ok(self
-            .seen
-            .write()
-            .expect("memo lock")
-            .entry(path.to_path_buf())
-            .or_insert(info)
-            .clone())
+        Ok(info)
     }
 
     /// Run `f` with this thread's answers for record dependency names under `base`
@@ -470,8 +486,8 @@ impl Files {
     /// Forget what this process learned about file contents (not the persisted memo,
     /// which re-checks every file by its stat): the next key computed reads files anew.
     pub fn forget(&self) {
+        let _no_batch = self.building.lock().expect("closure batch");
         self.seen.write().expect("memo lock").clear();
-        self.resolved.write().expect("memo lock").clear();
         // A header created meanwhile must be found: include dirs are listed again.
         self.listings.write().expect("memo lock").clear();
         self.generation
@@ -507,83 +523,67 @@ impl Files {
         });
     }
 
-    /// The node id of a file, hashing it the first time.
-    fn intern(&self, base: &Path, path: &Path) -> io::Result<u32> {
-        if let Some(&id) = self.graph.read().expect("graph").ids.get(path) {
-            return Ok(id);
-        }
-        let name = key_name(base, path);
-        let hash = self.hash(path)?;
-        let mut d = KeyHasher::new("include-file");
-        d.file("include", &name, &hash);
-        let node = Node {
-            digest: *d.0.finalize().as_bytes(),
-            name,
-            hash,
-        };
-        let mut g = self.graph.write().expect("graph");
-        if let Some(&id) = g.ids.get(path) {
-            return Ok(id);
-        }
-        let id = g.nodes.len() as u32;
-        g.nodes.push(Arc::new(node));
-        g.paths.push(path.to_path_buf());
-        g.ids.insert(path.to_path_buf(), id);
-        Ok(id)
-    }
-
     fn dir_set(&self, dirs: &[PathBuf]) -> u32 {
         if let Some(&id) = self.graph.read().expect("graph").dir_sets.get(dirs) {
             return id;
         }
         let mut g = self.graph.write().expect("graph");
         let next = g.dir_sets.len() as u32;
-        *g.dir_sets.entry(dirs.to_vec()).or_insert(next)
+        let id = *g.dir_sets.entry(dirs.to_vec()).or_insert(next);
+        if id == next {
+            g.sets.push(dirs.into());
+        }
+        id
     }
 
-    fn resolve(&self, here: &Path, set: u32, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {
-        let memo_key = (
-            inc.quoted.then(|| here.to_path_buf()),
-            set,
-            inc.name.clone(),
-        );
-        if let Some(r) = self.resolved.read().expect("memo lock").get(&memo_key) {
-            return r.clone();
-        }
+    /// The file an include names: beside the including file (`"x"` only), then in each
+    /// include dir. A plain name (one component) is looked up in the directories'
+    /// listings, so a miss builds no path.
+    fn resolve(&self, here: &Path, dirs: &[PathBuf], inc: &Include) -> Option<PathBuf> {
         let name = Path::new(&inc.name);
-        let found = if name.is_absolute() {
-            self.is_file(name).then(|| normalize(name))
+        if name.is_absolute() {
+            return self.is_file(name).then(|| normalize(name));
+        }
+        let mut candidates = inc
+            .quoted
+            .then_some(here)
+            .into_iter()
+            .chain(dirs.iter().map(PathBuf::as_path));
+        let plain = !inc.name.contains('/') && inc.name != "." && inc.name != "..";
+        if plain {
+            candidates
+                .find(|d| self.has_file(d, name))
+                .map(|d| normalize(&d.join(name)))
         } else {
-            let beside = inc.quoted.then_some(here);
-            beside
-                .into_iter()
-                .chain(dirs.iter().map(PathBuf::as_path))
+            candidates
                 .map(|d| d.join(name))
                 .find(|p| self.is_file(p))
                 .map(|p| normalize(&p))
-        };
-        self.resolved
-            .write()
-            .expect("memo lock")
-            .insert(memo_key, found.clone());
-        found
+        }
     }
 
     /// Whether `path` is a regular file (following symlinks), answered from the listing
     /// of its directory: one `readdir` per directory instead of one failed `stat` per
     /// (include, directory) pair.
     fn is_file(&self, path: &Path) -> bool {
-        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-            return path.is_file();
-        };
+        match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) => self.has_file(dir, Path::new(name)),
+            _ => path.is_file(),
+        }
+    }
+
+    /// Whether `dir` holds a regular file `name` (one component), by its listing.
+    fn has_file(&self, dir: &Path, name: &Path) -> bool {
         let listing = self.listing(dir);
+        let path = || dir.join(name);
+        let name = name.as_os_str();
         match listing.as_ref().and_then(|l| l.get(name)) {
             Some(EntryKind::File) => true,
             Some(EntryKind::Other) => false,
-            Some(EntryKind::Link) => path.is_file(),
+            Some(EntryKind::Link) => path().is_file(),
             // Not listed (or not listable): the slow, exact answer only when the listing
             // could not be read; a missing name is simply absent.
-            None => listing.is_none() && path.is_file(),
+            None => listing.is_none() && path().is_file(),
         }
     }
 

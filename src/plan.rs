@@ -874,10 +874,17 @@ fn find_closures(manifest: &Manifest, selected: &[usize], files: &Files) {
         let ((sa, da), (sb, db)) = (names(a), names(b));
         sa == sb && da.eq(db)
     });
-    kernels.par_iter().for_each(|k| {
-        let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
-        let _ = files.closure(&manifest.dir, &k.source.abs, &dirs);
-    });
+    let dirs: Vec<Vec<PathBuf>> = kernels
+        .iter()
+        .map(|k| k.include_dirs.iter().map(|d| d.abs.clone()).collect())
+        .collect();
+    let wanted: Vec<(&Path, &[PathBuf])> = kernels
+        .iter()
+        .zip(&dirs)
+        .map(|(k, d)| (k.source.abs.as_path(), d.as_slice()))
+        .collect();
+    // Errors are the keys' to report, kernel by kernel.
+    let _ = files.closures(&manifest.dir, &wanted);
 }
 
 /// Run a toolchain's identity command (once per process, bounded by its
