@@ -14,6 +14,7 @@ use crate::fsutil::Stamp;
 use serde::{Deserialize, Serialize};
 
 mod closure;
+mod closure_memo;
 
 use closure::{Bits, Table};
 pub use closure::{Closure, ClosureSet};
@@ -338,6 +339,18 @@ pub struct Files {
     /// graph has one writer, so a batch's files can be read in parallel without locks
     /// and merged between waves.
     building: Mutex<()>,
+    /// The closure memo's base directory, once restored (`restore_closures`): saving
+    /// is on from then.
+    closure_base: std::sync::OnceLock<PathBuf>,
+    /// A batch computed closures (the closure memo is worth writing).
+    closures_built: std::sync::atomic::AtomicBool,
+    /// `forget` reset the graph: the closures held are a part of the plan's.
+    forgot: std::sync::atomic::AtomicBool,
+    /// Something consulted can change without a listing changing (a symlinked header,
+    /// an unreadable directory): closures computed now are not persisted.
+    volatile: std::sync::atomic::AtomicBool,
+    /// Every directory listed to resolve includes, as it was then.
+    dirs_seen: Mutex<HashMap<PathBuf, closure_memo::DirSeen>>,
     /// Tells this `Files` and its `forget`s apart in the per-thread dependency names.
     id: u64,
     generation: std::sync::atomic::AtomicU64,
@@ -373,6 +386,11 @@ impl Files {
             listings: RwLock::default(),
             graph: RwLock::default(),
             building: Mutex::default(),
+            closure_base: Default::default(),
+            closures_built: Default::default(),
+            forgot: Default::default(),
+            volatile: Default::default(),
+            dirs_seen: Mutex::default(),
             id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -487,6 +505,8 @@ impl Files {
     /// which re-checks every file by its stat): the next key computed reads files anew.
     pub fn forget(&self) {
         let _no_batch = self.building.lock().expect("closure batch");
+        self.forgot
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.seen.write().expect("memo lock").clear();
         // A header created meanwhile must be found: include dirs are listed again.
         self.listings.write().expect("memo lock").clear();
@@ -501,6 +521,7 @@ impl Files {
 
     /// Write the memo back (atomically; a failure only costs re-hashing next time).
     pub fn save(&self) {
+        self.save_closures();
         let Some(path) = &self.memo_path else { return };
         let fresh = self.fresh.lock().expect("memo lock");
         // Nothing was hashed: the file on disk already says all we know.
@@ -580,7 +601,12 @@ impl Files {
         match listing.as_ref().and_then(|l| l.get(name)) {
             Some(EntryKind::File) => true,
             Some(EntryKind::Other) => false,
-            Some(EntryKind::Link) => path().is_file(),
+            Some(EntryKind::Link) => {
+                // The link's target can change with no listing changing.
+                self.volatile
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                path().is_file()
+            }
             // Not listed (or not listable): the slow, exact answer only when the listing
             // could not be read; a missing name is simply absent.
             None => listing.is_none() && path().is_file(),
@@ -591,6 +617,7 @@ impl Files {
         if let Some(l) = self.listings.read().expect("memo lock").get(dir) {
             return l.clone();
         }
+        self.note_dir(dir);
         let listing = fs::read_dir(dir).ok().map(|rd| {
             Arc::new(
                 rd.filter_map(Result::ok)

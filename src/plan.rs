@@ -37,7 +37,9 @@ pub fn job_dir_in(manifest_dir: &Path) -> PathBuf {
 
 /// The stat memo of the checkout whose manifest is in `manifest_dir` (docs/cache.md).
 pub fn stat_memo(manifest_dir: &Path) -> Files {
-    Files::new(Some(job_dir_in(manifest_dir).join("statmemo.json")))
+    let files = Files::new(Some(job_dir_in(manifest_dir).join("statmemo.json")));
+    files.restore_closures(manifest_dir);
+    files
 }
 
 /// The cache directory: `--cache-dir` > `$SCENERUN_CACHE_DIR` (both via clap) > `cache.dir`

@@ -36,6 +36,11 @@ impl Bits {
         self.0[word] |= bit;
     }
 
+    /// Whether the two sets share an id.
+    pub(super) fn meets(&self, other: &Bits) -> bool {
+        self.0.iter().zip(&other.0).any(|(a, b)| a & b != 0)
+    }
+
     pub(super) fn contains(&self, id: u32) -> bool {
         self.0
             .get(id as usize / 64)
@@ -63,6 +68,25 @@ impl Bits {
             self.0.pop();
         }
         self.0.shrink_to_fit();
+    }
+
+    /// One past the largest id (0 when empty).
+    pub(super) fn end(&self) -> usize {
+        match self.0.last() {
+            Some(&w) => (self.0.len() - 1) * 64 + (64 - w.leading_zeros() as usize),
+            None => 0,
+        }
+    }
+
+    /// The words, lowest ids first (no trailing zero word).
+    pub(super) fn words(&self) -> &[u64] {
+        &self.0
+    }
+
+    pub(super) fn from_words(words: Vec<u64>) -> Bits {
+        let mut b = Bits(words);
+        b.trim();
+        b
     }
 
     pub(super) fn len(&self) -> usize {
@@ -297,6 +321,10 @@ impl Files {
             .collect();
         roots.sort_unstable();
         roots.dedup();
+        if !roots.is_empty() {
+            self.closures_built
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let failures = self.discover(base, &roots);
         self.fresh_table();
 
@@ -863,6 +891,7 @@ pub(super) mod tests {
         }
         assert_eq!(b.iter().collect::<Vec<_>>(), vec![0, 3, 63, 64, 200]);
         b.remove(200);
+        assert_eq!(b.end(), 65);
         assert_eq!(b.0.len(), 2);
         assert!(b.contains(64) && !b.contains(65));
     }

@@ -223,6 +223,50 @@ fn new_header_that_shadows_an_old_one_rebuilds() {
     assert_eq!(s.count("logs/cc.log"), 2);
 }
 
+/// The same changes once the suite's directories are older than a racy tick, so the
+/// closure memo (docs/cache.md) is trusted: a plan restores the closures instead of
+/// walking headers, and still sees an edited member and a new header that shadows it.
+#[test]
+fn header_changes_are_seen_through_the_closure_memo() {
+    use std::os::unix::fs::MetadataExt;
+    let s = base_suite();
+    s.write("include2/shadow.h", "#define SHADOW 1\n");
+    s.write(
+        "kernels/sh.c",
+        "#include \"shadow.h\"\nint sh(void) { return SHADOW; }\n",
+    );
+    let mut y = head(false);
+    y.push_str("  - name: s0\n    kernels:\n      - name: sh\n        toolchain: cc\n        source: kernels/sh.c\n        include_dirs: [include, include2]\n");
+    s.manifest(&y);
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/cc.log"), 1);
+    let memo = s.path("build/scenerun/closurememo.json");
+    let ino = fs::metadata(&memo)
+        .expect("the warm wrote the closure memo")
+        .ino();
+    // Restored, not computed: a plan that computed no closure does not write the memo.
+    let steps = plan_steps(&s, &[]);
+    assert_eq!(status_of(&steps, "kernel", "s0", "sh"), "hit");
+    assert_eq!(fs::metadata(&memo).unwrap().ino(), ino);
+    // An edited member: its closure is computed again.
+    s.write("include2/shadow.h", "#define SHADOW 2\n");
+    assert_eq!(
+        status_of(&plan_steps(&s, &[]), "kernel", "s0", "sh"),
+        "miss"
+    );
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/cc.log"), 2);
+    // A header of the same name in an earlier include dir.
+    s.write("include/shadow.h", "#define SHADOW 3\n");
+    assert_eq!(
+        status_of(&plan_steps(&s, &[]), "kernel", "s0", "sh"),
+        "miss"
+    );
+    warm(&s, &[]);
+    assert_eq!(s.count("logs/cc.log"), 3);
+}
+
 #[test]
 fn header_found_through_the_toolchains_own_search_path_is_rechecked() {
     // `-Isys` in flags, not in include_dirs: the scanner cannot resolve the header, the
