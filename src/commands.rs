@@ -204,6 +204,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
 fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> {
     // The stat memo (a file beside the manifest, megabytes on a big suite) is read on
     // another thread while the manifest parses: its place is known before the manifest.
+    // The identity commands start as soon as the manifest is in, while it still reads.
     let (loaded, memo) = std::thread::scope(|s| {
         let memo = s.spawn(|| {
             manifest::dir_of(&cli.manifest)
@@ -211,6 +212,9 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
                 .map(|d| plan::stat_memo(&d))
         });
         let m = manifest::load_deferred(&cli.manifest);
+        if let Ok((m, _)) = &m {
+            plan::start_identities(s, m, select);
+        }
         (m, memo.join())
     });
     let (mut m, kept) = loaded?;

@@ -899,6 +899,46 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
         .map_err(|e| crate::coded!(Exit::Infra, "toolchain `{}`: {e}", tc.name))
 }
 
+/// Start the identity commands the selection will need (toolchains of its kernels, its
+/// fixture and golden identities), each on a scoped thread of `s`, as soon as the
+/// manifest is known: they wait on child processes while the stat memo is still being
+/// read, and `Plan::build` then finds their output in the process's identity memo. What
+/// goes wrong is left for `Plan::build` to report (it asks again and gets the same
+/// result); scenes a generator adds later start theirs there.
+pub fn start_identities<'scope>(
+    s: &'scope std::thread::Scope<'scope, '_>,
+    manifest: &Manifest,
+    sel: &Selection,
+) {
+    let Ok(selected) = crate::select::select(&manifest.scenes, sel) else {
+        return;
+    };
+    let mut cmds: Vec<(&str, std::time::Duration)> = Vec::new();
+    for &i in &selected {
+        let scene = &manifest.scenes[i];
+        let toolchains = scene
+            .kernels
+            .iter()
+            .filter_map(|k| manifest.toolchains.get(&k.toolchain))
+            .filter_map(|tc| Some((tc.identity.as_deref()?, tc.identity_timeout)));
+        let gens = [&scene.fixture, &scene.golden]
+            .into_iter()
+            .filter_map(|g| g.as_ref()?.identity.as_deref())
+            .map(|cmd| (cmd, crate::identity::DEFAULT_TIMEOUT));
+        for c in toolchains.chain(gens) {
+            if !cmds.contains(&c) {
+                cmds.push(c);
+            }
+        }
+    }
+    for (cmd, timeout) in cmds {
+        let (cmd, dir, env) = (cmd.to_string(), manifest.dir.clone(), manifest.env.clone());
+        s.spawn(move || {
+            let _ = crate::identity::run(&cmd, &dir, &env, timeout);
+        });
+    }
+}
+
 /// The identity outputs of the selected fixture and golden steps, by command (each
 /// distinct command runs once, bounded by the default identity timeout).
 fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<String, Vec<u8>>> {
