@@ -199,16 +199,22 @@ impl Files {
             return;
         }
         let g = self.graph.read().expect("graph");
-        // Files by new index: only those a closure names, in id order.
-        let mut used = Bits::default();
+        // Files by new index: only those a closure names, members first (so a
+        // closure's bitset spans the headers, not the thousands of sources), in id order.
+        let mut members = Bits::default();
+        let mut sources = Bits::default();
         for ((src, _), c) in &g.closures {
-            used.insert(*src);
-            used.union_with(&c.members);
+            members.union_with(&c.members);
+            sources.insert(*src);
         }
-        let index: HashMap<u32, u32> = used.iter().zip(0..).collect();
-        let files = used
+        let order: Vec<u32> = members
             .iter()
-            .map(|id| {
+            .chain(sources.iter().filter(|&id| !members.contains(id)))
+            .collect();
+        let index: HashMap<u32, u32> = order.iter().copied().zip(0..).collect();
+        let files = order
+            .iter()
+            .map(|&id| {
                 (
                     g.paths[id as usize].clone(),
                     g.nodes[id as usize].hash.clone(),
@@ -359,6 +365,20 @@ mod tests {
         first.save();
         assert_eq!(want, computed_anew(base));
 
+        // Members come first in the file table: three headers, one word per closure,
+        // however many sources follow them.
+        let path = first.closure_memo_path().unwrap();
+        let m: MemoFile = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        assert_eq!(m.files.len(), 6);
+        assert!(m.files[..3]
+            .iter()
+            .all(|(p, _)| p.starts_with(base.join("inc"))));
+        assert!(
+            m.closures.iter().all(|c| c.3.len() == 16),
+            "{:?}",
+            m.closures
+        );
+
         let again = files(base);
         assert_eq!(restored(base), [true, true, true]);
         assert_eq!(closures(&again, base), want);
@@ -366,7 +386,6 @@ mod tests {
         assert!(!again.closures_built.load(Ordering::Relaxed));
         assert!(again.listings.read().unwrap().is_empty());
         // A run that computed nothing leaves the memo file as it was.
-        let path = again.closure_memo_path().unwrap();
         let before = fs::read(&path).unwrap();
         again.save();
         assert_eq!(fs::read(&path).unwrap(), before);
