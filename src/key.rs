@@ -169,7 +169,7 @@ impl MemoEntry {
 #[derive(Default, Serialize, Deserialize)]
 struct MemoFile {
     version: u32,
-    entries: HashMap<PathBuf, MemoEntry, IdHash>,
+    entries: HashMap<PathKey, MemoEntry, IdHash>,
 }
 
 /// 2: entries as arrays, includes as strings.
@@ -187,16 +187,16 @@ struct MemoOut<'a> {
 /// restored under another path, or a deleted file, would otherwise stay in the memo
 /// (read on every run) forever.
 struct MergedEntries<'a> {
-    old: &'a HashMap<PathBuf, MemoEntry, IdHash>,
-    fresh: &'a HashMap<PathBuf, MemoEntry, IdHash>,
-    consulted: &'a HashMap<PathBuf, Arc<FileInfo>, IdHash>,
+    old: &'a HashMap<PathKey, MemoEntry, IdHash>,
+    fresh: &'a HashMap<PathKey, MemoEntry, IdHash>,
+    consulted: &'a HashMap<PathKey, Arc<FileInfo>, IdHash>,
 }
 
 impl Serialize for MergedEntries<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let kept = self.old.iter().filter(|(k, _)| {
             !self.fresh.contains_key(*k)
-                && (self.consulted.contains_key(*k) || fs::symlink_metadata(k).is_ok())
+                && (self.consulted.contains_key(*k) || fs::symlink_metadata(&k.0).is_ok())
         });
         s.collect_map(kept.chain(self.fresh.iter()))
     }
@@ -216,10 +216,11 @@ pub struct Node {
 /// per include-dir list, and a closure is a walk over small ids.
 #[derive(Default)]
 struct Graph {
-    ids: HashMap<PathBuf, u32, IdHash>,
+    ids: HashMap<PathKey, u32, IdHash>,
     nodes: Vec<Arc<Node>>,
     paths: Vec<PathBuf>,
-    dir_sets: HashMap<Vec<PathBuf>, u32, IdHash>,
+    /// By `dirs_key`.
+    dir_sets: HashMap<std::ffi::OsString, u32, IdHash>,
     /// The include dirs of each set, by set id.
     sets: Vec<Arc<[PathBuf]>>,
     children: HashMap<(u32, u32), Arc<[u32]>, IdHash>,
@@ -263,6 +264,54 @@ impl std::hash::Hasher for IdHasher {
 }
 
 type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
+/// A path as a map key, hashed and compared as bytes: `Path`'s own `Hash` walks it
+/// component by component, several times the cost, and the plan looks thousands of
+/// paths up. Paths here are built the same way on every lookup (joined, normalized), so
+/// two spellings of one file are two entries at worst, each correct. Looked up by
+/// `path.as_os_str()`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+struct PathKey(PathBuf);
+
+impl PathKey {
+    fn of(path: &Path) -> PathKey {
+        PathKey(path.to_path_buf())
+    }
+}
+
+impl PartialEq for PathKey {
+    fn eq(&self, other: &PathKey) -> bool {
+        self.0.as_os_str() == other.0.as_os_str()
+    }
+}
+
+impl Eq for PathKey {}
+
+impl std::hash::Hash for PathKey {
+    /// As `OsStr` hashes: what `Borrow<OsStr>` needs.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.as_os_str().hash(h)
+    }
+}
+
+impl std::borrow::Borrow<std::ffi::OsStr> for PathKey {
+    fn borrow(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+/// An include-dir list as one map key: the paths joined by NUL (which no path holds).
+fn dirs_key(dirs: &[PathBuf]) -> std::ffi::OsString {
+    let mut key = std::ffi::OsString::new();
+    for (i, d) in dirs.iter().enumerate() {
+        if i > 0 {
+            key.push("\0");
+        }
+        key.push(d);
+    }
+    key
+}
 
 /// What a directory entry is, as its listing says (symlinks are followed on demand).
 #[derive(Clone, Copy)]
@@ -328,12 +377,12 @@ type Listing = Option<Arc<HashMap<std::ffi::OsString, EntryKind, IdHash>>>;
 /// include graph is written by one closure batch at a time (`building`).
 pub struct Files {
     memo_path: Option<PathBuf>,
-    old: HashMap<PathBuf, MemoEntry, IdHash>,
-    fresh: Mutex<HashMap<PathBuf, MemoEntry, IdHash>>,
-    seen: RwLock<HashMap<PathBuf, Arc<FileInfo>, IdHash>>,
+    old: HashMap<PathKey, MemoEntry, IdHash>,
+    fresh: Mutex<HashMap<PathKey, MemoEntry, IdHash>>,
+    seen: RwLock<HashMap<PathKey, Arc<FileInfo>, IdHash>>,
     /// Include directories are listed once each; `#include` resolution looks names up
     /// in the listing instead of probing every directory with `stat`.
-    listings: RwLock<HashMap<PathBuf, Listing, IdHash>>,
+    listings: RwLock<HashMap<PathKey, Listing, IdHash>>,
     graph: RwLock<Graph>,
     /// Held while closures are computed (and while `forget` resets the graph): the
     /// graph has one writer, so a batch's files can be read in parallel without locks
@@ -410,14 +459,18 @@ impl Files {
             .seen
             .write()
             .expect("memo lock")
-            .entry(path.to_path_buf())
+            .entry(PathKey::of(path))
             .or_insert(info)
             .clone())
     }
 
     /// What this process already knows of a file.
     fn known(&self, path: &Path) -> Option<Arc<FileInfo>> {
-        self.seen.read().expect("memo lock").get(path).cloned()
+        self.seen
+            .read()
+            .expect("memo lock")
+            .get(path.as_os_str())
+            .cloned()
     }
 
     /// A file as it is now: from the persisted memo when its stat still matches, else
@@ -436,7 +489,7 @@ impl Files {
             return Err(crate::fsutil::not_regular(path, found));
         }
         let now = Stamp::of(&meta);
-        let trusted = self.old.get(path).filter(|e| {
+        let trusted = self.old.get(path.as_os_str()).filter(|e| {
             e.stamp() == now && now.mtime_ns.max(now.ctime_ns) + RACY_NS < e.hashed_at_ns
         });
         let info = match trusted {
@@ -460,7 +513,7 @@ impl Files {
                 self.fresh
                     .lock()
                     .expect("memo lock")
-                    .insert(path.to_path_buf(), entry);
+                    .insert(PathKey::of(path), entry);
                 info
             }
         };
@@ -492,7 +545,13 @@ impl Files {
     /// Whether a file hashed in this process differs now from when it was hashed (size,
     /// mtime, ctime or inode; gone counts as changed). A file never hashed: false.
     pub fn changed_since_hashed(&self, path: &Path) -> bool {
-        let Some(e) = self.fresh.lock().expect("memo lock").get(path).cloned() else {
+        let Some(e) = self
+            .fresh
+            .lock()
+            .expect("memo lock")
+            .get(path.as_os_str())
+            .cloned()
+        else {
             return false;
         };
         match fs::metadata(path) {
@@ -545,12 +604,13 @@ impl Files {
     }
 
     fn dir_set(&self, dirs: &[PathBuf]) -> u32 {
-        if let Some(&id) = self.graph.read().expect("graph").dir_sets.get(dirs) {
+        let key = dirs_key(dirs);
+        if let Some(&id) = self.graph.read().expect("graph").dir_sets.get(&key) {
             return id;
         }
         let mut g = self.graph.write().expect("graph");
         let next = g.dir_sets.len() as u32;
-        let id = *g.dir_sets.entry(dirs.to_vec()).or_insert(next);
+        let id = *g.dir_sets.entry(key).or_insert(next);
         if id == next {
             g.sets.push(dirs.into());
         }
@@ -614,7 +674,12 @@ impl Files {
     }
 
     fn listing(&self, dir: &Path) -> Listing {
-        if let Some(l) = self.listings.read().expect("memo lock").get(dir) {
+        if let Some(l) = self
+            .listings
+            .read()
+            .expect("memo lock")
+            .get(dir.as_os_str())
+        {
             return l.clone();
         }
         self.note_dir(dir);
@@ -635,7 +700,7 @@ impl Files {
         self.listings
             .write()
             .expect("memo lock")
-            .entry(dir.to_path_buf())
+            .entry(PathKey::of(dir))
             .or_insert(listing)
             .clone()
     }
@@ -789,8 +854,8 @@ mod tests {
         f.save();
         let again = Files::new(Some(memo));
         assert_eq!(again.old.len(), 1);
-        assert_eq!(again.old[&file].info.hash, info.hash);
-        assert_eq!(again.old[&file].info.includes, info.includes);
+        assert_eq!(again.old[file.as_os_str()].info.hash, info.hash);
+        assert_eq!(again.old[file.as_os_str()].info.includes, info.includes);
     }
 
     #[test]
@@ -816,6 +881,7 @@ mod tests {
         let names = Files::new(Some(memo))
             .old
             .into_keys()
+            .map(|k| k.0)
             .collect::<std::collections::BTreeSet<_>>();
         let want = ["kept.h", "new.h", "unread.h"]
             .map(file)

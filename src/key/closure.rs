@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::{key_name, FileInfo, Files, Graph, IdHash, KeyHasher, Node};
+use super::{dirs_key, key_name, FileInfo, Files, Graph, IdHash, KeyHasher, Node, PathKey};
 
 /// A set of interned file ids. Trailing zero words are trimmed, so a set of early ids
 /// stays small however many files are interned later.
@@ -298,7 +298,8 @@ impl Files {
     /// A closure computed already (one shared lock: kernels of many scenes share one).
     pub(super) fn memoized(&self, source: &Path, dirs: &[PathBuf]) -> Option<Closure> {
         let g = self.graph.read().expect("graph");
-        let (src, set) = (g.ids.get(source)?, g.dir_sets.get(dirs)?);
+        let src = g.ids.get(source.as_os_str())?;
+        let set = g.dir_sets.get(&dirs_key(dirs))?;
         g.closures.get(&(*src, *set)).cloned()
     }
 
@@ -334,7 +335,7 @@ impl Files {
         {
             let mut g = self.graph.write().expect("graph");
             for &(src, set) in &roots {
-                let made = match g.ids.get(src) {
+                let made = match g.ids.get(src.as_os_str()) {
                     None => Err(failures.of_path(src)),
                     Some(&id) => members(&mut g, id, set)
                         .map_err(|file| failures.of(&g, file, set))
@@ -413,11 +414,11 @@ impl Files {
                         let id = g.nodes.len() as u32;
                         g.nodes.push(Arc::new(node.expect("a node for a new file")));
                         g.paths.push(item.path.clone());
-                        g.ids.insert(item.path.clone(), id);
+                        g.ids.insert(PathKey::of(&item.path), id);
                         id
                     }
                 };
-                seen.entry(item.path).or_insert(read.info);
+                seen.entry(PathKey(item.path)).or_insert(read.info);
                 for (set, kids) in item.sets.into_iter().zip(read.kids) {
                     visited.insert((id, set));
                     wave.extend(kids.iter().map(|k| (k.clone(), set)));
@@ -427,12 +428,12 @@ impl Files {
         }
         let mut g = self.graph.write().expect("graph");
         for (id, set, kids) in edges {
-            match kids.iter().find(|k| !g.ids.contains_key(*k)) {
+            match kids.iter().find(|k| !g.ids.contains_key(k.as_os_str())) {
                 Some(bad) => {
                     fails.stuck.insert((id, set), bad.clone());
                 }
                 None => {
-                    let ids: Arc<[u32]> = kids.iter().map(|k| g.ids[k]).collect();
+                    let ids: Arc<[u32]> = kids.iter().map(|k| g.ids[k.as_os_str()]).collect();
                     g.children.entry((id, set)).or_insert(ids);
                 }
             }
@@ -457,7 +458,7 @@ impl Files {
             if fails.unread.contains_key(&path) {
                 continue;
             }
-            let Some(&id) = g.ids.get(&path) else {
+            let Some(&id) = g.ids.get(path.as_os_str()) else {
                 match new_at.get(&path) {
                     Some(&i) if !items[i].sets.contains(&set) => items[i].sets.push(set),
                     Some(_) => {}

@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::closure::{Bits, ClosureSet, Table};
-use super::{key_name, now_ns, Files, KeyHasher, Node, KEY_SCHEMA, RACY_NS};
+use super::{dirs_key, key_name, now_ns, Files, KeyHasher, Node, PathKey, KEY_SCHEMA, RACY_NS};
 use crate::fsutil::Stamp;
 
 /// 1: first version.
@@ -153,8 +153,8 @@ impl Files {
             // A file that changed keeps its slot (closures name files by index) but not
             // its path: found again, it is interned anew with what it holds now.
             if let Some(info) = info {
-                g.ids.insert(path.clone(), i as u32);
-                seen.entry(path.clone()).or_insert(info);
+                g.ids.insert(PathKey::of(path), i as u32);
+                seen.entry(PathKey::of(path)).or_insert(info);
             }
         }
         let sets: Vec<u32> = m
@@ -162,7 +162,7 @@ impl Files {
             .iter()
             .map(|dirs| {
                 let next = g.dir_sets.len() as u32;
-                let id = *g.dir_sets.entry(dirs.clone()).or_insert(next);
+                let id = *g.dir_sets.entry(dirs_key(dirs)).or_insert(next);
                 if id == next {
                     g.sets.push(dirs.as_slice().into());
                 }
