@@ -8,9 +8,10 @@
 # Every scene adds -DSCENE_ID=<n>, so every kernel entry has its own key (21,000 keys).
 # The cache is empty: this measures key computation + lookup, not hits.
 #
-#   cold: build/scenerun/statmemo.json and manifest.json deleted before each run (every
-#         file re-hashed, the manifest parsed, both memos written): a first run
-#   warm: both memos filled by a previous run, files older than the 1 s racy window
+#   cold: build/scenerun/statmemo.json, closurememo.json and manifest.json deleted before
+#         each run (every file re-hashed, every include closure walked, the manifest
+#         parsed, the three memos written): a first run
+#   warm: the memos filled by a previous run, files older than the 1 s racy window
 #
 # Env: SCENES KERNELS SOURCES RUNS (hyperfine runs per case, default 10), BENCH_KEEP=1.
 source "$(dirname "$0")/lib.sh"
@@ -46,7 +47,7 @@ log "plan: $steps warm steps ($kernels kernels)"
 
 log "timing cold plan ($RUNS runs)"
 hyperfine -N --style none --runs "$RUNS" --warmup 1 \
-    --prepare "rm -f $SUITE/build/scenerun/statmemo.json $SUITE/build/scenerun/manifest.json" \
+    --prepare "rm -f $SUITE/build/scenerun/statmemo.json $SUITE/build/scenerun/closurememo.json $SUITE/build/scenerun/manifest.json" \
     --export-json "$BENCH_TMP/cold.json" "$SCENERUN plan" >&2
 read -r c_med c_mean c_sd c_user c_sys c_min c_max < <(hf_stats "$BENCH_TMP/cold.json")
 
@@ -60,16 +61,16 @@ rss_kb() {
     /usr/bin/time -f '%M' -o "$BENCH_TMP/rss" "$SCENERUN" plan >/dev/null 2>&1
     cat "$BENCH_TMP/rss"
 }
-rm -f build/scenerun/statmemo.json build/scenerun/manifest.json
+rm -f build/scenerun/statmemo.json build/scenerun/closurememo.json build/scenerun/manifest.json
 cold_rss=$(rss_kb)
 warm_rss=$(rss_kb)
 peak_mib=$(python3 -c "print(f'{max($cold_rss,$warm_rss)/1024:.1f}')")
 
 load=$(loadavg)
 table_header
-row "plan ($SCENES×$KERNELS, $steps steps)" "cold (no stat memo), median of $RUNS" \
+row "plan ($SCENES×$KERNELS, $steps steps)" "cold (no stat, closure or manifest memo), median of $RUNS" \
     "${c_med} s (min ${c_min}, CPU ${c_user}+${c_sys} s)" "< 0.6 s" "$(mark "$c_med" lt 0.6)"
-row "plan ($SCENES×$KERNELS, $steps steps)" "stat memo warm, median of $RUNS" \
+row "plan ($SCENES×$KERNELS, $steps steps)" "memos warm, median of $RUNS" \
     "${w_med} s (min ${w_min}, CPU ${w_user}+${w_sys} s)" "< 0.3 s" "$(mark "$w_med" lt 0.3)"
 row "plan ($SCENES×$KERNELS, $steps steps)" "peak RSS (cold / warm)" \
     "$(python3 -c "print(f'{$cold_rss/1024:.1f} / {$warm_rss/1024:.1f} MiB')")" "< 60 MiB" "$(mark "$peak_mib" lt 60)"

@@ -8,7 +8,6 @@
 //! mtime) drops the whole memo; a file whose content changed drops the closures that
 //! hold it or come from it. What is kept is exactly what computing anew would give.
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -211,7 +210,11 @@ impl Files {
             .iter()
             .chain(sources.iter().filter(|&id| !members.contains(id)))
             .collect();
-        let index: HashMap<u32, u32> = order.iter().copied().zip(0..).collect();
+        // id → new index (a dense table: a closure's members are remapped one by one).
+        let mut index = vec![u32::MAX; g.nodes.len()];
+        for (at, &id) in order.iter().enumerate() {
+            index[id as usize] = at as u32;
+        }
         let files = order
             .iter()
             .map(|&id| {
@@ -227,9 +230,9 @@ impl Files {
             .map(|(&(src, set), c)| {
                 let mut members = Bits::default();
                 for id in c.members.iter() {
-                    members.insert(index[&id]);
+                    members.insert(index[id as usize]);
                 }
-                (index[&src], set, c.digest.clone(), to_hex(&members))
+                (index[src as usize], set, c.digest.clone(), to_hex(&members))
             })
             .collect();
         let dirs = self
