@@ -355,6 +355,14 @@ mod tests {
             .collect()
     }
 
+    /// The closures computed by a run with the memo, which then saves it.
+    fn computed_and_saved(base: &Path) -> Vec<(BTreeSet<String>, String)> {
+        let first = files(base);
+        let got = closures(&first, base);
+        first.save();
+        got
+    }
+
     fn computed_anew(base: &Path) -> Vec<(BTreeSet<String>, String)> {
         closures(&Files::new(None), base)
     }
@@ -363,14 +371,12 @@ mod tests {
     fn a_restore_gives_what_computing_anew_gives_without_listing_a_directory() {
         let tmp = checkout();
         let base = tmp.path();
-        let first = files(base);
-        let want = closures(&first, base);
-        first.save();
+        let want = computed_and_saved(base);
         assert_eq!(want, computed_anew(base));
 
         // Members come first in the file table: three headers, one word per closure,
         // however many sources follow them.
-        let path = first.closure_memo_path().unwrap();
+        let path = base.join("job").join("closurememo.json");
         let m: MemoFile = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
         assert_eq!(m.files.len(), 6);
         assert!(m.files[..3]
@@ -398,9 +404,7 @@ mod tests {
     fn an_edited_header_drops_the_closures_that_hold_it_and_only_those() {
         let tmp = checkout();
         let base = tmp.path();
-        let first = files(base);
-        closures(&first, base);
-        first.save();
+        computed_and_saved(base);
         // Same size, other content: the stat memo's stamp may not even tell.
         fs::write(base.join("inc/common.h"), "// COMMON\n").unwrap();
         assert_eq!(restored(base), [false, true, false]);
@@ -417,9 +421,7 @@ mod tests {
     fn a_header_added_to_a_listed_directory_drops_the_whole_memo() {
         let tmp = checkout();
         let base = tmp.path();
-        let first = files(base);
-        closures(&first, base);
-        first.save();
+        computed_and_saved(base);
         // A header beside the source now shadows inc/a.h for `#include "a.h"`.
         fs::write(base.join("src/a.h"), "// shadow\n").unwrap();
         assert_eq!(restored(base), [false, false, false]);
@@ -445,10 +447,8 @@ mod tests {
     fn a_damaged_or_foreign_memo_is_ignored() {
         let tmp = checkout();
         let base = tmp.path();
-        let first = files(base);
-        let want = closures(&first, base);
-        first.save();
-        let path = first.closure_memo_path().unwrap();
+        let want = computed_and_saved(base);
+        let path = base.join("job").join("closurememo.json");
         let good = fs::read_to_string(&path).unwrap();
         let mut m: MemoFile = serde_json::from_str(&good).unwrap();
         // A member index past the file table.

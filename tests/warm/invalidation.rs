@@ -200,8 +200,8 @@ fn fixture_input_change_reruns_that_fixture_and_its_golden() {
     assert_eq!(s.count("logs/cc.log"), 3);
 }
 
-#[test]
-fn new_header_that_shadows_an_old_one_rebuilds() {
+/// One kernel including `shadow.h`, found in `include2` behind an `include` that has none.
+fn shadow_suite() -> Suite {
     let s = base_suite();
     s.write("include2/shadow.h", "#define SHADOW 1\n");
     s.write(
@@ -211,6 +211,12 @@ fn new_header_that_shadows_an_old_one_rebuilds() {
     let mut y = head(false);
     y.push_str("  - name: s0\n    kernels:\n      - name: sh\n        toolchain: cc\n        source: kernels/sh.c\n        include_dirs: [include, include2]\n");
     s.manifest(&y);
+    s
+}
+
+#[test]
+fn new_header_that_shadows_an_old_one_rebuilds() {
+    let s = shadow_suite();
     warm(&s, &[]);
     assert_eq!(s.count("logs/cc.log"), 1);
     // A header of the same name in an earlier include dir: the compiler now reads it.
@@ -229,15 +235,7 @@ fn new_header_that_shadows_an_old_one_rebuilds() {
 #[test]
 fn header_changes_are_seen_through_the_closure_memo() {
     use std::os::unix::fs::MetadataExt;
-    let s = base_suite();
-    s.write("include2/shadow.h", "#define SHADOW 1\n");
-    s.write(
-        "kernels/sh.c",
-        "#include \"shadow.h\"\nint sh(void) { return SHADOW; }\n",
-    );
-    let mut y = head(false);
-    y.push_str("  - name: s0\n    kernels:\n      - name: sh\n        toolchain: cc\n        source: kernels/sh.c\n        include_dirs: [include, include2]\n");
-    s.manifest(&y);
+    let s = shadow_suite();
     std::thread::sleep(std::time::Duration::from_millis(1_200));
     warm(&s, &[]);
     assert_eq!(s.count("logs/cc.log"), 1);
