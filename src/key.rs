@@ -578,9 +578,22 @@ impl Files {
         Ok(self.info(path)?.hash.clone())
     }
 
-    /// Write the memo back (atomically; a failure only costs re-hashing next time).
+    /// Write the stat memo and the closure memo back (atomically; a failure only costs
+    /// re-hashing or re-walking next time).
     pub fn save(&self) {
-        self.save_closures();
+        // The two memos are separate files: written side by side when both are due.
+        std::thread::scope(|s| {
+            if self
+                .closures_built
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                s.spawn(|| self.save_closures());
+            }
+            self.save_stats();
+        });
+    }
+
+    fn save_stats(&self) {
         let Some(path) = &self.memo_path else { return };
         let fresh = self.fresh.lock().expect("memo lock");
         // Nothing was hashed: the file on disk already says all we know.

@@ -78,6 +78,36 @@ impl Bits {
         }
     }
 
+    /// For each word, how many ids the set holds below it (for `ranks`).
+    pub(super) fn words_below(&self) -> Vec<u32> {
+        self.0
+            .iter()
+            .scan(0u32, |n, w| {
+                let below = *n;
+                *n += w.count_ones();
+                Some(below)
+            })
+            .collect()
+    }
+
+    /// Each id replaced by its rank among the ids of `among` (which holds them all;
+    /// `below` is `among.words_below()`): a bit at a time, with no table per id.
+    pub(super) fn ranks(&self, among: &Bits, below: &[u32]) -> Bits {
+        let mut out = Bits(vec![0; among.len().div_ceil(64)]);
+        for (i, &word) in self.0.iter().enumerate() {
+            let (mask, base) = (among.0[i], below[i]);
+            let mut w = word;
+            while w != 0 {
+                let bit = w.trailing_zeros();
+                let r = base + (mask & ((1u64 << bit) - 1)).count_ones();
+                out.0[r as usize / 64] |= 1u64 << (r % 64);
+                w &= w - 1;
+            }
+        }
+        out.trim();
+        out
+    }
+
     /// The words, lowest ids first (no trailing zero word).
     pub(super) fn words(&self) -> &[u64] {
         &self.0
@@ -881,6 +911,30 @@ pub(super) mod tests {
             let mut want: Vec<[u8; 32]> = ids.iter().map(|id| nodes[id as usize].digest).collect();
             want.sort();
             assert_eq!(table.sorted_digests(&ids, &extra), want, "{known} known");
+        }
+    }
+
+    #[test]
+    fn ranks_number_ids_by_their_place_among_a_superset() {
+        let mut rng = Rng(11);
+        for _ in 0..50 {
+            let mut among = Bits::default();
+            for _ in 0..rng.below(300) {
+                among.insert(rng.below(1000) as u32);
+            }
+            let all: Vec<u32> = among.iter().collect();
+            let mut some = Bits::default();
+            for &id in &all {
+                if rng.below(2) == 0 {
+                    some.insert(id);
+                }
+            }
+            let want: Vec<u32> = some
+                .iter()
+                .map(|id| all.iter().position(|&a| a == id).unwrap() as u32)
+                .collect();
+            let got = some.ranks(&among, &among.words_below());
+            assert_eq!(got.iter().collect::<Vec<_>>(), want);
         }
     }
 

@@ -63,7 +63,12 @@ struct MemoFile {
 }
 
 fn to_hex(bits: &Bits) -> String {
-    bits.words().iter().map(|w| format!("{w:016x}")).collect()
+    use std::fmt::Write;
+    let mut hex = String::with_capacity(16 * bits.words().len());
+    for w in bits.words() {
+        let _ = write!(hex, "{w:016x}");
+    }
+    hex
 }
 
 fn from_hex(s: &str) -> Option<Bits> {
@@ -210,11 +215,12 @@ impl Files {
             .iter()
             .chain(sources.iter().filter(|&id| !members.contains(id)))
             .collect();
-        // id → new index (a dense table: a closure's members are remapped one by one).
+        // id → new index: a member's is its rank among all members (`Bits::ranks`).
         let mut index = vec![u32::MAX; g.nodes.len()];
         for (at, &id) in order.iter().enumerate() {
             index[id as usize] = at as u32;
         }
+        let below = members.words_below();
         let files = order
             .iter()
             .map(|&id| {
@@ -228,11 +234,8 @@ impl Files {
             .closures
             .iter()
             .map(|(&(src, set), c)| {
-                let mut members = Bits::default();
-                for id in c.members.iter() {
-                    members.insert(index[id as usize]);
-                }
-                (index[src as usize], set, c.digest.clone(), to_hex(&members))
+                let ranked = c.members.ranks(&members, &below);
+                (index[src as usize], set, c.digest.clone(), to_hex(&ranked))
             })
             .collect();
         let dirs = self
