@@ -542,20 +542,30 @@ impl Files {
         })
     }
 
-    /// Whether a file hashed in this process differs now from when it was hashed (size,
-    /// mtime, ctime or inode; gone counts as changed). A file never hashed: false.
+    /// Whether a file this process took the content of differs now from when it did
+    /// (size, mtime, ctime or inode; gone counts as changed): hashed here, or trusted
+    /// from the stat memo (its entry's stamp is the one it had then). A file this
+    /// process never looked at: false.
     pub fn changed_since_hashed(&self, path: &Path) -> bool {
-        let Some(e) = self
+        let key = path.as_os_str();
+        let hashed = self
             .fresh
             .lock()
             .expect("memo lock")
-            .get(path.as_os_str())
-            .cloned()
-        else {
-            return false;
+            .get(key)
+            .map(MemoEntry::stamp);
+        let stamp = match hashed {
+            Some(s) => s,
+            None => {
+                let consulted = self.seen.read().expect("memo lock").contains_key(key);
+                match self.old.get(key).filter(|_| consulted) {
+                    Some(e) => e.stamp(),
+                    None => return false,
+                }
+            }
         };
         match fs::metadata(path) {
-            Ok(m) => Stamp::of(&m) != e.stamp(),
+            Ok(m) => Stamp::of(&m) != stamp,
             Err(_) => true,
         }
     }

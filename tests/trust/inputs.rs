@@ -121,6 +121,40 @@ fn an_input_edited_during_its_step_is_not_published_under_the_old_key() {
     assert_eq!(code(&o), 0, "{}", show(&o));
 }
 
+/// The same edit when the input's hash comes from the stat memo of an earlier plan (the
+/// file older than the racy second, so its entry is trusted and not read again): the
+/// change during the step is still seen, and nothing is published under the old key.
+#[test]
+fn an_input_trusted_from_the_stat_memo_and_edited_during_its_step_is_not_published() {
+    let s = light_suite();
+    s.write("data.txt", "v1\n");
+    s.script(
+        "gen.sh",
+        "#!/bin/sh\necho run >> logs/gen.log\nif [ ! -e logs/edited ]; then touch logs/edited; echo v2-longer > data.txt; fi\ncat data.txt > \"$1/input.txt\"\n",
+    );
+    let yaml = s
+        .read("scenes.yaml")
+        .replace("inputs: [gen.sh]", "inputs: [gen.sh, data.txt]");
+    s.manifest(&yaml);
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    // Hashes data.txt into the stat memo; the warm below trusts that entry.
+    let o = run(&s, &["plan"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("input changed during the step (data.txt)"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(s.count("logs/gen.log"), 2, "rerun once");
+    let entry = only_entry(&s, "fixture");
+    assert_eq!(
+        fs::read_to_string(entry.join("out/input.txt")).unwrap(),
+        "v2-longer\n"
+    );
+}
+
 /// `run` hands the device phase what warm published: after an input changed during the
 /// fixture and the rerun published it under the new key, the device step reads it there
 /// (the plan is updated, not built again).
