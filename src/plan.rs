@@ -327,34 +327,40 @@ impl Plan {
             .iter()
             .map(|ps| KeyInputs::env_hashes(&plan.manifest.scenes[ps.index].env))
             .collect();
-        // Kernel and fixture keys are independent: compute them in parallel; goldens
-        // need their fixture's key.
-        // An indexed collect writes each key into its slot: no per-thread lists of
-        // (index, result, inputs) to concatenate, which set the plan's peak memory.
-        let keys: Vec<Option<Result<String>>> = (0..plan.steps.len())
-            .into_par_iter()
-            .map(|i| {
-                (plan.steps[i].kind != Kind::Golden)
-                    .then(|| plan.compute_key(i, false).map(|k| k.0))
-            })
-            .collect();
-        for (i, k) in keys.into_iter().enumerate() {
-            if let Some(k) = k {
-                plan.steps[i].key = k?;
+        // The closure memo is written while the keys are computed (it needs no key).
+        std::thread::scope(|scope| -> Result<()> {
+            let files = &plan.files;
+            scope.spawn(move || files.save_closures());
+            // Kernel and fixture keys are independent: compute them in parallel; goldens
+            // need their fixture's key.
+            // An indexed collect writes each key into its slot: no per-thread lists of
+            // (index, result, inputs) to concatenate, which set the plan's peak memory.
+            let keys: Vec<Option<Result<String>>> = (0..plan.steps.len())
+                .into_par_iter()
+                .map(|i| {
+                    (plan.steps[i].kind != Kind::Golden)
+                        .then(|| plan.compute_key(i, false).map(|k| k.0))
+                })
+                .collect();
+            for (i, k) in keys.into_iter().enumerate() {
+                if let Some(k) = k {
+                    plan.steps[i].key = k?;
+                }
             }
-        }
-        let golden_keys: Vec<Option<Result<String>>> = (0..plan.steps.len())
-            .into_par_iter()
-            .map(|i| {
-                (plan.steps[i].kind == Kind::Golden)
-                    .then(|| plan.compute_key(i, false).map(|k| k.0))
-            })
-            .collect();
-        for (i, k) in golden_keys.into_iter().enumerate() {
-            if let Some(k) = k {
-                plan.steps[i].key = k?;
+            let golden_keys: Vec<Option<Result<String>>> = (0..plan.steps.len())
+                .into_par_iter()
+                .map(|i| {
+                    (plan.steps[i].kind == Kind::Golden)
+                        .then(|| plan.compute_key(i, false).map(|k| k.0))
+                })
+                .collect();
+            for (i, k) in golden_keys.into_iter().enumerate() {
+                if let Some(k) = k {
+                    plan.steps[i].key = k?;
+                }
             }
-        }
+            Ok(())
+        })?;
 
         plan.group_units();
         // One lookup per unit (scenes share kernels). After the first miss, a key its

@@ -352,10 +352,6 @@ impl Files {
             .collect();
         roots.sort_unstable();
         roots.dedup();
-        if !roots.is_empty() {
-            self.closures_built
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
         let failures = self.discover(base, &roots);
         self.fresh_table();
 
@@ -400,6 +396,12 @@ impl Files {
                 };
                 g.closures.entry(at).or_insert_with(|| Arc::new(set));
             }
+        }
+        // After they are in the graph: a memo written meanwhile that missed them is
+        // written again by the next `save`.
+        if !roots.is_empty() {
+            self.closures_built
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         wanted
             .iter()

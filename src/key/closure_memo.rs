@@ -193,11 +193,12 @@ impl Files {
     /// header, a directory it could not stat): otherwise the memo on disk is left as it
     /// is — it is checked anew on every restore. A failure only costs walking the
     /// headers next time.
-    pub(super) fn save_closures(&self) {
+    pub fn save_closures(&self) {
         let (Some(path), Some(base)) = (self.closure_memo_path(), self.closure_base.get()) else {
             return;
         };
-        let built = self.closures_built.load(Ordering::Relaxed);
+        // Written once for what was built so far: a later call writes only if more was.
+        let built = self.closures_built.swap(false, Ordering::Relaxed);
         // After `forget` the graph holds only what was asked since: a part of the plan.
         if !built || self.forgot.load(Ordering::Relaxed) || self.volatile.load(Ordering::Relaxed) {
             return;
