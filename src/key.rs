@@ -29,6 +29,12 @@ const SCAN_LIMIT: u64 = 4 << 20;
 /// within the same timestamp tick ("racy clean"): its memo entry is not trusted.
 const RACY_NS: i128 = 1_000_000_000;
 
+/// Whether what `stamp` describes was last changed more than `RACY_NS` before `at_ns`
+/// (when it was hashed or listed), so the stamp alone tells any later change.
+fn settled(stamp: &Stamp, at_ns: i128) -> bool {
+    stamp.mtime_ns.max(stamp.ctime_ns) + RACY_NS < at_ns
+}
+
 /// Builds one key: every field is written as (tag length, tag, value length, value).
 pub struct KeyHasher(blake3::Hasher);
 
@@ -210,6 +216,32 @@ pub struct Node {
     /// BLAKE3 of the length-prefixed (name, content hash): what a closure digest is made
     /// of, computed once per file however many closures hold it.
     pub digest: [u8; 32],
+}
+
+impl Node {
+    /// The node of the file at `path`, whose content hash is `hash`.
+    fn of(base: &Path, path: &Path, hash: &str) -> Node {
+        let name = key_name(base, path);
+        let mut d = KeyHasher::new("include-file");
+        d.file("include", &name, hash);
+        Node {
+            digest: *d.0.finalize().as_bytes(),
+            name,
+            hash: hash.to_string(),
+        }
+    }
+}
+
+impl Graph {
+    /// The id of an include-dir list, given on first sight.
+    fn dir_set(&mut self, dirs: &[PathBuf]) -> u32 {
+        let next = self.dir_sets.len() as u32;
+        let id = *self.dir_sets.entry(dirs_key(dirs)).or_insert(next);
+        if id == next {
+            self.sets.push(dirs.into());
+        }
+        id
+    }
 }
 
 /// The include graph over interned files: each file's resolved includes are found once
@@ -489,9 +521,10 @@ impl Files {
             return Err(crate::fsutil::not_regular(path, found));
         }
         let now = Stamp::of(&meta);
-        let trusted = self.old.get(path.as_os_str()).filter(|e| {
-            e.stamp() == now && now.mtime_ns.max(now.ctime_ns) + RACY_NS < e.hashed_at_ns
-        });
+        let trusted = self
+            .old
+            .get(path.as_os_str())
+            .filter(|e| e.stamp() == now && settled(&now, e.hashed_at_ns));
         let info = match trusted {
             // Trusted: the memo's entry is already in `old` and is written back from
             // there; nothing is read, hashed or copied into `fresh`.
@@ -627,17 +660,16 @@ impl Files {
     }
 
     fn dir_set(&self, dirs: &[PathBuf]) -> u32 {
-        let key = dirs_key(dirs);
-        if let Some(&id) = self.graph.read().expect("graph").dir_sets.get(&key) {
+        if let Some(&id) = self
+            .graph
+            .read()
+            .expect("graph")
+            .dir_sets
+            .get(&dirs_key(dirs))
+        {
             return id;
         }
-        let mut g = self.graph.write().expect("graph");
-        let next = g.dir_sets.len() as u32;
-        let id = *g.dir_sets.entry(key).or_insert(next);
-        if id == next {
-            g.sets.push(dirs.into());
-        }
-        id
+        self.graph.write().expect("graph").dir_set(dirs)
     }
 
     /// The file an include names: beside the including file (`"x"` only), then in each

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::{dirs_key, key_name, FileInfo, Files, Graph, IdHash, KeyHasher, Node, PathKey};
+use super::{dirs_key, FileInfo, Files, Graph, IdHash, KeyHasher, Node, PathKey};
 
 /// A set of interned file ids. Trailing zero words are trimmed, so a set of early ids
 /// stays small however many files are interned later.
@@ -530,16 +530,10 @@ impl Files {
             Some(i) => i,
             None => self.probe(&item.path)?,
         };
-        let node = item.id.is_none().then(|| {
-            let name = key_name(base, &item.path);
-            let mut d = KeyHasher::new("include-file");
-            d.file("include", &name, &info.hash);
-            Node {
-                digest: *d.0.finalize().as_bytes(),
-                name,
-                hash: info.hash.clone(),
-            }
-        });
+        let node = item
+            .id
+            .is_none()
+            .then(|| Node::of(base, &item.path, &info.hash));
         let here = item.path.parent().unwrap_or(Path::new("/"));
         let kids = item
             .sets

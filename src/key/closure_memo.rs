@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::closure::{Bits, ClosureSet, Table};
-use super::{dirs_key, key_name, now_ns, Files, KeyHasher, Node, PathKey, KEY_SCHEMA, RACY_NS};
+use super::{now_ns, settled, Files, Node, PathKey, KEY_SCHEMA};
 use crate::fsutil::Stamp;
 
 /// 1: first version.
@@ -40,10 +40,7 @@ impl DirSeen {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(_) => return false,
         };
-        now == self.stamp
-            && self
-                .stamp
-                .is_none_or(|s| s.mtime_ns.max(s.ctime_ns) + RACY_NS < self.listed_at_ns)
+        now == self.stamp && self.stamp.is_none_or(|s| settled(&s, self.listed_at_ns))
     }
 }
 
@@ -110,15 +107,8 @@ impl Files {
             .par_iter()
             .with_min_len(64)
             .map(|(path, hash)| {
-                let name = key_name(base, path);
-                let mut d = KeyHasher::new("include-file");
-                d.file("include", &name, hash);
-                let node = Node {
-                    digest: *d.0.finalize().as_bytes(),
-                    name,
-                    hash: hash.clone(),
-                };
-                (node, self.probe(path).ok().filter(|i| i.hash == *hash))
+                let now = self.probe(path).ok().filter(|i| i.hash == *hash);
+                (Node::of(base, path, hash), now)
             })
             .collect();
         let mut changed = Bits::default();
@@ -161,18 +151,7 @@ impl Files {
                 seen.entry(PathKey::of(path)).or_insert(info);
             }
         }
-        let sets: Vec<u32> = m
-            .sets
-            .iter()
-            .map(|dirs| {
-                let next = g.dir_sets.len() as u32;
-                let id = *g.dir_sets.entry(dirs_key(dirs)).or_insert(next);
-                if id == next {
-                    g.sets.push(dirs.as_slice().into());
-                }
-                id
-            })
-            .collect();
+        let sets: Vec<u32> = m.sets.iter().map(|dirs| g.dir_set(dirs)).collect();
         let table = Arc::new(Table::new(g.nodes.clone()));
         g.table = table.clone();
         for (src, set, digest, members) in closures {
@@ -294,6 +273,13 @@ mod tests {
     use std::collections::BTreeSet;
     use std::time::Duration;
 
+    use crate::key::RACY_NS;
+
+    /// Wait until what was just written is older than the racy window.
+    fn past_the_racy_window() {
+        std::thread::sleep(Duration::from_nanos(RACY_NS as u64 + 100_000_000));
+    }
+
     /// A checkout: `src/a.c` → `inc/a.h` → `inc/common.h`, `src/b.c` → `inc/b.h`, and
     /// `src/c.c` → `inc/common.h`. Its directories are older than a racy tick when
     /// returned, so their listings can be trusted.
@@ -313,7 +299,7 @@ mod tests {
         ] {
             fs::write(path, text).unwrap();
         }
-        std::thread::sleep(Duration::from_nanos(RACY_NS as u64 + 100_000_000));
+        past_the_racy_window();
         tmp
     }
 
@@ -503,7 +489,7 @@ mod tests {
                 (tmp, asks)
             })
             .collect();
-        std::thread::sleep(Duration::from_nanos(RACY_NS as u64 + 100_000_000));
+        past_the_racy_window();
         for (seed, (tmp, asks)) in trees.iter().enumerate() {
             let base = tmp.path();
             let wanted: Vec<(&Path, &[PathBuf])> = asks
