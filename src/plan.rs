@@ -207,17 +207,7 @@ impl Plan {
         // of its own (they wait on a child process, and a rayon worker must not), the
         // history and warm record read on another, while the rayon pool finds the
         // include closures of the selected kernels (they need no identity).
-        let mut used: Vec<&str> = selected
-            .iter()
-            .flat_map(|&i| {
-                manifest.scenes[i]
-                    .kernels
-                    .iter()
-                    .map(|k| k.toolchain.as_str())
-            })
-            .collect();
-        used.sort();
-        used.dedup();
+        let used = toolchains_used(&manifest, &selected);
         let (identities, gen_identities, (history, record)) = std::thread::scope(|scope| {
             let (manifest, selected) = (&manifest, &selected);
             let ids = scope.spawn(|| {
@@ -663,7 +653,7 @@ impl Plan {
                 if let Some(r) = &mut rec {
                     r.file(&k.source.rel, &src.hash);
                 }
-                let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
+                let dirs = include_paths(k);
                 let closure = self
                     .files
                     .closure(base, &k.source.abs, &dirs)
@@ -720,7 +710,7 @@ impl Plan {
         match step.kind {
             Kind::Kernel => {
                 let (k, _) = self.kernel(step);
-                let dirs: Vec<PathBuf> = k.include_dirs.iter().map(|d| d.abs.clone()).collect();
+                let dirs = include_paths(k);
                 let mut out = vec![k.source.abs.clone()];
                 if let Ok(c) = self.files.closure(base, &k.source.abs, &dirs) {
                     out.extend(c.files().map(|n| key::key_path(base, &n.name)));
@@ -860,6 +850,11 @@ fn include_words(tc: &Toolchain, k: &Kernel) -> Vec<String> {
     out
 }
 
+/// A kernel's include dirs as `Files::closure` takes them.
+fn include_paths(k: &Kernel) -> Vec<PathBuf> {
+    k.include_dirs.iter().map(|d| d.abs.clone()).collect()
+}
+
 /// The include closures of the selected kernels, found ahead of their keys (`files`
 /// keeps them); an error is left for the key computation to report.
 fn find_closures(manifest: &Manifest, selected: &[usize], files: &Files) {
@@ -882,10 +877,7 @@ fn find_closures(manifest: &Manifest, selected: &[usize], files: &Files) {
         let ((sa, da), (sb, db)) = (names(a), names(b));
         sa == sb && da.eq(db)
     });
-    let dirs: Vec<Vec<PathBuf>> = kernels
-        .iter()
-        .map(|k| k.include_dirs.iter().map(|d| d.abs.clone()).collect())
-        .collect();
+    let dirs: Vec<Vec<PathBuf>> = kernels.iter().map(|k| include_paths(k)).collect();
     let wanted: Vec<(&Path, &[PathBuf])> = kernels
         .iter()
         .zip(&dirs)
@@ -919,25 +911,15 @@ pub fn start_identities<'scope>(
     let Ok(selected) = crate::select::select(&manifest.scenes, sel) else {
         return;
     };
-    let mut cmds: Vec<(&str, std::time::Duration)> = Vec::new();
-    for &i in &selected {
-        let scene = &manifest.scenes[i];
-        let toolchains = scene
-            .kernels
-            .iter()
-            .filter_map(|k| manifest.toolchains.get(&k.toolchain))
-            .filter_map(|tc| Some((tc.identity.as_deref()?, tc.identity_timeout)));
-        let gens = [&scene.fixture, &scene.golden]
-            .into_iter()
-            .filter_map(|g| g.as_ref()?.identity.as_deref())
-            .map(|cmd| (cmd, crate::identity::DEFAULT_TIMEOUT));
-        for c in toolchains.chain(gens) {
-            if !cmds.contains(&c) {
-                cmds.push(c);
-            }
-        }
-    }
-    for (cmd, timeout) in cmds {
+    // The same commands `Plan::build` runs, with the same timeouts.
+    let toolchains = toolchains_used(manifest, &selected)
+        .into_iter()
+        .filter_map(|name| manifest.toolchains.get(name))
+        .filter_map(|tc| Some((tc.identity.as_deref()?, tc.identity_timeout)));
+    let gens = gen_identity_commands(manifest, &selected)
+        .into_iter()
+        .map(|(cmd, _)| (cmd, crate::identity::DEFAULT_TIMEOUT));
+    for (cmd, timeout) in toolchains.chain(gens) {
         let (cmd, dir, env) = (cmd.to_string(), manifest.dir.clone(), manifest.env.clone());
         s.spawn(move || {
             let _ = crate::identity::run(&cmd, &dir, &env, timeout);
@@ -945,9 +927,28 @@ pub fn start_identities<'scope>(
     }
 }
 
-/// The identity outputs of the selected fixture and golden steps, by command (each
-/// distinct command runs once, bounded by the default identity timeout).
-fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<String, Vec<u8>>> {
+/// The toolchains the selected scenes' kernels use, each once.
+fn toolchains_used<'m>(manifest: &'m Manifest, selected: &[usize]) -> Vec<&'m str> {
+    let mut used: Vec<&str> = selected
+        .iter()
+        .flat_map(|&i| {
+            manifest.scenes[i]
+                .kernels
+                .iter()
+                .map(|k| k.toolchain.as_str())
+        })
+        .collect();
+    used.sort();
+    used.dedup();
+    used
+}
+
+/// The selected fixture and golden identity commands, each once, with which step kind
+/// first names it (for messages).
+fn gen_identity_commands<'m>(
+    manifest: &'m Manifest,
+    selected: &[usize],
+) -> Vec<(&'m str, &'static str)> {
     let mut cmds: Vec<(&str, &str)> = Vec::new();
     for &i in selected {
         let s = &manifest.scenes[i];
@@ -959,16 +960,25 @@ fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<Str
             }
         }
     }
-    each_waiting(&cmds, |&(cmd, what)| {
-        crate::identity::run(
-            cmd,
-            &manifest.dir,
-            &manifest.env,
-            crate::identity::DEFAULT_TIMEOUT,
-        )
-        .map(|o| (cmd.to_string(), o))
-        .map_err(|e| crate::coded!(Exit::Infra, "{what} identity: {e}"))
-    })
+    cmds
+}
+
+/// The identity outputs of the selected fixture and golden steps, by command (each
+/// distinct command runs once, bounded by the default identity timeout).
+fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<String, Vec<u8>>> {
+    each_waiting(
+        &gen_identity_commands(manifest, selected),
+        |&(cmd, what)| {
+            crate::identity::run(
+                cmd,
+                &manifest.dir,
+                &manifest.env,
+                crate::identity::DEFAULT_TIMEOUT,
+            )
+            .map(|o| (cmd.to_string(), o))
+            .map_err(|e| crate::coded!(Exit::Infra, "{what} identity: {e}"))
+        },
+    )
     .into_iter()
     .collect()
 }
