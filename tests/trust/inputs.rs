@@ -80,11 +80,9 @@ fn an_identity_command_runs_once_per_process() {
     assert_eq!(s.count("logs/identity.log"), 1);
 }
 
-/// The fixture script edits its own input while it runs (the first time only): what it
-/// built is not published under the key of the old content; it reruns once under the
-/// key of the new content; reverting the edit is a miss, never a hit on wrong content.
-#[test]
-fn an_input_edited_during_its_step_is_not_published_under_the_old_key() {
+/// A suite whose fixture script edits its input `data.txt` ("v1" → "v2-longer") the
+/// first time it runs, then copies it into its output.
+fn self_editing_suite() -> Suite {
     let s = light_suite();
     s.write("data.txt", "v1\n");
     s.script(
@@ -95,6 +93,15 @@ fn an_input_edited_during_its_step_is_not_published_under_the_old_key() {
         .read("scenes.yaml")
         .replace("inputs: [gen.sh]", "inputs: [gen.sh, data.txt]");
     s.manifest(&yaml);
+    s
+}
+
+/// The fixture script edits its own input while it runs (the first time only): what it
+/// built is not published under the key of the old content; it reruns once under the
+/// key of the new content; reverting the edit is a miss, never a hit on wrong content.
+#[test]
+fn an_input_edited_during_its_step_is_not_published_under_the_old_key() {
+    let s = self_editing_suite();
     let o = run(&s, &["warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
     assert!(
@@ -126,16 +133,7 @@ fn an_input_edited_during_its_step_is_not_published_under_the_old_key() {
 /// change during the step is still seen, and nothing is published under the old key.
 #[test]
 fn an_input_trusted_from_the_stat_memo_and_edited_during_its_step_is_not_published() {
-    let s = light_suite();
-    s.write("data.txt", "v1\n");
-    s.script(
-        "gen.sh",
-        "#!/bin/sh\necho run >> logs/gen.log\nif [ ! -e logs/edited ]; then touch logs/edited; echo v2-longer > data.txt; fi\ncat data.txt > \"$1/input.txt\"\n",
-    );
-    let yaml = s
-        .read("scenes.yaml")
-        .replace("inputs: [gen.sh]", "inputs: [gen.sh, data.txt]");
-    s.manifest(&yaml);
+    let s = self_editing_suite();
     std::thread::sleep(std::time::Duration::from_millis(1_200));
     // Hashes data.txt into the stat memo; the warm below trusts that entry.
     let o = run(&s, &["plan"]);
