@@ -420,18 +420,8 @@ pub struct Files {
     /// graph has one writer, so a batch's files can be read in parallel without locks
     /// and merged between waves.
     building: Mutex<()>,
-    /// The closure memo's base directory, once restored (`restore_closures`): saving
-    /// is on from then.
-    closure_base: std::sync::OnceLock<PathBuf>,
-    /// A batch computed closures (the closure memo is worth writing).
-    closures_built: std::sync::atomic::AtomicBool,
-    /// `forget` reset the graph: the closures held are a part of the plan's.
-    forgot: std::sync::atomic::AtomicBool,
-    /// Something consulted can change without a listing changing (a symlinked header,
-    /// an unreadable directory): closures computed now are not persisted.
-    volatile: std::sync::atomic::AtomicBool,
-    /// Every directory listed to resolve includes, as it was then.
-    dirs_seen: Mutex<HashMap<PathBuf, closure_memo::DirSeen>>,
+    /// What the closure memo is told while closures are found (see there).
+    persist: closure_memo::Persist,
     /// Tells this `Files` and its `forget`s apart in the per-thread dependency names.
     id: u64,
     generation: std::sync::atomic::AtomicU64,
@@ -467,11 +457,7 @@ impl Files {
             listings: RwLock::default(),
             graph: RwLock::default(),
             building: Mutex::default(),
-            closure_base: Default::default(),
-            closures_built: Default::default(),
-            forgot: Default::default(),
-            volatile: Default::default(),
-            dirs_seen: Mutex::default(),
+            persist: Default::default(),
             id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -607,8 +593,7 @@ impl Files {
     /// which re-checks every file by its stat): the next key computed reads files anew.
     pub fn forget(&self) {
         let _no_batch = self.building.lock().expect("closure batch");
-        self.forgot
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.persist.forgot();
         self.seen.write().expect("memo lock").clear();
         // A header created meanwhile must be found: include dirs are listed again.
         self.listings.write().expect("memo lock").clear();
@@ -626,10 +611,7 @@ impl Files {
     pub fn save(&self) {
         // The two memos are separate files: written side by side when both are due.
         std::thread::scope(|s| {
-            if self
-                .closures_built
-                .load(std::sync::atomic::Ordering::Relaxed)
-            {
+            if self.persist.due() {
                 s.spawn(|| self.save_closures());
             }
             self.save_stats();
@@ -718,8 +700,7 @@ impl Files {
             Some(EntryKind::Other) => false,
             Some(EntryKind::Link) => {
                 // The link's target can change with no listing changing.
-                self.volatile
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                self.persist.volatile();
                 path().is_file()
             }
             // Not listed (or not listable): the slow, exact answer only when the listing

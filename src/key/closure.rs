@@ -400,8 +400,7 @@ impl Files {
         // After they are in the graph: a memo written meanwhile that missed them is
         // written again by the next `save`.
         if !roots.is_empty() {
-            self.closures_built
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.persist.built();
         }
         wanted
             .iter()

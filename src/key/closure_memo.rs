@@ -8,10 +8,11 @@
 //! mtime) drops the whole memo; a file whose content changed drops the closures that
 //! hold it or come from it. What is kept is exactly what computing anew would give.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -26,9 +27,9 @@ const VERSION: u32 = 1;
 /// A directory an include was resolved in, as it was when listed (None: it did not
 /// exist), and when it was listed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct DirSeen {
-    pub stamp: Option<Stamp>,
-    pub listed_at_ns: i128,
+struct DirSeen {
+    stamp: Option<Stamp>,
+    listed_at_ns: i128,
 }
 
 impl DirSeen {
@@ -41,6 +42,41 @@ impl DirSeen {
             Err(_) => return false,
         };
         now == self.stamp && self.stamp.is_none_or(|s| settled(&s, self.listed_at_ns))
+    }
+}
+
+/// What a `Files` tells its closure memo while it finds closures.
+#[derive(Default)]
+pub(super) struct Persist {
+    /// The base directory, once restored (`restore_closures`): saving is on from then.
+    base: OnceLock<PathBuf>,
+    /// A batch computed closures since the memo was last written.
+    built: AtomicBool,
+    /// `forget` reset the graph: the closures held are a part of the plan's.
+    forgot: AtomicBool,
+    /// Something consulted can change without a listing changing (a symlinked header,
+    /// a directory that could not be stat'ed): closures computed now are not persisted.
+    volatile: AtomicBool,
+    /// Every directory listed to resolve includes, as it was then.
+    dirs: Mutex<HashMap<PathBuf, DirSeen>>,
+}
+
+impl Persist {
+    pub(super) fn built(&self) {
+        self.built.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn forgot(&self) {
+        self.forgot.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn volatile(&self) {
+        self.volatile.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether closures were built since the memo was last written.
+    pub(super) fn due(&self) -> bool {
+        self.built.load(Ordering::Relaxed)
     }
 }
 
@@ -86,7 +122,7 @@ impl Files {
         let Some(path) = self.closure_memo_path() else {
             return;
         };
-        let _ = self.closure_base.set(base.to_path_buf());
+        let _ = self.persist.base.set(base.to_path_buf());
         let Some(m) = fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice::<MemoFile>(&b).ok())
@@ -164,7 +200,7 @@ impl Files {
             g.closures
                 .insert((src, sets[set as usize]), Arc::new(closure));
         }
-        self.dirs_seen.lock().expect("memo lock").extend(m.dirs);
+        self.persist.dirs.lock().expect("memo lock").extend(m.dirs);
     }
 
     /// Write the closures this process holds, when it computed any, did not `forget`,
@@ -173,13 +209,14 @@ impl Files {
     /// is — it is checked anew on every restore. A failure only costs walking the
     /// headers next time.
     pub fn save_closures(&self) {
-        let (Some(path), Some(base)) = (self.closure_memo_path(), self.closure_base.get()) else {
+        let p = &self.persist;
+        let (Some(path), Some(base)) = (self.closure_memo_path(), p.base.get()) else {
             return;
         };
         // Written once for what was built so far: a later call writes only if more was.
-        let built = self.closures_built.swap(false, Ordering::Relaxed);
+        let built = p.built.swap(false, Ordering::Relaxed);
         // After `forget` the graph holds only what was asked since: a part of the plan.
-        if !built || self.forgot.load(Ordering::Relaxed) || self.volatile.load(Ordering::Relaxed) {
+        if !built || p.forgot.load(Ordering::Relaxed) || p.volatile.load(Ordering::Relaxed) {
             return;
         }
         let g = self.graph.read().expect("graph");
@@ -218,8 +255,8 @@ impl Files {
                 (index[src as usize], set, c.digest.clone(), to_hex(&ranked))
             })
             .collect();
-        let dirs = self
-            .dirs_seen
+        let dirs = p
+            .dirs
             .lock()
             .expect("memo lock")
             .iter()
@@ -253,11 +290,11 @@ impl Files {
             Ok(m) => Some(Stamp::of(&m)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(_) => {
-                self.volatile.store(true, Ordering::Relaxed);
+                self.persist.volatile();
                 None
             }
         };
-        self.dirs_seen.lock().expect("memo lock").insert(
+        self.persist.dirs.lock().expect("memo lock").insert(
             dir.to_path_buf(),
             DirSeen {
                 stamp,
@@ -382,7 +419,7 @@ mod tests {
         assert_eq!(restored(base), [true, true, true]);
         assert_eq!(closures(&again, base), want);
         // Nothing was walked: no batch ran, no directory was listed.
-        assert!(!again.closures_built.load(Ordering::Relaxed));
+        assert!(!again.persist.due());
         assert!(again.listings.read().unwrap().is_empty());
         // A run that computed nothing leaves the memo file as it was.
         let before = fs::read(&path).unwrap();
