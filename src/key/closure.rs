@@ -246,6 +246,12 @@ impl ClosureSet {
 
 pub type Closure = Arc<ClosureSet>;
 
+/// An error reported again (one unreadable header fails every closure that reaches it;
+/// `io::Error` is not `Clone`).
+fn copy(e: &io::Error) -> io::Error {
+    io::Error::new(e.kind(), e.to_string())
+}
+
 fn reset() -> io::Error {
     io::Error::other("an include's file is missing from the include graph")
 }
@@ -293,7 +299,7 @@ impl Failures {
 
     fn of_path(&self, path: &Path) -> io::Error {
         match self.unread.get(path) {
-            Some(e) => io::Error::new(e.kind(), e.to_string()),
+            Some(e) => copy(e),
             None => reset(),
         }
     }
@@ -406,7 +412,7 @@ impl Files {
             .iter()
             .zip(&sets)
             .map(|(&(src, dirs), &set)| match failed.get(&(src, set)) {
-                Some(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                Some(e) => Err(copy(e)),
                 None => self.memoized(src, dirs).ok_or_else(reset),
             })
             .collect()
