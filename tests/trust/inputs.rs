@@ -96,25 +96,31 @@ fn self_editing_suite() -> Suite {
     s
 }
 
+/// A warm of a `self_editing_suite` whose fixture has not run yet: the edit is noticed
+/// and named, the step reruns once, and what is published is the new content.
+fn warm_sees_the_edit(s: &Suite) {
+    let o = run(s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("input changed during the step (data.txt)"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(s.count("logs/gen.log"), 2, "rerun once");
+    let entry = only_entry(s, "fixture");
+    assert_eq!(
+        fs::read_to_string(entry.join("out/input.txt")).unwrap(),
+        "v2-longer\n"
+    );
+}
+
 /// The fixture script edits its own input while it runs (the first time only): what it
 /// built is not published under the key of the old content; it reruns once under the
 /// key of the new content; reverting the edit is a miss, never a hit on wrong content.
 #[test]
 fn an_input_edited_during_its_step_is_not_published_under_the_old_key() {
     let s = self_editing_suite();
-    let o = run(&s, &["warm"]);
-    assert_eq!(code(&o), 0, "{}", show(&o));
-    assert!(
-        stderr(&o).contains("input changed during the step"),
-        "{}",
-        show(&o)
-    );
-    assert_eq!(s.count("logs/gen.log"), 2, "rerun once");
-    let entry = only_entry(&s, "fixture");
-    assert_eq!(
-        fs::read_to_string(entry.join("out/input.txt")).unwrap(),
-        "v2-longer\n"
-    );
+    warm_sees_the_edit(&s);
     // The published key is the key of the content now: a second warm hits.
     let o = run(&s, &["warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
@@ -138,19 +144,7 @@ fn an_input_trusted_from_the_stat_memo_and_edited_during_its_step_is_not_publish
     // Hashes data.txt into the stat memo; the warm below trusts that entry.
     let o = run(&s, &["plan"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
-    let o = run(&s, &["warm"]);
-    assert_eq!(code(&o), 0, "{}", show(&o));
-    assert!(
-        stderr(&o).contains("input changed during the step (data.txt)"),
-        "{}",
-        show(&o)
-    );
-    assert_eq!(s.count("logs/gen.log"), 2, "rerun once");
-    let entry = only_entry(&s, "fixture");
-    assert_eq!(
-        fs::read_to_string(entry.join("out/input.txt")).unwrap(),
-        "v2-longer\n"
-    );
+    warm_sees_the_edit(&s);
 }
 
 /// `run` hands the device phase what warm published: after an input changed during the
