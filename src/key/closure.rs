@@ -713,7 +713,7 @@ pub(super) mod tests {
                     .to_string();
                 let mut d = KeyHasher::new("include-file");
                 d.file("include", &key_name(base, p), &hash);
-                *d.0.finalize().as_bytes()
+                d.digest()
             })
             .collect();
         digests.sort();
