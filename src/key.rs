@@ -135,18 +135,21 @@ struct MemoEntry {
 
 /// A memo entry as the file holds it, one array without field names (a plan reads
 /// thousands): `[size, mtime_ns, ctime_ns, ino, hashed_at_ns, hash, [includes]]`.
+/// The times are read as `i64` (nanoseconds since 1970 fit until 2262): serde_json reads
+/// an `i128` through a string of its own, which was half the cost of reading the memo.
+/// A time out of that range fails the read, and an unreadable memo is ignored.
 #[derive(Deserialize)]
-struct MemoWire(u64, i128, i128, u64, i128, String, Vec<Include>);
+struct MemoWire(u64, i64, i64, u64, i64, String, Vec<Include>);
 
 impl From<MemoWire> for MemoEntry {
     fn from(w: MemoWire) -> MemoEntry {
         let MemoWire(size, mtime_ns, ctime_ns, ino, hashed_at_ns, hash, includes) = w;
         MemoEntry {
             size,
-            mtime_ns,
-            ctime_ns,
+            mtime_ns: mtime_ns.into(),
+            ctime_ns: ctime_ns.into(),
             ino,
-            hashed_at_ns,
+            hashed_at_ns: hashed_at_ns.into(),
             info: Arc::new(FileInfo { hash, includes }),
         }
     }
@@ -992,5 +995,25 @@ mod tests {
             streamed.update(piece);
         }
         assert_eq!(h.finish(), streamed.finalize().to_hex().to_string());
+    }
+
+    /// Times are read as i64 nanoseconds: a memo whose time does not fit is not read
+    /// (every file is hashed again), never misread.
+    #[test]
+    fn a_memo_with_a_time_out_of_range_is_ignored() {
+        let d = tempfile::tempdir().unwrap();
+        let memo = d.path().join("statmemo.json");
+        let file = d.path().join("a.h");
+        fs::write(&file, "// a\n").unwrap();
+        let f = Files::new(Some(memo.clone()));
+        f.hash(&file).unwrap();
+        f.save();
+        assert_eq!(Files::new(Some(memo.clone())).old.len(), 1);
+        let text = fs::read_to_string(&memo).unwrap();
+        let entry: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mtime = entry["entries"][file.to_str().unwrap()][1].to_string();
+        let far = (i128::from(i64::MAX) + 1).to_string();
+        fs::write(&memo, text.replacen(&mtime, &far, 1)).unwrap();
+        assert!(Files::new(Some(memo)).old.is_empty());
     }
 }
