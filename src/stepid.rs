@@ -27,7 +27,14 @@ impl StepId {
     /// The key under which history and key-input records keep this step
     /// (`kernel/scene/name`; also the `built_by` of an entry).
     pub fn record_key(&self) -> String {
-        format!("{}/{}/{}", self.kind.name(), self.scene, self.name)
+        // Built by hand: a plan asks this of every step (history estimates), and `format!`
+        // cost several times the copy.
+        let kind = self.kind.name();
+        let mut key = String::with_capacity(kind.len() + self.scene.len() + self.name.len() + 2);
+        for part in [kind, "/", &self.scene, "/", &self.name] {
+            key.push_str(part);
+        }
+        key
     }
 
     /// The verb printed before the step: `compile`, `fixture`, `golden`.

@@ -205,7 +205,9 @@ impl Template {
 
     /// Fill every placeholder with `value(ph)`, quoting as the value asks.
     pub fn render<'a>(&self, mut value: impl FnMut(Ph) -> Val<'a>) -> String {
-        let mut out = String::new();
+        // Sized for a typical command at once: a plan renders one per step (thousands),
+        // and growing from empty reallocated each a few times.
+        let mut out = String::with_capacity(256);
         for seg in &self.segs {
             match seg {
                 Seg::Lit(s) => out.push_str(s),

@@ -66,7 +66,7 @@ impl<'de> Deserialize<'de> for FileRef {
             fn visit_str<E: serde::de::Error>(self, rel: &str) -> Result<FileRef, E> {
                 BASE.with(|b| match b.borrow().as_ref() {
                     Some(dir) => Ok(FileRef {
-                        abs: dir.join(rel),
+                        abs: joined(dir, rel),
                         rel: rel.to_string(),
                     }),
                     None => Err(E::custom("a relative name outside a memo")),
@@ -85,6 +85,15 @@ impl<'de> Deserialize<'de> for FileRef {
         }
         d.deserialize_any(Kept)
     }
+}
+
+/// `dir.join(rel)` allocated once at its final size (`join` grows its copy of `dir`, and
+/// a memo holds a path per kernel, source and include dir).
+fn joined(dir: &Path, rel: &str) -> PathBuf {
+    let mut abs = PathBuf::with_capacity(dir.as_os_str().len() + 1 + rel.len());
+    abs.push(dir);
+    abs.push(rel);
+    abs
 }
 
 /// One outside fact the validation of a manifest depended on, with its answer then.
