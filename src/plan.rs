@@ -203,12 +203,19 @@ impl Plan {
         // Not a cache, or a link at its own directories: exit 3 before anything is read.
         store.check()?;
         let job = Store::at(job_dir.join("job"));
+        // History and the warm record are first needed after the lookups: they are read
+        // on a thread of their own meanwhile (a few MB of JSON on a big suite, which had
+        // been the critical path of a no-op warm while the closures were restored).
+        let loads = {
+            let (root, job_dir) = (store.root.clone(), job_dir.clone());
+            std::thread::spawn(move || (History::load(&root), WarmRecord::load(&job_dir)))
+        };
         // Identity commands: once per toolchain used by the selection, each on a thread
-        // of its own (they wait on a child process, and a rayon worker must not), the
-        // history and warm record read on another, while the rayon pool finds the
-        // include closures of the selected kernels (they need no identity).
+        // of its own (they wait on a child process, and a rayon worker must not), while
+        // the rayon pool finds the include closures of the selected kernels (they need no
+        // identity).
         let used = toolchains_used(&manifest, &selected);
-        let (identities, gen_identities, (history, record)) = std::thread::scope(|scope| {
+        let (identities, gen_identities) = std::thread::scope(|scope| {
             let (manifest, selected) = (&manifest, &selected);
             let ids = scope.spawn(|| {
                 each_waiting(&used, |name| {
@@ -219,12 +226,10 @@ impl Plan {
                 .collect::<Result<HashMap<String, Vec<u8>>>>()
             });
             let gens = scope.spawn(|| gen_identities(manifest, selected));
-            let loads = scope.spawn(|| (History::load(&store.root), WarmRecord::load(&job_dir)));
             find_closures(manifest, selected, &files);
             (
                 ids.join().expect("identity thread"),
                 gens.join().expect("identity thread"),
-                loads.join().expect("load thread"),
             )
         });
         let (identities, gen_identities) = (identities?, gen_identities?);
@@ -251,7 +256,7 @@ impl Plan {
                 fixture: None,
                 golden: None,
                 device: s.device.clone(),
-                device_estimate: history.estimate(&format!("device/{}", s.name)),
+                device_estimate: None,
             };
             let blank = |kind: Kind, name: &str, persist: bool| Step {
                 id: StepId::new(kind, &s.name, name),
@@ -301,7 +306,7 @@ impl Plan {
             store,
             job,
             job_dir,
-            history,
+            history: History::default(),
             files,
             no_lock: None,
             remote: None,
@@ -385,6 +390,11 @@ impl Plan {
                 found
             })
             .collect();
+        let (history, record) = loads.join().expect("load thread");
+        plan.history = history;
+        for ps in &mut plan.scenes {
+            ps.device_estimate = plan.history.estimate(&format!("device/{}", ps.name));
+        }
         let failures = record.failures();
         let entries: Vec<Option<Arc<Entry>>> = lookups
             .iter()
