@@ -15,18 +15,20 @@ fn main() {
     std::process::exit(exit.code());
 }
 
-/// Two malloc arenas and a fixed mmap threshold. A plan of 20,000 steps peaks at ~35 MB
-/// of heap, but glibc's default gives every rayon and warm thread an arena of its own
-/// and raises the mmap threshold after the first large free, so freed blocks stay
-/// resident in several heaps: 72 MiB RSS on the 500x40 plan bench, 58-63 MiB with this.
-/// (One arena gives 58 MiB every time but costs the plan ~30 % more CPU in malloc lock
-/// contention between the key threads.)
+/// Eight malloc arenas and a fixed mmap threshold. glibc's default gives every thread
+/// an arena of its own up to 8 per core and raises the mmap threshold after the first
+/// large free, so freed blocks stay resident in many heaps (72 MiB RSS on the 500x40
+/// plan bench when that was measured). Two arenas had kept that down, but a plan runs up
+/// to ~8 threads at once (the rayon pool, the memo, load, identity, trace and prune
+/// threads): on two arenas they queued on the arena locks (a no-op 200x40 warm made
+/// 900-1,900 context switches in most runs, 110-190 with eight, and spent ~10 % more
+/// CPU), while eight cost the 500x40 plan ~2 MiB of peak RSS (51 MiB cold).
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters; it is called first thing in
     // main, before any other thread exists. A refused value leaves glibc's default.
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_ARENA_MAX, 8);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
 }
