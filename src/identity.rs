@@ -104,6 +104,21 @@ fn run_once(
         command: command.to_string(),
         limit: timeout,
     };
+    // The output is whole once every holder of the pipe has closed it (the command and
+    // anything it left running): waited for first, up to the deadline, so a command
+    // that takes 2 ms is not found 5 ms later by polling its status (a plan waits for
+    // its identities before any key).
+    let left = deadline.saturating_duration_since(Instant::now());
+    let output = match rx.recv_timeout(left) {
+        Ok(out) => out,
+        Err(_) => {
+            kill(&mut child);
+            return Err(timed_out());
+        }
+    };
+    // It closed its output; it exits at once, or within what is left of the deadline
+    // (polled at 1, 2, 4, then every 5 ms).
+    let mut nap = Duration::from_millis(1);
     let status = loop {
         match child.try_wait().map_err(start_err)? {
             Some(status) => break status,
@@ -111,17 +126,10 @@ fn run_once(
                 kill(&mut child);
                 return Err(timed_out());
             }
-            None => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
-    // Something it left running may still hold the pipe: the deadline bounds that too.
-    let left = deadline.saturating_duration_since(Instant::now());
-    let output = match rx.recv_timeout(left) {
-        Ok(out) => out,
-        Err(_) => {
-            // SAFETY: as above; the group outlived its leader.
-            crate::proc::signal_group(child.id() as libc::pid_t, libc::SIGKILL);
-            return Err(timed_out());
+            None => {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(5));
+            }
         }
     };
     if !status.success() {
@@ -149,6 +157,31 @@ mod tests {
         );
         assert!(matches!(r, Err(IdentityError::TimedOut { .. })), "{r:?}");
         assert!(t0.elapsed() < Duration::from_secs(20));
+    }
+
+    /// Its output closed, the command still runs: the deadline still holds, and what it
+    /// printed and its failure are still told apart from a timeout.
+    #[test]
+    fn an_identity_that_closes_its_output_and_hangs_is_killed_at_its_timeout() {
+        let t0 = Instant::now();
+        let r = run(
+            "echo v1; exec >/dev/null 2>&1; sleep 30",
+            Path::new("/"),
+            &BTreeMap::new(),
+            Duration::from_millis(300),
+        );
+        assert!(matches!(r, Err(IdentityError::TimedOut { .. })), "{r:?}");
+        assert!(t0.elapsed() < Duration::from_secs(20));
+        let r = run(
+            "echo v1; exit 3",
+            Path::new("/"),
+            &BTreeMap::new(),
+            DEFAULT_TIMEOUT,
+        );
+        assert!(
+            matches!(&r, Err(IdentityError::Failed { output, .. }) if output == "v1"),
+            "{r:?}"
+        );
     }
 
     #[test]
