@@ -204,27 +204,28 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
 fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> {
     // The stat memo (a file beside the manifest, megabytes on a big suite) is read on
     // another thread while the manifest parses: its place is known before the manifest.
-    // The identity commands start as soon as the manifest is in, while it still reads.
-    let (loaded, memo) = std::thread::scope(|s| {
+    // The identity commands start as soon as the manifest is in, while it still reads;
+    // `Plan::build` waits for their results, and the scope for their threads only at
+    // its end (it had waited for them before planning began).
+    let plan = std::thread::scope(|s| {
         let memo = s.spawn(|| {
             manifest::dir_of(&cli.manifest)
                 .ok()
                 .map(|d| plan::stat_memo(&d))
         });
-        let m = manifest::load_deferred(&cli.manifest);
-        if let Ok((m, _)) = &m {
+        let loaded = manifest::load_deferred(&cli.manifest);
+        if let Ok((m, _)) = &loaded {
             plan::start_identities(s, m, select);
         }
-        (m, memo.join())
-    });
-    let (mut m, kept) = loaded?;
-    let files = match memo {
-        Ok(Some(f)) => f,
-        _ => plan::stat_memo(&m.dir),
-    };
-    // A manifest parsed from its text is kept for the next run by another thread while
-    // this one plans (from a copy: generated scenes join this one, they are not kept).
-    let plan = std::thread::scope(|s| {
+        let memo = memo.join();
+        let (mut m, kept) = loaded?;
+        let files = match memo {
+            Ok(Some(f)) => f,
+            _ => plan::stat_memo(&m.dir),
+        };
+        // A manifest parsed from its text is kept for the next run by another thread
+        // while this one plans (from a copy: generated scenes join this one, they are
+        // not kept).
         if let Some(kept) = kept {
             let copy = m.clone();
             s.spawn(move || kept.write(&copy));
