@@ -393,7 +393,7 @@ impl Plan {
         let (history, record) = loads.join().expect("load thread");
         plan.history = history;
         for ps in &mut plan.scenes {
-            ps.device_estimate = plan.history.estimate(&format!("device/{}", ps.name));
+            ps.device_estimate = plan.history.estimate(&History::device_key(&ps.name));
         }
         let failures = record.failures();
         let entries: Vec<Option<Arc<Entry>>> = lookups

@@ -29,6 +29,11 @@ impl History {
             .unwrap_or_default()
     }
 
+    /// The id a scene's device step is kept under (`device/<scene>`).
+    pub fn device_key(scene: &str) -> String {
+        format!("device/{scene}")
+    }
+
     /// Mean of the recent durations of `id`, in seconds.
     pub fn estimate(&self, id: &str) -> Option<f64> {
         let v = self.steps.get(id)?;

@@ -591,7 +591,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         .scenes
         .iter()
         .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
-        .map(|s| (format!("device/{}", s.name), s.duration_secs))
+        .map(|s| (History::device_key(&s.name), s.duration_secs))
         .chain(super::lanes::startup_history(&r))
         .collect();
     if plan.store.root.join("locks").is_dir() {
