@@ -36,12 +36,20 @@ impl DirSeen {
     /// Whether `dir` is listed the same now. A directory changed within `RACY_NS` of its
     /// listing may have changed again in the same timestamp tick: not trusted.
     fn holds(&self, dir: &Path) -> bool {
-        let now = match fs::metadata(dir) {
-            Ok(m) => Some(Stamp::of(&m)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(_) => return false,
+        let Ok(now) = dir_stamp(dir) else {
+            return false;
         };
         now == self.stamp && self.stamp.is_none_or(|s| settled(&s, self.listed_at_ns))
+    }
+}
+
+/// A directory's stamp as a listing of it would be remembered: None when it does not
+/// exist, Err when it cannot be stat'ed (nothing can be told of it then).
+fn dir_stamp(dir: &Path) -> std::io::Result<Option<Stamp>> {
+    match fs::metadata(dir) {
+        Ok(m) => Ok(Some(Stamp::of(&m))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -286,14 +294,10 @@ impl Files {
     /// change after the stat shows as a different stamp next time).
     pub(super) fn note_dir(&self, dir: &Path) {
         let listed_at_ns = now_ns();
-        let stamp = match fs::metadata(dir) {
-            Ok(m) => Some(Stamp::of(&m)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(_) => {
-                self.persist.volatile();
-                None
-            }
-        };
+        let stamp = dir_stamp(dir).unwrap_or_else(|_| {
+            self.persist.volatile();
+            None
+        });
         self.persist.dirs.lock().expect("memo lock").insert(
             dir.to_path_buf(),
             DirSeen {
