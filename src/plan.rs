@@ -910,9 +910,10 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
 /// Start the identity commands the selection will need (toolchains of its kernels, its
 /// fixture and golden identities), each on a scoped thread of `s`, as soon as the
 /// manifest is known: they wait on child processes while the stat memo is still being
-/// read, and `Plan::build` then finds their output in the process's identity memo. What
-/// goes wrong is left for `Plan::build` to report (it asks again and gets the same
-/// result); scenes a generator adds later start theirs there.
+/// read, and `Plan::build` then finds their output in the process's identity memo (or
+/// waits there for a run still going; `s` joins the threads only when the plan is
+/// made). What goes wrong is left for `Plan::build` to report (it asks again and gets
+/// the same result); scenes a generator adds later start theirs there.
 pub fn start_identities<'scope>(
     s: &'scope std::thread::Scope<'scope, '_>,
     manifest: &Manifest,

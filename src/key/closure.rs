@@ -309,8 +309,8 @@ impl Failures {
 /// computed in a rayon job asked for a closure): then on this thread alone, so a worker
 /// holding the batch lock never steals a job that waits for the same lock. The batch
 /// lock keeps the pool's own jobs out of each other's way otherwise: a wave's items take
-/// no lock of the graph. (Threads of its own would cost more: glibc's two arenas, shared
-/// with them, turned every allocation of a wave into lock traffic.)
+/// no lock of the graph. (Threads of its own were tried when scenerun ran on two malloc
+/// arenas, and lost to their lock traffic; bench/README.md.)
 fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync + Send) -> Vec<R> {
     if rayon::current_thread_index().is_some() || items.len() < 64 {
         return items.iter().map(f).collect();
