@@ -146,38 +146,30 @@ fn run_once(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_hanging_identity_is_killed_at_its_timeout() {
+    /// `command` run in `/` with no extra environment.
+    fn run_in_root(command: &str, timeout: Duration) -> Result<Vec<u8>, IdentityError> {
+        run(command, Path::new("/"), &BTreeMap::new(), timeout)
+    }
+
+    /// `command`, given 300 ms, times out, and is killed long before it would end.
+    fn assert_killed_at_timeout(command: &str) {
         let t0 = Instant::now();
-        let r = run(
-            "sleep 30 & sleep 30; echo never",
-            Path::new("/"),
-            &BTreeMap::new(),
-            Duration::from_millis(300),
-        );
+        let r = run_in_root(command, Duration::from_millis(300));
         assert!(matches!(r, Err(IdentityError::TimedOut { .. })), "{r:?}");
         assert!(t0.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_hanging_identity_is_killed_at_its_timeout() {
+        assert_killed_at_timeout("sleep 30 & sleep 30; echo never");
     }
 
     /// Its output closed, the command still runs: the deadline still holds, and what it
     /// printed and its failure are still told apart from a timeout.
     #[test]
     fn an_identity_that_closes_its_output_and_hangs_is_killed_at_its_timeout() {
-        let t0 = Instant::now();
-        let r = run(
-            "echo v1; exec >/dev/null 2>&1; sleep 30",
-            Path::new("/"),
-            &BTreeMap::new(),
-            Duration::from_millis(300),
-        );
-        assert!(matches!(r, Err(IdentityError::TimedOut { .. })), "{r:?}");
-        assert!(t0.elapsed() < Duration::from_secs(20));
-        let r = run(
-            "echo v1; exit 3",
-            Path::new("/"),
-            &BTreeMap::new(),
-            DEFAULT_TIMEOUT,
-        );
+        assert_killed_at_timeout("echo v1; exec >/dev/null 2>&1; sleep 30");
+        let r = run_in_root("echo v1; exit 3", DEFAULT_TIMEOUT);
         assert!(
             matches!(&r, Err(IdentityError::Failed { output, .. }) if output == "v1"),
             "{r:?}"
