@@ -79,7 +79,12 @@ pub fn changes(sel: &Selection, manifest_file: &Path, manifest_dir: &Path) -> Re
     }
     if let Some(rev) = &sel.changed_since {
         let top = PathBuf::from(git(manifest_dir, &["rev-parse", "--show-toplevel"])?.trim());
-        let mut names = git(&top, &["diff", "--name-only", rev, "--"])?;
+        // `--end-of-options`: whatever `rev` holds, git reads it as a revision (the
+        // command line refuses a leading `-` already; this holds for any caller).
+        let mut names = git(
+            &top,
+            &["diff", "--name-only", "--end-of-options", rev, "--"],
+        )?;
         names.push_str(&git(&top, &["ls-files", "--others", "--exclude-standard"])?);
         for n in names.lines().filter(|n| !n.is_empty()) {
             c.files.insert(normalize(&top.join(n)));
@@ -87,7 +92,14 @@ pub fn changes(sel: &Selection, manifest_file: &Path, manifest_dir: &Path) -> Re
         if c.files.contains(&manifest) {
             let diff = git(
                 &top,
-                &["diff", "-U0", rev, "--", &manifest.display().to_string()],
+                &[
+                    "diff",
+                    "-U0",
+                    "--end-of-options",
+                    rev,
+                    "--",
+                    &manifest.display().to_string(),
+                ],
             )?;
             // An untracked manifest has no diff: every line is new.
             if !diff.trim().is_empty() {

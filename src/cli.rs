@@ -188,7 +188,7 @@ pub struct Selection {
     pub changed: Vec<PathBuf>,
     /// Only scenes whose inputs changed since this git revision (working tree, staged,
     /// unstaged and untracked files).
-    #[arg(long, value_name = "REV")]
+    #[arg(long, value_name = "REV", value_parser = parse_revision)]
     pub changed_since: Option<String>,
     /// What an empty selection means: `fail` (exit 5) or `pass` (exit 0; device takes no lock).
     #[arg(long, value_enum, value_name = "fail|pass", default_value_t = NoScenes::Fail)]
@@ -342,6 +342,20 @@ fn parse_jobs(text: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(_) => Err(format!("`{text}` is not a number of slots")),
     }
+}
+
+/// A git revision for `--changed-since`: handed to `git diff`, so it must never read as
+/// one of git's options (`--output=FILE` would truncate FILE).
+fn parse_revision(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("an empty revision".into());
+    }
+    if text.starts_with('-') {
+        return Err(format!(
+            "`{text}` is not a revision: a revision never starts with `-`"
+        ));
+    }
+    Ok(text.to_string())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! and checks that the victim files outside the cache survive byte for byte and that
 //! nothing planted is served (the step runs again: its run log grows).
 
+mod args;
 mod attacks;
 mod inputs;
 mod maintain;
