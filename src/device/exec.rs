@@ -439,10 +439,10 @@ fn lane_process(
             for line in tail.lines(finished) {
                 for e in machine.feed(&line, now) {
                     if let Effect::Fault { devices: named } = &e {
-                        if killing.is_none() {
+                        // Only a fault on ids of its own ends the process.
+                        if fault_slots(cx, slots, named, tx) && killing.is_none() {
                             killing = Some(ProcessEnd::Fault);
                         }
-                        fault_slots(cx, slots, named, tx);
                     }
                     emit(cx, &e, batch, &devices, start, n, log, &mut mark, tx);
                 }
@@ -504,6 +504,7 @@ fn lane_process(
                     how,
                 ),
                 (_, Some(why)) => {
+                    // None named: every id of the process.
                     fault_slots(cx, slots, &[], tx);
                     machine.fault_scene = None;
                     (ProcessEnd::Fault, format!("{how}; {why}"))
@@ -545,8 +546,9 @@ fn lane_process(
     (end, requeue.into_iter().map(|i| batch[i]).collect())
 }
 
-/// Quarantine the ids a lane named (only its own; none named: all of them).
-fn fault_slots(cx: &Cx, slots: &[usize], named: &[String], tx: &Sender<Event>) {
+/// Quarantine the ids a lane named (only its own; none named: all of them). A fault
+/// naming only ids the process does not hold is ignored, as its warning says: false.
+fn fault_slots(cx: &Cx, slots: &[usize], named: &[String], tx: &Sender<Event>) -> bool {
     let mine: Vec<usize> = slots
         .iter()
         .copied()
@@ -566,12 +568,11 @@ fn fault_slots(cx: &Cx, slots: &[usize], named: &[String], tx: &Sender<Event>) {
                 .join(",")
         )));
     }
-    let slots = if mine.is_empty() {
-        slots.to_vec()
-    } else {
-        mine
-    };
-    let _ = tx.send(Event::Fault { slots });
+    if mine.is_empty() {
+        return false;
+    }
+    let _ = tx.send(Event::Fault { slots: mine });
+    true
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -27,6 +27,7 @@ mod corruption;
 mod crash;
 mod hostile;
 mod injection;
+mod lanes;
 mod lock_tool;
 mod resources;
 
