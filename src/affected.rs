@@ -161,7 +161,13 @@ pub fn affected(plan: &Plan, c: &Changes) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for ps in &plan.scenes {
         let mut yes = whole_manifest || scene_lines.contains(&ps.index);
-        for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
+        for &si in ps
+            .kernels
+            .iter()
+            .chain(&ps.fixture)
+            .chain(&ps.golden)
+            .chain(&ps.prepare)
+        {
             if yes {
                 break;
             }

@@ -148,6 +148,8 @@ pub struct PlanScene {
     pub kernels: Vec<usize>,
     pub fixture: Option<usize>,
     pub golden: Option<usize>,
+    /// The manifest's `prepare:` steps, one per scene, all of a name in one unit.
+    pub prepare: Vec<usize>,
     pub device: Option<DeviceStep>,
     pub device_estimate: Option<f64>,
 }
@@ -176,6 +178,14 @@ pub struct Plan {
     env_hashes: Vec<Arc<BTreeMap<String, String>>>,
     /// The warm record as this plan read it (warm merges its results into it).
     pub record: WarmRecord,
+}
+
+/// A fixture, golden or prepare step with its resource hints.
+fn gen_step(mut st: Step, g: &GenStep) -> Step {
+    st.threads = g.threads;
+    st.memory = g.memory.unwrap_or(0);
+    st.timeout = g.timeout;
+    st
 }
 
 /// How path placeholders are filled.
@@ -255,6 +265,7 @@ impl Plan {
                 kernels: Vec::new(),
                 fixture: None,
                 golden: None,
+                prepare: Vec::new(),
                 device: s.device.clone(),
                 device_estimate: None,
             };
@@ -284,15 +295,18 @@ impl Plan {
             ] {
                 if let Some(g) = g {
                     *slot = Some(steps.len());
-                    let mut st = blank(kind, kind.name(), g.persist);
-                    st.threads = g.threads;
-                    st.memory = g.memory.unwrap_or(0);
-                    st.timeout = g.timeout;
-                    steps.push(st);
+                    steps.push(gen_step(blank(kind, kind.name(), g.persist), g));
                 }
             }
             if let (Some(f), Some(g)) = (ps.fixture, ps.golden) {
                 steps[g].deps.push(f);
+            }
+            for p in &manifest.prepare {
+                ps.prepare.push(steps.len());
+                steps.push(gen_step(
+                    blank(Kind::Prepare, &p.name, p.step.persist),
+                    &p.step,
+                ));
             }
             scenes.push(ps);
         }
@@ -509,9 +523,27 @@ impl Plan {
         let s = self.scene(step);
         match step.kind {
             Kind::Fixture => s.fixture.as_ref(),
+            Kind::Prepare => self
+                .manifest
+                .prepare
+                .iter()
+                .find(|p| p.name == step.name)
+                .map(|p| &p.step),
             _ => s.golden.as_ref(),
         }
         .expect("gen step has its manifest entry")
+    }
+
+    /// The platform and env a step runs with: a prepare step's are the manifest's own
+    /// (every scene shares it), the others' their scene's.
+    pub fn step_context(&self, step: &Step) -> (&str, &BTreeMap<String, String>) {
+        match step.kind {
+            Kind::Prepare => (&self.manifest.platform, &self.manifest.env),
+            _ => {
+                let s = self.scene(step);
+                (&s.platform, &s.env)
+            }
+        }
     }
 
     /// The store a step's artifact lives in.
@@ -567,8 +599,9 @@ impl Plan {
                 }
                 cmd
             }
-            Kind::Fixture | Kind::Golden => {
+            Kind::Fixture | Kind::Golden | Kind::Prepare => {
                 let g = self.gen(step);
+                let platform = self.step_context(step).0;
                 let fixture = step.deps.first().map(|&f| self.artifact(&self.steps[f]));
                 g.run.render(|ph| match (ph, fill) {
                     (Ph::Out, Fill::Mask)
@@ -592,7 +625,7 @@ impl Plan {
                     ),
                     (Ph::Threads, _) => Val::One(step.threads.to_string().into()),
                     (Ph::Scene, _) => Val::One(s.name.as_str().into()),
-                    (Ph::Platform, _) => Val::One(s.platform.as_str().into()),
+                    (Ph::Platform, _) => Val::One(platform.into()),
                     _ => Val::Raw("".into()),
                 })
             }
@@ -638,12 +671,13 @@ impl Plan {
         };
         let mut h = KeyHasher::new(step.kind.name());
         let command = self.command(step, &Fill::Mask);
+        let (platform, env) = self.step_context(step);
         let mut rec = want_inputs.then(|| {
-            KeyInputs::new(
-                String::new(),
-                &s.platform,
-                self.env_hashes[step.scene].clone(),
-            )
+            let env_hashes = match step.kind {
+                Kind::Prepare => KeyInputs::env_hashes(env),
+                _ => self.env_hashes[step.scene].clone(),
+            };
+            KeyInputs::new(String::new(), platform, env_hashes)
         });
         match step.kind {
             Kind::Kernel => {
@@ -673,7 +707,7 @@ impl Plan {
                     r.closure = Some(closure);
                 }
             }
-            Kind::Fixture | Kind::Golden => {
+            Kind::Fixture | Kind::Golden | Kind::Prepare => {
                 let g = self.gen(step);
                 h.field("command", command.as_bytes());
                 if let Some(cmd) = &g.identity {
@@ -683,8 +717,8 @@ impl Plan {
                         r.set_step_identity(cmd, out);
                     }
                 }
-                h.field("platform", s.platform.as_bytes());
-                h.env(&s.env);
+                h.field("platform", platform.as_bytes());
+                h.env(env);
                 h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
                 for f in &g.inputs {
                     let info = self.files.info(&f.abs).map_err(|e| read_err(e, &f.rel))?;

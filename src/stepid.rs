@@ -37,12 +37,13 @@ impl StepId {
         key
     }
 
-    /// The verb printed before the step: `compile`, `fixture`, `golden`.
+    /// The verb printed before the step: `compile`, `fixture`, `golden`, `prepare`.
     pub fn label(&self) -> &'static str {
         match self.kind {
             Kind::Kernel => "compile",
             Kind::Fixture => "fixture",
             Kind::Golden => "golden",
+            Kind::Prepare => "prepare",
         }
     }
 
@@ -53,10 +54,12 @@ impl StepId {
         job_dir.join("logs").join(&self.scene).join(file)
     }
 
-    /// The log file's name, `<prefix><stem>.log`: `compile-<kernel>` or `<kind>`.
+    /// The log file's name, `<prefix><stem>.log`: `compile-<kernel>`, `prepare-<name>`
+    /// or `<kind>`.
     fn log_file(&self) -> (&'static str, &str) {
         match self.kind {
             Kind::Kernel => ("compile-", &self.name),
+            Kind::Prepare => ("prepare-", &self.name),
             k => ("", k.name()),
         }
     }

@@ -90,6 +90,8 @@ pub mod allowed {
     pub const DEPFILE: &[Ph] = &[Depfile, Out, Source];
     pub const FIXTURE: &[Ph] = &[Out, Scene, Platform, Threads, Depfile];
     pub const GOLDEN: &[Ph] = &[Out, Scene, Platform, Threads, Fixture, Depfile];
+    /// Top-level `prepare:` steps: shared by every scene, so no `{scene}`.
+    pub const PREPARE: &[Ph] = &[Out, Platform, Threads, Depfile];
     pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform];
     pub const LOCK: &[Ph] = &[DeviceCount, Run];
     /// `lanes.*.run`: one process runs a batch of scenes (docs/lanes.md).

@@ -49,16 +49,19 @@ pub enum Kind {
     Kernel,
     Fixture,
     Golden,
+    /// A top-level `prepare:` step (docs/manifest.md): one per checkout, every scene's.
+    Prepare,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Kernel, Kind::Fixture, Kind::Golden];
+    pub const ALL: [Kind; 4] = [Kind::Kernel, Kind::Fixture, Kind::Golden, Kind::Prepare];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Kernel => "kernel",
             Kind::Fixture => "fixture",
             Kind::Golden => "golden",
+            Kind::Prepare => "prepare",
         }
     }
 }
@@ -354,7 +357,7 @@ pub struct Store {
     /// Entries this process marked used (`touch` succeeded): their last use is now, so
     /// the prune after a warm need not `stat` them (`touched_now`).
     /// By `Kind as usize`.
-    touched: Arc<std::sync::Mutex<[std::collections::HashSet<String>; 3]>>,
+    touched: Arc<std::sync::Mutex<[std::collections::HashSet<String>; 4]>>,
 }
 
 /// Entry directory names per shard, listed once for one plan (see `Store::listed_absent`).

@@ -37,6 +37,28 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
         let scene = &plan.manifest.scenes[ps.index];
         let mut warm_failure = None;
         let mut arts: Vec<Option<Artifact>> = Vec::new();
+        // Prepare steps leave nothing the device step reads, but a scene runs only once
+        // they are done: failed, the scene failed in warm; not built, it is not warm.
+        for &si in &ps.prepare {
+            let step = &plan.steps[si];
+            match (&step.status, &step.entry) {
+                (Status::Failed(why), _) => {
+                    warm_failure
+                        .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
+                }
+                (_, Some(_)) => {}
+                (_, None) => missing.push((
+                    scenes.len(),
+                    format!(
+                        "{}: {} {} (key {}) is not warm",
+                        ps.name,
+                        step.label(),
+                        step.name,
+                        &step.key[..12]
+                    ),
+                )),
+            }
+        }
         for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
             let step = &plan.steps[si];
             if let Status::Failed(why) = &step.status {
@@ -435,6 +457,7 @@ fn step_reports(plan: &Plan, scene: usize) -> Vec<StepReport> {
         .iter()
         .chain(&ps.fixture)
         .chain(&ps.golden)
+        .chain(&ps.prepare)
         .map(|&i| {
             let s = &plan.steps[i];
             StepReport {

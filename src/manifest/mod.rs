@@ -52,6 +52,9 @@ pub struct Manifest {
     pub scenes: Vec<Scene>,
     /// `scenes_from:` generators; their scenes join `scenes` in `generated::expand`.
     pub generators: Vec<generated::Generator>,
+    /// Top-level `prepare:` steps: run by warm for every selected scene, keyed once.
+    #[serde(default)]
+    pub prepare: Vec<Prepare>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
 }
@@ -140,6 +143,15 @@ impl GenStep {
     pub fn has_depfile(&self) -> bool {
         self.run.uses(Ph::Depfile)
     }
+}
+
+/// A `prepare:` step: a project's own warm-up (filling its kernel cache, say), keyed
+/// like a fixture from the manifest's platform and env, and shared by every scene: when
+/// it fails, every selected scene has failed in warm.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Prepare {
+    pub name: String,
+    pub step: GenStep,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -694,6 +706,7 @@ impl Ctx {
         let generators = field("scenes_from")
             .map(|v| self.generators(v, &platform))
             .unwrap_or_default();
+        let prepare = self.prepare_steps(field("prepare"));
         let mut scenes = Vec::new();
         match field("scenes") {
             None if !generators.is_empty() => {}
@@ -736,6 +749,7 @@ impl Ctx {
             lanes,
             scenes,
             generators,
+            prepare,
             notes: std::mem::take(&mut self.notes),
         })
     }
@@ -942,8 +956,52 @@ impl Ctx {
         inputs
     }
 
+    /// `prepare:`: a list of named steps, names unique.
+    fn prepare_steps(&mut self, v: Option<Value>) -> Vec<Prepare> {
+        let mut out: Vec<Prepare> = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+        let Some(list) = v.and_then(|v| self.take::<Vec<Value>>(v, "prepare", &[])) else {
+            return out;
+        };
+        for (i, v) in list.into_iter().enumerate() {
+            let path = format!("prepare[{i}]");
+            let Some(p) = self.take::<raw::Prepare>(v, &path, raw::PREPARE) else {
+                continue;
+            };
+            if !valid_name(&p.name) {
+                self.err(&format!("{path}.name"), bad_name("prepare step", &p.name));
+            } else if let Some(first) = seen.iter().position(|o| *o == p.name) {
+                self.err(
+                    &format!("{path}.name"),
+                    format!(
+                        "duplicate prepare step `{}` (first defined at prepare[{first}])",
+                        p.name
+                    ),
+                );
+            }
+            seen.push(p.name.clone());
+            let g = raw::GenStep {
+                run: p.run,
+                inputs: p.inputs,
+                persist: Some(p.persist.unwrap_or(false)),
+                memory: p.memory,
+                threads: p.threads,
+                timeout: p.timeout,
+                identity: p.identity,
+            };
+            if let Some(step) = self.gen_fields(g, &path, allowed::PREPARE) {
+                out.push(Prepare { name: p.name, step });
+            }
+        }
+        out
+    }
+
     fn gen_step(&mut self, v: Value, path: &str, allowed: &[Ph]) -> Option<GenStep> {
         let g = self.take::<raw::GenStep>(v, path, raw::GEN_STEP)?;
+        self.gen_fields(g, path, allowed)
+    }
+
+    fn gen_fields(&mut self, g: raw::GenStep, path: &str, allowed: &[Ph]) -> Option<GenStep> {
         let run = self.templ(&g.run, &format!("{path}.run"), allowed);
         let inputs = self.inputs(&g.inputs, path);
         if g.threads == Some(0) {

@@ -38,6 +38,7 @@ pub const TOP: &[&str] = &[
     "scenes",
     "lanes",
     "scenes_from",
+    "prepare",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -132,6 +133,24 @@ pub struct GenStep {
 }
 pub const GEN_STEP: &[&str] = &[
     "run", "inputs", "persist", "memory", "threads", "timeout", "identity",
+];
+
+/// A top-level `prepare:` step: a named fixture-like step shared by every scene.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prepare {
+    pub name: String,
+    pub run: String,
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    pub persist: Option<bool>,
+    pub memory: Option<Scalar>,
+    pub threads: Option<u32>,
+    pub timeout: Option<Scalar>,
+    pub identity: Option<String>,
+}
+pub const PREPARE: &[&str] = &[
+    "name", "run", "inputs", "persist", "memory", "threads", "timeout", "identity",
 ];
 
 #[derive(Debug, Deserialize)]

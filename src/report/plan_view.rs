@@ -81,6 +81,7 @@ fn scene_failed(plan: &Plan, i: usize) -> bool {
         .iter()
         .chain(&ps.fixture)
         .chain(&ps.golden)
+        .chain(&ps.prepare)
         .any(|&s| matches!(plan.steps[s].status, Status::Failed(_)))
 }
 

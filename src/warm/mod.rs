@@ -332,20 +332,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
             depfile: &depfile,
         },
     );
-    let scene = plan.scene(step);
-    let mut env = scene.env.clone();
-    env.insert("SCENERUN_OUT".into(), out.display().to_string());
-    env.insert("SCENERUN_SCENE".into(), scene.name.clone());
-    env.insert("SCENERUN_THREADS".into(), step.threads.to_string());
-    if step.kind != Kind::Kernel {
-        env.insert("SCENERUN_DEPFILE".into(), depfile.display().to_string());
-    }
-    if let Some(&f) = step.deps.first() {
-        env.insert(
-            "SCENERUN_FIXTURE".into(),
-            plan.artifact(&plan.steps[f]).display().to_string(),
-        );
-    }
+    let env = step_env(plan, step, &out, &depfile);
     let log = step.id.log_path(&plan.job_dir);
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::create_dir_all(log.parent().expect("log has a dir"));
@@ -375,6 +362,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         }
         Ok(Ended::Interrupted) => return fail(FailCause::Interrupted),
     }
+    stamp_prepared(step, &out);
     let empty = match std::fs::metadata(&out) {
         Ok(m) if m.is_file() => m.len() == 0,
         Ok(m) if m.is_dir() => std::fs::read_dir(&out)
@@ -455,6 +443,13 @@ fn recorded_deps(
             scene.golden.as_ref().is_some_and(|g| g.has_depfile()),
             false,
         ),
+        Kind::Prepare => (
+            plan.manifest
+                .prepare
+                .iter()
+                .any(|p| p.name == step.name && p.step.has_depfile()),
+            false,
+        ),
     };
     if !wants {
         return Ok(Vec::new());
@@ -504,4 +499,39 @@ fn recorded_deps(
         }
     }
     Ok(deps)
+}
+
+/// The environment a warm step runs with: its context's env (docs/manifest.md) and the
+/// `SCENERUN_*` values of its placeholders.
+fn step_env(
+    plan: &Plan,
+    step: &crate::plan::Step,
+    out: &std::path::Path,
+    depfile: &std::path::Path,
+) -> std::collections::BTreeMap<String, String> {
+    let mut env = plan.step_context(step).1.clone();
+    env.insert("SCENERUN_OUT".into(), out.display().to_string());
+    if step.kind != Kind::Prepare {
+        env.insert("SCENERUN_SCENE".into(), plan.scene(step).name.clone());
+    }
+    env.insert("SCENERUN_THREADS".into(), step.threads.to_string());
+    if step.kind != Kind::Kernel {
+        env.insert("SCENERUN_DEPFILE".into(), depfile.display().to_string());
+    }
+    if let Some(&f) = step.deps.first() {
+        env.insert(
+            "SCENERUN_FIXTURE".into(),
+            plan.artifact(&plan.steps[f]).display().to_string(),
+        );
+    }
+    env
+}
+
+/// A prepare step's product is usually a side effect in the checkout (a project's own
+/// kernel cache): an empty `{out}` gets a stamp, so the step is published and keyed.
+fn stamp_prepared(step: &crate::plan::Step, out: &std::path::Path) {
+    let empty = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_none());
+    if step.kind == Kind::Prepare && empty {
+        let _ = std::fs::write(out.join("prepared"), format!("{}\n", step.name));
+    }
 }

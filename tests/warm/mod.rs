@@ -11,6 +11,7 @@
 mod cache;
 mod faults;
 mod invalidation;
+mod prepare;
 mod resources;
 
 use std::fs;
