@@ -20,6 +20,8 @@ use crate::template::{Ph, Val};
 const POLL: Duration = Duration::from_millis(5);
 /// Lines of output kept under a failed scene.
 const TAIL_LINES: usize = 20;
+/// Warnings shown per lane process (ignored results lines); the rest are counted.
+const MAX_WARNINGS: usize = 20;
 
 /// `lock.device_fault`, compiled.
 #[derive(Debug, Default)]
@@ -214,12 +216,28 @@ fn start_plain(
     })
 }
 
-/// Reads what a lane appends to its results file, whole lines at a time.
+/// Longest line of a results file (docs/lanes.md): a longer one is a protocol error.
+pub const MAX_RESULTS_LINE: usize = 1 << 20;
+/// Bytes of a results file read per poll: what a lane writes faster is read over
+/// several polls, so the deadlines and the cancel are checked in between.
+const READ_CHUNK: u64 = 1 << 20;
+
+/// Reads what a lane appends to its results file, whole lines at a time. The file is the
+/// lane's to damage: it is opened without following a link or blocking on a FIFO, and
+/// read only when it is a regular file; each poll reads a bounded chunk; a line is
+/// capped. A file truncated meanwhile is read again from its start, and one replaced by
+/// a new file at the path is read from the new one's start: lines already read keep
+/// their results either way.
 struct Tail {
     path: PathBuf,
-    file: Option<std::fs::File>,
+    /// The open file and its (device, inode).
+    file: Option<(std::fs::File, (u64, u64))>,
     pos: u64,
     partial: Vec<u8>,
+    /// A protocol error was reported: nothing more is read.
+    broken: bool,
+    /// Ignored lines (warnings) so far.
+    warned: usize,
 }
 
 impl Tail {
@@ -229,32 +247,139 @@ impl Tail {
             file: None,
             pos: 0,
             partial: Vec::new(),
+            broken: false,
+            warned: 0,
+        }
+    }
+
+    /// Open the file at the path when it is not the one open (first seen, or replaced).
+    /// A path that is gone keeps the file open as it is. Err: why the path breaks the
+    /// protocol.
+    fn follow(&mut self) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let here = match std::fs::symlink_metadata(&self.path) {
+            Ok(m) => (m.dev(), m.ino()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("cannot stat {}: {e}", self.path.display())),
+        };
+        if self.file.as_ref().is_some_and(|(_, id)| *id == here) {
+            return Ok(());
+        }
+        let f = match crate::fsutil::open_regular_nofollow(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(format!("its results path {e}")),
+        };
+        let id = f
+            .metadata()
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|e| e.to_string())?;
+        self.file = Some((f, id));
+        self.pos = 0;
+        self.partial.clear();
+        Ok(())
+    }
+
+    /// What the lane wrote since the last poll, attributed at `now`: its effects, past
+    /// the first `MAX_WARNINGS` warnings only counted. A protocol error marks the process
+    /// to be stopped.
+    fn results(
+        &mut self,
+        finished: bool,
+        now: f64,
+        machine: &mut Batch,
+        killing: &mut Option<ProcessEnd>,
+    ) -> Vec<Effect> {
+        let lines = self.lines(finished).unwrap_or_else(|why| {
+            killing.get_or_insert(ProcessEnd::Protocol(why));
+            Vec::new()
+        });
+        let mut out = Vec::new();
+        for line in lines {
+            for e in machine.feed(&line, now) {
+                if matches!(e, Effect::Warn(_)) {
+                    self.warned += 1;
+                    if self.warned > MAX_WARNINGS {
+                        continue;
+                    }
+                }
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    /// One warning that counts the warnings not shown, if any.
+    fn report_unshown(&self, lane: &str, n: usize, tx: &Sender<Event>) {
+        if let Some(more) = self.warned.checked_sub(MAX_WARNINGS).filter(|&m| m > 0) {
+            let _ = tx.send(Event::Warning(format!(
+                "{more} more ignored results lines of lane `{lane}` (process {n}) not shown"
+            )));
         }
     }
 
     /// Complete lines appended since the last call (and, at the end, a last line
-    /// without its newline).
-    fn lines(&mut self, at_end: bool) -> Vec<String> {
-        if self.file.is_none() {
-            self.file = std::fs::File::open(&self.path).ok();
-        }
+    /// without its newline). Err: the lane broke the protocol (said once).
+    fn lines(&mut self, at_end: bool) -> Result<Vec<String>, String> {
         let mut out = Vec::new();
-        if let Some(f) = self.file.as_mut() {
-            let mut buf = Vec::new();
-            if f.seek(SeekFrom::Start(self.pos)).is_ok() && f.read_to_end(&mut buf).is_ok() {
-                self.pos += buf.len() as u64;
-                self.partial.extend_from_slice(&buf);
-            }
+        if self.broken {
+            return Ok(out);
         }
-        while let Some(nl) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=nl).collect();
-            out.push(String::from_utf8_lossy(&line[..line.len() - 1]).to_string());
+        let r = self.read(at_end, &mut out);
+        if r.is_err() {
+            self.broken = true;
+        }
+        r.map(|()| out)
+    }
+
+    fn read(&mut self, at_end: bool, out: &mut Vec<String>) -> Result<(), String> {
+        self.follow()?;
+        let Some((f, _)) = self.file.as_mut() else {
+            return Ok(());
+        };
+        // At the end the process is gone: read what is there, not what might follow.
+        let mut stop: Option<u64> = None;
+        loop {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            if len < self.pos {
+                // Truncated: what is there now was written since.
+                self.pos = 0;
+                self.partial.clear();
+            }
+            let stop = *stop.get_or_insert(len);
+            let want = len.min(stop).saturating_sub(self.pos).min(READ_CHUNK);
+            let mut buf = Vec::new();
+            if want > 0 && f.seek(SeekFrom::Start(self.pos)).is_ok() {
+                let _ = f.by_ref().take(want).read_to_end(&mut buf);
+            }
+            self.pos += buf.len() as u64;
+            self.partial.extend_from_slice(&buf);
+            while let Some(nl) = self.partial.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.partial.drain(..=nl).collect();
+                if line.len() - 1 > MAX_RESULTS_LINE {
+                    return Err(too_long());
+                }
+                out.push(String::from_utf8_lossy(&line[..line.len() - 1]).to_string());
+            }
+            if self.partial.len() > MAX_RESULTS_LINE {
+                return Err(too_long());
+            }
+            if !at_end || buf.is_empty() || self.pos >= stop || proc::interrupted() {
+                break;
+            }
         }
         if at_end && !self.partial.is_empty() {
             out.push(String::from_utf8_lossy(&std::mem::take(&mut self.partial)).to_string());
         }
-        out
+        Ok(())
     }
+}
+
+fn too_long() -> String {
+    format!(
+        "a results line is longer than {} MiB",
+        MAX_RESULTS_LINE >> 20
+    )
 }
 
 /// The output a lane process wrote since `mark` (its scene's share of the log).
@@ -436,16 +561,14 @@ fn lane_process(
             }
             let finished = !matches!(got, Err(mpsc::RecvTimeoutError::Timeout));
             let now = t.elapsed().as_secs_f64();
-            for line in tail.lines(finished) {
-                for e in machine.feed(&line, now) {
-                    if let Effect::Fault { devices: named } = &e {
-                        // Only a fault on ids of its own ends the process.
-                        if fault_slots(cx, slots, named, tx) && killing.is_none() {
-                            killing = Some(ProcessEnd::Fault);
-                        }
+            for e in tail.results(finished, now, &mut machine, &mut killing) {
+                if let Effect::Fault { devices: named } = &e {
+                    // Only a fault on ids of its own ends the process.
+                    if fault_slots(cx, slots, named, tx) && killing.is_none() {
+                        killing = Some(ProcessEnd::Fault);
                     }
-                    emit(cx, &e, batch, &devices, start, n, log, &mut mark, tx);
                 }
+                emit(cx, &e, batch, &devices, start, n, log, &mut mark, tx);
             }
             if finished {
                 return got.unwrap_or(Ok(Ended::Exited(-1)));
@@ -481,6 +604,7 @@ fn lane_process(
             match k {
                 ProcessEnd::SceneTimeout => "killed after a scene timeout".to_string(),
                 ProcessEnd::LaneTimeout => "killed at the lane timeout".to_string(),
+                ProcessEnd::Protocol(why) => format!("killed after a lane protocol error: {why}"),
                 _ => "killed after a device fault".to_string(),
             },
         ),
@@ -526,6 +650,7 @@ fn lane_process(
             format!("could not start ({e})"),
         ),
     };
+    tail.report_unshown(lane, n, tx);
     // What the process said last: the cause of a crash is usually there.
     let crash_tail = log_tail(&log);
     let (effects, requeue) = machine.finish(&end, now, &crash_tail);

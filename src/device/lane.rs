@@ -213,6 +213,9 @@ pub enum ProcessEnd {
     Fault,
     /// Killed because the run was interrupted.
     Interrupted,
+    /// Killed for breaking the results protocol (its results path is not a regular
+    /// file, a line is longer than the cap): why.
+    Protocol(String),
 }
 
 /// Which clock runs out first.
@@ -553,6 +556,10 @@ impl Batch {
                     with_tail("device fault reported by the lane process".to_string()),
                 ),
                 ProcessEnd::Interrupted => (AttemptOutcome::Interrupted, "interrupted".to_string()),
+                ProcessEnd::Protocol(why) => (
+                    AttemptOutcome::Failed,
+                    with_tail(format!("lane protocol error: {why}")),
+                ),
                 ProcessEnd::SceneTimeout => unreachable!("no current scene"),
             };
             self.state[i] = State::Done;
@@ -586,6 +593,8 @@ impl Batch {
                 }),
                 ProcessEnd::LaneTimeout => out.push(not_run("not run: lane timeout")),
                 ProcessEnd::Interrupted => out.push(not_run("not run: interrupted")),
+                // A fresh process would find the same path: not re-queued.
+                ProcessEnd::Protocol(_) => out.push(not_run("not run: lane protocol error")),
                 _ => {
                     requeue.push(i);
                     continue;

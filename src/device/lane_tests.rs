@@ -397,3 +397,20 @@ fn second_end_and_late_reports_are_ignored() {
     let e = b.feed(&report("t.py::A::x", "call", "failed"), 1.2);
     assert!(matches!(&e[..], [Effect::Warn(_)]));
 }
+
+#[test]
+fn a_protocol_error_fails_the_running_scene_and_does_not_requeue() {
+    let mut b = batch(&[("a", &[], None), ("b", &[], None), ("c", &[], None)]);
+    b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "passed"}"#,
+        1.0,
+    );
+    b.feed(r#"{"scene": "b", "event": "start"}"#, 1.1);
+    let why = "a results line is longer than 1 MiB".to_string();
+    let (e, requeue) = b.finish(&ProcessEnd::Protocol(why), 1.2, "");
+    assert_eq!(
+        verdicts(&e),
+        vec![(1, AttemptOutcome::Failed), (2, AttemptOutcome::NotRun)]
+    );
+    assert!(requeue.is_empty(), "the same lane would break it again");
+}
