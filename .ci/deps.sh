@@ -18,8 +18,10 @@ need git git
 [ -x /usr/sbin/nginx ] || need nginx nginx
 # The pytest lane test (tests/lanes/pytest.rs, docs/lanes.md): the shared virtualenv
 # .ci/venv with pytest and pytest-reportlog from PyPI, versions pinned here (the test
-# prints what it ran with). Adds to the venv; never removes what others installed in it.
-if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog" 2>/dev/null; then
+# prints what it ran with), and numpy for the class-style demo suite
+# (fixtures/pytest-demo/classes, tests/pytest_suite.rs). Adds to the venv; never removes
+# what others installed in it.
+if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog, numpy" 2>/dev/null; then
     need python3 python3
     if ! python3 -c "import venv, ensurepip" 2>/dev/null; then
         # Debian splits ensurepip out of python3.
@@ -27,7 +29,7 @@ if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog" 2>/dev/null; then
         $SUDO apt-get install -y -qq python3-venv >/dev/null
     fi
     [ -x .ci/venv/bin/python ] || python3 -m venv .ci/venv
-    .ci/venv/bin/pip install -q --disable-pip-version-check "pytest==9.2.0" "pytest-reportlog==1.0.0"
+    .ci/venv/bin/pip install -q --disable-pip-version-check "pytest==9.2.0" "pytest-reportlog==1.0.0" "numpy==2.4.6"
 fi
 # The pytest plugin of this checkout (python/scenerun-pytest) into the same venv, for
 # tests/pytest_suite.rs and fixtures/pytest-demo: reinstalled every time, as it changes.

@@ -58,6 +58,8 @@ fn venv() -> PathBuf {
 struct Demo {
     suite: Suite,
     path_env: String,
+    /// The suite's directory under the copy (`pytest-demo` or `pytest-demo/classes`).
+    sub: &'static str,
 }
 
 impl Demo {
@@ -87,11 +89,15 @@ impl Demo {
             suite.path("shim").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        Demo { suite, path_env }
+        Demo {
+            suite,
+            path_env,
+            sub: "pytest-demo",
+        }
     }
 
     fn dir(&self) -> PathBuf {
-        self.suite.path("pytest-demo")
+        self.suite.path(self.sub)
     }
 
     fn scenerun(&self, args: &[&str]) -> assert_cmd::Command {
@@ -100,6 +106,8 @@ impl Demo {
             .env("PATH", &self.path_env)
             .env("DEMO_RUNTIME_STARTUP_SECS", "0.05")
             .env("DEMO_RUNTIME_LOG", self.suite.path("logs/runtime.log"))
+            .env("DEMO_CALLS_LOG", self.suite.path("logs/calls.log"))
+            .env("DEMO_COMPILE_LOG", self.suite.path("logs/compile.log"))
             .env_remove("PYTHONPATH")
             .args(args);
         c
@@ -111,6 +119,8 @@ impl Demo {
             .env("PATH", &self.path_env)
             .env("DEMO_RUNTIME_STARTUP_SECS", "0.05")
             .env("DEMO_RUNTIME_LOG", self.suite.path("logs/runtime.log"))
+            .env("DEMO_CALLS_LOG", self.suite.path("logs/calls.log"))
+            .env("DEMO_COMPILE_LOG", self.suite.path("logs/compile.log"))
             .env_remove("PYTHONPATH")
             .args(args);
         c
@@ -424,4 +434,235 @@ fn the_device_side_runs_warmed_artifacts_and_only_the_failing_case_fails() {
     let startups = d.suite.count("logs/runtime.log") - startups_before;
     assert_eq!(startups, procs, "{report:#}");
     assert!(procs <= 4, "{procs} lane processes for 23 scenes on 4 ids");
+}
+
+// ---------------------------------------------------------------------------------------
+// A suite in hw-native-sys/simpler's shape (`fixtures/pytest-demo/classes`): its own base
+// class with one `test_run` per class, goldens in place on `args.clone()`, numpy
+// arguments, a session-wide runtime pool, a kernel cache it fills itself (a prepare
+// step). The test files never import scenerun_pytest.
+// ---------------------------------------------------------------------------------------
+
+impl Demo {
+    fn classes() -> Demo {
+        let d = Demo {
+            sub: "pytest-demo/classes",
+            ..Demo::new()
+        };
+        let o = d
+            .python(&["-c", "import numpy; print(numpy.__version__)"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "the class-style demo needs numpy in the virtualenv (bash .ci/deps.sh): {}",
+            show(&o)
+        );
+        d
+    }
+
+    /// `generate|golden Class [params]` lines the suite's own functions logged.
+    fn calls(&self) -> Vec<String> {
+        self.suite
+            .read("logs/calls.log")
+            .lines()
+            .map(|l| l.rsplit_once(" pid=").map_or(l, |(c, _)| c).to_string())
+            .collect()
+    }
+}
+
+const CLASS_SCENES: [&str; 8] = [
+    "TestAllReduce.pair",
+    "TestAxpy.scaled",
+    "TestAxpy.unit",
+    "TestClamp.bytes",
+    "TestClamp.saturate",
+    "TestClamp.unit",
+    "TestVectorAdd.large",
+    "TestVectorAdd.small",
+];
+
+#[test]
+fn a_class_style_suite_warms_each_case_once_and_its_device_phase_runs_none() {
+    let d = Demo::classes();
+    for f in walk(&d.dir().join("tests")) {
+        assert!(
+            !fs::read_to_string(&f).unwrap().contains("scenerun"),
+            "{} mentions scenerun",
+            f.display()
+        );
+    }
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    // Each selected case's generate_args and compute_golden ran exactly once; the manual
+    // case (`huge`) and the case of another platform (`board`) not at all.
+    let calls = d.calls();
+    assert_eq!(calls.len(), 16, "{calls:#?}");
+    let unique: BTreeSet<&String> = calls.iter().collect();
+    assert_eq!(unique.len(), 16, "{calls:#?}");
+    assert_eq!(
+        calls.iter().filter(|c| c.starts_with("generate ")).count(),
+        8
+    );
+    assert!(!calls
+        .iter()
+        .any(|c| c.contains("4194304") || c.contains("3.0)")));
+    // The prepare step filled the kernel cache: four compiles, outside the lock.
+    assert_eq!(d.suite.count("logs/compile.log"), 4);
+
+    let pool = Pool::new("0-3");
+    let mut c = d.scenerun(&["device"]);
+    pool.apply(&mut c);
+    let o = c.output().unwrap();
+    assert_eq!(code(&o), 1, "{}", show(&o));
+    assert_eq!(pool.acquisitions(), 1);
+    assert_eq!(
+        d.calls().len(),
+        16,
+        "the device phase called neither function"
+    );
+    assert_eq!(
+        d.suite.count("logs/compile.log"),
+        4,
+        "nothing compiled in the lock"
+    );
+    let report = read_json(&d.dir().join("build/scenerun/report.json")).unwrap();
+    let outcomes: BTreeMap<String, String> = report["scenes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["outcome"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes.keys().map(String::as_str).collect::<Vec<_>>(),
+        CLASS_SCENES,
+        "{report:#}"
+    );
+    let failed: Vec<&String> = outcomes
+        .iter()
+        .filter(|(_, o)| o.as_str() != "passed")
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(failed, ["TestClamp.saturate"], "{outcomes:#?}");
+    let sat = report_scene(&report, "TestClamp.saturate").unwrap();
+    assert!(
+        sat["message"]
+            .as_str()
+            .unwrap()
+            .contains("golden mismatch on 'out'"),
+        "{sat:#}"
+    );
+    // One runtime start-up per lane process.
+    let procs = report["device"]["lanes"].as_array().unwrap().len();
+    assert_eq!(d.suite.count("logs/runtime.log"), procs, "{report:#}");
+    // junit: one testcase per case, the failing one failed.
+    let junit = fs::read_to_string(d.dir().join("build/scenerun/junit.xml")).unwrap();
+    assert_eq!(junit.matches("<testcase ").count(), 8, "{junit}");
+    let sat_case = junit
+        .split("<testcase ")
+        .find(|t| t.contains("TestClamp.saturate"))
+        .unwrap();
+    assert!(sat_case.contains("<failure"), "{sat_case}");
+}
+
+#[test]
+fn a_failing_case_names_itself_and_the_cases_after_it_still_run() {
+    let d = Demo::classes();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    // One id: the class's three cases run in one lane process, in one pytest session.
+    let o = d
+        .scenerun(&["device", "--no-lock", "--devices", "0", "-k", "TestClamp.*"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 1, "{}", show(&o));
+    let report = read_json(&d.dir().join("build/scenerun/report.json")).unwrap();
+    assert_eq!(report["device"]["lanes"].as_array().unwrap().len(), 1);
+    let log = fs::read_to_string(d.dir().join("build/scenerun/logs/lanes/pytest.0.log")).unwrap();
+    let command = log.lines().next().unwrap();
+    let at = |case: &str| command.find(&format!("--scenerun-case={case}")).unwrap();
+    assert!(at("saturate") < at("bytes"), "{command}");
+    for (name, want) in [
+        ("TestClamp.unit", "passed"),
+        ("TestClamp.saturate", "failed"),
+        ("TestClamp.bytes", "passed"),
+    ] {
+        let s = report_scene(&report, name).expect(name);
+        assert_eq!(s["outcome"], want, "{name}: {report:#}");
+    }
+    assert_eq!(d.suite.count("logs/runtime.log"), 1);
+    assert_eq!(d.calls().len(), 16, "warm's calls only");
+}
+
+#[test]
+fn editing_one_cases_params_rebuilds_that_case_only() {
+    let d = Demo::classes();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let before = d.calls().len();
+    let file = d.dir().join("tests/elementwise/test_axpy_clamp.py");
+    let text = fs::read_to_string(&file).unwrap();
+    fs::write(&file, text.replace("\"alpha\": -2.5", "\"alpha\": -3.5")).unwrap();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(
+        built(&o),
+        set(&["TestAxpy.scaled/fixture", "TestAxpy.scaled/golden"]),
+        "{}",
+        show(&o)
+    );
+    let new = d.calls()[before..].to_vec();
+    assert_eq!(new.len(), 2, "{new:#?}");
+    assert!(new.iter().all(|c| c.contains("-3.5")), "{new:#?}");
+
+    // A new case in the same class: it alone is built.
+    let text = fs::read_to_string(&file).unwrap();
+    fs::write(
+        &file,
+        text.replace(
+            "        {\"name\": \"board\"",
+            "        {\"name\": \"wide\", \"platforms\": [\"sim\"], \"params\": {\"n\": 512, \"alpha\": 0.5}},\n        {\"name\": \"board\"",
+        ),
+    )
+    .unwrap();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(
+        built(&o),
+        set(&["TestAxpy.wide/fixture", "TestAxpy.wide/golden"]),
+        "{}",
+        show(&o)
+    );
+
+    // Code the cases share (the class's module): every case of the file again; a kernel:
+    // the prepare step alone.
+    fs::write(&file, fs::read_to_string(&file).unwrap() + "\nEXTRA = 1\n").unwrap();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(built(&o).len(), 12, "{}", show(&o));
+    let compiles = d.suite.count("logs/compile.log");
+    let k = d.dir().join("kernels/vadd.c");
+    fs::write(&k, fs::read_to_string(&k).unwrap() + "\n/* edited */\n").unwrap();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let b = built(&o);
+    assert!(b.iter().all(|s| s.ends_with("/kernels")), "{b:?}");
+    assert_eq!(d.suite.count("logs/compile.log"), compiles + 1);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.extension().is_some_and(|x| x == "py") {
+            out.push(p);
+        }
+    }
+    out
 }

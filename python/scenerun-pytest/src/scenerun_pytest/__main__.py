@@ -6,12 +6,13 @@ import argparse
 import sys
 
 
-def _parser():
-    p = argparse.ArgumentParser(prog="python -m scenerun_pytest")
-    sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("collect", help="print the scenes of the scene tests under PATHS (JSON)")
-    c.add_argument("paths", nargs="+")
-    c.add_argument("--platform", default=None, help="keep cases whose `platforms` include it")
+def _collect_parser():
+    c = argparse.ArgumentParser(
+        prog="python -m scenerun_pytest collect",
+        description="print the scenes of the scene classes pytest collects (JSON); every "
+        "argument not listed here (paths, --platform, -m, a conftest's options) goes to pytest",
+        allow_abbrev=False,
+    )
     c.add_argument("--python", default="python", help="interpreter named in the commands (default: python)")
     c.add_argument("--lane", default="pytest", help="lane of 1-device cases (N devices: LANE_xN)")
     c.add_argument(
@@ -28,22 +29,38 @@ def _parser():
         help="lane: device steps share lane processes; process: one pytest per scene",
     )
     c.add_argument("--identity", default=None, help="identity command of fixture and golden steps")
-    for phase in ("fixture", "golden"):
-        f = sub.add_parser(phase, help=f"compute one case's {phase}")
-        f.add_argument("nodeid", help="PATH::Class")
-        f.add_argument("--case", required=True)
-        f.add_argument("--out", required=True)
-        f.add_argument("--depfile", default=None)
-        if phase == "golden":
-            f.add_argument("--fixture", required=True)
-    return p
+    return c
+
+
+def _phase_parser(phase):
+    f = argparse.ArgumentParser(prog=f"python -m scenerun_pytest {phase}", allow_abbrev=False)
+    f.add_argument("nodeid", help="PATH::Class")
+    f.add_argument("--case", required=True)
+    f.add_argument("--out", required=True)
+    f.add_argument("--depfile", default=None)
+    f.add_argument(
+        "--source-digest",
+        default=None,
+        help="what of the test file the step depends on (written by collect; part of the key)",
+    )
+    if phase == "golden":
+        f.add_argument("--fixture", required=True)
+    return f
+
+
+USAGE = "usage: python -m scenerun_pytest {collect|fixture|golden} ...  (see docs/pytest.md)"
 
 
 def main(argv=None) -> int:
-    opts = _parser().parse_args(argv)
-    if opts.command == "collect":
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("collect", "fixture", "golden"):
+        print(USAGE, file=sys.stderr)
+        return 4 if argv and argv[0] not in ("-h", "--help") else 0
+    command, rest = argv[0], argv[1:]
+    if command == "collect":
         from . import collect
 
+        opts, pytest_args = _collect_parser().parse_known_args(rest)
         lanes = {}
         for spec in opts.lane_for:
             n, _, name = spec.partition("=")
@@ -52,17 +69,18 @@ def main(argv=None) -> int:
                 return 4
             lanes[int(n)] = name
         opts.lanes = lanes
+        opts.pytest_args = pytest_args
         return collect.main(opts)
     from . import phases
 
+    opts = _phase_parser(command).parse_args(rest)
     try:
-        phases.run_phase(
-            opts.command, opts.nodeid, opts.case, opts.out, opts.depfile, getattr(opts, "fixture", None)
+        return phases.run_phase(
+            command, opts.nodeid, opts.case, opts.out, opts.depfile, getattr(opts, "fixture", None), opts.source_digest
         )
     except phases.UsageError as e:
-        print(f"scenerun_pytest {opts.command}: {e}", file=sys.stderr)
+        print(f"scenerun_pytest {command}: {e}", file=sys.stderr)
         return 4
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,253 @@
+"""Fixtures and goldens on disk, whatever ``generate_args`` returns.
+
+An artifact directory holds ``scenerun-codec.json`` (the format and the list of leaves),
+``value.pkl`` (the object with every tensor and array replaced by a reference) and one
+file per leaf: ``torch.save`` for a torch tensor, ``.npy`` for a numpy array. Everything
+else (containers, an args builder, scalars of any kind, ctypes values) is pickled in
+``value.pkl``. dtype, shape, memory order and strides survive; an object reachable twice
+(a tensor both in a builder's spec list and in its name map) is one leaf, loaded once,
+so aliasing survives too.
+
+Loads map the leaf files (``torch.load(mmap=True)``, ``np.load(mmap_mode="c")``):
+copy-on-write, so a device run may write into the loaded tensors without touching the
+file, and a 4 GiB fixture costs page faults for the bytes actually read.
+
+A golden is saved against its fixture (``base``): a leaf equal to the fixture's leaf at
+the same position (the inputs a golden computed in place left alone) is stored as a
+reference to that leaf, not again; loading it maps the fixture's file afresh, so the
+golden never shares memory with the arguments the device run writes into.
+
+A conftest may replace all of it: ``pytest_scenerun_save(obj, path)`` returning True
+means it wrote ``path`` itself, and then ``pytest_scenerun_load(path)`` must return the
+object.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import sys
+
+FORMAT = 1
+INDEX = "scenerun-codec.json"
+VALUE = "value.pkl"
+
+
+class CodecError(Exception):
+    """An artifact this codec cannot read (or an object it cannot write)."""
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _numpy():
+    return sys.modules.get("numpy")
+
+
+def _is_tensor(obj) -> bool:
+    torch = _torch()
+    return (
+        torch is not None
+        and isinstance(obj, getattr(torch, "Tensor", ()))
+        and getattr(obj, "layout", None) == getattr(torch, "strided", object())
+    )
+
+
+def _is_array(obj) -> bool:
+    np = _numpy()
+    return np is not None and isinstance(obj, np.ndarray) and obj.dtype != object
+
+
+def _same(a, b) -> bool:
+    """Equal leaves: same kind, dtype, shape and layout, equal bytes."""
+    if _is_tensor(a) and _is_tensor(b):
+        torch = _torch()
+        return (
+            a.dtype == b.dtype
+            and tuple(a.shape) == tuple(b.shape)
+            and tuple(a.stride()) == tuple(b.stride())
+            and bool(torch.equal(a, b))
+        )
+    if _is_array(a) and _is_array(b):
+        np = _numpy()
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and a.flags.f_contiguous == b.flags.f_contiguous
+            and a.flags.c_contiguous == b.flags.c_contiguous
+            and bool(np.array_equal(a, b))
+        )
+    return False
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles the object's skeleton: each tensor or array becomes a persistent id, the
+    same object the same id (first occurrence order), and is handed to ``leaf``."""
+
+    def __init__(self, file, leaf):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._leaf = leaf
+        self._ids = {}
+        self._keep = []  # the ids stay valid while we hold the objects
+
+    def persistent_id(self, obj):
+        if not (_is_tensor(obj) or _is_array(obj)):
+            return None
+        pid = self._ids.get(id(obj))
+        if pid is None:
+            pid = self._leaf(obj, len(self._ids))
+            self._ids[id(obj)] = pid
+            self._keep.append(obj)
+        return pid
+
+
+def save(obj, out_dir: str, *, hook=None, base: str | None = None, mode: str | None = None) -> None:
+    """Write ``obj`` into the (existing) directory ``out_dir``. ``base``: the fixture a
+    golden was computed from; ``mode``: how a golden was computed (``in_place`` or
+    ``returned``), kept for the lane."""
+    if hook is not None and hook.pytest_scenerun_save(obj=obj, path=out_dir):
+        _write_index(out_dir, {"format": FORMAT, "codec": "hook", "mode": mode})
+        return
+    base_leaves = _load_leaf_list(base, hook) if base else []
+    leaves = []
+
+    def leaf(o, k):
+        if k < len(base_leaves) and base_leaves[k] is not None and _same(o, base_leaves[k]):
+            leaves.append({"fixture": k})
+            return ("fixture", k)
+        if _is_tensor(o):
+            name = f"leaf-{k}.pt"
+            _torch().save(o, os.path.join(out_dir, name))
+        else:
+            name = f"leaf-{k}.npy"
+            _numpy().save(os.path.join(out_dir, name), o, allow_pickle=False)
+        leaves.append({"file": name})
+        return ("leaf", k)
+
+    buf = io.BytesIO()
+    try:
+        _Pickler(buf, leaf).dump(obj)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise CodecError(
+            f"cannot save a {type(obj).__name__}: {e} "
+            "(define pytest_scenerun_save/pytest_scenerun_load in a conftest.py)"
+        ) from e
+    with open(os.path.join(out_dir, VALUE), "wb") as f:
+        f.write(buf.getvalue())
+    _write_index(out_dir, {"format": FORMAT, "codec": "pickle", "mode": mode, "leaves": leaves})
+
+
+def _write_index(out_dir, index):
+    with open(os.path.join(out_dir, INDEX), "w") as f:
+        json.dump(index, f, indent=1)
+
+
+def read_index(in_dir: str) -> dict:
+    path = os.path.join(in_dir, INDEX)
+    try:
+        with open(path) as f:
+            index = json.load(f)
+    except FileNotFoundError:
+        raise CodecError(f"{in_dir} is not a scenerun artifact (no {INDEX})") from None
+    if index.get("format") != FORMAT:
+        raise CodecError(f"{path}: format {index.get('format')!r}, this plugin reads {FORMAT}")
+    return index
+
+
+def _load_file(in_dir: str, name: str):
+    path = os.path.join(in_dir, name)
+    if name.endswith(".pt"):
+        import torch
+
+        try:
+            return torch.load(path, mmap=True, weights_only=True)
+        except (RuntimeError, ValueError):
+            # A file torch cannot map (an old zip layout, say): read it whole.
+            return torch.load(path, weights_only=True)
+    import numpy as np
+
+    try:
+        return np.load(path, mmap_mode="c", allow_pickle=False)
+    except ValueError:
+        # An empty array cannot be mapped.
+        return np.load(path, allow_pickle=False)
+
+
+def _load_leaf_list(in_dir: str, hook):
+    """The fixture's leaves, each loaded afresh (None: a hook-saved artifact)."""
+    index = read_index(in_dir)
+    if index.get("codec") != "pickle":
+        return []
+    out = []
+    for entry in index.get("leaves", []):
+        out.append(_load_file(in_dir, entry["file"]) if "file" in entry else None)
+    return out
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, resolve):
+        super().__init__(file)
+        self._resolve = resolve
+        self._loaded = {}
+
+    def persistent_load(self, pid):
+        if pid not in self._loaded:
+            self._loaded[pid] = self._resolve(pid)
+        return self._loaded[pid]
+
+
+def load(in_dir: str, *, hook=None, base: str | None = None):
+    """The object saved in ``in_dir``; ``base``: the fixture directory a golden's
+    references point into."""
+    index = read_index(in_dir)
+    if index.get("codec") == "hook":
+        obj = hook.pytest_scenerun_load(path=in_dir) if hook is not None else None
+        if obj is None:
+            raise CodecError(
+                f"{in_dir} was written by a pytest_scenerun_save hook, and no pytest_scenerun_load hook read it"
+            )
+        return obj
+    leaves = index.get("leaves", [])
+
+    def resolve(pid):
+        kind, k = pid
+        if kind == "leaf":
+            return _load_file(in_dir, leaves[k]["file"])
+        if kind == "fixture":
+            if not base:
+                raise CodecError(f"{in_dir} refers to its fixture, and no fixture was given")
+            return _load_file(base, read_index(base)["leaves"][k]["file"])
+        raise CodecError(f"{in_dir}: unknown reference {pid!r}")
+
+    with open(os.path.join(in_dir, VALUE), "rb") as f:
+        return _Unpickler(f, resolve).load()
+
+
+def mode(in_dir: str):
+    """How the golden in ``in_dir`` was computed: ``in_place``, ``returned`` or None."""
+    return read_index(in_dir).get("mode")
+
+
+def assign(target, source) -> None:
+    """Make ``target`` hold what ``source`` holds, in place: the golden computed in place
+    on a clone of the arguments is handed back through the caller's object."""
+    if _is_tensor(target):
+        target.copy_(source)
+    elif _is_array(target):
+        target[...] = source
+    elif isinstance(target, dict):
+        target.clear()
+        target.update(source)
+    elif isinstance(target, list):
+        target[:] = source
+    elif hasattr(target, "__dict__") and type(target) is type(source):
+        target.__dict__.clear()
+        target.__dict__.update(source.__dict__)
+    else:
+        raise CodecError(
+            f"cannot update a {type(target).__name__} in place with the stored golden "
+            "(define pytest_scenerun_save/pytest_scenerun_load in a conftest.py)"
+        )

@@ -1,0 +1,130 @@
+"""The scene-class protocol, duck-typed: any class pytest collects that has a list of
+``CASES`` (dicts with a ``name``), ``generate_args(params)`` and
+``compute_golden(args, params)`` is a scene class. No base class is needed; scenerun's
+own :class:`~scenerun_pytest.SceneTest` is one too.
+
+The three attribute names can be changed in ``[tool.scenerun]`` of ``pyproject.toml``
+(``cases``, ``generate``, ``golden``) or the pytest ini (``scenerun_cases``,
+``scenerun_generate``, ``scenerun_golden``; the ini wins).
+
+Case fields read (all optional but ``name``): ``params`` (passed to both functions),
+``platforms`` (the case runs only on these), ``manual`` (true, a platform or a list of
+platforms: the case runs only with ``--manual include|only``), ``devices`` or
+``config.device_count`` (ids the case holds), ``tags``, ``skip_golden`` (no golden; the
+class attribute ``SKIP_GOLDEN`` is its default).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+DEFAULTS = {"cases": "CASES", "generate": "generate_args", "golden": "compute_golden"}
+MANUAL_MODES = ("exclude", "include", "only")
+
+
+@dataclass(frozen=True)
+class Names:
+    cases: str = DEFAULTS["cases"]
+    generate: str = DEFAULTS["generate"]
+    golden: str = DEFAULTS["golden"]
+
+
+def _pyproject(rootpath) -> dict:
+    path = os.path.join(str(rootpath), "pyproject.toml")
+    if not os.path.isfile(path):
+        return {}
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # pragma: no cover - older interpreters
+        try:
+            import tomli as tomllib
+        except ImportError:
+            return {}
+    with open(path, "rb") as f:
+        return tomllib.load(f).get("tool", {}).get("scenerun", {})
+
+
+def names(config) -> Names:
+    """The protocol's attribute names for this pytest session."""
+    found = dict(DEFAULTS)
+    for key, value in _pyproject(config.rootpath).items():
+        if key in found and isinstance(value, str) and value:
+            found[key] = value
+    for key in DEFAULTS:
+        value = config.getini(f"scenerun_{key}")
+        if value:
+            found[key] = value
+    return Names(**found)
+
+
+def is_scene_class(cls, n: Names) -> bool:
+    if cls is None:
+        return False
+    cases = getattr(cls, n.cases, None)
+    return (
+        isinstance(cases, (list, tuple))
+        and callable(getattr(cls, n.generate, None))
+        and callable(getattr(cls, n.golden, None))
+    )
+
+
+def cases_of(cls, n: Names):
+    return list(getattr(cls, n.cases))
+
+
+def case_name(case: Mapping[str, Any], cls, index: int) -> str:
+    name = case.get("name") if isinstance(case, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{cls.__name__}.{'CASES'}[{index}] needs a `name`")
+    return name
+
+
+def params_of(case: Mapping[str, Any]):
+    """What the suite passes as ``params``: the case's own dict (not a copy)."""
+    params = case.get("params")
+    return params if params is not None else {}
+
+
+def devices_of(case: Mapping[str, Any]) -> int:
+    if "devices" in case:
+        return int(case["devices"])
+    config = case.get("config")
+    if isinstance(config, Mapping) and "device_count" in config:
+        return int(config["device_count"])
+    return 1
+
+
+def skips_golden(cls, case: Mapping[str, Any]) -> bool:
+    return bool(case.get("skip_golden", getattr(cls, "SKIP_GOLDEN", False)))
+
+
+def manual_applies(manual, platform) -> bool:
+    """Whether a case's ``manual`` value makes it manual on ``platform``."""
+    if isinstance(manual, str):
+        return manual == platform
+    if isinstance(manual, (list, tuple, set, frozenset)):
+        return platform in manual
+    return bool(manual)
+
+
+def selected(case: Mapping[str, Any], platform, manual_mode) -> bool:
+    """Whether the suite would run this case: its ``platforms`` include the platform (when
+    one is given) and its ``manual`` field agrees with the manual mode."""
+    platforms = case.get("platforms")
+    if platform and platforms is not None and platform not in platforms:
+        return False
+    is_manual = manual_applies(case.get("manual"), platform)
+    if manual_mode == "include":
+        return True
+    return is_manual == (manual_mode == "only")
+
+
+def session_filters(config):
+    """(platform, manual mode) as the suite's own options give them."""
+    platform = config.getoption("platform", None) or None
+    mode = config.getoption("manual", None)
+    if mode not in MANUAL_MODES:
+        mode = "exclude"
+    return platform, mode
