@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::cli::Selection;
 use crate::exit::Exit;
 use crate::key::normalize;
 use crate::manifest::locate::Locations;
 use crate::plan::Plan;
+use crate::select::Selection;
 
 /// What changed: files (absolute, normalized), and for the manifest which of its lines
 /// (None: the manifest changed but the lines are unknown, so every scene is affected).

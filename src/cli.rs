@@ -1,14 +1,17 @@
-//! Command-line types (clap derive). No logic lives here: `lib.rs` dispatches.
+//! Command-line types (clap derive). No logic lives here: `commands.rs` dispatches and
+//! turns these into the plain types the phases take (clap stays in this file).
 
 use std::path::PathBuf;
 
 use std::time::Duration;
 
+use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::device::pack::DeviceIds;
-use crate::manifest::units::{parse_age, parse_size};
-use crate::select::Partition;
+use crate::select::{NoScenes, Partition, Selection};
+use crate::ui::{Color, Format};
+use crate::units::{parse_age, parse_size};
 
 /// Where the options every subcommand takes are listed in `--help`.
 const GLOBAL: &str = "Global options";
@@ -121,19 +124,37 @@ pub struct RemoteFlags {
     pub required: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Color {
-    Auto,
-    Always,
-    Never,
+impl RemoteFlags {
+    /// The remote these flags ask for.
+    pub fn flags(&self) -> crate::cache::remote::Flags {
+        crate::cache::remote::Flags {
+            url: self.url.clone(),
+            write: self.write,
+            off: self.off,
+            required: self.required,
+        }
+    }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    #[default]
-    Text,
-    Json,
+/// Plain enums of the phases as clap values: each variant and the word that names it.
+macro_rules! value_enum {
+    ($ty:ident { $($variant:ident => $word:literal),+ $(,)? }) => {
+        impl ValueEnum for $ty {
+            fn value_variants<'a>() -> &'a [Self] {
+                &[$($ty::$variant),+]
+            }
+            fn to_possible_value(&self) -> Option<PossibleValue> {
+                Some(PossibleValue::new(match self {
+                    $($ty::$variant => $word),+
+                }))
+            }
+        }
+    };
 }
+
+value_enum!(Color { Auto => "auto", Always => "always", Never => "never" });
+value_enum!(Format { Text => "text", Json => "json" });
+value_enum!(NoScenes { Fail => "fail", Pass => "pass" });
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -167,7 +188,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Clone, Default, Args)]
-pub struct Selection {
+pub struct SelectArgs {
     /// Scene name substring, or glob if it has `*?[` (repeatable: any matches).
     #[arg(short = 'k', value_name = "PATTERN")]
     pub patterns: Vec<String>,
@@ -193,16 +214,23 @@ pub struct Selection {
     /// What an empty selection means: `fail` (exit 5) or `pass` (exit 0; device takes no lock).
     #[arg(long, value_enum, value_name = "fail|pass", default_value_t = NoScenes::Fail)]
     pub no_scenes: NoScenes,
-    /// The scenes `--changed`/`--changed-since` found affected (set by the glue, not a flag).
-    #[arg(skip)]
-    pub affected: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum NoScenes {
-    #[default]
-    Fail,
-    Pass,
+impl SelectArgs {
+    /// The selection these flags ask for.
+    pub fn selection(&self) -> Selection {
+        Selection {
+            patterns: self.patterns.clone(),
+            tags: self.tags.clone(),
+            skip_tags: self.skip_tags.clone(),
+            platform: self.platform.clone(),
+            partition: self.partition,
+            changed: self.changed.clone(),
+            changed_since: self.changed_since.clone(),
+            no_scenes: self.no_scenes,
+            affected: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -244,7 +272,7 @@ pub struct PreviewFlags {
 #[derive(Debug, Args)]
 pub struct WarmArgs {
     #[command(flatten)]
-    pub select: Selection,
+    pub select: SelectArgs,
     #[command(flatten)]
     pub preview: PreviewFlags,
     #[command(flatten)]
@@ -254,7 +282,7 @@ pub struct WarmArgs {
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
     #[command(flatten)]
-    pub select: Selection,
+    pub select: SelectArgs,
     #[command(flatten)]
     pub preview: PreviewFlags,
     #[command(flatten)]
@@ -264,7 +292,7 @@ pub struct DeviceArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub select: Selection,
+    pub select: SelectArgs,
     #[command(flatten)]
     pub preview: PreviewFlags,
     #[command(flatten)]
@@ -276,7 +304,7 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     #[command(flatten)]
-    pub select: Selection,
+    pub select: SelectArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -287,7 +315,7 @@ pub struct PlanArgs {
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     #[command(flatten)]
-    pub select: Selection,
+    pub select: SelectArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -296,7 +324,7 @@ pub struct ExplainArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     #[command(flatten)]
-    pub select: Selection,
+    pub select: SelectArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,

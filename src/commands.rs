@@ -9,16 +9,25 @@ use std::sync::Arc;
 
 use crate::cache::remote::{self, Remote};
 use crate::cache::{maintain, Store};
-use crate::cli::NoScenes;
-use crate::cli::{
-    CacheCommand, Cli, Command, DeviceFlags, Format, PreviewFlags, Selection, WarmFlags,
-};
+use crate::cli::{CacheCommand, Cli, Command, DeviceFlags, PreviewFlags, WarmFlags};
 use crate::exit::Exit;
 use crate::manifest;
 use crate::plan::{self, Lookups, Plan};
 use crate::report::plan_view::{self, Phases};
-use crate::report::term::Ui;
+use crate::select::{NoScenes, Selection};
+use crate::ui::{Format, Ui};
 use crate::{affected, device, proc, warm};
+
+/// The remote cache's warnings and notes go to the terminal.
+impl remote::Notes for Ui {
+    fn warning(&self, line: &str) {
+        self.always(line);
+    }
+
+    fn note(&self, line: &str) {
+        self.info(line);
+    }
+}
 
 fn on_signal(_sig: i32) {
     proc::interrupt_all();
@@ -58,9 +67,8 @@ fn device_report_dir(cli: &Cli) -> Option<PathBuf> {
     if let Some(p) = &d.report_dir {
         return std::path::absolute(p).ok();
     }
-    let abs = std::path::absolute(&cli.manifest).ok()?;
-    let dir = abs.parent()?.canonicalize().ok()?;
-    Some(dir.join("build").join("scenerun"))
+    let dir = manifest::dir_of(&cli.manifest).ok()?;
+    Some(crate::layout::job_dir(&dir))
 }
 
 fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
@@ -85,7 +93,8 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         .max(1);
     match &cli.command {
         Command::Explain(a) => {
-            let Some(plan) = build_selected(&cli, &a.select, None, Lookups::Look, ui)? else {
+            let Some(plan) = build_selected(&cli, &a.select.selection(), None, Lookups::Look, ui)?
+            else {
                 return Ok(Exit::Ok);
             };
             match a.format {
@@ -107,8 +116,13 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Plan(a) => {
-            let Some(mut plan) =
-                build_selected(&cli, &a.select, Some(&a.device), Lookups::Look, ui)?
+            let Some(mut plan) = build_selected(
+                &cli,
+                &a.select.selection(),
+                Some(&a.device),
+                Lookups::Look,
+                ui,
+            )?
             else {
                 return Ok(Exit::Ok);
             };
@@ -123,8 +137,13 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Warm(a) => {
-            let Some(mut plan) =
-                build_selected(&cli, &a.select, None, settle_unless(&a.preview), ui)?
+            let Some(mut plan) = build_selected(
+                &cli,
+                &a.select.selection(),
+                None,
+                settle_unless(&a.preview),
+                ui,
+            )?
             else {
                 return Ok(Exit::Ok);
             };
@@ -143,8 +162,13 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             exit
         }
         Command::Device(a) => {
-            let Some(mut plan) =
-                build_selected(&cli, &a.select, Some(&a.device), Lookups::Look, ui)?
+            let Some(mut plan) = build_selected(
+                &cli,
+                &a.select.selection(),
+                Some(&a.device),
+                Lookups::Look,
+                ui,
+            )?
             else {
                 // An empty shard that passes writes no report: none may stay looking current.
                 if let Some(dir) = device_report_dir(&cli) {
@@ -165,7 +189,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         Command::Run(a) => {
             let Some(mut plan) = build_selected(
                 &cli,
-                &a.select,
+                &a.select.selection(),
                 Some(&a.device),
                 settle_unless(&a.preview),
                 ui,
@@ -231,11 +255,13 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
             s.spawn(move || kept.write(&copy));
         }
         let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
-        manifest::generated::expand(&mut m, &cache, &files)?;
+        plan::scenes_from::expand(&mut m, &cache, &files)?;
         Plan::build(m, select, cli.cache_dir.as_deref(), files, mode)
     });
     let mut plan = plan?;
-    plan.remote = Remote::configure(&plan.manifest.cache.remote, &cli.remote, ui)?.map(Arc::new);
+    let notes: Arc<dyn remote::Notes> = Arc::new(ui.clone());
+    plan.remote =
+        Remote::configure(&plan.manifest.cache.remote, &cli.remote.flags(), notes)?.map(Arc::new);
     Ok(plan)
 }
 
@@ -293,8 +319,9 @@ fn build_selected(
 
 /// `scenerun list`: the selected scenes, with no key computed.
 fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
-    let names: Option<Vec<String>> = if affected::wanted(&a.select) {
-        match build_selected(cli, &a.select, None, Lookups::Look, ui)? {
+    let sel = a.select.selection();
+    let names: Option<Vec<String>> = if affected::wanted(&sel) {
+        match build_selected(cli, &sel, None, Lookups::Look, ui)? {
             Some(p) => Some(p.scenes.iter().map(|s| s.name.clone()).collect()),
             None => return Ok(Exit::Ok),
         }
@@ -302,10 +329,10 @@ fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
         None
     };
     let m = manifest::load(&cli.manifest)?;
-    let selected = match crate::select::select(&m.scenes, &a.select) {
+    let selected = match crate::select::select(&m.scenes, &sel) {
         Ok(s) => s,
         Err(e)
-            if a.select.no_scenes == NoScenes::Pass
+            if sel.no_scenes == NoScenes::Pass
                 && crate::exit::exit_of(&e) == Exit::NoneSelected =>
         {
             ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
@@ -370,7 +397,13 @@ type Published = Vec<(
 
 fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Published)> {
     let memory = w.memory.unwrap_or_else(warm::default_memory);
-    let warmed = warm::run(plan, &warm::Options { jobs, memory }, ui)?;
+    let trace = |spans: &[warm::accum::Span]| crate::report::trace::write_warm(plan, spans);
+    let opts = warm::Options {
+        jobs,
+        memory,
+        trace: &trace,
+    };
+    let warmed = warm::run(plan, &opts, ui)?;
     let summary = &warmed.summary;
     warm::print_summary(summary, ui);
     let exit = if w.strict && (summary.failed + summary.skipped) > 0 {
@@ -382,19 +415,21 @@ fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Pu
 }
 
 fn report_dir(plan: &Plan, d: &DeviceFlags) -> PathBuf {
-    match &d.report_dir {
-        Some(p) => std::path::absolute(p).unwrap_or_else(|_| p.clone()),
-        None => plan.job_dir.clone(),
-    }
+    crate::layout::report_dir(d.report_dir.as_deref(), &plan.job_dir)
 }
 
 fn do_device(plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
+    let dir = report_dir(plan, d);
+    let sink = crate::report::Writer {
+        dir: dir.clone(),
+        ui,
+    };
     let opts = device::outer::Options {
         no_lock: d.no_lock,
         devices: no_lock_ids(d),
-        report_dir: report_dir(plan, d),
+        report_dir: dir.clone(),
+        sink: &sink,
     };
-    let dir = opts.report_dir.clone();
     let called = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

@@ -79,7 +79,7 @@ pub fn exit_of(err: &anyhow::Error) -> Exit {
             return c.exit;
         }
         if cause
-            .downcast_ref::<crate::manifest::ManifestErrors>()
+            .downcast_ref::<crate::error::ManifestErrors>()
             .is_some()
         {
             return Exit::Usage;

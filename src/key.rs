@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 mod closure;
 mod closure_memo;
+pub mod inputs;
 
 use closure::{Bits, Table};
 pub use closure::{Closure, ClosureSet};

@@ -6,18 +6,23 @@ pub mod affected;
 pub mod cache;
 pub mod cli;
 pub mod device;
+pub mod error;
 pub mod exit;
 pub mod explain;
 pub mod fsutil;
 pub mod identity;
 pub mod key;
+pub mod layout;
 pub mod manifest;
 pub mod plan;
 pub mod proc;
+pub mod record;
 pub mod report;
 pub mod select;
 pub mod stepid;
 pub mod template;
+pub mod ui;
+pub mod units;
 pub mod warm;
 
 mod commands;
@@ -45,7 +50,7 @@ pub fn parse_args() -> Result<Cli, clap::Error> {
 
 /// Run one command line to completion and say how the process should exit.
 pub fn run(cli: Cli) -> Exit {
-    let ui = report::term::Ui::new(&cli);
+    let ui = ui::Ui::new(cli.quiet, cli.verbose, cli.color);
     match commands::dispatch(cli, &ui) {
         Ok(exit) => exit,
         Err(err) => {

@@ -4,6 +4,8 @@
 //! way. Building a plan runs only identity commands and reads files; it never writes to
 //! the cache (the stat memo beside the manifest is refreshed).
 
+pub mod scenes_from;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,46 +15,29 @@ use rayon::prelude::*;
 
 use crate::cache::history::History;
 use crate::cache::{Entry, Kind, Lookup, Store};
-use crate::cli::Selection;
 use crate::exit::Exit;
-use crate::explain::inputs::KeyInputs;
+use crate::key::inputs::KeyInputs;
 use crate::key::{self, Files, KeyHasher};
+use crate::layout;
 use crate::manifest::{DeviceStep, GenStep, Kernel, Manifest, Scene, Toolchain};
+use crate::record::{Failures, WarmRecord};
+use crate::select::Selection;
 use crate::stepid::StepId;
 use crate::template::{Ph, Template, Val};
-use crate::warm::record::{Failures, WarmRecord};
 
 /// A step's key and, when asked for, what went into it.
 type Keyed = (String, Option<KeyInputs>);
 
-/// Where scenerun keeps its per-checkout files: `build/scenerun/` beside the manifest.
-pub fn job_dir(manifest: &Manifest) -> PathBuf {
-    job_dir_in(&manifest.dir)
-}
-
-/// `build/scenerun` beside a manifest, from the manifest's directory.
-pub fn job_dir_in(manifest_dir: &Path) -> PathBuf {
-    manifest_dir.join("build").join("scenerun")
-}
-
 /// The stat memo of the checkout whose manifest is in `manifest_dir` (docs/cache.md).
 pub fn stat_memo(manifest_dir: &Path) -> Files {
-    let files = Files::new(Some(job_dir_in(manifest_dir).join("statmemo.json")));
+    let files = Files::new(Some(layout::stat_memo(&layout::job_dir(manifest_dir))));
     files.restore_closures(manifest_dir);
     files
 }
 
-/// The cache directory: `--cache-dir` > `$SCENERUN_CACHE_DIR` (both via clap) > `cache.dir`
-/// > `build/cache` beside the manifest.
+/// The cache directory of a manifest (`flag`: `--cache-dir`), as `layout` decides it.
 pub fn cache_dir(manifest: &Manifest, flag: Option<&Path>) -> PathBuf {
-    match flag {
-        Some(p) => std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
-        None => manifest
-            .cache
-            .dir
-            .clone()
-            .unwrap_or_else(|| manifest.dir.join("build").join("cache")),
-    }
+    layout::cache_dir(&manifest.dir, manifest.cache.dir.as_deref(), flag)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -208,11 +193,11 @@ impl Plan {
         mode: Lookups,
     ) -> Result<Plan> {
         let selected = crate::select::select(&manifest.scenes, sel)?;
-        let job_dir = job_dir(&manifest);
+        let job_dir = layout::job_dir(&manifest.dir);
         let store = Store::at(cache_dir(&manifest, cache_flag));
         // Not a cache, or a link at its own directories: exit 3 before anything is read.
         store.check()?;
-        let job = Store::at(job_dir.join("job"));
+        let job = Store::at(layout::job_store(&job_dir));
         // History and the warm record are first needed after the lookups: they are read
         // on a thread of their own meanwhile (a few MB of JSON on a big suite, which had
         // been the critical path of a no-op warm while the closures were restored).

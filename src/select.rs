@@ -2,9 +2,41 @@
 //! come from a hash of the scene name alone, so adding or filtering other scenes never
 //! moves a scene to another shard.
 
-use crate::cli::Selection;
+use std::path::PathBuf;
+
 use crate::exit::Exit;
 use crate::manifest::Scene;
+
+/// Which scenes a command works on (from `-k`, `--tag`, `--skip-tag`, `--platform`,
+/// `--partition`, `--changed`, `--changed-since`, `--no-scenes`).
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Scene name substrings, or globs when they have `*?[` (any matches).
+    pub patterns: Vec<String>,
+    /// Only scenes with one of these tags.
+    pub tags: Vec<String>,
+    /// Drop scenes with one of these tags.
+    pub skip_tags: Vec<String>,
+    pub platform: Option<String>,
+    pub partition: Option<Partition>,
+    /// Only scenes whose inputs include one of these paths (relative to the current dir).
+    pub changed: Vec<PathBuf>,
+    /// Only scenes whose inputs changed since this git revision.
+    pub changed_since: Option<String>,
+    pub no_scenes: NoScenes,
+    /// The scenes `--changed`/`--changed-since` found affected (set by the glue).
+    pub affected: Option<Vec<String>>,
+}
+
+/// What an empty selection means.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NoScenes {
+    /// Exit 5.
+    #[default]
+    Fail,
+    /// Exit 0; `device` takes no lock.
+    Pass,
+}
 
 /// A parsed `--partition K/N` (1-based K).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

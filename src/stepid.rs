@@ -5,7 +5,31 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::cache::Kind;
+use serde::{Deserialize, Serialize};
+
+/// What a step produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Kernel,
+    Fixture,
+    Golden,
+    /// A top-level `prepare:` step (docs/manifest.md): one per checkout, every scene's.
+    Prepare,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Kernel, Kind::Fixture, Kind::Golden, Kind::Prepare];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Kernel => "kernel",
+            Kind::Fixture => "fixture",
+            Kind::Golden => "golden",
+            Kind::Prepare => "prepare",
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StepId {

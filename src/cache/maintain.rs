@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{read_meta, Kind, Store};
 use crate::fsutil;
-use crate::manifest::units::short_size;
+use crate::units::short_size;
 
 pub const RECENT: Duration = Duration::from_secs(24 * 3600);
 

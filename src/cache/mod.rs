@@ -42,29 +42,7 @@ use digest::{Digester, Digests};
 pub const LAYOUT: u32 = 1;
 const MARKER: &str = "scenerun-cache.json";
 
-/// What a step produces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    Kernel,
-    Fixture,
-    Golden,
-    /// A top-level `prepare:` step (docs/manifest.md): one per checkout, every scene's.
-    Prepare,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Kernel, Kind::Fixture, Kind::Golden, Kind::Prepare];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Kernel => "kernel",
-            Kind::Fixture => "fixture",
-            Kind::Golden => "golden",
-            Kind::Prepare => "prepare",
-        }
-    }
-}
+pub use crate::stepid::Kind;
 
 /// One file of an entry, as recorded at publish time.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -121,7 +121,7 @@ pub fn run_plain(
             AttemptOutcome::TimedOut,
             Some(format!(
                 "timed out after {} (process group killed)",
-                crate::manifest::units::short_duration(Duration::from_secs_f64(
+                crate::units::short_duration(Duration::from_secs_f64(
                     s.timeout_secs.unwrap_or(0.0)
                 ))
             )),

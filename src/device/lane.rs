@@ -498,7 +498,7 @@ impl Batch {
             message: self.scenes[i].timeout.map(|t| {
                 format!(
                     "timed out after {} inside the lane process (process group killed)",
-                    crate::manifest::units::short_duration(std::time::Duration::from_secs_f64(t))
+                    crate::units::short_duration(std::time::Duration::from_secs_f64(t))
                 )
             }),
         }]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::events::{Attempt, AttemptOutcome, Event, FollowUp};
-use crate::report::term::Ui;
+use crate::ui::Ui;
 
 /// One line of the live file.
 #[derive(Debug, Clone, Serialize, Deserialize)]

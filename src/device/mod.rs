@@ -13,6 +13,7 @@ pub mod live;
 mod lockrun;
 pub mod outer;
 pub mod pack;
+pub mod report;
 pub mod runs;
 mod watch;
 

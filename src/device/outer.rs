@@ -9,20 +9,22 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::lockrun::{self, Killed, LockEnding};
+use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
 use super::{Artifact, Frozen, FrozenScene, Infra, Results, SceneOutcome};
 use crate::cache::history::History;
 use crate::exit::Exit;
 use crate::plan::{Plan, Status};
-use crate::report::term::Ui;
-use crate::report::{DeviceReport, LockReport, Report, SceneReport, StepReport};
 use crate::template::{Ph, Val};
+use crate::ui::Ui;
 
-pub struct Options {
+pub struct Options<'a> {
     pub no_lock: bool,
     /// The ids `--no-lock` runs on.
     pub devices: Vec<String>,
     pub report_dir: PathBuf,
+    /// Where every ending's report goes (written into `report_dir`).
+    pub sink: &'a dyn Sink,
 }
 
 /// An artifact that is not warm: (scene index, what is missing).
@@ -196,7 +198,7 @@ fn read_results(frozen: &Frozen) -> Option<Results> {
 #[derive(Clone, Copy)]
 struct Phase<'a> {
     plan: &'a Plan,
-    opts: &'a Options,
+    opts: &'a Options<'a>,
     ui: &'a Ui,
 }
 
@@ -217,7 +219,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
             "the manifest has no `lock:` section; add one, or run with --no-lock --devices LIST"
         ));
     };
-    let log = plan.job_dir.join("lock.log");
+    let log = crate::layout::lock_log(&plan.job_dir);
     let _ = std::fs::remove_file(&log);
     let lock_cfg = plan.manifest.lock.as_ref();
     let limits = lockrun::Limits {
@@ -302,7 +304,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
     if ran.killed == Some(Killed::ReleaseTimeout) {
         ui.always(&format!(
             "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
-            crate::manifest::units::short_duration(limits.release_timeout)
+            crate::units::short_duration(limits.release_timeout)
         ));
     }
 
@@ -372,7 +374,7 @@ fn fail(
     mut lock: LockReport,
     f: LockFailure,
 ) -> anyhow::Error {
-    let Phase { plan, opts, ui } = ph;
+    let Phase { plan, opts, .. } = ph;
     let LockFailure {
         exit,
         what,
@@ -402,7 +404,7 @@ fn fail(
     }
     report.exit_code = exit.code();
     report.error = Some(format!("{msg}\n{tail}"));
-    let _ = report.write(&opts.report_dir, ui.github);
+    let _ = opts.sink.write(report);
     if tail.trim().is_empty() {
         crate::coded!(exit, "{msg}")
     } else {
@@ -572,7 +574,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         );
         report.exit_code = Exit::NotWarm.code();
         report.error = Some(msg.clone());
-        report.write(&opts.report_dir, ui.github)?;
+        opts.sink.write(&report)?;
         return Err(anyhow::Error::new(
             crate::exit::Coded::new(Exit::NotWarm, msg).hint("run `scenerun warm` first"),
         ));
@@ -581,8 +583,8 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         report.scenes = scene_reports(plan, None, &frozen);
         report.exit_code = Exit::Failed.code();
         report.error = Some("every selected scene failed in warm; the lock was not taken".into());
-        report.write(&opts.report_dir, ui.github)?;
-        ui.out(&report.table(ui));
+        opts.sink.write(&report)?;
+        opts.sink.show(&report);
         ui.always("device: every selected scene failed in warm; the lock was not taken");
         return Ok(Exit::Failed);
     }
@@ -591,7 +593,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         report.scenes = scene_reports(plan, None, &frozen);
         report.exit_code = Exit::Infra.code();
         report.error = Some(format!("{e:#}"));
-        let _ = report.write(&opts.report_dir, ui.github);
+        let _ = opts.sink.write(&report);
         return Err(e);
     }
 
@@ -646,8 +648,8 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     } else if exit == Exit::Interrupted {
         report.error = Some("interrupted (SIGINT/SIGTERM)".into());
     }
-    report.write(&opts.report_dir, ui.github)?;
-    ui.out(&report.table(ui));
+    opts.sink.write(&report)?;
+    opts.sink.show(&report);
     match (exit, &report.error) {
         (Exit::Infra, Some(e)) => Err(crate::coded!(Exit::Infra, "{e}")),
         _ => Ok(exit),

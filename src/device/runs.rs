@@ -20,7 +20,7 @@ impl Invocation {
     /// A fresh directory named after this process (pid and start time, so that the
     /// sweep of another invocation can tell it is alive).
     pub fn create(job_dir: &Path) -> io::Result<Invocation> {
-        let root = job_dir.join("device").join("runs");
+        let root = crate::layout::device_runs(job_dir);
         std::fs::create_dir_all(&root)?;
         sweep(&root);
         let me = ProcId::me().unwrap_or(ProcId {
@@ -200,5 +200,5 @@ pub fn repeat_exit(frozen: &super::Frozen) -> crate::exit::Exit {
 
 /// The run dir as previews show it: one exists only while an invocation runs.
 pub fn preview_dir(job_dir: &Path) -> PathBuf {
-    job_dir.join("device").join("runs").join("<run>")
+    crate::layout::device_runs(job_dir).join("<run>")
 }

@@ -1,16 +1,14 @@
 //! Why a step is not a hit: `scenerun explain`, and the one-word reason `plan` shows.
 //! The reason is a pure comparison of the step's key inputs now with the inputs recorded
-//! when it was last built (`inputs::Records`); every reason is rendered here only.
-
-pub mod inputs;
+//! when it was last built (`key::inputs::Records`); every reason is rendered here only.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::{json, Value};
 
+use crate::key::inputs::{KeyInputs, Records};
 use crate::plan::{Plan, Status, Step};
-use inputs::{KeyInputs, Records};
 
 /// Which part of a key input a change is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -164,7 +164,7 @@ fn exe_id() -> Option<crate::fsutil::Stamp> {
 }
 
 fn path(dir: &Path) -> PathBuf {
-    crate::plan::job_dir_in(dir).join("manifest.json")
+    crate::layout::manifest_memo(&crate::layout::job_dir(dir))
 }
 
 /// The memo's manifest, if it is for this text and every probe still answers the same.

@@ -11,14 +11,13 @@ mod memo;
 mod paths;
 mod raw;
 pub mod remote;
-pub mod units;
 pub mod yaml;
 
+pub use crate::error::{Diag, ManifestErrors};
 pub use lanes::{DeviceFault, DeviceRun, LaneConfig};
 pub use paths::expand_vars;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -50,7 +49,7 @@ pub struct Manifest {
     /// `lanes:` by name (docs/lanes.md).
     pub lanes: BTreeMap<String, LaneConfig>,
     pub scenes: Vec<Scene>,
-    /// `scenes_from:` generators; their scenes join `scenes` in `generated::expand`.
+    /// `scenes_from:` generators; their scenes join `scenes` in `plan::scenes_from::expand`.
     pub generators: Vec<generated::Generator>,
     /// Top-level `prepare:` steps: run by warm for every selected scene, keyed once.
     #[serde(default)]
@@ -163,70 +162,6 @@ pub struct DeviceStep {
     /// Reruns of a failed device step in a fresh process (docs/lanes.md).
     pub retries: u32,
 }
-
-/// One problem in a manifest.
-#[derive(Debug, Clone)]
-pub struct Diag {
-    pub line: Option<usize>,
-    pub col: Option<usize>,
-    /// The key path, e.g. `scenes[1].kernels[0].source`.
-    pub path: String,
-    pub message: String,
-}
-
-/// Every problem found in one manifest.
-#[derive(Debug)]
-pub struct ManifestErrors {
-    pub file: String,
-    pub diags: Vec<Diag>,
-}
-
-impl fmt::Display for ManifestErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.diags.len();
-        write!(
-            f,
-            "manifest {} has {n} error{}:",
-            self.file,
-            if n == 1 { "" } else { "s" }
-        )?;
-        // The offending line goes under each message, as rustc and just show it. The
-        // file is read again here: errors are rare, and a file that cannot be read (or
-        // text that was not a file) just gets no excerpt.
-        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        for d in &self.diags {
-            write!(f, "\n  {}", self.file)?;
-            if let Some(line) = d.line {
-                write!(f, ":{line}")?;
-                if let Some(col) = d.col {
-                    write!(f, ":{col}")?;
-                }
-            }
-            if d.path.is_empty() {
-                write!(f, ": {}", d.message)?;
-            } else {
-                write!(f, ": {}: {}", d.path, d.message)?;
-            }
-            if let Some(src) = d.line.and_then(|l| lines.get(l.wrapping_sub(1))) {
-                let n = d.line.unwrap_or(0);
-                let w = n.to_string().len();
-                write!(f, "\n  {n:>w$} | {src}")?;
-                if let Some(col) = d.col {
-                    let pad: String = src
-                        .chars()
-                        .take(col.saturating_sub(1))
-                        .map(|c| if c == '\t' { '\t' } else { ' ' })
-                        .collect();
-                    write!(f, "\n  {:>w$} | {pad}^", "")?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ManifestErrors {}
 
 /// Names of scenes, kernels and toolchains: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..`
 /// (names become directory names under logs/ and job/).
@@ -540,14 +475,14 @@ impl Ctx {
 
     fn size(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<u64> {
         let v = v?;
-        units::parse_size(&v.text())
+        crate::units::parse_size(&v.text())
             .map_err(|e| self.err(path, e))
             .ok()
     }
 
     fn duration(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<Duration> {
         let v = v?;
-        units::parse_duration(&v.text())
+        crate::units::parse_duration(&v.text())
             .map_err(|e| self.err(path, e))
             .ok()
     }

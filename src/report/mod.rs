@@ -2,108 +2,36 @@
 //! testcase per scene, warm failures included), `logs/`, and under GitHub Actions
 //! `::error` annotations plus a Markdown table in `$GITHUB_STEP_SUMMARY`.
 
-pub mod diagnostics;
 pub mod list;
 pub mod plan_view;
-pub mod term;
 pub mod trace;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 
-use crate::device::{Infra, SceneOutcome};
+use crate::device::report::{Report, SceneReport, Sink};
+use crate::device::SceneOutcome;
+use crate::ui::Ui;
 
-pub const REPORT_VERSION: u32 = 1;
-
-#[derive(Debug, Clone, Serialize)]
-pub struct StepReport {
-    pub kind: &'static str,
-    pub name: String,
-    pub key: String,
-    pub status: &'static str,
+/// Where a device phase's report goes: `dir`, and the terminal `ui`.
+pub struct Writer<'a> {
+    pub dir: PathBuf,
+    pub ui: &'a Ui,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct SceneReport {
-    pub name: String,
-    pub outcome: SceneOutcome,
-    pub message: Option<String>,
-    pub devices: Vec<String>,
-    pub start_secs: f64,
-    pub duration_secs: f64,
-    pub log: Option<PathBuf>,
-    pub log_tail: Option<String>,
-    /// The lane it ran in (docs/lanes.md).
-    pub lane: Option<String>,
-    /// Every try of its device step.
-    pub attempts: Vec<crate::device::events::Attempt>,
-    pub steps: Vec<StepReport>,
-    /// Set when infrastructure, not the scene, decided its ending (docs/reports.md).
-    pub infra: Option<Infra>,
-}
+impl Sink for Writer<'_> {
+    fn write(&self, report: &Report) -> Result<()> {
+        report.write(&self.dir, self.ui.github)
+    }
 
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct LockReport {
-    pub command: String,
-    pub exit_code: Option<i32>,
-    /// Unix seconds.
-    pub called_at: f64,
-    pub inner_started_at: Option<f64>,
-    pub inner_ended_at: Option<f64>,
-    pub returned_at: f64,
-    pub queue_wait_secs: Option<f64>,
-    pub held_secs: Option<f64>,
-    pub output_tail: Option<String>,
-    /// When a SIGINT/SIGTERM was forwarded to the lock command (Unix seconds).
-    pub signal_forwarded_at: Option<f64>,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct DeviceReport {
-    pub granted: Vec<String>,
-    pub inner_secs: f64,
-    pub busy_secs: f64,
-    pub device_secs_used: f64,
-    pub device_secs_held: f64,
-    /// busy ÷ held; busy counts scene time only.
-    pub efficiency: f64,
-    /// Lane process start-ups, summed (beside busy time, not in it).
-    pub startup_secs: f64,
-    /// Ids found faulty during the run.
-    pub quarantined: Vec<String>,
-    /// One record per lane process.
-    pub lanes: Vec<crate::device::events::LaneRecord>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub version: u32,
-    pub scenerun: &'static str,
-    pub manifest: String,
-    pub exit_code: i32,
-    pub error: Option<String>,
-    pub scenes: Vec<SceneReport>,
-    pub lock: Option<LockReport>,
-    pub device: Option<DeviceReport>,
+    fn show(&self, report: &Report) {
+        self.ui.out(&report.table(self.ui));
+    }
 }
 
 impl Report {
-    pub fn new(manifest: &Path) -> Report {
-        Report {
-            version: REPORT_VERSION,
-            scenerun: env!("CARGO_PKG_VERSION"),
-            manifest: manifest.display().to_string(),
-            exit_code: 0,
-            error: None,
-            scenes: Vec::new(),
-            lock: None,
-            device: None,
-        }
-    }
-
     /// Write report.json and junit.xml into `dir`, and the GitHub outputs when asked.
     pub fn write(&self, dir: &Path, github: bool) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -200,7 +128,7 @@ impl Report {
     }
 
     /// The summary table for stdout.
-    pub fn table(&self, ui: &term::Ui) -> String {
+    pub fn table(&self, ui: &Ui) -> String {
         let w = self
             .scenes
             .iter()
@@ -373,4 +301,6 @@ fn junit_status(s: &SceneReport) -> quick_junit::TestCaseStatus {
     }
 }
 
-use diagnostics::{escape_data as gh_escape_data, escape_property as gh_escape_property};
+use crate::warm::diagnostics::{
+    escape_data as gh_escape_data, escape_property as gh_escape_property,
+};

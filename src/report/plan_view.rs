@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::device::lanes::PreviewProcess;
 use crate::plan::{Fill, Plan, Status};
-use crate::report::term::Ui;
+use crate::ui::Ui;
 
 pub const PLAN_SCHEMA_VERSION: u32 = 1;
 

@@ -130,7 +130,7 @@ pub fn write_warm(plan: &Plan, spans: &[Span]) -> std::io::Result<()> {
     #[derive(serde::Serialize)]
     struct Args<'a> {
         key: &'a str,
-        outcome: crate::warm::record::Outcome,
+        outcome: crate::record::Outcome,
         remote_bytes: Option<u64>,
         scenes: Vec<&'a str>,
     }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::events::{Event, FailCause, SkipCause, UnitOutcome};
-use super::record::{Outcome, Recorded, StepRecord};
 use crate::cache::Entry;
 use crate::plan::{Plan, Status};
 use crate::proc;
+use crate::record::{Outcome, Recorded, StepRecord};
 
 /// Bytes of a failed step's log kept in the warm record.
 const RECORD_TAIL: usize = 4000;
@@ -271,8 +271,8 @@ mod tests {
     use super::*;
     use crate::cache::{Kind, Meta};
     use crate::plan::Lookups;
+    use crate::record::WarmRecord;
     use crate::warm::events::Event;
-    use crate::warm::record::WarmRecord;
     use std::path::PathBuf;
     use std::time::Duration;
 

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use std::sync::Arc;
 
 use crate::cache::Entry;
-use crate::manifest::units::short_duration;
+use crate::units::short_duration;
 
 /// Why a warm step failed (the step's own fault, never the cache's).
 #[derive(Debug, Clone, PartialEq, Eq)]

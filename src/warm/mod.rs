@@ -11,10 +11,10 @@
 
 pub mod accum;
 pub mod depfile;
+pub mod diagnostics;
 pub mod events;
 pub mod exec;
 mod inputs;
-pub mod record;
 pub mod reporter;
 pub mod sched;
 
@@ -27,19 +27,22 @@ use anyhow::Result;
 use crate::cache::history::History;
 use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Entry, Kind, Lookup};
-use crate::explain::inputs::Records;
+use crate::key::inputs::Records;
 use crate::plan::{Fill, Plan, Status, Unit};
 use crate::proc::{self, Ended};
-use crate::report::term::Ui;
+use crate::record::WarmRecord;
+use crate::ui::Ui;
 use accum::{Accumulator, Summary};
 use events::{FailCause, UnitEnd, UnitOutcome};
-use record::WarmRecord;
 pub use reporter::print_summary;
 use reporter::Reporter;
 
-pub struct Options {
+pub struct Options<'a> {
     pub jobs: usize,
     pub memory: u64,
+    /// Writes the trace of the warm's spans (the command hands in the report's writer:
+    /// a phase renders no report itself).
+    pub trace: &'a (dyn Fn(&[accum::Span]) -> std::io::Result<()> + Sync),
 }
 
 /// Default `--memory`: 80 % of physical memory.
@@ -123,7 +126,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
             })
             .map(|()| notes)
         });
-        let recorded = record(plan, acc, ui);
+        let recorded = record(plan, acc, opts.trace, ui);
         (pruned.join().expect("prune thread"), recorded)
     });
     let (summary, published) = recorded?;
@@ -141,14 +144,19 @@ type Published = Vec<(usize, Status, Option<Arc<Entry>>)>;
 
 /// What a warm leaves behind besides its entries: history, key inputs, the stat memo,
 /// the trace, the warm record and the cache's last-warm summary.
-fn record(plan: &Plan, acc: Accumulator, ui: &Ui) -> Result<(Summary, Published)> {
+fn record(
+    plan: &Plan,
+    acc: Accumulator,
+    trace: &(dyn Fn(&[accum::Span]) -> std::io::Result<()> + Sync),
+    ui: &Ui,
+) -> Result<(Summary, Published)> {
     // The trace (one span per unit, thousands in a no-op warm) is written on a thread
     // of its own while the rest is saved; it shares no file with them.
     let spans = acc.spans;
     let traced = std::thread::scope(|scope| {
-        let traced = scope.spawn(|| crate::report::trace::write_warm(plan, &spans));
+        let traced = scope.spawn(|| trace(&spans));
         History::record(&plan.store.root, &acc.history);
-        let built: Vec<(String, crate::explain::inputs::KeyInputs)> = acc
+        let built: Vec<(String, crate::key::inputs::KeyInputs)> = acc
             .built_steps
             .iter()
             .filter_map(|&i| Some((plan.steps[i].id.record_key(), plan.key_inputs(i)?)))

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::accum::Summary;
+use super::diagnostics;
 use super::events::{Event, UnitOutcome};
-use crate::manifest::units::{short_duration, short_size};
 use crate::plan::Plan;
-use crate::report::diagnostics;
-use crate::report::term::Ui;
+use crate::ui::Ui;
+use crate::units::{short_duration, short_size};
 
 /// Lines of a failed step's output shown under its line.
 const TAIL_LINES: usize = 15;

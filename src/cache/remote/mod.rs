@@ -26,13 +26,11 @@ use std::sync::Mutex;
 
 use crate::cache::digest::{self, CopyError, Digester};
 use crate::cache::{Entry, FileRecord, Kind, Meta, Store};
-use crate::cli::RemoteFlags;
 use crate::exit::Exit;
 use crate::fsutil;
 use crate::key::{self, Files};
 use crate::manifest::remote::{parse_ed25519, RemoteConfig};
-use crate::manifest::units::short_size;
-use crate::report::term::Ui;
+use crate::units::short_size;
 use anyhow::{Context, Result};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use http::{Client, Failure};
@@ -68,6 +66,29 @@ struct Counters {
     failures: AtomicU64,
 }
 
+/// How the command line asks for the remote (`--remote`, `--remote-write`,
+/// `--no-remote`, `--remote-required` and their environment variables).
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    /// The URL, over `cache.remote.url`.
+    pub url: Option<String>,
+    /// Upload what this run builds.
+    pub write: bool,
+    /// No remote, whatever else says so.
+    pub off: bool,
+    /// A remote that cannot be reached, times out, fails or refuses is exit 3.
+    pub required: bool,
+}
+
+/// Where the remote's warnings and notes go (the terminal, in a run): the remote knows
+/// nothing of how they are shown.
+pub trait Notes: Send + Sync {
+    /// A warning, shown even under `-q`.
+    fn warning(&self, line: &str);
+    /// A note, not shown under `-q`.
+    fn note(&self, line: &str);
+}
+
 /// What a lookup on the remote gave.
 pub enum Fetched {
     /// Downloaded, verified and published locally; bytes moved.
@@ -100,14 +121,18 @@ pub struct Remote {
     writes_off: AtomicBool,
     counters: Counters,
     warned: Mutex<HashSet<String>>,
-    ui: Ui,
+    notes: std::sync::Arc<dyn Notes>,
 }
 
 impl Remote {
     /// The remote for this run from the manifest, the command line and the environment
     /// (`--no-remote` > `--remote`/`$SCENERUN_REMOTE_URL` > `cache.remote.url`; writes
     /// when `--remote-write`/`$SCENERUN_REMOTE_WRITE` or `cache.remote.write`).
-    pub fn configure(cfg: &RemoteConfig, flags: &RemoteFlags, ui: &Ui) -> Result<Option<Remote>> {
+    pub fn configure(
+        cfg: &RemoteConfig,
+        flags: &Flags,
+        notes: std::sync::Arc<dyn Notes>,
+    ) -> Result<Option<Remote>> {
         if flags.off {
             return Ok(None);
         }
@@ -166,7 +191,7 @@ impl Remote {
             writes_off: AtomicBool::new(false),
             counters: Counters::default(),
             warned: Mutex::new(HashSet::new()),
-            ui: ui.clone(),
+            notes,
         }))
     }
 
@@ -181,7 +206,7 @@ impl Remote {
             .expect("warnings")
             .insert(msg.to_string())
         {
-            self.ui.always(&format!("warning: remote cache: {msg}"));
+            self.notes.warning(&format!("warning: remote cache: {msg}"));
         }
     }
 
@@ -360,7 +385,7 @@ impl Remote {
         }
         let meta = &entry.meta;
         if meta.bytes() > self.max_upload {
-            self.ui.info(&format!(
+            self.notes.note(&format!(
                 "remote cache: {} ({}) is over cache.remote.max_upload ({}): kept locally only",
                 meta.built_by,
                 short_size(meta.bytes()),

@@ -5,7 +5,21 @@
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
-use crate::cli::{Cli, Color};
+/// `--color`: when stderr gets colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+/// `--format`: how results are printed on stdout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
 
 #[derive(Debug, Clone)]
 pub struct Ui {
@@ -49,15 +63,16 @@ fn color_on(choice: Color, tty: bool, no_color: bool, dumb: bool) -> bool {
 }
 
 impl Ui {
-    pub fn new(cli: &Cli) -> Ui {
+    /// The terminal as `-q`, `-v` (a count) and `--color` and the environment ask for.
+    pub fn new(quiet: bool, verbose: u8, choice: Color) -> Ui {
         let dumb = std::env::var("TERM").as_deref() == Ok("dumb");
         let tty = std::io::stderr().is_terminal();
-        let color = color_on(cli.color, tty, std::env::var_os("NO_COLOR").is_some(), dumb);
+        let color = color_on(choice, tty, std::env::var_os("NO_COLOR").is_some(), dumb);
         Ui {
-            quiet: cli.quiet,
-            verbose: cli.verbose,
+            quiet,
+            verbose,
             color,
-            bars: tty && !dumb && std::env::var_os("CI").is_none() && !cli.quiet,
+            bars: tty && !dumb && std::env::var_os("CI").is_none() && !quiet,
             github: std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true"),
             bar: BarSlot::default(),
         }

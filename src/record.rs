@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::Kind;
 use crate::fsutil::{self, Stamp};
+use crate::stepid::Kind;
 use crate::stepid::StepId;
 
 pub const RECORD_VERSION: u32 = 1;
@@ -75,7 +75,7 @@ pub struct WarmRecord {
 
 impl WarmRecord {
     pub fn path(job_dir: &Path) -> std::path::PathBuf {
-        job_dir.join("warm.json")
+        crate::layout::warm_record(job_dir)
     }
 
     pub fn load(job_dir: &Path) -> WarmRecord {

@@ -1,0 +1,108 @@
+//! report.json as a device phase ends with it (docs/reports.md): every selected scene's
+//! outcome, the lock's timings, the devices' use. The `report` module renders it
+//! (report.json, junit.xml, the CI outputs, the table) through a [`Sink`] the command
+//! hands in; a phase renders nothing itself.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{Infra, SceneOutcome};
+
+/// Where a device phase's report goes.
+pub trait Sink {
+    /// Write report.json, junit.xml and the CI outputs.
+    fn write(&self, report: &Report) -> Result<()>;
+    /// Show the summary table on stdout.
+    fn show(&self, report: &Report);
+}
+
+pub const REPORT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub kind: &'static str,
+    pub name: String,
+    pub key: String,
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SceneReport {
+    pub name: String,
+    pub outcome: SceneOutcome,
+    pub message: Option<String>,
+    pub devices: Vec<String>,
+    pub start_secs: f64,
+    pub duration_secs: f64,
+    pub log: Option<PathBuf>,
+    pub log_tail: Option<String>,
+    /// The lane it ran in (docs/lanes.md).
+    pub lane: Option<String>,
+    /// Every try of its device step.
+    pub attempts: Vec<super::events::Attempt>,
+    pub steps: Vec<StepReport>,
+    /// Set when infrastructure, not the scene, decided its ending (docs/reports.md).
+    pub infra: Option<Infra>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LockReport {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    /// Unix seconds.
+    pub called_at: f64,
+    pub inner_started_at: Option<f64>,
+    pub inner_ended_at: Option<f64>,
+    pub returned_at: f64,
+    pub queue_wait_secs: Option<f64>,
+    pub held_secs: Option<f64>,
+    pub output_tail: Option<String>,
+    /// When a SIGINT/SIGTERM was forwarded to the lock command (Unix seconds).
+    pub signal_forwarded_at: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeviceReport {
+    pub granted: Vec<String>,
+    pub inner_secs: f64,
+    pub busy_secs: f64,
+    pub device_secs_used: f64,
+    pub device_secs_held: f64,
+    /// busy ÷ held; busy counts scene time only.
+    pub efficiency: f64,
+    /// Lane process start-ups, summed (beside busy time, not in it).
+    pub startup_secs: f64,
+    /// Ids found faulty during the run.
+    pub quarantined: Vec<String>,
+    /// One record per lane process.
+    pub lanes: Vec<super::events::LaneRecord>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub version: u32,
+    pub scenerun: &'static str,
+    pub manifest: String,
+    pub exit_code: i32,
+    pub error: Option<String>,
+    pub scenes: Vec<SceneReport>,
+    pub lock: Option<LockReport>,
+    pub device: Option<DeviceReport>,
+}
+
+impl Report {
+    pub fn new(manifest: &Path) -> Report {
+        Report {
+            version: REPORT_VERSION,
+            scenerun: env!("CARGO_PKG_VERSION"),
+            manifest: manifest.display().to_string(),
+            exit_code: 0,
+            error: None,
+            scenes: Vec::new(),
+            lock: None,
+            device: None,
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `scenes_from:` expanded: each generator runs only when its command, the manifest's
+//! env or the content of its `inputs` changed; otherwise its output comes from the cache
+//! dir (`generated/<key>.yaml`), so a no-op `warm` starts no generator. Its scenes join
+//! the manifest's (`manifest::generated` reads them). Errors name the generator and the
+//! line of its output; all are exit 4. See docs/pytest.md.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::exit::Exit;
+use crate::key::{Files, KeyHasher};
+use crate::manifest::generated::{scenes_of, Generator};
+use crate::manifest::locate::Locations;
+use crate::manifest::Manifest;
+
+/// The content key of a generator's output.
+fn key(g: &Generator, env: &BTreeMap<String, String>, files: &Files) -> Result<String> {
+    let mut h = KeyHasher::new("scenes_from");
+    h.field("command", g.run.as_bytes());
+    h.env(env);
+    h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
+    for f in &g.inputs {
+        let hash = files.hash(&f.abs).map_err(|e| {
+            crate::coded!(
+                Exit::Usage,
+                "{}: cannot read its input {}: {e}",
+                g.label(),
+                f.rel
+            )
+        })?;
+        h.file("input", &f.rel, &hash);
+    }
+    Ok(h.finish())
+}
+
+/// What `expand` did, for tests and `-v`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Expanded {
+    pub ran: usize,
+    pub cached: usize,
+}
+
+/// Where a scene name came from, for clash messages.
+enum Origin {
+    Literal(usize),
+    /// Index into the outputs, and the scene's path in that output.
+    Generated(usize, String),
+}
+
+/// `scenes_from[0] (`cmd`) output line 12`.
+fn place((g, text): &(Generator, String), path: &str) -> String {
+    let line = Locations::index(text)
+        .find(path)
+        .map(|p| p.line)
+        .unwrap_or(1);
+    format!("{} output line {line}", g.label())
+}
+
+/// Run (or read from `cache_root`) every generator of `m` and add their scenes.
+pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expanded> {
+    let mut done = Expanded::default();
+    if m.generators.is_empty() {
+        return Ok(done);
+    }
+    let mut names: HashMap<String, Origin> = m
+        .scenes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.clone(), Origin::Literal(i)))
+        .collect();
+    // Each generator's output and where its scenes are in it; output lines are looked up
+    // only for a clash (indexing a large output costs on every load).
+    let mut outputs: Vec<(Generator, String)> = Vec::new();
+    let mut clashes = Vec::new();
+    for g in m.generators.clone() {
+        let key = key(&g, &m.env, files)?;
+        let cached = cached_path(cache_root, &key);
+        let (text, fresh) = match read_cached(&cached) {
+            Some(text) => (text, false),
+            None => (run(&g, m)?, true),
+        };
+        let (scenes, paths) = scenes_of(&g, &text, m)?;
+        if fresh {
+            crate::cache::Store::at(cache_root.to_path_buf()).ensure()?;
+            write_cached(&cached, &text).map_err(|e| {
+                crate::coded!(
+                    Exit::Infra,
+                    "cannot keep the output of {} in {}: {e}",
+                    g.label(),
+                    cached.display()
+                )
+            })?;
+            done.ran += 1;
+            sweep_old(&cached, m.cache.max_age);
+        } else {
+            // Last use, for the sweep above (as cache entries are pruned by last use).
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&cached)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            done.cached += 1;
+        }
+        outputs.push((g, text));
+        let here = outputs.len() - 1;
+        for (s, path) in scenes.into_iter().zip(paths) {
+            let clash = match names.get(&s.name) {
+                Some(Origin::Literal(i)) => format!("clashes with scenes[{i}] of the manifest"),
+                Some(Origin::Generated(o, p)) => {
+                    format!("clashes with the one at {}", place(&outputs[*o], p))
+                }
+                None => {
+                    names.insert(s.name.clone(), Origin::Generated(here, path));
+                    m.scenes.push(s);
+                    continue;
+                }
+            };
+            clashes.push(format!(
+                "{}: scene `{}` {clash}",
+                place(&outputs[here], &path),
+                s.name
+            ));
+        }
+    }
+    files.save();
+    if !clashes.is_empty() {
+        return Err(crate::coded!(
+            Exit::Usage,
+            "generated scene names must be unique:\n  {}",
+            clashes.join("\n  ")
+        ));
+    }
+    Ok(done)
+}
+
+fn cached_path(root: &Path, key: &str) -> PathBuf {
+    root.join("generated").join(format!("{key}.yaml"))
+}
+
+/// A cached output: a header line with its BLAKE3, then the output. Anything else (a
+/// symlink, a damaged file) is no output: the generator runs again.
+fn read_cached(path: &Path) -> Option<String> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let (header, body) = text.split_once('\n')?;
+    let want = header.strip_prefix("# scenerun scenes_from output ")?;
+    (blake3::hash(body.as_bytes()).to_hex().as_str() == want).then(|| body.to_string())
+}
+
+/// Outputs not used for `max_age` (the cache's own `max_age`) are removed when a
+/// generator has run, so `generated/` does not grow with every edit of a test file.
+fn sweep_old(keep: &Path, max_age: std::time::Duration) {
+    let Some(dir) = keep.parent() else { return };
+    let Ok(list) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for e in list.flatten() {
+        let old = e
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > max_age);
+        if old && e.path() != keep {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+fn write_cached(path: &Path, text: &str) -> std::io::Result<()> {
+    let header = format!(
+        "# scenerun scenes_from output {}\n",
+        blake3::hash(text.as_bytes()).to_hex()
+    );
+    crate::fsutil::write_atomic(path, format!("{header}{text}").as_bytes())
+}
+
+/// Run the generator in the manifest's directory with the manifest's env; its stdout is
+/// the output, its stderr is shown only when it fails.
+fn run(g: &Generator, m: &Manifest) -> Result<String> {
+    let mut expr = duct::cmd("sh", ["-c", g.run.as_str()])
+        .dir(&m.dir)
+        .stdout_capture()
+        .stderr_capture()
+        .stdin_null()
+        .unchecked();
+    for (k, v) in &m.env {
+        expr = expr.env(k, v);
+    }
+    let out = expr
+        .run()
+        .map_err(|e| crate::coded!(Exit::Usage, "{}: cannot run it: {e}", g.label()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n    ");
+        return Err(crate::coded!(
+            Exit::Usage,
+            "{} failed ({}){}",
+            g.label(),
+            out.status,
+            if tail.trim().is_empty() {
+                String::new()
+            } else {
+                format!(":\n    {tail}")
+            }
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|_| {
+        crate::coded!(
+            Exit::Usage,
+            "{} printed output that is not UTF-8 text",
+            g.label()
+        )
+    })
+}
