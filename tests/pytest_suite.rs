@@ -666,3 +666,142 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+// ---------------------------------------------------------------------------------------
+// Adoption check on a checkout of hw-native-sys/simpler (not part of this repository, and
+// CI cannot fetch it): `SCENERUN_SIMPLER_TREE=/path/to/simpler cargo test --test main
+// pytest_suite::simpler -- --ignored`. What this machine cannot install (simpler's C++
+// extension, torch, cloudpickle) comes from the stand-ins in tests/standins/simpler.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs SCENERUN_SIMPLER_TREE: a checkout of hw-native-sys/simpler (docs/adopting.md)"]
+fn simpler_collect_emits_a_scene_per_case_for_the_scene_classes_pytest_collects() {
+    let tree = std::env::var_os("SCENERUN_SIMPLER_TREE")
+        .map(PathBuf::from)
+        .expect("set SCENERUN_SIMPLER_TREE to a checkout of hw-native-sys/simpler");
+    assert!(
+        tree.join("simpler_setup/scene_test.py").is_file(),
+        "{} is not a simpler checkout",
+        tree.display()
+    );
+    let venv = venv();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("simpler");
+    copy_tree(&tree, &root, &[".git", "build", "__pycache__"]);
+    let standins = Path::new(REPO).join("tests/standins/simpler");
+    let pythonpath = format!(
+        "{}:{}:{}",
+        standins.display(),
+        root.join("python").display(),
+        root.display()
+    );
+    let path_env = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let python = |args: &[&str]| {
+        let mut c = std::process::Command::new(venv.join("bin/python"));
+        c.current_dir(&root)
+            .env("PYTHONPATH", &pythonpath)
+            .env("PATH", &path_env)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(args);
+        c
+    };
+    let selection = ["examples", "tests/st", "--platform", "a2a3sim"];
+
+    // pytest's own view: the classes upstream's conftest treats as scene classes (a
+    // `CASES` list) among the items it keeps for this platform.
+    let own_script = "import sys, pytest\nclass P:\n    def pytest_collection_finish(self, session):\n        for i in session.items:\n            c = getattr(i, 'cls', None)\n            if c is not None and isinstance(getattr(c, 'CASES', None), list):\n                print('CLASS', i.nodeid.split('::')[0] + '::' + c.__name__, file=sys.stderr)\nsys.exit(pytest.main(['--collect-only', '-qq', '-p', 'no:cacheprovider', *sys.argv[1:]], plugins=[P()]))\n";
+    let mut args = vec!["-c", own_script];
+    args.extend(selection);
+    let o = python(&args).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let own: BTreeSet<String> = stderr(&o)
+        .lines()
+        .filter_map(|l| l.strip_prefix("CLASS ").map(str::to_string))
+        .collect();
+    assert!(own.len() >= 10, "pytest collected only {own:?}");
+
+    let mut args = vec!["-m", "scenerun_pytest", "collect"];
+    args.extend(selection);
+    let t = std::time::Instant::now();
+    let o = python(&args).output().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON on stdout");
+    let scenes = doc["scenes"].as_array().unwrap();
+    let class_of = |s: &serde_json::Value| -> String {
+        let node = s["device"]["args"][0].as_str().unwrap();
+        let parts: Vec<&str> = node.split("::").collect();
+        format!("{}::{}", parts[0], parts[1])
+    };
+    let ours: BTreeSet<String> = scenes.iter().map(class_of).collect();
+    let covered = own.intersection(&ours).count();
+    let share = covered as f64 / own.len() as f64;
+    eprintln!(
+        "simpler: pytest collects {} scene classes for a2a3sim; collect emitted {} scenes for {} of them ({:.1} %) in {secs:.2}s; missing: {:?}",
+        own.len(),
+        scenes.len(),
+        covered,
+        100.0 * share,
+        own.difference(&ours).collect::<Vec<_>>()
+    );
+    assert!(share >= 0.95, "{covered} of {}", own.len());
+    // A fixture step per (class, case), each naming its class and case.
+    let mut pairs = BTreeSet::new();
+    for s in scenes {
+        let run = s["fixture"]["run"].as_str().unwrap();
+        let case = s["device"]["args"][1]
+            .as_str()
+            .and_then(|a| a.strip_prefix("--scenerun-case="))
+            .expect("a case word");
+        let class = class_of(s);
+        assert!(
+            run.contains(&format!(" fixture {class} --case {case} "))
+                || run.contains(&format!(" fixture {class} --case '{case}' ")),
+            "{run}"
+        );
+        assert!(
+            pairs.insert((class, case.to_string())),
+            "two scenes for one case: {s}"
+        );
+    }
+
+    // The output is a valid scenes_from generator for scenerun, lanes per device count.
+    let mut lanes = String::new();
+    for s in scenes {
+        let lane = s["device"]["lane"].as_str().unwrap();
+        let n = s["device"]["devices"].as_u64().unwrap();
+        if !lanes.contains(&format!("  {lane}:\n")) {
+            lanes.push_str(&format!(
+                "  {lane}:\n    run: \"python -m pytest {{args}} --platform {{platform}} --device {{devices}}\"\n    devices: {n}\n"
+            ));
+        }
+    }
+    fs::write(
+        root.join("scenes.yaml"),
+        format!(
+            "version: 1\nplatform: a2a3sim\ncache:\n  dir: build/scenerun-cache\nlanes:\n{lanes}scenes_from:\n  - run: \"python -m scenerun_pytest collect examples tests/st --platform {{platform}}\"\n    inputs: [\"examples/**/*.py\", \"tests/st/**/*.py\", conftest.py]\n"
+        ),
+    )
+    .unwrap();
+    let o = scenerun()
+        .current_dir(&root)
+        .env("PYTHONPATH", &pythonpath)
+        .env("PATH", &path_env)
+        .args(["plan", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let fixtures = plan["warm"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "fixture")
+        .count();
+    assert_eq!(fixtures, scenes.len());
+}

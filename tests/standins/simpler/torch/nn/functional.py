@@ -1,0 +1,1 @@
+from _standin import module_getattr as __getattr__  # noqa: F401
