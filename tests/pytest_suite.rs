@@ -805,3 +805,26 @@ fn simpler_collect_emits_a_scene_per_case_for_the_scene_classes_pytest_collects(
         .count();
     assert_eq!(fixtures, scenes.len());
 }
+
+/// The codec's own tests (python/scenerun-pytest/tests), with the virtualenv's pytest
+/// and numpy: dtype, shape, order, scalars and aliasing survive; loads are mapped; a
+/// golden stores only what it changed; the save/load hooks replace it all.
+#[test]
+fn the_codec_round_trips_what_a_suite_generates() {
+    let venv = venv();
+    let o = std::process::Command::new(venv.join("bin/python"))
+        .current_dir(REPO)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "python/scenerun-pytest/tests",
+        ])
+        .env_remove("PYTHONPATH")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(stdout(&o).contains("6 passed"), "{}", show(&o));
+}
