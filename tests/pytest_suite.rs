@@ -828,3 +828,165 @@ fn the_codec_round_trips_what_a_suite_generates() {
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(stdout(&o).contains("6 passed"), "{}", show(&o));
 }
+
+/// A small suite written here: a conftest with options of its own and the override hook.
+fn selection_suite() -> (Suite, PathBuf) {
+    let venv = venv();
+    let s = Suite::new();
+    s.write(
+        "conftest.py",
+        r#"import pytest
+
+def pytest_addoption(parser):
+    parser.addoption("--platform", default=None)
+    parser.addoption("--manual", default="exclude", choices=["exclude", "include", "only"])
+    parser.addoption("--flavor", default="plain")
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long")
+    config.addinivalue_line("markers", "sdma: async copies")
+
+def pytest_scenerun_scene(item, case):
+    flavor = item.config.getoption("--flavor")
+    if case["name"] == "dropped":
+        return {"skip": "not for scenerun"}
+    if item.get_closest_marker("sdma"):
+        return {"lane": f"sdma_{flavor}", "order": "last", "tags": ["late"]}
+    return None
+"#,
+    );
+    let class = |name: &str, marks: &str, cases: &str| {
+        format!(
+            "{marks}class {name}:\n    CASES = [{cases}]\n    def generate_args(self, params):\n        return dict(params)\n    def compute_golden(self, args, params):\n        return args\n    def test_run(self):\n        pass\n\n"
+        )
+    };
+    s.write(
+        "tests/test_a.py",
+        &format!(
+            "import pytest\n\n{}{}{}",
+            class(
+                "TestPlain",
+                "",
+                "{'name': 'one', 'platforms': ['sim'], 'params': {'n': 1}}, {'name': 'hw_only', 'platforms': ['hw']}, {'name': 'by_hand', 'platforms': ['sim'], 'manual': ['sim']}, {'name': 'dropped', 'platforms': ['sim']}, {'name': 'pair', 'platforms': ['sim'], 'config': {'device_count': 2}}"
+            ),
+            class("TestSlow", "@pytest.mark.slow\n", "{'name': 's', 'platforms': ['sim']}"),
+            class("TestSdma", "@pytest.mark.sdma\n", "{'name': 'copy', 'platforms': ['sim']}"),
+        ),
+    );
+    (s, venv)
+}
+
+fn collect_in(
+    s: &Suite,
+    venv: &Path,
+    args: &[&str],
+) -> (std::process::Output, Vec<serde_json::Value>) {
+    let o = std::process::Command::new(venv.join("bin/python"))
+        .current_dir(s.dir())
+        .args(["-m", "scenerun_pytest", "collect"])
+        .args(args)
+        .env_remove("PYTHONPATH")
+        .output()
+        .unwrap();
+    let scenes = serde_json::from_str::<serde_json::Value>(&stdout(&o))
+        .ok()
+        .and_then(|d| d["scenes"].as_array().cloned())
+        .unwrap_or_default();
+    (o, scenes)
+}
+
+fn names_of(scenes: &[serde_json::Value]) -> Vec<&str> {
+    scenes.iter().map(|s| s["name"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn collect_passes_the_suites_own_options_to_pytest_and_honours_its_selection() {
+    let (s, venv) = selection_suite();
+    let (o, scenes) = collect_in(&s, &venv, &["tests", "--platform", "sim", "-m", "not slow"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // hw_only: another platform; by_hand: manual; dropped: the hook; TestSlow: -m.
+    assert_eq!(
+        names_of(&scenes),
+        ["TestPlain.one", "TestPlain.pair", "TestSdma.copy"],
+        "{}",
+        show(&o)
+    );
+    assert_eq!(scenes[1]["device"]["devices"], 2);
+    assert_eq!(scenes[1]["device"]["lane"], "pytest_x2");
+    assert_eq!(
+        scenes[0]["device"]["args"],
+        serde_json::json!([
+            "tests/test_a.py::TestPlain::test_run",
+            "--scenerun-case=one"
+        ])
+    );
+    // The hook's overrides, with the conftest's own option.
+    let sdma = &scenes[2];
+    assert_eq!(sdma["device"]["lane"], "sdma_plain");
+    assert_eq!(sdma["device"]["order"], "last");
+    let tags: Vec<&str> = sdma["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tags, ["pytest", "sdma", "late"]);
+
+    let (o, scenes) = collect_in(
+        &s,
+        &venv,
+        &[
+            "tests",
+            "--platform",
+            "sim",
+            "--manual",
+            "include",
+            "--flavor",
+            "x",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        names_of(&scenes),
+        [
+            "TestPlain.one",
+            "TestPlain.by_hand",
+            "TestPlain.pair",
+            "TestSlow.s",
+            "TestSdma.copy"
+        ]
+    );
+    assert_eq!(scenes[4]["device"]["lane"], "sdma_x");
+    let (o, scenes) = collect_in(
+        &s,
+        &venv,
+        &["tests", "--platform", "hw", "--manual", "only"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(scenes.is_empty(), "{scenes:#?}");
+}
+
+#[test]
+fn collect_fails_on_a_collection_error_unless_told_to_continue() {
+    let (s, venv) = selection_suite();
+    s.write("tests/test_broken.py", "import no_such_module\n");
+    let (o, _) = collect_in(&s, &venv, &["tests", "--platform", "sim"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("pytest collection failed"),
+        "{}",
+        show(&o)
+    );
+    let (o, scenes) = collect_in(
+        &s,
+        &venv,
+        &[
+            "tests",
+            "--platform",
+            "sim",
+            "--continue-on-collection-errors",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(scenes.len(), 4, "{}", show(&o));
+}
