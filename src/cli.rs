@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::device::pack::DeviceIds;
+use crate::device::ids::DeviceIds;
 use crate::select::{NoScenes, Partition, Selection};
 use crate::ui::{Color, Format};
 use crate::units::{parse_age, parse_size};
@@ -421,6 +421,9 @@ mod tests {
         assert!(p(&["scenerun", "warm", "--memory", "lots"]).is_err());
         assert!(p(&["scenerun", "plan", "--partition", "3/2"]).is_err());
         assert!(p(&["scenerun", "device", "--no-lock", "--devices", "0-x"]).is_err());
+        // The one strict id parser: a name or a repeated id is no device id.
+        assert!(p(&["scenerun", "device", "--no-lock", "--devices", "gpu0"]).is_err());
+        assert!(p(&["scenerun", "device", "--no-lock", "--devices", "0,00"]).is_err());
         assert!(p(&["scenerun", "cache", "prune", "--max-age", "forever"]).is_err());
         let Command::Warm(w) = p(&["scenerun", "warm", "--memory", "1GiB"])
             .unwrap()

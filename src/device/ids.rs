@@ -1,7 +1,8 @@
-//! Granted device ids, parsed strictly: non-negative integers, comma lists or ranges
-//! (`0-3,8`). A duplicate (`0,0`, `00,0`), anything else, or fewer ids than the run
-//! needs is refused before any step runs: running on a card twice, or on a guess, is
-//! worse than not running (docs/device.md).
+//! Device ids, parsed strictly — the one parser, for the lock tool's grant and for
+//! `--devices` alike: non-negative integers, comma lists or ranges (`0-3,8`). A duplicate
+//! (`0,0`, `00,0`), anything else, or fewer ids than the run needs is refused before any
+//! step runs: running on a card twice, or on a guess, is worse than not running
+//! (docs/device.md). `--devices` is refused by clap itself, before a plan is made.
 
 use std::fmt;
 
@@ -34,6 +35,19 @@ impl fmt::Display for IdError {
                 if *got == 1 { " was" } else { "s were" }
             ),
         }
+    }
+}
+
+impl std::error::Error for IdError {}
+
+/// Device ids given on the command line (`--devices 0-3,8`), parsed by clap with
+/// [`parse`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceIds(pub Vec<String>);
+
+impl DeviceIds {
+    pub fn parse(text: &str) -> Result<DeviceIds, IdError> {
+        parse(text).map(DeviceIds)
     }
 }
 

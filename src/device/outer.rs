@@ -598,9 +598,8 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     }
 
     let r = if opts.no_lock {
-        let list = opts.devices.join(",");
-        let ids = super::ids::parse(&list)
-            .map_err(|e| crate::coded!(Exit::Usage, "--devices {list:?}: {e}"))?;
+        // Parsed (strictly) by the command line already.
+        let ids = opts.devices.clone();
         crate::proc::set_grace(grace(plan));
         let live = super::live::Follower::start(super::live_path(&frozen.run_dir), ui, false);
         let mut r = super::inner::run(&frozen, Ok(ids));

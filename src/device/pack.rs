@@ -402,54 +402,6 @@ pub fn simulate(jobs: &[Job], ids: usize) -> Vec<Placement> {
     done
 }
 
-/// Device ids given on the command line (`--devices 0-3,8`), parsed by clap.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceIds(pub Vec<String>);
-
-impl DeviceIds {
-    pub fn parse(text: &str) -> Result<DeviceIds, String> {
-        match parse_ids(text)? {
-            ids if ids.is_empty() => Err("no device id given".into()),
-            ids => Ok(DeviceIds(ids)),
-        }
-    }
-}
-
-/// Parse granted ids: a comma list, with ranges (`0-3,8`). Order is kept, duplicates dropped.
-pub fn parse_ids(text: &str) -> Result<Vec<String>, String> {
-    let mut out: Vec<String> = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let ids: Vec<String> = match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u64, u64) = match (a.trim().parse(), b.trim().parse()) {
-                    (Ok(a), Ok(b)) if a <= b && b - a < 4096 => (a, b),
-                    _ => return Err(format!("bad device range `{part}`")),
-                };
-                (a..=b).map(|i| i.to_string()).collect()
-            }
-            None => {
-                if part
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.')
-                {
-                    vec![part.to_string()]
-                } else {
-                    return Err(format!("bad device id `{part}`"));
-                }
-            }
-        };
-        for id in ids {
-            if !out.contains(&id) {
-                out.push(id);
-            }
-        }
-    }
-    if out.is_empty() {
-        return Err(format!("no device ids in `{text}`"));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,15 +412,6 @@ mod tests {
             exclusive,
             estimate,
         }
-    }
-
-    #[test]
-    fn ids() {
-        assert_eq!(parse_ids("0-3,8").unwrap(), ["0", "1", "2", "3", "8"]);
-        assert_eq!(parse_ids("4,5,4").unwrap(), ["4", "5"]);
-        assert!(parse_ids("").is_err());
-        assert!(parse_ids("3-1").is_err());
-        assert!(parse_ids("1;rm").is_err());
     }
 
     #[test]

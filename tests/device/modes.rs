@@ -67,6 +67,38 @@ fn devices_requires_no_lock() {
     assert_eq!(pool.count("request"), 0);
 }
 
+/// `--devices` takes device ids only, refused by the command line's own parser (exit 4)
+/// before anything is planned, frozen or run; a preview is refused alike.
+#[test]
+fn devices_that_are_not_ids_are_refused_before_a_plan() {
+    let s = basic_suite(1);
+    let pool = Pool::new("0-3");
+    warm(&s, &pool, &[]);
+    for args in [
+        &["device", "--no-lock", "--devices", "gpu0"][..],
+        &["plan", "--no-lock", "--devices", "gpu0"][..],
+        &["device", "--no-lock", "--devices", "0,00"][..],
+    ] {
+        let o = run_in(&s, &pool, args);
+        expect_code(&o, 4);
+        assert!(
+            stderr(&o).contains("invalid value") && stderr(&o).contains("--devices"),
+            "{args:?}: {}",
+            show(&o)
+        );
+        assert!(
+            stdout(&o).is_empty(),
+            "{args:?} printed a plan: {}",
+            show(&o)
+        );
+    }
+    assert_eq!(s.count("logs/device.log"), 0);
+    assert!(
+        !s.path("build/scenerun/device").exists(),
+        "a run directory (frozen plan) was made"
+    );
+}
+
 // ------------------------------------------------------------------ run = warm + device
 
 #[test]
