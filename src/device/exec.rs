@@ -122,7 +122,7 @@ pub fn run_plain(
             Some(format!(
                 "timed out after {} (process group killed)",
                 crate::units::short_duration(Duration::from_secs_f64(
-                    s.timeout_secs.unwrap_or(0.0)
+                    s.device().timeout_secs.unwrap_or(0.0)
                 ))
             )),
         ),
@@ -192,7 +192,9 @@ fn start_plain(
     log: &Path,
 ) -> std::io::Result<Ended> {
     let kernels = super::kernels_dir(&frozen.run_dir, &s.name);
-    let template = s.run.as_ref().expect("plain scenes have a device command");
+    let crate::manifest::DeviceRun::Command(template) = &s.device().run else {
+        unreachable!("a plain scene has a device command")
+    };
     let command = crate::plan::render_device_template(
         template,
         &s.name,
@@ -212,7 +214,7 @@ fn start_plain(
         dir: &frozen.manifest_dir,
         env: &env,
         log,
-        timeout: s.timeout_secs.map(Duration::from_secs_f64),
+        timeout: s.device().timeout_secs.map(Duration::from_secs_f64),
     })
 }
 
@@ -480,17 +482,20 @@ fn lane_process(
         scenes_text.push_str(
             &serde_json::json!({
                 "scene": s.name,
-                "args": s.args,
+                "args": s.device().args(),
                 "kernels": kernels,
                 "fixture": s.fixture.as_ref().map(|a| &a.out),
                 "golden": s.golden.as_ref().map(|a| &a.out),
-                "timeout_secs": s.timeout_secs,
+                "timeout_secs": s.device().timeout_secs,
             })
             .to_string(),
         );
         scenes_text.push('\n');
     }
-    let args: Vec<String> = members.iter().flat_map(|s| s.args.clone()).collect();
+    let args: Vec<String> = members
+        .iter()
+        .flat_map(|s| s.device().args().iter().cloned())
+        .collect();
     let command = cfg.run.render(|ph| match ph {
         Ph::Devices => Val::One(devices.join(",").into()),
         Ph::Args => Val::Many(args.as_slice().into()),
@@ -520,8 +525,8 @@ fn lane_process(
             .iter()
             .map(|s| BatchScene {
                 name: s.name.clone(),
-                args: s.args.clone(),
-                timeout: s.timeout_secs,
+                args: s.device().args().to_vec(),
+                timeout: s.device().timeout_secs,
             })
             .collect(),
         cfg.timeout_secs,

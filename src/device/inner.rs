@@ -3,7 +3,7 @@
 //! it never parses the manifest, hashes a source, runs an identity command, compiles,
 //! generates or computes a golden.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use super::events::{self, Accumulator, Attempt, AttemptOutcome, Event, FollowUp};
 use super::exec::{self, Cx, FaultRules};
 use super::live::Reporter;
-use super::pack::{self, LaneSpec, Packer, SceneSpec, Unit};
+use super::pack::{self, Packer, Unit};
 use super::{Frozen, FrozenScene, Results, SceneOutcome, SceneResult};
 use crate::exit::Exit;
 use crate::proc;
@@ -22,8 +22,8 @@ use crate::proc;
 pub fn main(frozen_path: &Path) -> Result<Exit> {
     let bytes = std::fs::read(frozen_path)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
-    let frozen: Frozen = serde_json::from_slice(&bytes)
-        .with_context(|| format!("parsing the frozen plan {}", frozen_path.display()))?;
+    let frozen = read_frozen(&bytes)
+        .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
     // Held until this process exits (the kernel drops it even on SIGKILL).
     let _alive = match super::runs::claim_inner(&frozen.run_dir)? {
         super::runs::Claim::First(lock) => lock,
@@ -40,7 +40,7 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
             super::ending::refused(&frozen, why)
         }
         Ok(ids) => {
-            let mut r = run(&frozen, Ok(ids));
+            let mut r = run(&frozen, ids);
             super::ending::classify(
                 &frozen,
                 &mut r,
@@ -57,6 +57,24 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
         return Ok(Exit::Interrupted);
     }
     Ok(super::ending::exit_of(&results))
+}
+
+/// A frozen plan of this scenerun's version (the outer and the inner are the same
+/// binary; a plan written by another version is refused, not misread).
+fn read_frozen(bytes: &[u8]) -> Result<Frozen> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        version: u32,
+    }
+    let v: Version = serde_json::from_slice(bytes).context("no version")?;
+    if v.version != super::FROZEN_VERSION {
+        anyhow::bail!(
+            "it is version {}, this scenerun reads version {}",
+            v.version,
+            super::FROZEN_VERSION
+        );
+    }
+    Ok(serde_json::from_slice(bytes)?)
 }
 
 /// A scene's result before (or without) a run: no devices, no time, no log.
@@ -76,7 +94,7 @@ pub(super) fn result(
         log_tail: None,
         infra: None,
         attempts: Vec::new(),
-        lane: s.lane.clone(),
+        lane: s.lane().map(str::to_string),
     }
 }
 
@@ -115,41 +133,33 @@ pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
     Ok(())
 }
 
-/// A job's place in the queue: what it runs and which ids it should avoid (a retry
-/// goes to other ids when some are free).
-struct Queued {
-    unit: Unit,
-    avoid: Vec<usize>,
+/// Each frozen scene that is settled before anything runs — failed in warm, without a
+/// device step, needing more ids than granted, its artifacts gone since warm — with its
+/// result; the rest are runnable, in frozen order.
+struct Admitted {
+    fixed: Vec<Option<SceneResult>>,
+    runnable: Vec<usize>,
 }
 
-/// The scheduling loop: pack jobs (plain scenes and lane processes) onto the granted ids
-/// through one packer, start them on the executor, and feed its events to the
-/// accumulator and the reporter; retries, device-fault reruns and handed-back lane
-/// scenes become new jobs. Ids reported faulty are never used again in this run.
-pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
-    let started = super::unix_now();
-    let t0 = Instant::now();
-    let granted = ids.clone().unwrap_or_default();
+fn admit(frozen: &Frozen, granted: &[String]) -> Admitted {
     let mut fixed: Vec<Option<SceneResult>> = vec![None; frozen.scenes.len()];
     let mut runnable = Vec::new();
     for (i, s) in frozen.scenes.iter().enumerate() {
-        let r = if let Some(w) = &s.warm_failure {
+        fixed[i] = if let Some(w) = &s.warm_failure {
             Some(result(s, SceneOutcome::FailedInWarm, Some(w.clone())))
-        } else if s.run.is_none() && s.lane.is_none() {
+        } else if s.device.is_none() {
             Some(result(
                 s,
                 SceneOutcome::Passed,
                 Some("no device step".into()),
             ))
-        } else if let Err(e) = &ids {
-            Some(result(s, SceneOutcome::NotRun, Some(e.clone())))
-        } else if s.devices > granted.len() {
+        } else if s.device().devices > granted.len() {
             Some(result(
                 s,
                 SceneOutcome::Failed,
                 Some(format!(
                     "needs {} devices but {} granted ({})",
-                    s.devices,
+                    s.device().devices,
                     if granted.len() == 1 {
                         "only 1 was".to_string()
                     } else {
@@ -164,257 +174,413 @@ pub fn run(frozen: &Frozen, ids: Result<Vec<String>, String>) -> Results {
             runnable.push(i);
             None
         };
-        fixed[i] = r;
     }
-    let mut reporter = Reporter::new(&super::live_path(&frozen.run_dir), frozen.scenes.len());
-    if !granted.is_empty() {
-        reporter.note(format!(
-            "device: {} scene{} on id{} {}",
-            frozen.scenes.len(),
-            if frozen.scenes.len() == 1 { "" } else { "s" },
-            if granted.len() == 1 { "" } else { "s" },
-            granted.join(",")
-        ));
-    }
-    for (i, r) in fixed.iter().enumerate() {
-        if let Some(r) = r {
-            reporter.settled(
-                &frozen.scenes[i].name,
-                r.outcome.word(),
-                r.outcome.passed(),
-                r.message.as_deref(),
-            );
+    Admitted { fixed, runnable }
+}
+
+/// A job's place in the queue: what it runs and which ids it should avoid (a retry
+/// goes to other ids when some are free).
+struct Queued {
+    unit: Unit,
+    avoid: Vec<usize>,
+}
+
+/// A job to start now: its unit on these granted-id slots.
+#[derive(Debug, PartialEq)]
+struct Start {
+    job: usize,
+    unit: Unit,
+    slots: Vec<usize>,
+}
+
+/// What runs where: one packer over the granted ids for plain scenes and lane
+/// processes, the queue of jobs (retries, device-fault reruns and handed-back lane
+/// scenes join it as new jobs), the free ids and the running jobs. Pure bookkeeping: it
+/// starts no process and sees the run only through its events.
+struct Scheduler<'a> {
+    frozen: &'a Frozen,
+    granted: &'a [String],
+    jobs: Vec<pack::Job>,
+    queue: Vec<Queued>,
+    packer: Packer,
+    free: BTreeSet<usize>,
+    /// Running job → its slots.
+    running: HashMap<usize, Vec<usize>>,
+    exclusive_running: usize,
+    /// The estimate of a scene without history.
+    mean: f64,
+    /// Lane scenes to try again, by the job they came from (one fresh process for them
+    /// once that job is done).
+    lane_again: HashMap<usize, Vec<usize>>,
+}
+
+impl<'a> Scheduler<'a> {
+    /// The `runnable` frozen scenes as jobs on the granted ids, through the packing
+    /// builder `--plan` uses.
+    fn new(frozen: &'a Frozen, granted: &'a [String], runnable: &[usize]) -> Scheduler<'a> {
+        let (units, jobs) = super::lanes::packing(
+            runnable.iter().map(|&i| frozen.scenes[i].device()),
+            &frozen.lanes,
+            &frozen.lane_startup,
+            granted.len(),
+        );
+        let queue = units
+            .into_iter()
+            .map(|u| Queued {
+                unit: match u {
+                    Unit::Scene(i) => Unit::Scene(runnable[i]),
+                    Unit::Lane { lane, scenes } => Unit::Lane {
+                        lane,
+                        scenes: scenes.into_iter().map(|i| runnable[i]).collect(),
+                    },
+                },
+                avoid: Vec::new(),
+            })
+            .collect();
+        let mean = pack::mean_estimate(jobs.iter().map(|j| Some(j.estimate)));
+        Scheduler {
+            frozen,
+            granted,
+            packer: Packer::new(&jobs),
+            jobs,
+            queue,
+            free: (0..granted.len()).collect(),
+            running: HashMap::new(),
+            exclusive_running: 0,
+            mean,
+            lane_again: HashMap::new(),
         }
     }
 
-    let specs: Vec<SceneSpec> = runnable
-        .iter()
-        .map(|&i| {
-            let s = &frozen.scenes[i];
-            SceneSpec {
-                devices: s.devices,
-                exclusive: s.exclusive,
-                estimate: s.estimate,
-                lane: s.lane.clone(),
-            }
-        })
-        .collect();
-    let lane_specs: BTreeMap<String, LaneSpec> = frozen
-        .lanes
-        .iter()
-        .map(|(n, l)| {
-            (
-                n.clone(),
-                LaneSpec {
-                    devices: l.devices as usize,
-                    startup: frozen.lane_startup.get(n).copied(),
-                },
-            )
-        })
-        .collect();
-    let (units, mut jobs) = pack::units(&specs, &lane_specs, granted.len());
-    let mut queue: Vec<Queued> = units
-        .into_iter()
-        .map(|u| Queued {
-            unit: match u {
-                Unit::Scene(i) => Unit::Scene(runnable[i]),
-                Unit::Lane { lane, scenes } => Unit::Lane {
-                    lane,
-                    scenes: scenes.into_iter().map(|i| runnable[i]).collect(),
-                },
-            },
-            avoid: Vec::new(),
-        })
-        .collect();
-    let estimates: Vec<f64> = jobs.iter().map(|j| j.estimate).collect();
-    let mean = pack::mean_estimate(estimates.iter().map(|e| Some(*e)));
-    let mut packer = Packer::new(&jobs);
-    let mut free: BTreeSet<usize> = (0..granted.len()).collect();
-    let mut running: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut exclusive_running = 0usize;
-    let mut acc = Accumulator::new(frozen.scenes.len());
-    let mut no_healthy = false;
-    // Lane scenes to try again, by the job they came from (one fresh process for them).
-    let mut lane_again: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut last_snapshot = Instant::now();
-    let mut dirty = false;
-    let cx = Cx {
-        frozen,
-        granted: &granted,
-        t0,
-        faults: FaultRules::new(frozen.device_fault.as_ref()),
-        lane_procs: Default::default(),
-    };
-    let (tx, rx) = mpsc::channel::<Event>();
+    /// Take out the queued jobs that no longer fit on the `healthy` ids; the scenes
+    /// they would have run.
+    fn take_unfit(&mut self, healthy: usize) -> Vec<usize> {
+        self.packer
+            .take_unfit(&self.jobs, healthy)
+            .into_iter()
+            .flat_map(|j| self.queue[j].unit.scenes())
+            .collect()
+    }
 
-    std::thread::scope(|scope| loop {
-        let healthy = granted.len() - acc.quarantined.len();
-        if !acc.quarantined.is_empty() {
-            for j in packer.take_unfit(&jobs, healthy) {
-                no_healthy = true;
-                for scene in queue[j].unit.scenes() {
-                    let ev = Event::Attempt {
-                        scene,
-                        attempt: not_run(t0, "not run: no healthy device"),
-                    };
-                    acc.apply(&ev);
-                    reporter.event(&ev, &frozen.scenes[scene].name, FollowUp::Final);
-                }
+    /// Every queued job that can start now, in the packer's order, with the ids it takes.
+    fn start_ready(&mut self) -> Vec<Start> {
+        let mut out = Vec::new();
+        while let Some(j) = self.packer.next(
+            &self.jobs,
+            self.free.len(),
+            self.running.len(),
+            self.exclusive_running > 0,
+        ) {
+            let slots = pack::take_ids(&mut self.free, self.jobs[j].devices, &self.queue[j].avoid)
+                .expect("the packer checked the free ids");
+            if self.jobs[j].exclusive {
+                self.exclusive_running += 1;
             }
+            self.running.insert(j, slots.clone());
+            out.push(Start {
+                job: j,
+                unit: self.queue[j].unit.clone(),
+                slots,
+            });
         }
-        if !proc::interrupted() {
-            while let Some(j) = packer.next(&jobs, free.len(), running.len(), exclusive_running > 0)
-            {
-                let slots = pack::take_ids(&mut free, jobs[j].devices, &queue[j].avoid)
-                    .expect("the packer checked the free ids");
-                if jobs[j].exclusive {
-                    exclusive_running += 1;
-                }
-                running.insert(j, slots.clone());
-                let unit = queue[j].unit.clone();
-                let attempt_no = match &unit {
-                    Unit::Scene(i) => acc.attempts[*i].len() + 1,
-                    Unit::Lane { .. } => 0,
-                };
-                let (tx, cx) = (tx.clone(), &cx);
-                scope.spawn(move || match unit {
-                    Unit::Scene(i) => exec::run_plain(cx, j, i, &slots, attempt_no, &tx),
-                    Unit::Lane { lane, scenes } => {
-                        exec::run_lane(cx, j, &lane, scenes, &slots, &tx)
-                    }
-                });
-            }
-        }
-        if running.is_empty() {
-            break;
-        }
-        // Results are written at most every 100 ms (cheap for big lanes), and never left
-        // more than 100 ms behind the last event: a lock tool may kill this run any time,
-        // and what finished before must be in the file.
-        let ev = if dirty {
-            let wait = SNAPSHOT_EVERY.saturating_sub(last_snapshot.elapsed());
-            match rx.recv_timeout(wait) {
-                Ok(ev) => ev,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    snapshot(frozen, &fixed, &acc, &granted, started, no_healthy);
-                    last_snapshot = Instant::now();
-                    dirty = false;
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        } else {
-            let Ok(ev) = rx.recv() else { break };
-            ev
-        };
-        dirty = true;
-        acc.apply(&ev);
-        let mut follow = FollowUp::Final;
-        match &ev {
+        out
+    }
+
+    /// Nothing runs (so nothing more will happen).
+    fn idle(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// What an event means for the queue and the ids: faulty ids are never free again;
+    /// an attempt that `follow` says is not final runs again; a job that is done frees
+    /// its healthy ids and hands back its lane scenes.
+    fn on_event(&mut self, ev: &Event, follow: FollowUp, quarantined: &BTreeSet<usize>) {
+        match ev {
             Event::Fault { slots } => {
                 for s in slots {
-                    free.remove(s);
+                    self.free.remove(s);
                 }
             }
-            Event::Attempt { scene, .. } => {
-                let s = &frozen.scenes[*scene];
-                follow = events::follow_up(&acc.attempts[*scene], s.retries);
-                if follow != FollowUp::Final && proc::interrupted() {
-                    follow = FollowUp::Final;
-                }
-            }
-            _ => {}
-        }
-        let name = match &ev {
-            Event::Attempt { scene, .. } => frozen.scenes[*scene].name.as_str(),
-            _ => "",
-        };
-        reporter.event(&ev, name, follow);
-        match ev {
             Event::Attempt { scene, attempt } if follow != FollowUp::Final => {
                 let avoid: Vec<usize> = attempt
                     .devices
                     .iter()
-                    .filter_map(|d| granted.iter().position(|g| g == d))
+                    .filter_map(|d| self.granted.iter().position(|g| g == d))
                     .collect();
-                match &frozen.scenes[scene].lane {
-                    Some(_) => {
-                        let from = running
-                            .iter()
-                            .find(|(_, slots)| *slots == &avoid)
-                            .map(|(j, _)| *j)
-                            .unwrap_or(usize::MAX);
-                        lane_again.entry(from).or_default().push(scene);
-                    }
-                    None => {
-                        let s = &frozen.scenes[scene];
-                        jobs.push(pack::Job {
-                            devices: s.devices,
-                            exclusive: s.exclusive,
-                            estimate: s.estimate.unwrap_or(mean),
-                        });
-                        queue.push(Queued {
-                            unit: Unit::Scene(scene),
-                            avoid,
-                        });
-                        packer.push(&jobs, jobs.len() - 1);
-                    }
-                }
+                self.requeue(*scene, avoid);
             }
             Event::Done { job, handback } => {
-                let slots = running.remove(&job).expect("a finished job was running");
-                if jobs[job].exclusive {
-                    exclusive_running -= 1;
+                let slots = self
+                    .running
+                    .remove(job)
+                    .expect("a finished job was running");
+                if self.jobs[*job].exclusive {
+                    self.exclusive_running -= 1;
                 }
-                free.extend(slots.iter().filter(|s| !acc.quarantined.contains(s)));
-                let lane = match &queue[job].unit {
-                    Unit::Lane { lane, .. } => Some(lane.clone()),
-                    Unit::Scene(_) => None,
-                };
-                if let Some(lane) = lane {
-                    let again = lane_again.remove(&job).unwrap_or_default();
-                    for (scenes, avoid) in [(again, slots.clone()), (handback, Vec::new())] {
-                        if scenes.is_empty() {
-                            continue;
-                        }
-                        let cfg = &frozen.lanes[&lane];
-                        jobs.push(pack::Job {
-                            devices: cfg.devices as usize,
-                            exclusive: false,
-                            estimate: scenes
-                                .iter()
-                                .map(|&i| frozen.scenes[i].estimate.unwrap_or(mean))
-                                .sum(),
-                        });
-                        queue.push(Queued {
-                            unit: Unit::Lane {
-                                lane: lane.clone(),
-                                scenes,
-                            },
-                            avoid,
-                        });
-                        packer.push(&jobs, jobs.len() - 1);
-                    }
+                self.free
+                    .extend(slots.iter().filter(|s| !quarantined.contains(s)));
+                if let Unit::Lane { lane, .. } = &self.queue[*job].unit {
+                    let lane = lane.clone();
+                    let again = self.lane_again.remove(job).unwrap_or_default();
+                    self.requeue_lane(&lane, again, slots);
+                    self.requeue_lane(&lane, handback.clone(), Vec::new());
                 }
             }
             _ => {}
         }
-        if last_snapshot.elapsed() >= SNAPSHOT_EVERY {
-            snapshot(frozen, &fixed, &acc, &granted, started, no_healthy);
-            last_snapshot = Instant::now();
-            dirty = false;
+    }
+
+    /// Run `scene` again, away from the slots `avoid` when others are free: a plain
+    /// scene as a job of its own now; a lane scene in one fresh process with the others
+    /// of its process, once that process is done.
+    fn requeue(&mut self, scene: usize, avoid: Vec<usize>) {
+        let s = &self.frozen.scenes[scene];
+        if s.lane().is_some() {
+            let from = self
+                .running
+                .iter()
+                .find(|(_, slots)| **slots == avoid)
+                .map(|(j, _)| *j)
+                .unwrap_or(usize::MAX);
+            self.lane_again.entry(from).or_default().push(scene);
+            return;
+        }
+        let d = s.device();
+        self.push(
+            pack::Job {
+                devices: d.devices,
+                exclusive: d.exclusive,
+                estimate: d.estimate.unwrap_or(self.mean),
+            },
+            Unit::Scene(scene),
+            avoid,
+        );
+    }
+
+    /// Run `scenes` of `lane` in one fresh process (nothing when there are none).
+    fn requeue_lane(&mut self, lane: &str, scenes: Vec<usize>, avoid: Vec<usize>) {
+        if scenes.is_empty() {
+            return;
+        }
+        let estimate = scenes
+            .iter()
+            .map(|&i| self.frozen.scenes[i].device().estimate.unwrap_or(self.mean))
+            .sum();
+        let job = pack::Job {
+            devices: self.frozen.lanes[lane].devices as usize,
+            exclusive: false,
+            estimate,
+        };
+        let unit = Unit::Lane {
+            lane: lane.to_string(),
+            scenes,
+        };
+        self.push(job, unit, avoid);
+    }
+
+    fn push(&mut self, job: pack::Job, unit: Unit, avoid: Vec<usize>) {
+        self.jobs.push(job);
+        self.queue.push(Queued { unit, avoid });
+        self.packer.push(&self.jobs, self.jobs.len() - 1);
+    }
+}
+
+/// What waiting for the next event gave.
+enum Wait {
+    Event(Event),
+    /// The results were written instead (none came within the snapshot interval).
+    Snapshot,
+    /// Every sender is gone.
+    Closed,
+}
+
+/// One inner run's results as they accrue: the scenes settled before it, every event
+/// (the accumulator), the live reporter, and when the results file was last written.
+struct Run<'a> {
+    frozen: &'a Frozen,
+    granted: &'a [String],
+    /// Unix seconds.
+    started: f64,
+    t0: Instant,
+    fixed: Vec<Option<SceneResult>>,
+    acc: Accumulator,
+    reporter: Reporter,
+    /// Scenes were left unrun because no healthy id was left.
+    no_healthy: bool,
+    last_snapshot: Instant,
+    /// Events arrived since the results file was last written.
+    dirty: bool,
+}
+
+impl<'a> Run<'a> {
+    /// Announce the run and the scenes settled before it.
+    fn new(frozen: &'a Frozen, granted: &'a [String], fixed: Vec<Option<SceneResult>>) -> Run<'a> {
+        let mut reporter = Reporter::new(&super::live_path(&frozen.run_dir), frozen.scenes.len());
+        if !granted.is_empty() {
+            reporter.note(format!(
+                "device: {} scene{} on id{} {}",
+                frozen.scenes.len(),
+                if frozen.scenes.len() == 1 { "" } else { "s" },
+                if granted.len() == 1 { "" } else { "s" },
+                granted.join(",")
+            ));
+        }
+        for (i, r) in fixed.iter().enumerate() {
+            if let Some(r) = r {
+                reporter.settled(
+                    &frozen.scenes[i].name,
+                    r.outcome.word(),
+                    r.outcome.passed(),
+                    r.message.as_deref(),
+                );
+            }
+        }
+        Run {
+            frozen,
+            granted,
+            started: super::unix_now(),
+            t0: Instant::now(),
+            fixed,
+            acc: Accumulator::new(frozen.scenes.len()),
+            reporter,
+            no_healthy: false,
+            last_snapshot: Instant::now(),
+            dirty: false,
+        }
+    }
+
+    /// Scenes no healthy ids are left for are not run (once an id was quarantined).
+    fn drop_unfit(&mut self, sched: &mut Scheduler) {
+        if self.acc.quarantined.is_empty() {
+            return;
+        }
+        let healthy = self.granted.len() - self.acc.quarantined.len();
+        for scene in sched.take_unfit(healthy) {
+            self.no_healthy = true;
+            let ev = Event::Attempt {
+                scene,
+                attempt: not_run(self.t0, "not run: no healthy device"),
+            };
+            self.acc.apply(&ev);
+            let name = &self.frozen.scenes[scene].name;
+            self.reporter.event(&ev, name, FollowUp::Final);
+        }
+    }
+
+    /// The attempt number a job's run of `unit` is (lane processes count their own).
+    fn attempt_no(&self, unit: &Unit) -> usize {
+        match unit {
+            Unit::Scene(i) => self.acc.attempts[*i].len() + 1,
+            Unit::Lane { .. } => 0,
+        }
+    }
+
+    /// The next event. Results are written at most every 100 ms (cheap for big lanes),
+    /// and never left more than 100 ms behind the last event: a lock tool may kill this
+    /// run any time, and what finished before must be in the file.
+    fn wait(&mut self, rx: &mpsc::Receiver<Event>) -> Wait {
+        if !self.dirty {
+            return rx.recv().map_or(Wait::Closed, Wait::Event);
+        }
+        let wait = SNAPSHOT_EVERY.saturating_sub(self.last_snapshot.elapsed());
+        match rx.recv_timeout(wait) {
+            Ok(ev) => Wait::Event(ev),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.snapshot();
+                Wait::Snapshot
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Wait::Closed,
+        }
+    }
+
+    /// Take in one event: keep it, decide what follows an attempt (no retry once
+    /// interrupted), show it, and tell the scheduler.
+    fn on_event(&mut self, ev: Event, sched: &mut Scheduler) {
+        self.dirty = true;
+        self.acc.apply(&ev);
+        let mut follow = FollowUp::Final;
+        let mut name = "";
+        if let Event::Attempt { scene, .. } = &ev {
+            let s = &self.frozen.scenes[*scene];
+            follow = events::follow_up(&self.acc.attempts[*scene], s.device().retries);
+            if follow != FollowUp::Final && proc::interrupted() {
+                follow = FollowUp::Final;
+            }
+            name = s.name.as_str();
+        }
+        self.reporter.event(&ev, name, follow);
+        sched.on_event(&ev, follow, &self.acc.quarantined);
+        if self.last_snapshot.elapsed() >= SNAPSHOT_EVERY {
+            self.snapshot();
+        }
+    }
+
+    /// Write the results so far: if the lock tool kills this run, the outer still
+    /// reports what had finished.
+    fn snapshot(&mut self) {
+        let partial = self.results("not finished when the inner run was ended");
+        if let Ok(bytes) = serde_json::to_vec_pretty(&partial) {
+            let _ = crate::fsutil::write_atomic(&self.frozen.results, &bytes);
+        }
+        self.last_snapshot = Instant::now();
+        self.dirty = false;
+    }
+
+    /// The results as they stand: a scene not (yet) finished is `not_run`, with
+    /// `unfinished` as its message.
+    fn results(&self, unfinished: &str) -> Results {
+        collect(
+            self.frozen,
+            &self.fixed,
+            &self.acc,
+            self.granted,
+            self.started,
+            self.no_healthy,
+            unfinished,
+        )
+    }
+}
+
+/// The scheduling loop: pack jobs (plain scenes and lane processes) onto the granted ids
+/// through one packer, start them on the executor, and feed its events to the
+/// accumulator, the reporter and the scheduler. Ids reported faulty are never used
+/// again in this run.
+pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
+    let admitted = admit(frozen, &granted);
+    let mut sched = Scheduler::new(frozen, &granted, &admitted.runnable);
+    let mut run = Run::new(frozen, &granted, admitted.fixed);
+    let cx = Cx {
+        frozen,
+        granted: &granted,
+        t0: run.t0,
+        faults: FaultRules::new(frozen.device_fault.as_ref()),
+        lane_procs: Default::default(),
+    };
+    let (tx, rx) = mpsc::channel::<Event>();
+    std::thread::scope(|scope| loop {
+        run.drop_unfit(&mut sched);
+        if !proc::interrupted() {
+            for Start { job, unit, slots } in sched.start_ready() {
+                let attempt_no = run.attempt_no(&unit);
+                let (tx, cx) = (tx.clone(), &cx);
+                scope.spawn(move || match unit {
+                    Unit::Scene(i) => exec::run_plain(cx, job, i, &slots, attempt_no, &tx),
+                    Unit::Lane { lane, scenes } => {
+                        exec::run_lane(cx, job, &lane, scenes, &slots, &tx)
+                    }
+                });
+            }
+        }
+        if sched.idle() {
+            break;
+        }
+        match run.wait(&rx) {
+            Wait::Event(ev) => run.on_event(ev, &mut sched),
+            Wait::Snapshot => continue,
+            Wait::Closed => break,
         }
     });
-
-    collect(
-        frozen,
-        &fixed,
-        &acc,
-        &granted,
-        started,
-        no_healthy,
-        "interrupted",
-    )
+    run.results("interrupted")
 }
 
 fn not_run(t0: Instant, why: &str) -> Attempt {
@@ -451,7 +617,6 @@ fn collect(
             }
             let attempts = &acc.attempts[i];
             let mut r = result(s, events::outcome(attempts), None);
-            r.lane = s.lane.clone();
             if let Some(last) = attempts.last() {
                 r.devices = last.devices.clone();
                 r.start_secs = last.start_secs;
@@ -489,30 +654,6 @@ fn collect(
     }
 }
 
-/// Write the results so far: if the lock tool kills this run, the outer still reports
-/// what had finished.
-fn snapshot(
-    frozen: &Frozen,
-    fixed: &[Option<SceneResult>],
-    acc: &Accumulator,
-    granted: &[String],
-    started: f64,
-    no_healthy: bool,
-) {
-    let partial = collect(
-        frozen,
-        fixed,
-        acc,
-        granted,
-        started,
-        no_healthy,
-        "not finished when the inner run was ended",
-    );
-    if let Ok(bytes) = serde_json::to_vec_pretty(&partial) {
-        let _ = crate::fsutil::write_atomic(&frozen.results, &bytes);
-    }
-}
-
 /// How often the results file is rewritten while scenes run.
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 
@@ -522,4 +663,367 @@ pub fn log_path(frozen: &Frozen, scene: &str) -> std::path::PathBuf {
         .join("logs")
         .join(scene)
         .join("device.log")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::cache::FileRecord;
+    use crate::device::{Artifact, FrozenDevice, FROZEN_VERSION};
+    use crate::manifest::{DeviceRun, LaneConfig};
+    use crate::template::{allowed, Template};
+
+    /// A plain scene needing `devices` ids (`exclusive` or not), with `estimate`.
+    fn plain(name: &str, devices: usize, exclusive: bool, estimate: f64) -> FrozenScene {
+        scene(
+            name,
+            DeviceRun::Command(Template::parse("true", allowed::DEVICE).unwrap()),
+            devices,
+            exclusive,
+            estimate,
+        )
+    }
+
+    fn in_lane(name: &str, lane: &str, estimate: f64) -> FrozenScene {
+        let run = DeviceRun::Lane {
+            lane: lane.into(),
+            args: vec![name.into()],
+        };
+        scene(name, run, 1, false, estimate)
+    }
+
+    fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> FrozenScene {
+        FrozenScene {
+            name: name.into(),
+            platform: "p".into(),
+            env: BTreeMap::new(),
+            device: Some(FrozenDevice {
+                run,
+                devices,
+                exclusive: ex,
+                timeout_secs: None,
+                retries: 1,
+                estimate: Some(est),
+            }),
+            kernels: Vec::new(),
+            fixture: None,
+            golden: None,
+            warm_failure: None,
+        }
+    }
+
+    fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
+        let lane = LaneConfig {
+            name: "l".into(),
+            run: Template::parse("true", allowed::LANE).unwrap(),
+            devices: 1,
+            restarts: 0,
+            timeout_secs: None,
+            env: BTreeMap::new(),
+        };
+        Frozen {
+            version: FROZEN_VERSION,
+            manifest_dir: dir.into(),
+            job_dir: dir.into(),
+            run_dir: dir.into(),
+            report_dir: dir.into(),
+            results: dir.join("results.json"),
+            device_env: "TASK_DEVICE".into(),
+            device_count: 1,
+            grace_secs: 1.0,
+            outer: None,
+            lock_tool: None,
+            through_lock: false,
+            scenes,
+            lanes: [("l".to_string(), lane)].into(),
+            lane_startup: BTreeMap::new(),
+            device_fault: None,
+        }
+    }
+
+    fn ids(n: usize) -> Vec<String> {
+        (0..n).map(|i| i.to_string()).collect()
+    }
+
+    fn attempt(outcome: AttemptOutcome, devices: &[&str]) -> Attempt {
+        Attempt {
+            devices: devices.iter().map(|d| d.to_string()).collect(),
+            ..not_run(Instant::now(), "")
+        }
+        .with(outcome)
+    }
+
+    impl Attempt {
+        fn with(mut self, outcome: AttemptOutcome) -> Attempt {
+            self.outcome = outcome;
+            self
+        }
+    }
+
+    #[test]
+    fn admit_settles_what_cannot_run_and_keeps_the_rest_in_order() {
+        let t = tempfile::tempdir().unwrap();
+        let mut warm_failed = plain("warm_failed", 1, false, 1.0);
+        warm_failed.warm_failure = Some("compile a/k: exited 1".into());
+        let mut no_device = plain("no_device", 1, false, 1.0);
+        no_device.device = None;
+        let mut gone = plain("gone", 1, false, 1.0);
+        gone.fixture = Some(Artifact {
+            name: "fixture".into(),
+            key: "k".into(),
+            out: t.path().join("nowhere"),
+            files: vec![FileRecord {
+                path: String::new(),
+                size: 3,
+                blake3: "b".into(),
+            }],
+        });
+        let f = frozen(
+            t.path(),
+            vec![
+                warm_failed,
+                plain("a", 1, false, 1.0),
+                no_device,
+                plain("wide", 3, false, 1.0),
+                gone,
+                plain("b", 2, false, 1.0),
+            ],
+        );
+        let Admitted { fixed, runnable } = admit(&f, &ids(2));
+        assert_eq!(runnable, [1, 5]);
+        let outcome = |i: usize| fixed[i].as_ref().map(|r| r.outcome);
+        assert_eq!(outcome(0), Some(SceneOutcome::FailedInWarm));
+        assert_eq!(outcome(2), Some(SceneOutcome::Passed));
+        assert_eq!(outcome(3), Some(SceneOutcome::Failed));
+        assert!(fixed[3]
+            .as_ref()
+            .unwrap()
+            .message
+            .as_ref()
+            .unwrap()
+            .contains("needs 3 devices but only 2 were granted (0,1)"));
+        assert_eq!(outcome(4), Some(SceneOutcome::Failed));
+        assert!(fixed[4]
+            .as_ref()
+            .unwrap()
+            .message
+            .as_ref()
+            .unwrap()
+            .contains("missing or damaged"));
+        assert!(fixed[1].is_none() && fixed[5].is_none());
+    }
+
+    #[test]
+    fn start_ready_fills_the_free_ids_longest_first_and_done_frees_them() {
+        let t = tempfile::tempdir().unwrap();
+        let f = frozen(
+            t.path(),
+            vec![
+                plain("short", 1, false, 1.0),
+                plain("long", 1, false, 9.0),
+                plain("mid", 1, false, 5.0),
+            ],
+        );
+        let granted = ids(2);
+        let mut s = Scheduler::new(&f, &granted, &[0, 1, 2]);
+        let first = s.start_ready();
+        let units: Vec<&Unit> = first.iter().map(|st| &st.unit).collect();
+        assert_eq!(units, [&Unit::Scene(1), &Unit::Scene(2)]);
+        assert_eq!(first[0].slots, [0]);
+        assert_eq!(first[1].slots, [1]);
+        assert!(s.start_ready().is_empty(), "no id is free");
+        let done = Event::Done {
+            job: first[1].job,
+            handback: Vec::new(),
+        };
+        s.on_event(&done, FollowUp::Final, &BTreeSet::new());
+        let next = s.start_ready();
+        assert_eq!(next.len(), 1);
+        assert_eq!(
+            (&next[0].unit, &next[0].slots[..]),
+            (&Unit::Scene(0), &[1][..])
+        );
+        assert!(!s.idle());
+    }
+
+    #[test]
+    fn an_exclusive_scene_waits_for_the_pool_to_drain_and_runs_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let f = frozen(
+            t.path(),
+            vec![plain("alone", 1, true, 9.0), plain("other", 1, false, 1.0)],
+        );
+        let granted = ids(2);
+        let mut s = Scheduler::new(&f, &granted, &[0, 1]);
+        let first = s.start_ready();
+        assert_eq!(first.len(), 1, "the exclusive scene runs alone");
+        assert_eq!(first[0].unit, Unit::Scene(0));
+        let done = Event::Done {
+            job: first[0].job,
+            handback: Vec::new(),
+        };
+        s.on_event(&done, FollowUp::Final, &BTreeSet::new());
+        assert_eq!(s.start_ready()[0].unit, Unit::Scene(1));
+    }
+
+    #[test]
+    fn a_retry_is_requeued_away_from_its_ids_and_faulty_ids_stay_taken() {
+        let t = tempfile::tempdir().unwrap();
+        let f = frozen(t.path(), vec![plain("a", 1, false, 1.0)]);
+        let granted = ids(2);
+        let mut s = Scheduler::new(&f, &granted, &[0]);
+        let first = s.start_ready();
+        assert_eq!(first[0].slots, [0]);
+        let failed = Event::Attempt {
+            scene: 0,
+            attempt: attempt(AttemptOutcome::Failed, &["0"]),
+        };
+        s.on_event(&failed, FollowUp::Retry, &BTreeSet::new());
+        // The retry waits for nothing: id 1 is free, and it avoids id 0.
+        let retry = s.start_ready();
+        assert_eq!(
+            (&retry[0].unit, &retry[0].slots[..]),
+            (&Unit::Scene(0), &[1][..])
+        );
+        // Id 1 turns out faulty: once its job is done it is not free again.
+        let quarantined: BTreeSet<usize> = [1].into();
+        s.on_event(
+            &Event::Fault { slots: vec![1] },
+            FollowUp::Final,
+            &quarantined,
+        );
+        let done = |job| Event::Done {
+            job,
+            handback: Vec::new(),
+        };
+        s.on_event(&done(retry[0].job), FollowUp::Final, &quarantined);
+        s.on_event(&done(first[0].job), FollowUp::Final, &quarantined);
+        assert!(s.idle());
+        assert_eq!(s.free, [0].into());
+    }
+
+    #[test]
+    fn jobs_too_wide_for_the_healthy_ids_are_taken_out() {
+        let t = tempfile::tempdir().unwrap();
+        let f = frozen(
+            t.path(),
+            vec![plain("wide", 2, false, 9.0), plain("narrow", 1, false, 1.0)],
+        );
+        let granted = ids(2);
+        let mut s = Scheduler::new(&f, &granted, &[0, 1]);
+        assert_eq!(s.take_unfit(1), [0]);
+        assert_eq!(s.start_ready()[0].unit, Unit::Scene(1));
+    }
+
+    #[test]
+    fn lane_scenes_run_again_in_one_fresh_process_once_theirs_is_done() {
+        let t = tempfile::tempdir().unwrap();
+        let f = frozen(
+            t.path(),
+            vec![
+                in_lane("x", "l", 1.0),
+                in_lane("y", "l", 1.0),
+                in_lane("z", "l", 1.0),
+            ],
+        );
+        let granted = ids(1);
+        let mut s = Scheduler::new(&f, &granted, &[0, 1, 2]);
+        let first = s.start_ready();
+        let Unit::Lane { lane, scenes } = &first[0].unit else {
+            panic!("a lane process: {first:?}");
+        };
+        assert_eq!((lane.as_str(), &scenes[..]), ("l", &[0, 1, 2][..]));
+        // y failed and may be retried; z was handed back (never started).
+        let failed = Event::Attempt {
+            scene: 1,
+            attempt: attempt(AttemptOutcome::Failed, &["0"]),
+        };
+        s.on_event(&failed, FollowUp::Retry, &BTreeSet::new());
+        assert!(s.start_ready().is_empty(), "not before its process is done");
+        let done = Event::Done {
+            job: first[0].job,
+            handback: vec![2],
+        };
+        s.on_event(&done, FollowUp::Final, &BTreeSet::new());
+        let again: Vec<Unit> = s.start_ready().into_iter().map(|st| st.unit).collect();
+        assert_eq!(
+            again,
+            [Unit::Lane {
+                lane: "l".into(),
+                scenes: vec![1]
+            }]
+        );
+        let done = Event::Done {
+            job: s.running.keys().copied().next().unwrap(),
+            handback: Vec::new(),
+        };
+        s.on_event(&done, FollowUp::Final, &BTreeSet::new());
+        let last: Vec<Unit> = s.start_ready().into_iter().map(|st| st.unit).collect();
+        assert_eq!(
+            last,
+            [Unit::Lane {
+                lane: "l".into(),
+                scenes: vec![2]
+            }]
+        );
+    }
+
+    #[test]
+    fn run_decides_retries_keeps_results_and_drops_what_no_healthy_id_can_take() {
+        let t = tempfile::tempdir().unwrap();
+        let f = frozen(
+            t.path(),
+            vec![plain("a", 1, false, 1.0), plain("pair", 2, false, 5.0)],
+        );
+        let granted = ids(2);
+        let mut s = Scheduler::new(&f, &granted, &[0, 1]);
+        let mut r = Run::new(&f, &granted, vec![None, None]);
+        let started = s.start_ready();
+        assert_eq!(started[0].unit, Unit::Scene(1), "the longer job first");
+        assert_eq!(r.attempt_no(&started[0].unit), 1);
+        // The pair's first try fails (one retry allowed): it is queued again.
+        let ev = Event::Attempt {
+            scene: 1,
+            attempt: attempt(AttemptOutcome::Failed, &["0", "1"]),
+        };
+        r.on_event(ev, &mut s);
+        assert!(r.dirty);
+        assert_eq!(r.attempt_no(&Unit::Scene(1)), 2);
+        assert_eq!(s.jobs.len(), 3, "the retry is a job of its own");
+        // Id 1 is found faulty: the pair cannot run again on one healthy id.
+        r.on_event(Event::Fault { slots: vec![1] }, &mut s);
+        let done = Event::Done {
+            job: started[0].job,
+            handback: Vec::new(),
+        };
+        r.on_event(done, &mut s);
+        r.drop_unfit(&mut s);
+        assert!(r.no_healthy);
+        let results = r.results("unfinished");
+        assert_eq!(results.quarantined, ["1"]);
+        let pair = &results.scenes[1];
+        assert_eq!(pair.attempts.len(), 2);
+        assert_eq!(pair.outcome, SceneOutcome::NotRun);
+        assert_eq!(pair.message.as_deref(), Some("not run: no healthy device"));
+        // `a` never started: it is reported with the message given.
+        assert_eq!(results.scenes[0].message.as_deref(), Some("unfinished"));
+        assert_eq!(s.start_ready()[0].unit, Unit::Scene(0));
+        // A snapshot writes the results file and clears the dirty mark.
+        r.snapshot();
+        assert!(!r.dirty && f.results.is_file());
+    }
+
+    #[test]
+    fn a_frozen_plan_of_another_version_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let f = frozen(t.path(), vec![plain("a", 1, false, 1.0)]);
+        let mut v = serde_json::to_value(&f).unwrap();
+        assert!(read_frozen(&serde_json::to_vec(&v).unwrap()).is_ok());
+        v["version"] = 1.into();
+        let e = read_frozen(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("version 1"), "{e}");
+    }
 }

@@ -5,30 +5,20 @@
 use std::collections::BTreeMap;
 
 use super::pack::{self, LaneSpec, SceneSpec, Unit};
-use super::{FrozenScene, Results};
-use crate::manifest::{DeviceRun, DeviceStep, LaneConfig};
+use super::{FrozenDevice, FrozenScene, Results};
+use crate::manifest::LaneConfig;
 use crate::plan::Plan;
-use crate::template::Template;
 
 /// History key of a lane process's start-up.
 pub fn startup_key(lane: &str) -> String {
     format!("lane-startup/{lane}")
 }
 
-/// A scene's device step as the frozen plan holds it: (command, lane, args).
-pub fn frozen_run(d: Option<&DeviceStep>) -> (Option<Template>, Option<String>, Vec<String>) {
-    match d.map(|d| &d.run) {
-        Some(DeviceRun::Command(t)) => (Some(t.clone()), None, Vec::new()),
-        Some(DeviceRun::Lane { lane, args }) => (None, Some(lane.clone()), args.clone()),
-        None => (None, None, Vec::new()),
-    }
-}
-
 /// The lanes the frozen scenes use, each with the manifest's env under its own.
 pub fn frozen_lanes(plan: &Plan, scenes: &[FrozenScene]) -> BTreeMap<String, LaneConfig> {
     let mut out = BTreeMap::new();
     for s in scenes {
-        let Some(name) = &s.lane else { continue };
+        let Some(name) = s.lane() else { continue };
         if out.contains_key(name) {
             continue;
         }
@@ -37,7 +27,7 @@ pub fn frozen_lanes(plan: &Plan, scenes: &[FrozenScene]) -> BTreeMap<String, Lan
             let mut env = plan.manifest.env.clone();
             env.extend(std::mem::take(&mut l.env));
             l.env = env;
-            out.insert(name.clone(), l);
+            out.insert(name.to_string(), l);
         }
     }
     out
@@ -78,29 +68,17 @@ pub struct PreviewProcess {
     pub slots: Vec<usize>,
 }
 
-/// The device packing as it will run: `runnable` plan scenes (with a device step, not
-/// failed in warm) grouped into processes and simulated on `device_count` ids.
-pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
-    let specs: Vec<SceneSpec> = runnable
-        .iter()
-        .map(|&i| {
-            let ps = &plan.scenes[i];
-            let d = ps
-                .device
-                .as_ref()
-                .expect("runnable scenes have a device step");
-            SceneSpec {
-                devices: d.devices as usize,
-                exclusive: d.exclusive,
-                estimate: ps.device_estimate,
-                lane: d.run.lane().map(str::to_string),
-            }
-        })
-        .collect();
-    let startups = startup_estimates(plan);
-    let lanes: BTreeMap<String, LaneSpec> = plan
-        .manifest
-        .lanes
+/// The packer's input — each scene's device step and each lane with its start-up
+/// estimate — grouped into processes (units) and packer jobs on `ids` ids. The one
+/// builder the `--plan` preview and the inner run share, so they cannot drift.
+pub fn packing<'a>(
+    scenes: impl Iterator<Item = &'a FrozenDevice>,
+    lanes: &BTreeMap<String, LaneConfig>,
+    startups: &BTreeMap<String, f64>,
+    ids: usize,
+) -> (Vec<Unit>, Vec<pack::Job>) {
+    let specs: Vec<SceneSpec> = scenes.map(FrozenDevice::spec).collect();
+    let lanes: BTreeMap<String, LaneSpec> = lanes
         .iter()
         .map(|(n, l)| {
             (
@@ -112,7 +90,26 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
             )
         })
         .collect();
-    let (units, jobs) = pack::units(&specs, &lanes, plan.device_count as usize);
+    pack::units(&specs, &lanes, ids)
+}
+
+/// The device packing as it will run: `runnable` plan scenes (with a device step, not
+/// failed in warm) grouped into processes and simulated on `device_count` ids.
+pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
+    let devices: Vec<FrozenDevice> = runnable
+        .iter()
+        .map(|&i| {
+            let ps = &plan.scenes[i];
+            let d = ps
+                .device
+                .as_ref()
+                .expect("runnable scenes have a device step");
+            FrozenDevice::of(d, ps.device_estimate)
+        })
+        .collect();
+    let startups = startup_estimates(plan);
+    let ids = plan.device_count as usize;
+    let (units, jobs) = packing(devices.iter(), &plan.manifest.lanes, &startups, ids);
     pack::simulate(&jobs, plan.device_count as usize)
         .into_iter()
         .map(|p| {

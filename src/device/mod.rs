@@ -23,9 +23,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::FileRecord;
-use crate::template::Template;
+use crate::manifest::{DeviceRun, DeviceStep};
 
-pub const FROZEN_VERSION: u32 = 1;
+/// 2: a scene's device step is one `device` object (its own command or a lane's batch),
+/// no longer `run` / `lane` / `args` side by side.
+pub const FROZEN_VERSION: u32 = 2;
 pub const RESULTS_VERSION: u32 = 1;
 
 /// Between SIGTERM and SIGKILL when a device run is cancelled (`lock.grace`).
@@ -132,31 +134,86 @@ pub struct Artifact {
     pub files: Vec<FileRecord>,
 }
 
+/// A scene's device step as the inner run receives it, and as `--plan` packs it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FrozenDevice {
+    /// Its own command, or a lane's batch with the words it adds to `{args}`
+    /// (docs/lanes.md).
+    pub run: DeviceRun,
+    /// Ids it holds while it runs.
+    pub devices: usize,
+    pub exclusive: bool,
+    pub timeout_secs: Option<f64>,
+    /// `device.retries`.
+    pub retries: u32,
+    /// Seconds, from history.
+    pub estimate: Option<f64>,
+}
+
+impl FrozenDevice {
+    /// A manifest device step with its history estimate: the one conversion freezing and
+    /// the `--plan` preview share.
+    pub fn of(d: &DeviceStep, estimate: Option<f64>) -> FrozenDevice {
+        FrozenDevice {
+            run: d.run.clone(),
+            devices: d.devices as usize,
+            exclusive: d.exclusive,
+            timeout_secs: d.timeout.map(|t| t.as_secs_f64()),
+            retries: d.retries,
+            estimate,
+        }
+    }
+
+    /// The lane whose process runs it, if any.
+    pub fn lane(&self) -> Option<&str> {
+        self.run.lane()
+    }
+
+    /// The words it adds to its lane's `{args}` (none for its own command).
+    pub fn args(&self) -> &[String] {
+        match &self.run {
+            DeviceRun::Lane { args, .. } => args,
+            DeviceRun::Command(_) => &[],
+        }
+    }
+
+    /// What the packer needs of it.
+    pub fn spec(&self) -> pack::SceneSpec {
+        pack::SceneSpec {
+            devices: self.devices,
+            exclusive: self.exclusive,
+            estimate: self.estimate,
+            lane: self.lane().map(str::to_string),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FrozenScene {
     pub name: String,
     pub platform: String,
     pub env: BTreeMap<String, String>,
     /// None: the scene has no device step (it passes once warm).
-    pub run: Option<Template>,
-    pub devices: usize,
-    pub exclusive: bool,
-    pub timeout_secs: Option<f64>,
-    pub estimate: Option<f64>,
+    pub device: Option<FrozenDevice>,
     pub kernels: Vec<Artifact>,
     pub fixture: Option<Artifact>,
     pub golden: Option<Artifact>,
     /// Set when a warm step of this scene failed with its current key.
     pub warm_failure: Option<String>,
-    /// The lane whose process runs this scene (then `run` is None), and its words for
-    /// `{args}` (docs/lanes.md).
-    #[serde(default)]
-    pub lane: Option<String>,
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// `device.retries`.
-    #[serde(default)]
-    pub retries: u32,
+}
+
+impl FrozenScene {
+    /// Its device step; only scenes with one are ever run.
+    pub fn device(&self) -> &FrozenDevice {
+        self.device
+            .as_ref()
+            .expect("a scene that runs has a device step")
+    }
+
+    /// The lane whose process runs it, if any.
+    pub fn lane(&self) -> Option<&str> {
+        self.device.as_ref().and_then(FrozenDevice::lane)
+    }
 }
 
 /// Everything the inner run needs, so that it never re-reads the manifest or sources.

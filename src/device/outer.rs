@@ -11,7 +11,7 @@ use anyhow::Result;
 use super::lockrun::{self, Killed, LockEnding};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
-use super::{Artifact, Frozen, FrozenScene, Infra, Results, SceneOutcome};
+use super::{Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome};
 use crate::cache::history::History;
 use crate::exit::Exit;
 use crate::plan::{Plan, Status};
@@ -100,20 +100,14 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
             .collect();
         let fixture = ps.fixture.and_then(|_| it.next().flatten());
         let golden = ps.golden.and_then(|_| it.next().flatten());
-        let d = ps.device.as_ref();
-        let (run, lane, args) = super::lanes::frozen_run(d);
         scenes.push(FrozenScene {
             name: ps.name.clone(),
             platform: scene.platform.clone(),
             env: scene.env.clone(),
-            run,
-            lane,
-            args,
-            retries: d.map(|d| d.retries).unwrap_or(0),
-            devices: d.map(|d| d.devices as usize).unwrap_or(0),
-            exclusive: d.is_some_and(|d| d.exclusive),
-            timeout_secs: d.and_then(|d| d.timeout).map(|t| t.as_secs_f64()),
-            estimate: ps.device_estimate,
+            device: ps
+                .device
+                .as_ref()
+                .map(|d| FrozenDevice::of(d, ps.device_estimate)),
             kernels,
             fixture,
             golden,
@@ -494,7 +488,7 @@ fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec
                 duration_secs: r.map(|r| r.duration_secs).unwrap_or(0.0),
                 log: r.and_then(|r| r.log.clone()),
                 log_tail: r.and_then(|r| r.log_tail.clone()),
-                lane: fs.lane.clone(),
+                lane: fs.lane().map(str::to_string),
                 attempts: r.map(|r| r.attempts.clone()).unwrap_or_default(),
                 steps: step_reports(plan, i),
                 infra: r.and_then(|r| r.infra),
@@ -602,7 +596,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         let ids = opts.devices.clone();
         crate::proc::set_grace(grace(plan));
         let live = super::live::Follower::start(super::live_path(&frozen.run_dir), ui, false);
-        let mut r = super::inner::run(&frozen, Ok(ids));
+        let mut r = super::inner::run(&frozen, ids);
         drop(live);
         super::ending::classify(&frozen, &mut r, false, crate::proc::interrupted());
         report.device = Some(device_report(&r, r.ended - r.started));
