@@ -667,82 +667,10 @@ pub fn log_path(frozen: &Frozen, scene: &str) -> std::path::PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-    use std::path::Path;
-
     use super::*;
     use crate::cache::FileRecord;
-    use crate::device::{Artifact, FrozenDevice, FROZEN_VERSION};
-    use crate::manifest::{DeviceRun, LaneConfig};
-    use crate::template::{allowed, Template};
-
-    /// A plain scene needing `devices` ids (`exclusive` or not), with `estimate`.
-    fn plain(name: &str, devices: usize, exclusive: bool, estimate: f64) -> FrozenScene {
-        scene(
-            name,
-            DeviceRun::Command(Template::parse("true", allowed::DEVICE).unwrap()),
-            devices,
-            exclusive,
-            estimate,
-        )
-    }
-
-    fn in_lane(name: &str, lane: &str, estimate: f64) -> FrozenScene {
-        let run = DeviceRun::Lane {
-            lane: lane.into(),
-            args: vec![name.into()],
-        };
-        scene(name, run, 1, false, estimate)
-    }
-
-    fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> FrozenScene {
-        FrozenScene {
-            name: name.into(),
-            platform: "p".into(),
-            env: BTreeMap::new(),
-            device: Some(FrozenDevice {
-                run,
-                devices,
-                exclusive: ex,
-                timeout_secs: None,
-                retries: 1,
-                estimate: Some(est),
-            }),
-            kernels: Vec::new(),
-            fixture: None,
-            golden: None,
-            warm_failure: None,
-        }
-    }
-
-    fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
-        let lane = LaneConfig {
-            name: "l".into(),
-            run: Template::parse("true", allowed::LANE).unwrap(),
-            devices: 1,
-            restarts: 0,
-            timeout_secs: None,
-            env: BTreeMap::new(),
-        };
-        Frozen {
-            version: FROZEN_VERSION,
-            manifest_dir: dir.into(),
-            job_dir: dir.into(),
-            run_dir: dir.into(),
-            report_dir: dir.into(),
-            results: dir.join("results.json"),
-            device_env: "TASK_DEVICE".into(),
-            device_count: 1,
-            grace_secs: 1.0,
-            outer: None,
-            lock_tool: None,
-            through_lock: false,
-            scenes,
-            lanes: [("l".to_string(), lane)].into(),
-            lane_startup: BTreeMap::new(),
-            device_fault: None,
-        }
-    }
+    use crate::device::testing::{frozen, in_lane, plain};
+    use crate::device::Artifact;
 
     fn ids(n: usize) -> Vec<String> {
         (0..n).map(|i| i.to_string()).collect()

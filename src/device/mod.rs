@@ -15,6 +15,8 @@ pub mod outer;
 pub mod pack;
 pub mod report;
 pub mod runs;
+#[cfg(test)]
+mod testing;
 mod watch;
 
 use std::collections::BTreeMap;
