@@ -20,6 +20,14 @@ pub struct ManifestErrors {
     pub diags: Vec<Diag>,
 }
 
+/// Errors shown of one manifest; the rest are counted.
+pub const MAX_SHOWN: usize = 50;
+/// Characters of a source line shown under an error; a longer line is cut around the
+/// column.
+const EXCERPT: usize = 200;
+/// Characters of an error's key path and message shown (both can quote the text).
+pub const MAX_MESSAGE: usize = 300;
+
 impl fmt::Display for ManifestErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.diags.len();
@@ -34,7 +42,7 @@ impl fmt::Display for ManifestErrors {
         // text that was not a file) just gets no excerpt.
         let text = std::fs::read_to_string(&self.file).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        for d in &self.diags {
+        for d in self.diags.iter().take(MAX_SHOWN) {
             write!(f, "\n  {}", self.file)?;
             if let Some(line) = d.line {
                 write!(f, ":{line}")?;
@@ -42,17 +50,21 @@ impl fmt::Display for ManifestErrors {
                     write!(f, ":{col}")?;
                 }
             }
-            if d.path.is_empty() {
-                write!(f, ": {}", d.message)?;
+            let said = if d.path.is_empty() {
+                clip(&d.message, MAX_MESSAGE)
             } else {
-                write!(f, ": {}: {}", d.path, d.message)?;
-            }
+                clip(&format!("{}: {}", d.path, d.message), MAX_MESSAGE)
+                    .into_owned()
+                    .into()
+            };
+            write!(f, ": {said}")?;
             if let Some(src) = d.line.and_then(|l| lines.get(l.wrapping_sub(1))) {
                 let n = d.line.unwrap_or(0);
                 let w = n.to_string().len();
-                write!(f, "\n  {n:>w$} | {src}")?;
-                if let Some(col) = d.col {
-                    let pad: String = src
+                let (shown, col) = excerpt(src, d.col.unwrap_or(1), EXCERPT);
+                write!(f, "\n  {n:>w$} | {shown}")?;
+                if d.col.is_some() {
+                    let pad: String = shown
                         .chars()
                         .take(col.saturating_sub(1))
                         .map(|c| if c == '\t' { '\t' } else { ' ' })
@@ -61,8 +73,59 @@ impl fmt::Display for ManifestErrors {
                 }
             }
         }
+        if n > MAX_SHOWN {
+            write!(f, "\n  … and {} more errors", n - MAX_SHOWN)?;
+        }
         Ok(())
     }
 }
 
+/// At most `max` characters of `s`, cut with `…`.
+pub fn clip(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(max) {
+        None => s.into(),
+        Some((end, _)) => format!("{}…", &s[..end]).into(),
+    }
+}
+
+/// At most `width` characters of `line` around column `col` (1-based, in characters),
+/// with `…` where it was cut, and the column within what is shown.
+fn excerpt(line: &str, col: usize, width: usize) -> (String, usize) {
+    let chars: Vec<char> = line.chars().collect();
+    if chars.len() <= width {
+        return (line.to_string(), col);
+    }
+    let at = col.saturating_sub(1).min(chars.len());
+    let from = at.saturating_sub(width / 2).min(chars.len() - width);
+    let to = from + width;
+    let mut out = String::new();
+    if from > 0 {
+        out.push('…');
+    }
+    out.extend(&chars[from..to]);
+    if to < chars.len() {
+        out.push('…');
+    }
+    (out, at - from + 1 + usize::from(from > 0))
+}
+
 impl std::error::Error for ManifestErrors {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_line_is_cut_around_the_column() {
+        let line: String = ('a'..='z').cycle().take(1000).collect();
+        let (shown, col) = excerpt(&line, 500, 200);
+        assert_eq!(shown.chars().count(), 202, "200 and two `…`");
+        assert!(shown.starts_with('…') && shown.ends_with('…'));
+        assert_eq!(shown.chars().nth(col - 1), line.chars().nth(499));
+        let (shown, col) = excerpt(&line, 3, 200);
+        assert_eq!((shown.chars().count(), col), (201, 3));
+        let (shown, col) = excerpt(&line, 1000, 200);
+        assert_eq!(shown.chars().nth(col - 1), Some('l'));
+        assert_eq!(excerpt("short", 2, 200), ("short".to_string(), 2));
+    }
+}

@@ -2,8 +2,8 @@
 //! quadratic in the depth of flow collections (`[[[[...`, `{a: {a: ...`), so a 400 KB
 //! manifest of brackets would take minutes. One linear pass finds the first point where
 //! flow nesting passes `LIMIT` and the manifest is refused (exit 4) before the parser
-//! sees it. The deserializer refuses anything nested past 128 levels anyway, so no
-//! manifest that used to load is lost.
+//! sees it. Nesting of any kind past the same limit is refused by the parser itself
+//! (`yaml::parse`, which runs this pass first).
 //!
 //! The pass is a conservative scanner, not a parser: it skips comments, quoted scalars
 //! and block scalars (`|`, `>`), and counts `[` / `{` only where a flow collection can

@@ -130,17 +130,23 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
             diags.len(),
             if diags.len() == 1 { "" } else { "s" }
         );
-        for d in diags {
+        let total = diags.len();
+        for d in diags.into_iter().take(crate::error::MAX_SHOWN) {
             let path = if prefix.is_empty() {
                 format!("scenes{}", d.path)
             } else {
                 d.path
             };
+            let said = format!("{path}: {}", d.message);
+            let said = crate::error::clip(&said, crate::error::MAX_MESSAGE);
             match d.line {
-                Some(l) => write!(msg, "\n  output line {l}: {path}: {}", d.message),
-                None => write!(msg, "\n  {path}: {}", d.message),
+                Some(l) => write!(msg, "\n  output line {l}: {said}"),
+                None => write!(msg, "\n  {said}"),
             }
             .expect("write to a string");
+        }
+        if total > crate::error::MAX_SHOWN {
+            write!(msg, "\n  … and {} more", total - crate::error::MAX_SHOWN).expect("a string");
         }
         return Err(crate::coded!(Exit::Usage, "{msg}"));
     }

@@ -19,12 +19,23 @@ pub struct Locations {
 }
 
 impl Locations {
-    /// Index `text`. A document the event parser rejects yields no locations (the loader
-    /// reports the syntax error with its own position).
+    /// Index `text`. A document the event parser rejects yields the locations before the
+    /// error (the loader reports the syntax error with its own position). Events are
+    /// pulled one at a time (the parser's own `load` recurses once per level, and a 20 KB
+    /// `? ? ? …` overflowed the stack), and nothing deeper than the parser's nesting limit
+    /// is indexed.
     pub fn index(text: &str) -> Locations {
         let mut rx = Receiver::default();
         let mut parser = Parser::new_from_str(text);
-        let _ = parser.load(&mut rx, false);
+        while let Ok((ev, mark)) = parser.next_token() {
+            if matches!(ev, Event::StreamEnd | Event::DocumentEnd)
+                || (matches!(ev, Event::MappingStart(..) | Event::SequenceStart(..))
+                    && rx.stack.len() >= super::yaml::MAX_DEPTH)
+            {
+                break;
+            }
+            rx.on_event(ev, mark);
+        }
         Locations { map: rx.map }
     }
 

@@ -279,20 +279,6 @@ fn parse_probed(
 ) -> Result<(Manifest, Vec<memo::Probe>), ManifestErrors> {
     // A UTF-8 byte order mark (editors on Windows write one) is not a second document.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    if let Some((line, col)) = depth::too_deep(text, depth::LIMIT) {
-        return Err(ManifestErrors {
-            file: file.display().to_string(),
-            diags: vec![Diag {
-                line: Some(line),
-                col: Some(col),
-                path: String::new(),
-                message: format!(
-                    "nested deeper than {} levels of `[` / `{{` (scenerun's limit; see docs/cache-trust.md)",
-                    depth::LIMIT
-                ),
-            }],
-        });
-    }
     let mut cx = Ctx::new(file.display().to_string(), dir);
     let value = match yaml::parse(text) {
         Ok(v) => v,
@@ -528,7 +514,7 @@ impl Ctx {
                 other.pos(),
                 format!(
                     "unsupported manifest version {} (this scenerun reads version 1)",
-                    other.as_str().unwrap_or("(not a number)")
+                    crate::error::clip(other.as_str().unwrap_or("(not a number)"), 40)
                 ),
             ),
         }

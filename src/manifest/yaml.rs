@@ -100,8 +100,10 @@ impl Node {
             (Kind::Seq(_), _) => "a sequence".into(),
             (Kind::Map(_), _) => "a mapping".into(),
             (_, Some(Resolved::Null)) => "nothing (null)".into(),
-            (Kind::Scalar { text, .. }, Some(Resolved::Str)) => format!("a string `{text}`"),
-            (Kind::Scalar { text, .. }, _) => text.to_string(),
+            (Kind::Scalar { text, .. }, Some(Resolved::Str)) => {
+                format!("a string `{}`", crate::error::clip(text, QUOTED))
+            }
+            (Kind::Scalar { text, .. }, _) => crate::error::clip(text, QUOTED).into_owned(),
         }
     }
 
@@ -185,16 +187,39 @@ fn count(n: &Node) -> usize {
     total
 }
 
-/// Parse the first document of `text` (an empty document is a null scalar).
+/// Deepest nesting of collections, flow or block, that `parse` accepts (docs/cache-trust.md):
+/// nothing recursive can then run deep enough to overflow a stack, whatever the text.
+pub const MAX_DEPTH: usize = super::depth::LIMIT;
+
+fn too_deep(pos: Pos, what: &str) -> SyntaxError {
+    SyntaxError {
+        pos,
+        message: format!(
+            "nested deeper than {MAX_DEPTH} levels of {what} (scenerun's limit; see docs/cache-trust.md)"
+        ),
+    }
+}
+
+/// Parse the first document of `text` (an empty document is a null scalar). Text nested
+/// deeper than `MAX_DEPTH` is refused: flow nesting by a linear pre-scan before the
+/// parser sees it (the parser is quadratic in it), any nesting as it reaches the limit.
 pub fn parse(text: &str) -> Result<Node, SyntaxError> {
-    enum Frame {
-        Seq(Node, usize),
-        /// The mapping, its anchor, and a key waiting for its value.
-        Map(Node, usize, Option<Node>),
+    if let Some((line, col)) = super::depth::too_deep(text, MAX_DEPTH) {
+        return Err(too_deep(Pos { line, col }, "`[` / `{`"));
+    }
+    /// A collection being read: the node, its anchor (0: none), a mapping key waiting
+    /// for its value, and the height of its tallest child so far.
+    struct Frame {
+        node: Node,
+        anchor: usize,
+        key: Option<Node>,
+        height: usize,
     }
     let mut parser = Parser::new_from_str(text);
     let mut stack: Vec<Frame> = Vec::new();
-    let mut anchors: HashMap<usize, Node> = HashMap::new();
+    // Anchored nodes with their heights: an alias puts the whole node where it is used,
+    // so its height counts there too (anchors of aliases could nest without end).
+    let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
     let mut expanded = 0usize;
     let mut root: Option<Node> = None;
     loop {
@@ -202,8 +227,8 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             pos: pos(e.marker()),
             message: e.info().to_string(),
         })?;
-        // A finished node, with its anchor id (0: none).
-        let done: Option<(Node, usize)> = match ev {
+        // A finished node, with its anchor id (0: none) and height (a scalar: 0).
+        let done: Option<(Node, usize, usize)> = match ev {
             Event::StreamEnd | Event::DocumentEnd if stack.is_empty() => break,
             Event::Scalar(text, style, anchor, tag) => {
                 // `!!str 1` is the string "1"; any other tag leaves the value as written.
@@ -217,10 +242,11 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
                         },
                     ),
                     anchor,
+                    0,
                 ))
             }
             Event::Alias(id) => {
-                let n = anchors.get(&id).cloned().ok_or_else(|| SyntaxError {
+                let (n, height) = anchors.get(&id).cloned().ok_or_else(|| SyntaxError {
                     pos: pos(&mark),
                     message: "alias to an unknown anchor".into(),
                 })?;
@@ -231,55 +257,56 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
                         message: format!("aliases expand to more than {MAX_EXPANDED} nodes"),
                     });
                 }
-                Some((n, 0))
-            }
-            Event::SequenceStart(anchor, _) => {
-                let n = Node::new(pos(&mark), Kind::Seq(Vec::new()));
-                stack.push(Frame::Seq(n, anchor));
-                None
-            }
-            Event::MappingStart(anchor, _) => {
-                let n = Node::new(pos(&mark), Kind::Map(Vec::new()));
-                stack.push(Frame::Map(n, anchor, None));
-                None
-            }
-            Event::SequenceEnd | Event::MappingEnd => match stack.pop() {
-                Some(Frame::Seq(mut n, a)) | Some(Frame::Map(mut n, a, _)) => {
-                    // Growth slack of every small list and mapping adds up to a third
-                    // of the tree; a shrinking realloc stays in place.
-                    match &mut n.kind {
-                        Kind::Seq(items) => items.shrink_to_fit(),
-                        Kind::Map(entries) => entries.shrink_to_fit(),
-                        Kind::Scalar { .. } => {}
-                    }
-                    Some((n, a))
+                if stack.len() + height > MAX_DEPTH {
+                    return Err(too_deep(pos(&mark), "collections (with aliases expanded)"));
                 }
-                None => None,
-            },
+                Some((n, 0, height))
+            }
+            Event::SequenceStart(..) | Event::MappingStart(..) if stack.len() >= MAX_DEPTH => {
+                return Err(too_deep(pos(&mark), "collections"));
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                let kind = if matches!(ev, Event::SequenceStart(..)) {
+                    Kind::Seq(Vec::new())
+                } else {
+                    Kind::Map(Vec::new())
+                };
+                stack.push(Frame {
+                    node: Node::new(pos(&mark), kind),
+                    anchor,
+                    key: None,
+                    height: 0,
+                });
+                None
+            }
+            Event::SequenceEnd | Event::MappingEnd => stack.pop().map(|mut f| {
+                // Growth slack of every small list and mapping adds up to a third of the
+                // tree; a shrinking realloc stays in place.
+                match &mut f.node.kind {
+                    Kind::Seq(items) => items.shrink_to_fit(),
+                    Kind::Map(entries) => entries.shrink_to_fit(),
+                    Kind::Scalar { .. } => {}
+                }
+                (f.node, f.anchor, f.height + 1)
+            }),
             _ => None,
         };
-        let Some((node, anchor)) = done else { continue };
+        let Some((node, anchor, height)) = done else {
+            continue;
+        };
         if anchor != 0 {
-            anchors.insert(anchor, node.clone());
+            anchors.insert(anchor, (node.clone(), height));
         }
-        match stack.last_mut() {
-            None => {
-                root = Some(node);
-                break;
-            }
-            Some(Frame::Seq(seq, _)) => {
-                if let Kind::Seq(items) = &mut seq.kind {
-                    items.push(node);
-                }
-            }
-            Some(Frame::Map(map, _, key)) => match key.take() {
-                None => *key = Some(node),
-                Some(k) => {
-                    if let Kind::Map(entries) = &mut map.kind {
-                        entries.push((k, node));
-                    }
-                }
-            },
+        let Some(parent) = stack.last_mut() else {
+            root = Some(node);
+            break;
+        };
+        parent.height = parent.height.max(height);
+        match (&mut parent.node.kind, parent.key.take()) {
+            (Kind::Seq(items), _) => items.push(node),
+            (Kind::Map(_), None) => parent.key = Some(node),
+            (Kind::Map(entries), Some(k)) => entries.push((k, node)),
+            (Kind::Scalar { .. }, _) => {}
         }
     }
     Ok(root.unwrap_or(Node::new(
@@ -337,8 +364,12 @@ impl fmt::Display for Problem {
     }
 }
 
+/// Characters of a scalar or key from the text quoted in a message.
+const QUOTED: usize = 80;
+
 /// "unknown field `kernals`, did you mean `kernels`?" or the list of known fields.
 pub fn unknown_field(field: &str, known: &[&str]) -> String {
+    let field = &*crate::error::clip(field, QUOTED);
     match did_you_mean(field, known) {
         Some(k) => format!("unknown field `{field}` (did you mean `{k}`?)"),
         None => format!(
@@ -764,6 +795,23 @@ mod tests {
             Some("kernels")
         );
         assert_eq!(did_you_mean("colour", &["name", "kernels"]), None);
+    }
+
+    #[test]
+    fn nesting_is_bounded_in_every_form() {
+        let deep = |unit: &str| unit.repeat(MAX_DEPTH + 1) + "x\n";
+        for text in [deep("? "), deep("- "), deep("[")] {
+            let e = parse(&text).unwrap_err();
+            assert!(e.message.contains("nested deeper than"), "{}", e.message);
+        }
+        assert!(parse(&("- ".repeat(MAX_DEPTH - 1) + "x\n")).is_ok());
+        // Aliases of anchors that nest: each level adds the anchor's whole height.
+        let mut text = String::from("a0: &a0 [[[[[[[[[[x]]]]]]]]]]\n");
+        for i in 1..20 {
+            text.push_str(&format!("a{i}: &a{i} [[[[[[[[[[*a{}]]]]]]]]]]\n", i - 1));
+        }
+        let e = parse(&text).unwrap_err();
+        assert!(e.message.contains("aliases expanded"), "{}", e.message);
     }
 
     #[test]

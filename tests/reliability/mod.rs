@@ -26,6 +26,7 @@ mod concurrency;
 mod corruption;
 mod crash;
 mod hostile;
+mod hostile_yaml;
 mod injection;
 mod lanes;
 mod lock_tool;
