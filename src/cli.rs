@@ -9,6 +9,7 @@ use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::device::ids::DeviceIds;
+use crate::sampling::{Arrival, Hold};
 use crate::select::{NoScenes, Partition, Selection};
 use crate::ui::{Color, Format};
 use crate::units::{parse_age, parse_size};
@@ -173,6 +174,9 @@ pub enum Command {
     Explain(ExplainArgs),
     /// The selected scenes with their tags, platform, devices and lane.
     List(ListArgs),
+    /// What-if for a fleet of runners sharing cards (docs/fleet.md).
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell to complete for.
@@ -358,6 +362,60 @@ pub enum CacheCommand {
     Clean,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Simulate jobs through one FIFO lock queue onto a pool of cards (seeded, deterministic).
+    Simulate(SimulateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Cards in the pool.
+    #[arg(long, value_name = "C", value_parser = parse_count)]
+    pub cards: u32,
+    /// Jobs to simulate.
+    // The id `jobs` is the global `-j/--jobs`'s: this subcommand's own takes its place
+    // here (an id of its own would put two `--jobs` on the command).
+    #[arg(long = "jobs", id = "jobs", value_name = "N", default_value_t = 10_000, value_parser = parse_jobs)]
+    pub jobs: usize,
+    /// How jobs arrive: poisson:RATE_PER_S (exponential gaps) or fixed:SECS (one every SECS).
+    #[arg(long, value_name = "poisson:RATE|fixed:SECS", value_parser = Arrival::parse)]
+    pub arrival: Arrival,
+    /// How long a job holds its cards: exp:MEAN_S or fixed:SECS.
+    #[arg(
+        long,
+        value_name = "exp:MEAN|fixed:SECS",
+        value_parser = Hold::parse,
+        required_unless_present = "from_reports",
+        conflicts_with = "from_reports"
+    )]
+    pub hold: Option<Hold>,
+    /// Cards each job takes, all at once.
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_count, conflicts_with = "from_reports")]
+    pub cards_per_job: u32,
+    /// Seed of the arrivals and holds: the same seed gives the same output.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    /// Job shapes from these report dirs (report.json, warm record, trace) and the
+    /// cache's history, instead of --hold.
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    pub from_reports: Vec<PathBuf>,
+    /// Lock acquisitions per job of the old flow (warm work inside the lock).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_count, requires = "from_reports", conflicts_with = "hold")]
+    pub old_acquisitions: u32,
+    /// Simulate the old flow and `warm && device` on the same arrivals.
+    // Conflicting with --hold as well: clap waives `requires` for an argument that
+    // conflicts with one given (--hold conflicts with --from-reports).
+    #[arg(long, requires = "from_reports", conflicts_with = "hold")]
+    pub compare: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Also draw queue length and cards busy over time into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct InnerArgs {
     /// The frozen plan written by `scenerun device`.
@@ -384,6 +442,14 @@ fn parse_revision(text: &str) -> Result<String, String> {
         ));
     }
     Ok(text.to_string())
+}
+
+fn parse_count(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a count")),
+    }
 }
 
 #[cfg(test)]

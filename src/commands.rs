@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use crate::cache::remote::{self, Remote};
 use crate::cache::{maintain, Store};
-use crate::cli::{CacheCommand, Cli, Command, DeviceFlags, PreviewFlags, WarmFlags};
+use crate::cli::{
+    CacheCommand, Cli, Command, DeviceFlags, FleetCommand, PreviewFlags, SimulateArgs, WarmFlags,
+};
 use crate::exit::Exit;
 use crate::manifest;
 use crate::plan::{self, Lookups, Plan};
@@ -217,6 +219,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             Ok(exit.max(warm_exit))
         }
         Command::Cache(c) => cache(&cli, c, ui),
+        Command::Fleet(FleetCommand::Simulate(a)) => fleet_simulate(&cli, a, ui),
         Command::Inner(a) => {
             handle_signals();
             device::inner::main(&a.frozen)
@@ -505,4 +508,50 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
             Ok(Exit::Ok)
         }
     }
+}
+
+/// `scenerun fleet simulate`: job shapes from the flags or from report dirs, then the
+/// simulation, printed and (with `--svg`) drawn.
+fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
+    use crate::fleet::{self, shapes, Setup, Source};
+    let source = match a.hold {
+        Some(hold) => Source::Given {
+            hold,
+            cards_per_job: a.cards_per_job,
+        },
+        None => {
+            let runs = a
+                .from_reports
+                .iter()
+                .map(|dir| {
+                    let ctx = shapes::context(
+                        &shapes::report_manifest(dir),
+                        &cli.manifest,
+                        cli.cache_dir.as_deref(),
+                    );
+                    let work = shapes::read_run(dir, &ctx)
+                        .map_err(|e| crate::coded!(Exit::Usage, "--from-reports: {e}"))?;
+                    Ok(shapes::shape(&work, a.old_acquisitions as usize))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Source::Runs {
+                runs,
+                compare: a.compare,
+            }
+        }
+    };
+    let setup = Setup {
+        cards: a.cards,
+        jobs: a.jobs,
+        arrival: a.arrival,
+        seed: a.seed,
+        source,
+        timeline: a.svg.is_some(),
+    };
+    let results = fleet::run(&setup).map_err(|e| crate::coded!(Exit::Usage, "{e}"))?;
+    match a.format {
+        Format::Text => ui.out(&fleet::render::text(&setup, &results)),
+        Format::Json => ui.out(&fleet::render::json(&setup, &results)),
+    }
+    Ok(Exit::Ok)
 }

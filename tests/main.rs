@@ -4,6 +4,7 @@ mod common;
 
 mod device;
 mod explain;
+mod fleet;
 mod generated;
 mod lanes;
 mod lock_standin;

@@ -1,0 +1,433 @@
+//! Job shapes from this project's own runs (`--from-reports DIR...`): each report dir
+//! (report.json, the warm record, the trace) plus the cache's history becomes one run's
+//! two shapes (docs/fleet.md, "Feeding it your runs"):
+//!
+//! - **old**: warm work inside the lock. The run's scenes are split into
+//!   `--old-acquisitions` groups, balanced as the packer balances lane batches; each
+//!   group holds the run's cards for its scenes' warm work (one after another, as a test
+//!   process generates and compiles case by case) plus its device packing.
+//! - **new**: the warm phase outside the lock (as the run's trace measured it), then one
+//!   acquisition for the device packing, lane start-ups included.
+//!
+//! Device packings are what `device --plan` shows: the same units, packer and history
+//! estimates (`device::pack`), never a scheduler of our own.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::cache::history::History;
+use crate::device::lanes::startup_key;
+use crate::device::pack::{self, LaneSpec, SceneSpec};
+use crate::record::{Outcome as WarmOutcome, WarmRecord};
+use crate::stepid::StepId;
+
+use super::sim::{Job, Segment};
+use super::Flow;
+
+/// One scene of a run, as the shapes need it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SceneWork {
+    /// Seconds of warm work (kernels, fixture, golden) when built from nothing.
+    pub warm_secs: f64,
+    /// Its device step's estimate (None: unknown; the packer uses the mean).
+    pub device_secs: Option<f64>,
+    pub devices: usize,
+    pub exclusive: bool,
+    pub lane: Option<String>,
+}
+
+/// One run, as the shapes need it.
+#[derive(Debug, Clone)]
+pub struct RunWork {
+    pub name: String,
+    /// The ids one acquisition takes.
+    pub cards: usize,
+    pub scenes: Vec<SceneWork>,
+    pub lanes: BTreeMap<String, LaneSpec>,
+    /// The warm phase's wall time outside the lock.
+    pub warm_wall_secs: f64,
+}
+
+/// One run's two job shapes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunShape {
+    pub name: String,
+    pub cards: u32,
+    pub old: Vec<Segment>,
+    pub warm_secs: f64,
+    pub new: Segment,
+}
+
+impl RunShape {
+    /// This run as a job of `flow` arriving at `arrival`.
+    pub fn job(&self, flow: Flow, arrival: f64) -> Job {
+        match flow {
+            Flow::Old => Job {
+                arrival,
+                cards: self.cards,
+                before: 0.0,
+                holds: self.old.clone(),
+            },
+            Flow::New | Flow::Given => Job {
+                arrival,
+                cards: self.cards,
+                before: self.warm_secs,
+                holds: vec![self.new],
+            },
+        }
+    }
+}
+
+/// The two shapes of a run; `acquisitions` old-flow acquisitions per job (fewer when
+/// the run has fewer scenes).
+pub fn shape(run: &RunWork, acquisitions: usize) -> RunShape {
+    let all: Vec<usize> = (0..run.scenes.len()).collect();
+    let device_mean = pack::mean_estimate(run.scenes.iter().map(|s| s.device_secs));
+    let work =
+        |i: usize| run.scenes[i].warm_secs + run.scenes[i].device_secs.unwrap_or(device_mean);
+    let old = pack::split_batches(&all, acquisitions.max(1), work)
+        .into_iter()
+        .map(|group| {
+            let warm: f64 = group.iter().map(|&i| run.scenes[i].warm_secs).sum();
+            let device = device_packing(run, &group, device_mean);
+            Segment {
+                secs: warm + device.secs,
+                device_secs: device.device_secs,
+            }
+        })
+        .collect();
+    RunShape {
+        name: run.name.clone(),
+        cards: run.cards as u32,
+        old,
+        warm_secs: run.warm_wall_secs,
+        new: device_packing(run, &all, device_mean),
+    }
+}
+
+/// The device packing of some of a run's scenes on its cards, as `device --plan`
+/// previews it: its makespan, and its device card-seconds spread over the cards.
+fn device_packing(run: &RunWork, scenes: &[usize], device_mean: f64) -> Segment {
+    if scenes.is_empty() || run.cards == 0 {
+        return Segment {
+            secs: 0.0,
+            device_secs: 0.0,
+        };
+    }
+    let specs: Vec<SceneSpec> = scenes
+        .iter()
+        .map(|&i| {
+            let s = &run.scenes[i];
+            SceneSpec {
+                devices: s.devices.clamp(1, run.cards),
+                exclusive: s.exclusive,
+                estimate: Some(s.device_secs.unwrap_or(device_mean)),
+                lane: s.lane.clone(),
+            }
+        })
+        .collect();
+    let (_, jobs) = pack::units(&specs, &run.lanes, run.cards);
+    let makespan = pack::simulate(&jobs, run.cards)
+        .iter()
+        .map(|p| p.end)
+        .fold(0.0, f64::max);
+    let device_card_secs: f64 = specs
+        .iter()
+        .map(|s| s.estimate.unwrap_or(0.0) * s.devices as f64)
+        .sum();
+    Segment {
+        secs: makespan,
+        device_secs: device_card_secs / run.cards as f64,
+    }
+}
+
+// ------------------------------------------------------------------ reading a report dir
+
+/// Why a report dir cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{dir}: no report.json (run `scenerun device` with this report dir first)")]
+    NoReport { dir: PathBuf },
+    #[error("{path}: not a scenerun report: {source}")]
+    BadReport {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{dir}: the report lists no scenes")]
+    Empty { dir: PathBuf },
+}
+
+/// The parts of report.json (docs/reports.md) the shapes read.
+#[derive(Debug, Deserialize)]
+struct Report {
+    #[serde(default)]
+    manifest: String,
+    #[serde(default)]
+    scenes: Vec<ReportScene>,
+    device: Option<ReportDevice>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReportScene {
+    name: String,
+    #[serde(default)]
+    devices: Vec<String>,
+    #[serde(default)]
+    duration_secs: f64,
+    lane: Option<String>,
+    #[serde(default)]
+    steps: Vec<ReportStep>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReportStep {
+    kind: String,
+    name: String,
+    key: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReportDevice {
+    #[serde(default)]
+    granted: Vec<String>,
+    #[serde(default)]
+    lanes: Vec<ReportLane>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReportLane {
+    lane: String,
+    #[serde(default)]
+    devices: Vec<String>,
+    startup_secs: Option<f64>,
+}
+
+/// What a run's manifest adds to its report: which scenes run exclusive, and the cache
+/// holding the history.
+#[derive(Debug, Default)]
+pub struct Context {
+    pub exclusive: Vec<String>,
+    pub history: History,
+}
+
+/// Load the manifest a report names (or `fallback`, the current checkout's, when that
+/// path is gone: reports copied from CI), and the history in its cache (`cache_dir`
+/// wins, as everywhere).
+pub fn context(report_manifest: &Path, fallback: &Path, cache_dir: Option<&Path>) -> Context {
+    let m = [report_manifest, fallback]
+        .into_iter()
+        .find(|p| p.is_file())
+        .and_then(|p| crate::manifest::load(p).ok());
+    let root = match (&m, cache_dir) {
+        (Some(m), flag) => Some(crate::plan::cache_dir(m, flag)),
+        (None, Some(d)) => Some(d.to_path_buf()),
+        (None, None) => None,
+    };
+    Context {
+        exclusive: m
+            .iter()
+            .flat_map(|m| &m.scenes)
+            .filter(|s| s.device.as_ref().is_some_and(|d| d.exclusive))
+            .map(|s| s.name.clone())
+            .collect(),
+        history: root.map(|r| History::load(&r)).unwrap_or_default(),
+    }
+}
+
+/// The manifest a report dir's report.json names (empty when it cannot be read).
+pub fn report_manifest(dir: &Path) -> PathBuf {
+    read_report(dir)
+        .map(|r| PathBuf::from(r.manifest))
+        .unwrap_or_default()
+}
+
+fn read_report(dir: &Path) -> Result<Report, ReadError> {
+    let path = dir.join("report.json");
+    let bytes = std::fs::read(&path).map_err(|_| ReadError::NoReport {
+        dir: dir.to_path_buf(),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| ReadError::BadReport { path, source })
+}
+
+/// Read one report dir into a run.
+pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
+    let report = read_report(dir)?;
+    if report.scenes.is_empty() {
+        return Err(ReadError::Empty {
+            dir: dir.to_path_buf(),
+        });
+    }
+    let mut record = WarmRecord::load(dir);
+    if record.steps.is_empty() {
+        // A report written with --report-dir elsewhere: the warm record stays in the
+        // checkout's job dir.
+        if let Some(d) = Path::new(&report.manifest).parent() {
+            record = WarmRecord::load(&crate::layout::job_dir(d));
+        }
+    }
+    let built = BuiltTimes::new(&record, &ctx.history);
+    let scenes: Vec<SceneWork> = report
+        .scenes
+        .iter()
+        .map(|s| SceneWork {
+            warm_secs: s.steps.iter().map(|st| built.secs(&s.name, st)).sum(),
+            device_secs: ctx
+                .history
+                .estimate(&History::device_key(&s.name))
+                .or((s.duration_secs > 0.0).then_some(s.duration_secs)),
+            devices: s.devices.len().max(1),
+            exclusive: ctx.exclusive.contains(&s.name),
+            lane: s.lane.clone(),
+        })
+        .collect();
+    let device = report.device.as_ref();
+    let widest = scenes.iter().map(|s| s.devices).max().unwrap_or(1);
+    let cards = device.map(|d| d.granted.len()).unwrap_or(0).max(widest);
+    let mut lanes: BTreeMap<String, LaneSpec> = BTreeMap::new();
+    for l in device.iter().flat_map(|d| &d.lanes) {
+        let startup = ctx
+            .history
+            .estimate(&startup_key(&l.lane))
+            .or(l.startup_secs);
+        lanes.entry(l.lane.clone()).or_insert(LaneSpec {
+            devices: l.devices.len().max(1),
+            startup,
+        });
+    }
+    let warm_sum: f64 = scenes.iter().map(|s| s.warm_secs).sum();
+    Ok(RunWork {
+        name: dir.display().to_string(),
+        cards,
+        scenes,
+        lanes,
+        warm_wall_secs: warm_wall(dir).unwrap_or(warm_sum),
+    })
+}
+
+/// Seconds each warm step takes when it is built: its history, else this run's build
+/// of it, else the build of the same key under another step (two scenes sharing a
+/// kernel build it once; a flow without a cache builds it for each).
+struct BuiltTimes<'a> {
+    history: &'a History,
+    by_id: BTreeMap<(String, String, String), f64>,
+    by_key: BTreeMap<&'a str, f64>,
+}
+
+impl<'a> BuiltTimes<'a> {
+    fn new(record: &'a WarmRecord, history: &'a History) -> BuiltTimes<'a> {
+        let mut by_id = BTreeMap::new();
+        let mut by_key = BTreeMap::new();
+        for r in &record.steps {
+            let id = r.id();
+            let built = history
+                .estimate(&id.record_key())
+                .or((r.outcome == WarmOutcome::Built).then_some(r.duration_secs));
+            if let Some(secs) = built {
+                by_id.insert(
+                    (
+                        id.kind.name().to_string(),
+                        id.scene.clone(),
+                        id.name.clone(),
+                    ),
+                    secs,
+                );
+                by_key.entry(r.key.as_str()).or_insert(secs);
+            }
+        }
+        BuiltTimes {
+            history,
+            by_id,
+            by_key,
+        }
+    }
+
+    fn secs(&self, scene: &str, step: &ReportStep) -> f64 {
+        let id = (step.kind.clone(), scene.to_string(), step.name.clone());
+        let recorded = || {
+            let kind = crate::stepid::Kind::ALL
+                .into_iter()
+                .find(|k| k.name() == step.kind)?;
+            self.history
+                .estimate(&StepId::new(kind, scene, &step.name).record_key())
+        };
+        self.by_id
+            .get(&id)
+            .copied()
+            .or_else(recorded)
+            .or_else(|| self.by_key.get(step.key.as_str()).copied())
+            .unwrap_or(0.0)
+    }
+}
+
+/// The warm phase's wall time from the report dir's trace (first step start to last
+/// step end), when the trace has a warm part.
+fn warm_wall(dir: &Path) -> Option<f64> {
+    let bytes = std::fs::read(crate::report::trace::path(dir)).ok()?;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
+    for e in doc["traceEvents"].as_array()? {
+        if e["pid"].as_u64() != Some(crate::report::trace::WARM_PID) || e["ph"] != "X" {
+            continue;
+        }
+        let (Some(ts), Some(dur)) = (e["ts"].as_f64(), e["dur"].as_f64()) else {
+            continue;
+        };
+        first = first.min(ts);
+        last = last.max(ts + dur);
+    }
+    (last >= first).then(|| (last - first) / 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scene(warm: f64, device: f64, lane: Option<&str>) -> SceneWork {
+        SceneWork {
+            warm_secs: warm,
+            device_secs: Some(device),
+            devices: 1,
+            exclusive: false,
+            lane: lane.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn old_holds_warm_work_in_the_lock_new_only_the_packing() {
+        let run = RunWork {
+            name: "r".into(),
+            cards: 2,
+            scenes: vec![
+                scene(10.0, 1.0, None),
+                scene(20.0, 2.0, None),
+                scene(30.0, 1.0, Some("l")),
+                scene(40.0, 1.0, Some("l")),
+            ],
+            lanes: BTreeMap::from([(
+                "l".to_string(),
+                LaneSpec {
+                    devices: 1,
+                    startup: Some(0.5),
+                },
+            )]),
+            warm_wall_secs: 45.0,
+        };
+        let s = shape(&run, 2);
+        assert_eq!(s.old.len(), 2);
+        let old_held: f64 = s.old.iter().map(|g| g.secs).sum();
+        // Every scene's warm work is inside some acquisition.
+        assert!(old_held >= 100.0, "{s:?}");
+        // New: the whole packing on 2 ids, as `device --plan` would preview it: two
+        // lane processes (start-up 0.5 + 1 s each) beside the plain scenes (1 s, 2 s).
+        assert_eq!(s.warm_secs, 45.0);
+        assert!((s.new.secs - 3.0).abs() < 1e-9, "{:?}", s.new);
+        // Device card-seconds (5) spread over the 2 cards; the same in both flows.
+        assert!((s.new.device_secs - 2.5).abs() < 1e-9);
+        let old_device: f64 = s.old.iter().map(|g| g.device_secs).sum();
+        assert!((old_device - 2.5).abs() < 1e-9);
+        // More acquisitions than scenes: one per scene.
+        assert_eq!(shape(&run, 8).old.len(), 4);
+    }
+}

@@ -1,0 +1,217 @@
+//! Integration tests: `scenerun fleet simulate` (docs/fleet.md), through the real binary.
+//! The simulator's closed-form checks (D/D/1, Erlang C, the seed's figures) are unit
+//! tests beside it; here: flags, output, exit codes, determinism.
+
+use serde_json::Value;
+
+use crate::common::*;
+
+fn simulate(args: &[&str]) -> std::process::Output {
+    let mut c = scenerun();
+    c.args(["fleet", "simulate"]).args(args);
+    c.output().expect("run scenerun")
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--format", "json"]);
+    let o = simulate(&all);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    serde_json::from_slice(&o.stdout).expect("json on stdout")
+}
+
+#[test]
+fn fixed_arrivals_with_a_shorter_fixed_hold_never_wait() {
+    let doc = json(&[
+        "--cards",
+        "1",
+        "--jobs",
+        "1000",
+        "--arrival",
+        "fixed:10",
+        "--hold",
+        "fixed:9",
+    ]);
+    let g = &doc["flows"]["given"];
+    assert_eq!(g["mean_wait_secs"], 0.0, "{doc}");
+    assert_eq!(g["p50_wait_secs"], 0.0);
+    assert_eq!(g["p95_wait_secs"], 0.0);
+    assert_eq!(g["mean_wall_secs"], 9.0);
+    assert_eq!(g["device_share"], 1.0);
+    assert_eq!(g["makespan_secs"], 999.0 * 10.0 + 9.0);
+    assert_eq!(g["jobs"], 1000);
+    let u = g["utilization"].as_f64().unwrap();
+    assert!((u - 9000.0 / 9999.0).abs() < 1e-9, "{u}");
+    assert!(doc["flows"].get("old").is_none() && doc["flows"].get("new").is_none());
+    // A hold longer than the interval queues: the same command can show a wait.
+    let doc = json(&[
+        "--cards",
+        "1",
+        "--jobs",
+        "1000",
+        "--arrival",
+        "fixed:10",
+        "--hold",
+        "fixed:11",
+    ]);
+    assert!(doc["flows"]["given"]["mean_wait_secs"].as_f64().unwrap() > 100.0);
+}
+
+#[test]
+fn the_same_seed_prints_the_same_bytes() {
+    let args = |seed: &'static str| {
+        [
+            "--cards",
+            "4",
+            "--jobs",
+            "20000",
+            "--arrival",
+            "poisson:1.5",
+            "--hold",
+            "exp:2",
+            "--cards-per-job",
+            "2",
+            "--seed",
+            seed,
+            "--format",
+            "json",
+        ]
+    };
+    let a = simulate(&args("7"));
+    let b = simulate(&args("7"));
+    let c = simulate(&args("8"));
+    assert_eq!(code(&a), 0, "{}", show(&a));
+    assert_eq!(a.stdout, b.stdout);
+    assert_ne!(a.stdout, c.stdout, "another seed, other arrivals");
+    let doc: Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(doc["seed"], 7);
+    assert_eq!(doc["arrival"], "poisson:1.5");
+    assert_eq!(doc["hold"], "exp:2");
+    assert_eq!(doc["cards_per_job"], 2);
+    for key in [
+        "mean_wait_secs",
+        "p50_wait_secs",
+        "p95_wait_secs",
+        "mean_wall_secs",
+        "utilization",
+        "device_share",
+        "makespan_secs",
+    ] {
+        assert!(doc["flows"]["given"][key].is_f64(), "{key} in {doc}");
+    }
+}
+
+#[test]
+fn the_text_table_names_each_flow_and_figure() {
+    let o = simulate(&[
+        "--cards",
+        "2",
+        "--jobs",
+        "500",
+        "--arrival",
+        "poisson:0.5",
+        "--hold",
+        "exp:3",
+    ]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("fleet: 500 jobs on 2 cards, arrivals poisson:0.5"),
+        "{out}"
+    );
+    for word in [
+        "wait mean",
+        "p50",
+        "p95",
+        "wall mean",
+        "utilization",
+        "device share",
+        "makespan",
+    ] {
+        assert!(out.contains(word), "{word} missing:\n{out}");
+    }
+    assert!(out.lines().any(|l| l.starts_with("given ")), "{out}");
+}
+
+#[test]
+fn bad_values_are_usage_errors() {
+    let base = ["--cards", "2", "--jobs", "10"];
+    for (extra, says) in [
+        (
+            vec!["--arrival", "poisson:0", "--hold", "exp:1"],
+            "--arrival",
+        ),
+        (
+            vec!["--arrival", "uniform:3", "--hold", "exp:1"],
+            "poisson:RATE_PER_S or fixed:SECS",
+        ),
+        (
+            vec!["--arrival", "fixed:-1", "--hold", "exp:1"],
+            "--arrival",
+        ),
+        (vec!["--arrival", "fixed:1", "--hold", "exp:0"], "--hold"),
+        (
+            vec!["--arrival", "fixed:1", "--hold", "normal:3"],
+            "exp:MEAN_S or fixed:SECS",
+        ),
+        (vec!["--arrival", "fixed:1"], "--hold"),
+        (
+            vec![
+                "--arrival",
+                "fixed:1",
+                "--hold",
+                "exp:1",
+                "--cards-per-job",
+                "3",
+            ],
+            "could never start",
+        ),
+        (
+            vec![
+                "--arrival",
+                "fixed:1",
+                "--hold",
+                "exp:1",
+                "--cards-per-job",
+                "0",
+            ],
+            "at least 1",
+        ),
+        (
+            vec!["--arrival", "fixed:1", "--hold", "exp:1", "--compare"],
+            "--compare",
+        ),
+        (
+            vec!["--arrival", "fixed:1", "--old-acquisitions", "8"],
+            "--from-reports",
+        ),
+        (
+            vec![
+                "--arrival",
+                "fixed:1",
+                "--hold",
+                "exp:1",
+                "--from-reports",
+                ".",
+            ],
+            "--from-reports",
+        ),
+        (
+            vec!["--arrival", "fixed:1", "--from-reports", "no/such/dir"],
+            "no report.json",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(extra.iter());
+        let o = simulate(&args);
+        assert_eq!(code(&o), 4, "{args:?}: {}", show(&o));
+        assert!(
+            stderr(&o).contains(says),
+            "{args:?} should say {says}: {}",
+            show(&o)
+        );
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    let o = simulate(&["--cards", "0", "--arrival", "fixed:1", "--hold", "exp:1"]);
+    assert_eq!(code(&o), 4, "{}", show(&o));
+}
