@@ -14,7 +14,7 @@ use anyhow::Result;
 use rayon::prelude::*;
 
 use crate::cache::history::History;
-use crate::cache::{Entry, Kind, Lookup, Store};
+use crate::cache::{Entry, Kind, Lookup, Stale, Store};
 use crate::exit::Exit;
 use crate::key::inputs::KeyInputs;
 use crate::key::{self, Files, KeyHasher};
@@ -47,10 +47,29 @@ pub enum Status {
     /// Not in the local cache, but the remote cache has its record (`--plan` only: a HEAD
     /// request, nothing downloaded).
     RemoteHit,
-    /// In the cache but not servable (a recorded dependency changed, a file is damaged).
-    Stale(String),
+    /// In the cache but built again.
+    Stale(StaleStep),
     /// The last warm failed this step with this very key.
     Failed(String),
+}
+
+/// Why a step whose entry is in the cache is built again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StaleStep {
+    /// Its own entry cannot be served (damaged, or a file its depfile recorded changed).
+    Entry(Stale),
+    /// A golden whose fixture is rebuilt because a file the fixture's depfile recorded
+    /// changed: the fixture may come out different, so the golden is computed again.
+    Fixture(Stale),
+}
+
+impl std::fmt::Display for StaleStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StaleStep::Entry(why) => write!(f, "{why}"),
+            StaleStep::Fixture(why) => write!(f, "its fixture is rebuilt: {why}"),
+        }
+    }
 }
 
 impl Status {
@@ -411,18 +430,13 @@ impl Plan {
                 (plan.status_of(s, lookup, &failures), entry)
             })
             .collect();
-        let dep_changed: Vec<bool> = plan
-            .steps
-            .iter()
-            .map(|s| matches!(lookups[s.unit], Lookup::DepChanged(_)))
-            .collect();
         for (i, (st, entry)) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
             plan.steps[i].entry = entry;
             let id = plan.steps[i].id.record_key();
             plan.steps[i].estimate = plan.history.estimate(&id);
         }
-        plan.stale_with_fixture(&dep_changed);
+        plan.stale_with_fixture();
         drop(failures);
         plan.record = record;
         plan.files.save();
@@ -771,7 +785,7 @@ impl Plan {
                     return Status::Failed(f);
                 }
                 match other {
-                    Lookup::Stale(why) | Lookup::DepChanged(why) => Status::Stale(why.clone()),
+                    Lookup::Stale(why) => Status::Stale(StaleStep::Entry(why.clone())),
                     _ => Status::Miss,
                 }
             }
@@ -782,18 +796,16 @@ impl Plan {
     /// different under the same key: the goldens computed from it are rebuilt with it.
     /// A damaged fixture, rebuilt from unchanged inputs, comes out the same: its goldens
     /// stay.
-    fn stale_with_fixture(&mut self, dep_changed: &[bool]) {
+    fn stale_with_fixture(&mut self) {
         for i in 0..self.steps.len() {
             let Some(&f) = self.steps[i].deps.first() else {
                 continue;
             };
-            if !dep_changed[f] {
-                continue;
-            }
-            if let (true, Status::Stale(why)) =
-                (self.steps[i].status.is_hit(), &self.steps[f].status)
+            let fixture = &self.steps[f].status;
+            if let (true, Status::Stale(StaleStep::Entry(why @ Stale::DepChanged { .. }))) =
+                (self.steps[i].status.is_hit(), fixture)
             {
-                self.steps[i].status = Status::Stale(format!("its fixture is rebuilt: {why}"));
+                self.steps[i].status = Status::Stale(StaleStep::Fixture(why.clone()));
                 self.steps[i].entry = None;
             }
         }

@@ -652,6 +652,74 @@ fn changed_follows_depfile_entries_the_scanner_cannot_see() {
     );
 }
 
+/// A damaged entry (a file of the wrong size) and an entry whose depfile-recorded file
+/// changed are both stale; explain and plan tell them apart (`damaged` / `depfile`).
+#[test]
+fn explain_tells_a_damaged_entry_from_a_changed_depfile() {
+    let s = Suite::with_logs();
+    s.write("include/hidden.h", "#define H 1\n");
+    s.write(
+        "kernels/m.c",
+        "#define IMPL \"hidden.h\"\n#include IMPL\nint m(void) { return H; }\n",
+    );
+    s.write("kernels/o.c", "int o(void) { return 0; }\n");
+    s.manifest(
+        "version: 1\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"cc -c {source} -o {out} {includes}\"\n    depfile: \"-MD -MF {depfile}\"\nscenes:\n  - name: sm\n    kernels:\n      - name: m\n        toolchain: cc\n        source: kernels/m.c\n        include_dirs: [include]\n  - name: so\n    kernels:\n      - name: o\n        toolchain: cc\n        source: kernels/o.c\n        include_dirs: [include]\n",
+    );
+    warm(&s);
+    // sm/m: a header only its depfile names changes. so/o: its object is truncated.
+    s.write("include/hidden.h", "#define H 2\n");
+    let plain = s.cmd(&["plan", "--format", "json"]).output().unwrap();
+    let plan: Value = serde_json::from_str(&stdout(&plain)).expect("plan json");
+    let key_of = |scene: &str| {
+        plan["warm"]["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|st| st["scene"] == scene)
+            .map(|st| st["key"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let damaged = entry_dirs(&s.path("cache"))[&("kernel".to_string(), key_of("so"))].join("out");
+    fs::write(&damaged, "x").unwrap();
+    let v = explain_json(&s);
+    let reason = |step: &str| {
+        let st = v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|st| st["step"] == step)
+            .unwrap_or_else(|| panic!("{step} not listed: {v}"));
+        (
+            st["reason"].as_str().unwrap().to_string(),
+            st["message"].as_str().unwrap().to_string(),
+        )
+    };
+    let (word, message) = reason("so/o");
+    assert_eq!(word, "damaged", "{v}");
+    assert!(message.contains("recorded"), "{v}");
+    let (word, message) = reason("sm/m");
+    assert_eq!(word, "depfile", "{v}");
+    assert!(message.contains("include/hidden.h"), "{v}");
+    // plan --format json gives the same words.
+    let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
+    let plan: Value = serde_json::from_str(&stdout(&o)).expect("plan json");
+    let why = |scene: &str| {
+        plan["warm"]["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|st| st["scene"] == scene)
+            .map(|st| st["why"].clone())
+            .unwrap()
+    };
+    assert_eq!(
+        (why("so"), why("sm")),
+        ("damaged".into(), "depfile".into()),
+        "{plan}"
+    );
+}
+
 #[test]
 fn a_huge_failed_log_shows_only_its_end() {
     let s = Suite::with_logs();

@@ -289,12 +289,38 @@ pub enum Lookup {
     /// Shared: every step of the unit, and warm after it, hold this one record.
     Hit(Arc<Entry>),
     Miss,
-    /// Present but not servable: a recorded dependency changed, or a file is missing or
-    /// has the wrong size.
-    Stale(String),
-    /// Present and whole, but a file its depfile recorded changed or is gone: rebuilt
-    /// under the same key, it may come out different.
-    DepChanged(String),
+    /// Present but not servable.
+    Stale(Stale),
+}
+
+/// Why an entry that is present cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    /// The entry itself is damaged: a file missing or of another size, a record that
+    /// cannot be read or names another key, a link where the cache keeps a directory.
+    /// Rebuilt from the same inputs, it comes out the same.
+    Damaged(String),
+    /// The entry is whole, but a file its depfile recorded changed (or is gone):
+    /// rebuilt under the same key, it may come out different.
+    DepChanged {
+        /// As the record names it (relative to the manifest's directory when inside it).
+        path: String,
+        gone: bool,
+    },
+}
+
+impl std::fmt::Display for Stale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stale::Damaged(why) => f.write_str(why),
+            Stale::DepChanged { path, gone: false } => {
+                write!(f, "{path} changed since it was built")
+            }
+            Stale::DepChanged { path, gone: true } => {
+                write!(f, "{path} is gone since it was built")
+            }
+        }
+    }
 }
 
 /// A staging directory in the store's own tmp dir. Dropped unpublished, it is removed.
@@ -489,22 +515,26 @@ impl Store {
         let dir = match self.entry_checked(kind, key) {
             Ok(Some(dir)) => dir,
             Ok(None) => return Lookup::Miss,
-            Err(why) => return Lookup::Stale(why),
+            Err(why) => return Lookup::Stale(Stale::Damaged(why)),
         };
         let bytes = match read_record(&dir) {
             Ok(Some(b)) => b,
             Ok(None) => return Lookup::Miss,
-            Err(why) => return Lookup::Stale(why),
+            Err(why) => return Lookup::Stale(Stale::Damaged(why)),
         };
         let view = match MetaView::parse(&bytes) {
             Ok(v) => v,
-            Err(e) => return Lookup::Stale(format!("integrity record unreadable: {e}")),
+            Err(e) => {
+                let why = format!("integrity record unreadable: {e}");
+                return Lookup::Stale(Stale::Damaged(why));
+            }
         };
         if view.key != key || view.kind != kind || view.layout != LAYOUT {
-            return Lookup::Stale("integrity record does not match its key".into());
+            let why = "integrity record does not match its key".into();
+            return Lookup::Stale(Stale::Damaged(why));
         }
         if let Err(why) = guard::check_listing(&dir.join("out"), &view.files) {
-            return Lookup::Stale(why);
+            return Lookup::Stale(Stale::Damaged(why));
         }
         let found = check_deps(view, dir, None, base, files);
         if let (true, Lookup::Hit(e)) = (settle, &found) {
@@ -1035,15 +1065,15 @@ fn check_deps(
                     path: now.name,
                     blake3: now.hash,
                 }),
-                Ok(_) => return Err(format!("{path} changed since it was built")),
-                Err(_) => return Err(format!("{path} is gone since it was built")),
+                Ok(_) => return Err((path.to_string(), false)),
+                Err(_) => return Err((path.to_string(), true)),
             }
         }
         Ok(deps)
     });
     let deps = match checked {
         Ok(deps) => deps,
-        Err(why) => return Lookup::DepChanged(why),
+        Err((path, gone)) => return Lookup::Stale(Stale::DepChanged { path, gone }),
     };
     let meta = Meta {
         layout: view.layout,
@@ -1171,7 +1201,7 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, &shard).unwrap();
         assert!(matches!(
             store.lookup(Kind::Kernel, &key, t.path(), &files),
-            Lookup::Stale(why) if why.contains("symlink")
+            Lookup::Stale(Stale::Damaged(why)) if why.contains("symlink")
         ));
         assert!(!store.settle_present(Kind::Kernel, &key, &hit));
     }

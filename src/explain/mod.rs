@@ -7,8 +7,9 @@ use std::fmt;
 
 use serde_json::{json, Value};
 
+use crate::cache::Stale;
 use crate::key::inputs::{KeyInputs, Records};
-use crate::plan::{Plan, Status, Step};
+use crate::plan::{Plan, StaleStep, Status, Step};
 
 /// Which part of a key input a change is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +68,9 @@ pub enum Why {
     Changed(Vec<Change>),
     /// Same inputs as the last build, but the entry is no longer in the cache.
     Evicted,
-    /// In the cache but not servable.
-    Stale(String),
+    /// In the cache but built again: damaged, or a file its depfile recorded changed
+    /// (its own, or its fixture's).
+    Stale(StaleStep),
     /// The last warm failed this step with this very key.
     FailedInWarm(String),
 }
@@ -80,6 +82,7 @@ impl Why {
             Why::NeverBuilt => "new",
             Why::NotRecorded => "unrecorded",
             Why::Evicted => "evicted",
+            Why::Stale(StaleStep::Entry(Stale::Damaged(_))) => "damaged",
             Why::Stale(_) => "depfile",
             Why::FailedInWarm(_) => "failed",
             Why::Changed(c) => match c.first() {

@@ -175,10 +175,13 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
                 Some(e) => writeln!(out, "{e:>6.1}s"),
                 None => writeln!(out, "{:>7}", "-"),
             };
-            if let Status::Stale(why) | Status::Failed(why) = &s.status {
-                if let Some(first) = why.lines().next() {
-                    out.push_str(&format!("           {}\n", ui.dim(first)));
-                }
+            let why = match &s.status {
+                Status::Stale(why) => Some(why.to_string()),
+                Status::Failed(why) => Some(why.clone()),
+                _ => None,
+            };
+            if let Some(first) = why.as_deref().and_then(|w| w.lines().next()) {
+                out.push_str(&format!("           {}\n", ui.dim(first)));
             }
         }
     }
@@ -283,7 +286,8 @@ pub fn json(plan: &Plan) -> Value {
         .enumerate()
         .map(|(i, s)| {
             let (status, reason) = match &s.status {
-                Status::Stale(w) | Status::Failed(w) => (s.status.word(), Some(w.clone())),
+                Status::Stale(w) => (s.status.word(), Some(w.to_string())),
+                Status::Failed(w) => (s.status.word(), Some(w.clone())),
                 _ => (s.status.word(), None),
             };
             json!({

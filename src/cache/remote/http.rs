@@ -209,9 +209,14 @@ pub fn split_userinfo(url: &str) -> (String, Option<String>) {
     }
 }
 
-/// An io error while a body streams: a timeout, or the connection was lost.
+/// An io error while a body streams: a timeout, or the connection was lost. The HTTP
+/// client hands its own errors (its timeouts among them) through the io error it wraps.
 pub fn io_failure(url: &str, e: &std::io::Error) -> Failure {
-    if e.kind() == std::io::ErrorKind::TimedOut || e.to_string().contains("timeout") {
+    let client_timeout = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+        .is_some_and(|u| matches!(u, ureq::Error::Timeout(_)));
+    if e.kind() == std::io::ErrorKind::TimedOut || client_timeout {
         Failure::Timeout { url: url.into() }
     } else {
         Failure::Connect {
@@ -233,6 +238,17 @@ mod tests {
         let (u, a) = split_userinfo("https://cache/a@b");
         assert_eq!(u, "https://cache/a@b");
         assert!(a.is_none());
+    }
+
+    #[test]
+    fn a_client_timeout_inside_an_io_error_is_a_timeout() {
+        let wrapped = ureq::Error::Timeout(ureq::Timeout::RecvBody).into_io();
+        assert!(matches!(io_failure("u", &wrapped), Failure::Timeout { .. }));
+        let plain = std::io::Error::new(std::io::ErrorKind::TimedOut, "slow");
+        assert!(matches!(io_failure("u", &plain), Failure::Timeout { .. }));
+        // Text alone decides nothing: a lost connection that mentions a timeout is one.
+        let lost = std::io::Error::other("connection reset (timeout setting 5s)");
+        assert!(matches!(io_failure("u", &lost), Failure::Connect { .. }));
     }
 
     #[test]
