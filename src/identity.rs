@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -74,13 +73,8 @@ fn run_once(
         why: e.to_string(),
     };
     let (mut reader, writer) = std::io::pipe().map_err(start_err)?;
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(writer.try_clone().map_err(start_err)?)
+    let mut cmd = crate::proc::sh(command, dir, env);
+    cmd.stdout(writer.try_clone().map_err(start_err)?)
         .stderr(writer)
         // Its own process group: a timeout kills everything it started.
         .process_group(0);

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, BufRead, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{ChildStdin, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -248,6 +248,48 @@ pub fn watchdog() -> i32 {
     0
 }
 
+/// Variables no child may inherit: the secrets the manifest names (the remote cache's
+/// token and signing key, docs/remote-cache.md). Kept for the whole process.
+static HIDDEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Never hand these variables to a child from now on (`sh` and every step, lane,
+/// generator, identity and lock command go through it).
+pub fn hide_from_children(names: impl IntoIterator<Item = String>) {
+    let mut hidden = HIDDEN.lock().expect("hidden env");
+    for n in names {
+        if !hidden.contains(&n) {
+            hidden.push(n);
+        }
+    }
+}
+
+/// The hidden variables a child would inherit, except those in `given` (what a
+/// manifest's own `env` sets is the manifest's choice).
+fn hidden_except(given: &BTreeMap<String, String>) -> Vec<String> {
+    let hidden = HIDDEN.lock().expect("hidden env");
+    hidden
+        .iter()
+        .filter(|n| !given.contains_key(*n))
+        .cloned()
+        .collect()
+}
+
+/// The one builder of the `sh -c` children scenerun starts for the manifest's commands:
+/// run in `dir` with the inherited environment (less what `hide_from_children` named)
+/// and `env` on top, stdin from /dev/null.
+pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> std::process::Command {
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .envs(env)
+        .stdin(Stdio::null());
+    for n in hidden_except(env) {
+        c.env_remove(n);
+    }
+    c
+}
+
 /// What to run.
 pub struct Spec<'a> {
     pub command: &'a str,
@@ -288,9 +330,6 @@ pub fn terminate(pgid: i32) {
 
 /// As `run`, telling `started` the process group id once the step runs.
 pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Ended> {
-    if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
-        return Ok(Ended::Interrupted);
-    }
     if let Some(dir) = spec.log.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -298,65 +337,67 @@ pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Ended>
         .create(true)
         .append(true)
         .open(spec.log)?;
+    let mut cmd = sh(spec.command, spec.dir, spec.env);
+    cmd.stdout(log.try_clone()?).stderr(log);
+    let Some(mut child) = start(cmd, spec.timeout)? else {
+        return Ok(Ended::Interrupted);
+    };
+    started(child.id() as i32);
+    let waited = child.wait();
+    finish(child.id() as i32, waited)
+}
+
+/// Start `cmd` (made by `sh`) in a process group of its own, registered (timeout,
+/// interrupt, the watchdog) before it runs a single instruction of its own. None: the
+/// run is interrupted (or the spawn gate closed), nothing started.
+fn start(mut cmd: std::process::Command, timeout: Option<Duration>) -> io::Result<Option<Child>> {
+    if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
+        return Ok(None);
+    }
     let watchdog_fd = ensure_watchdog();
-    let mut expr = duct::cmd("sh", ["-c", spec.command])
-        .dir(spec.dir)
-        .stdin_null()
-        // duct applies the outer redirection first: join stderr to stdout *after*
-        // stdout points at the log (`>log 2>&1`), or stderr leaks to our stdout.
-        .stderr_to_stdout()
-        .stdout_file(log)
-        .unchecked()
-        .before_spawn(move |c| {
-            // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-            // (setpgid, write via register_self, signal, prctl, sigemptyset, pthread_sigmask) on
-            // stack values; it allocates nothing and takes no lock.
-            unsafe {
-                c.pre_exec(move || {
-                    libc::setpgid(0, 0);
-                    if let Some(fd) = watchdog_fd {
-                        register_self(fd);
-                    }
-                    // Parent ignores SIGXFSZ (to get EFBIG); steps get the default.
-                    libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    let mut set: libc::sigset_t = std::mem::zeroed();
-                    libc::sigemptyset(&mut set);
-                    libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-                    Ok(())
-                });
+    // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+    // (setpgid, write via register_self, signal, prctl, sigemptyset, pthread_sigmask) on
+    // stack values; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setpgid(0, 0);
+            if let Some(fd) = watchdog_fd {
+                register_self(fd);
             }
+            // Parent ignores SIGXFSZ (to get EFBIG); steps get the default.
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
             Ok(())
         });
-    for (k, v) in spec.env {
-        expr = expr.env(k, v);
     }
     let r = registry();
     // Register under the lock so a concurrent interrupt cannot miss this group.
-    let handle;
-    let pgid;
-    {
-        let mut groups = r.groups.lock().expect("registry");
-        if interrupted() {
-            return Ok(Ended::Interrupted);
-        }
-        handle = expr.start()?;
-        pgid = handle.pids()[0] as i32;
-        groups.insert(
-            pgid,
-            Group {
-                deadline: spec.timeout.map(|t| Instant::now() + t),
-                termed: None,
-                timed_out: false,
-            },
-        );
-        r.changed.notify_all();
+    let mut groups = r.groups.lock().expect("registry");
+    if interrupted() {
+        return Ok(None);
     }
-    started(pgid);
-    let waited = handle.wait().map(|o| o.status);
+    let child = cmd.spawn()?;
+    groups.insert(
+        child.id() as i32,
+        Group {
+            deadline: timeout.map(|t| Instant::now() + t),
+            termed: None,
+            timed_out: false,
+        },
+    );
+    r.changed.notify_all();
+    Ok(Some(child))
+}
+
+/// The group's leader has been waited for: kill what it left running in its group, forget
+/// the group, and say how it ended.
+fn finish(pgid: i32, waited: io::Result<std::process::ExitStatus>) -> io::Result<Ended> {
     // Leftovers of the step (background children) die with it.
     signal_group(pgid, libc::SIGKILL);
-    let grp = r.groups.lock().expect("registry").remove(&pgid);
+    let grp = registry().groups.lock().expect("registry").remove(&pgid);
     forget_group(pgid);
     let status = waited?;
     if grp.as_ref().is_some_and(|g| g.timed_out) {

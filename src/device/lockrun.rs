@@ -12,7 +12,7 @@
 use crate::proc::group_alive;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use super::ProcId;
@@ -76,13 +76,8 @@ pub fn run(
         .create(true)
         .append(true)
         .open(log)?;
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out.try_clone()?))
+    let mut cmd = crate::proc::sh(command, dir, env);
+    cmd.stdout(Stdio::from(out.try_clone()?))
         .stderr(Stdio::from(out))
         .process_group(0);
     unsafe {

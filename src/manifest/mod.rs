@@ -236,10 +236,26 @@ pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), Manif
     let dir = dir_of(path).map_err(single)?;
     let key = memo::Key::of(&text, path, &dir);
     if let Some(m) = memo::read(&key, path, &dir) {
+        crate::proc::hide_from_children(m.secret_env());
         return Ok((m, None));
     }
     let (m, probes) = parse_probed(&text, path, &dir)?;
+    // Before anything of it runs (identity commands start as soon as it is loaded).
+    crate::proc::hide_from_children(m.secret_env());
     Ok((m, Some(MemoWrite { key, dir, probes })))
+}
+
+impl Manifest {
+    /// The variables the manifest names as secret: the remote cache's token and signing
+    /// key, and the token's default name (docs/remote-cache.md). They never reach a
+    /// child (`proc::hide_from_children`).
+    pub fn secret_env(&self) -> Vec<String> {
+        let r = &self.cache.remote;
+        [r.token_env.clone(), remote::DEFAULT_TOKEN_ENV.to_string()]
+            .into_iter()
+            .chain(r.sign_key_env.clone())
+            .collect()
+    }
 }
 
 /// The memo of a manifest that was parsed from its text, to be kept.

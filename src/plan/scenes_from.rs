@@ -184,17 +184,8 @@ fn write_cached(path: &Path, text: &str) -> std::io::Result<()> {
 /// Run the generator in the manifest's directory with the manifest's env; its stdout is
 /// the output, its stderr is shown only when it fails.
 fn run(g: &Generator, m: &Manifest) -> Result<String> {
-    let mut expr = duct::cmd("sh", ["-c", g.run.as_str()])
-        .dir(&m.dir)
-        .stdout_capture()
-        .stderr_capture()
-        .stdin_null()
-        .unchecked();
-    for (k, v) in &m.env {
-        expr = expr.env(k, v);
-    }
-    let out = expr
-        .run()
+    let out = crate::proc::sh(&g.run, &m.dir, &m.env)
+        .output()
         .map_err(|e| crate::coded!(Exit::Usage, "{}: cannot run it: {e}", g.label()))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);

@@ -9,6 +9,7 @@ mod attacks;
 mod inputs;
 mod maintain;
 mod planted;
+mod secrets;
 
 use std::collections::BTreeMap;
 use std::fs;

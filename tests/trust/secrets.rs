@@ -1,0 +1,92 @@
+//! Secrets never reach a child (docs/remote-cache.md, "Secrets"): the remote cache's
+//! token (`token_env`) and signing key (`sign_key_env`) are scenerun's to use, not its
+//! steps': a fixture that ran `env` put the private key into an uploaded blob.
+
+use std::fs;
+
+use super::*;
+
+const TOKEN: &str = "tok-3f9a1c-secret";
+const KEY: &str = "ed25519:c2VjcmV0LXNpZ25pbmcta2V5LXNlY3JldC1zZWVkLXh4eA==";
+const DEFAULT_TOKEN: &str = "default-token-77e1";
+
+/// Every kind of child scenerun starts — a compile, its toolchain's identity, a fixture
+/// and a golden (and their identity), a `prepare` step, a `scenes_from` generator, a
+/// device step, a lane, the lock command — writes its environment to `logs/`. None may
+/// hold the token or the key, under whatever name the manifest gives them; the
+/// manifest's own `env` still arrives.
+#[test]
+fn token_and_signing_key_never_reach_a_child() {
+    let s = Suite::with_logs();
+    s.write("kernels/k.c", "int k;\n");
+    s.script(
+        "dump.sh",
+        "#!/bin/sh\n# dump.sh NAME [OUT]: record the environment, make OUT.\nenv > \"logs/env.$1.$$\"\n[ -n \"$2\" ] && { mkdir -p \"$2\" 2>/dev/null; echo x > \"$2/f\" 2>/dev/null || echo x > \"$2\"; }\nexit 0\n",
+    );
+    s.script(
+        "gen.sh",
+        "#!/bin/sh\nenv > logs/env.generator.$$\necho '- name: g'\necho '  device:'\necho '    run: ./dump.sh generated-device'\n",
+    );
+    s.script(
+        "lock.sh",
+        "#!/bin/sh\nenv > logs/env.lock.$$\nTASK_DEVICE=0 exec sh -c \"$1\"\n",
+    );
+    s.script(
+        "lane.sh",
+        "#!/bin/sh\nenv > logs/env.lane.$$\nwhile IFS= read -r l; do n=$(printf '%s' \"$l\" | sed -n 's/.*\"scene\":\"\\([^\"]*\\)\".*/\\1/p'); printf '{\"scene\":\"%s\",\"event\":\"end\",\"outcome\":\"passed\"}\\n' \"$n\" >> \"$2\"; done < \"$1\"\n",
+    );
+    s.manifest(
+        "version: 1\nenv:\n  VISIBLE: shown-to-steps\ncache:\n  dir: cache\n  remote:\n    url: \"http://127.0.0.1:9/never\"\n    token_env: MY_CACHE_TOKEN\n    sign_key_env: MY_SIGNING_KEY\ntoolchains:\n  dump:\n    compile: \"./dump.sh compile {out}\"\n    identity: \"./dump.sh toolchain-identity; echo v1\"\nlock:\n  submit: \"./lock.sh {run}\"\nlanes:\n  l:\n    run: \"./lane.sh {scenes} {results}\"\nprepare:\n  - name: p\n    run: \"./dump.sh prepare\"\nscenes_from:\n  - run: \"./gen.sh\"\n    inputs: [gen.sh]\nscenes:\n  - name: s\n    kernels:\n      - name: k\n        toolchain: dump\n        source: kernels/k.c\n    fixture:\n      run: \"./dump.sh fixture {out}\"\n      identity: \"./dump.sh fixture-identity; echo v1\"\n    golden:\n      run: \"./dump.sh golden {out}\"\n    device:\n      run: \"./dump.sh device\"\n  - name: in-lane\n    device:\n      lane: l\n",
+    );
+    let with_secrets = |args: &[&str]| {
+        let mut c = scenerun_process();
+        c.current_dir(s.dir())
+            .env("MY_CACHE_TOKEN", TOKEN)
+            .env("MY_SIGNING_KEY", KEY)
+            .env("SCENERUN_REMOTE_TOKEN", DEFAULT_TOKEN)
+            .arg("--manifest")
+            .arg(s.path("scenes.yaml"))
+            .arg("--no-remote")
+            .args(args);
+        run_bounded(c, Duration::from_secs(120))
+    };
+    let o = with_secrets(&["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let o = with_secrets(&["device"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let mut seen = Vec::new();
+    let mut leaks = Vec::new();
+    for e in fs::read_dir(s.path("logs")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(who) = name.strip_prefix("env.") else {
+            continue;
+        };
+        let who = who.rsplit_once('.').map_or(who, |(w, _)| w).to_string();
+        let text = fs::read_to_string(e.path()).unwrap();
+        assert!(text.contains("VISIBLE=shown-to-steps"), "{who}: {text}");
+        for secret in [TOKEN, KEY, DEFAULT_TOKEN] {
+            if text.contains(secret) {
+                leaks.push(format!("{who} got {secret}"));
+            }
+        }
+        seen.push(who);
+    }
+    seen.sort();
+    seen.dedup();
+    for want in [
+        "compile",
+        "toolchain-identity",
+        "fixture",
+        "fixture-identity",
+        "golden",
+        "prepare",
+        "generator",
+        "device",
+        "generated-device",
+        "lane",
+        "lock",
+    ] {
+        assert!(seen.iter().any(|w| w == want), "no {want} ran: {seen:?}");
+    }
+    assert!(leaks.is_empty(), "secrets reached children: {leaks:?}");
+}
