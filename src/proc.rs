@@ -347,6 +347,108 @@ pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Ended>
     finish(child.id() as i32, waited)
 }
 
+/// What `capture` saw of a command.
+#[derive(Debug)]
+pub struct Captured {
+    pub ended: Ended,
+    /// Its standard output, at most the `max` it was allowed.
+    pub stdout: Vec<u8>,
+    /// It printed more than `max`: its group was killed at that point.
+    pub overflowed: bool,
+    /// The last `STDERR_TAIL` bytes of its standard error.
+    pub stderr: Vec<u8>,
+}
+
+/// The end of a captured command's standard error that is kept.
+const STDERR_TAIL: usize = 16 << 10;
+
+/// Run `sh -c command` as `run` does (its own registered group: the timeout, a cancel
+/// and scenerun's death kill the whole group), its output captured: stdout up to `max`
+/// bytes (one more kills the group at once), the end of stderr. The output counts as
+/// whole when every holder of the pipes closed them; a process that left the group and
+/// holds them past the timeout makes it `TimedOut`.
+pub fn capture(
+    command: &str,
+    dir: &Path,
+    env: &BTreeMap<String, String>,
+    timeout: Duration,
+    max: usize,
+) -> io::Result<Captured> {
+    use std::io::Read;
+    let deadline = Instant::now() + timeout;
+    let (mut out_r, out_w) = io::pipe()?;
+    let (mut err_r, err_w) = io::pipe()?;
+    let mut cmd = sh(command, dir, env);
+    cmd.stdout(out_w).stderr(err_w);
+    let started = start(cmd, Some(timeout))?;
+    // `cmd` held the write ends: only the child has them now.
+    let Some(mut child) = started else {
+        return Ok(Captured {
+            ended: Ended::Interrupted,
+            stdout: Vec::new(),
+            overflowed: false,
+            stderr: Vec::new(),
+        });
+    };
+    let pgid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out_tx = tx.clone();
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = (&mut out_r).take(max as u64 + 1).read_to_end(&mut out);
+        let overflowed = out.len() > max;
+        if overflowed {
+            out.truncate(max);
+            kill_registered(pgid);
+        }
+        let _ = out_tx.send((true, out, overflowed));
+    });
+    std::thread::spawn(move || {
+        let mut tail = Vec::new();
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = err_r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 2 * STDERR_TAIL {
+                tail.drain(..tail.len() - STDERR_TAIL);
+            }
+        }
+        let keep = tail.len().saturating_sub(STDERR_TAIL);
+        let _ = tx.send((false, tail.split_off(keep), false));
+    });
+    let waited = child.wait();
+    let mut ended = finish(pgid, waited)?;
+    let mut got = Captured {
+        ended: Ended::Exited(0),
+        stdout: Vec::new(),
+        overflowed: false,
+        stderr: Vec::new(),
+    };
+    for _ in 0..2 {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((true, out, overflowed)) => (got.stdout, got.overflowed) = (out, overflowed),
+            Ok((false, err, _)) => got.stderr = err,
+            Err(_) => {
+                ended = Ended::TimedOut;
+                break;
+            }
+        }
+    }
+    got.ended = ended;
+    Ok(got)
+}
+
+/// SIGKILL group `pgid` now if it is one of ours (still registered: never a group
+/// whose id the system may have handed out again).
+fn kill_registered(pgid: i32) {
+    let groups = registry().groups.lock().expect("registry");
+    if groups.contains_key(&pgid) {
+        signal_group(pgid, libc::SIGKILL);
+    }
+}
+
 /// Start `cmd` (made by `sh`) in a process group of its own, registered (timeout,
 /// interrupt, the watchdog) before it runs a single instruction of its own. None: the
 /// run is interrupted (or the spawn gate closed), nothing started.

@@ -23,6 +23,19 @@ pub struct Generator {
     pub run: String,
     /// Files whose content is part of the generator's key.
     pub inputs: Vec<FileRef>,
+    /// How long it may run (`timeout`, default 10 min); then its group is killed.
+    #[serde(default = "default_timeout")]
+    pub timeout: std::time::Duration,
+}
+
+/// A generator's `timeout` when the manifest gives none.
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Output a generator may print (docs/manifest.md); more is an error, the rest unread.
+pub const MAX_OUTPUT: usize = 64 << 20;
+
+fn default_timeout() -> std::time::Duration {
+    DEFAULT_TIMEOUT
 }
 
 impl Generator {
@@ -37,8 +50,9 @@ struct RawGenerator {
     run: String,
     #[serde(default)]
     inputs: Vec<String>,
+    timeout: Option<super::raw::Scalar>,
 }
-const GENERATOR: &[&str] = &["run", "inputs"];
+const GENERATOR: &[&str] = &["run", "inputs", "timeout"];
 
 impl Ctx {
     /// Validate `scenes_from:` (commands and inputs); nothing runs here.
@@ -54,11 +68,13 @@ impl Ctx {
             };
             let run = self.templ(&g.run, &format!("{path}.run"), &[Ph::Platform]);
             let inputs = self.inputs(&g.inputs, &path);
+            let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
             if let Some(run) = run {
                 out.push(Generator {
                     index: i,
                     run: fill_platform(&run, platform),
                     inputs,
+                    timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
                 });
             }
         }

@@ -181,27 +181,47 @@ fn write_cached(path: &Path, text: &str) -> std::io::Result<()> {
     crate::fsutil::write_atomic(path, format!("{header}{text}").as_bytes())
 }
 
-/// Run the generator in the manifest's directory with the manifest's env; its stdout is
-/// the output, its stderr is shown only when it fails.
+/// Run the generator in the manifest's directory with the manifest's env, within its
+/// `timeout` and as a registered process group (a cancel or a timeout kills all of it);
+/// its stdout (at most `MAX_OUTPUT`) is the output, its stderr is shown only when it
+/// fails.
 fn run(g: &Generator, m: &Manifest) -> Result<String> {
-    let out = crate::proc::sh(&g.run, &m.dir, &m.env)
-        .output()
+    use crate::manifest::generated::MAX_OUTPUT;
+    use crate::proc::Ended;
+    let out = crate::proc::capture(&g.run, &m.dir, &m.env, g.timeout, MAX_OUTPUT)
         .map_err(|e| crate::coded!(Exit::Usage, "{}: cannot run it: {e}", g.label()))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let lines: Vec<&str> = err.lines().collect();
-        let tail = lines[lines.len().saturating_sub(20)..].join("\n    ");
-        return Err(crate::coded!(
-            Exit::Usage,
-            "{} failed ({}){}",
-            g.label(),
-            out.status,
-            if tail.trim().is_empty() {
-                String::new()
-            } else {
-                format!(":\n    {tail}")
-            }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n    ");
+    let tail = if tail.trim().is_empty() {
+        String::new()
+    } else {
+        format!(":\n    {tail}")
+    };
+    let failed = |what: String| Err(crate::coded!(Exit::Usage, "{} {what}{tail}", g.label()));
+    if out.overflowed {
+        return failed(format!(
+            "printed more than {} MiB (it was stopped there; scenes_from output is capped)",
+            MAX_OUTPUT >> 20
         ));
+    }
+    match out.ended {
+        Ended::Exited(0) => {}
+        Ended::Interrupted => {
+            return Err(crate::coded!(
+                Exit::Interrupted,
+                "interrupted while {} ran (its process group was killed)",
+                g.label()
+            ))
+        }
+        Ended::TimedOut => {
+            return failed(format!(
+                "did not finish within {} (scenes_from[{}].timeout; its process group was killed)",
+                humantime::format_duration(g.timeout),
+                g.index
+            ))
+        }
+        other => return failed(format!("failed ({})", other.describe())),
     }
     String::from_utf8(out.stdout).map_err(|_| {
         crate::coded!(

@@ -25,6 +25,7 @@ mod children;
 mod concurrency;
 mod corruption;
 mod crash;
+mod generators;
 mod hostile;
 mod hostile_yaml;
 mod injection;
