@@ -215,3 +215,78 @@ fn bad_values_are_usage_errors() {
     let o = simulate(&["--cards", "0", "--arrival", "fixed:1", "--hold", "exp:1"]);
     assert_eq!(code(&o), 4, "{}", show(&o));
 }
+
+/// The demo suite's smoke scenes, warmed and then run through the stand-in lock tool in
+/// a temp copy (`demo/` beside `bin/`, as the demo's lock command expects): a real
+/// report dir, warm record, trace and history.
+fn demo_run(pool: &Pool) -> Suite {
+    let s = Suite::new();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    copy_tree(&repo.join("fixtures/demo"), &s.path("demo"), &["build"]);
+    copy_tree(&repo.join("fixtures/bin"), &s.path("bin"), &[]);
+    for phase in ["warm", "device"] {
+        let mut c = scenerun();
+        c.current_dir(s.path("demo"))
+            .args(["--manifest", "scenes.yaml", phase, "--tag", "smoke"]);
+        pool.apply(&mut c);
+        let o = c.output().unwrap();
+        assert_eq!(code(&o), 0, "demo {phase}: {}", show(&o));
+    }
+    assert_eq!(pool.acquisitions(), 1, "{:?}", pool.events());
+    s
+}
+
+#[test]
+fn compare_runs_on_the_demos_real_reports() {
+    let pool = Pool::new("0-3");
+    let s = demo_run(&pool);
+    let reports = s.path("demo/build/scenerun");
+    let dir = reports.to_str().unwrap();
+    assert!(reports.join("report.json").is_file() && reports.join("warm.json").is_file());
+    let sim = |rate: &str, extra: &[&str]| {
+        let mut c = scenerun();
+        c.current_dir(s.dir()).args([
+            "fleet", "simulate", "--cards", "8", "--jobs", "3000", "--arrival", rate,
+            "--from-reports", dir, "--old-acquisitions", "4",
+        ]);
+        c.args(extra);
+        let o = c.output().unwrap();
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        o
+    };
+    // Without --compare: the new flow only, and what each run's shapes are.
+    let doc: Value = serde_json::from_slice(&sim("poisson:0.01", &["--format", "json"]).stdout)
+        .unwrap();
+    assert!(doc["flows"].get("old").is_none(), "{doc:#}");
+    let run = &doc["runs"][0];
+    assert_eq!(run["report_dir"], dir);
+    // The demo's widest smoke scene takes 2 ids: the lock granted 2.
+    assert_eq!(run["cards"], 2, "{doc:#}");
+    assert_eq!(run["old_acquisitions"], 4);
+    let num = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    let (old_held, new_held) = (num(&run["old_held_secs"]), num(&run["new_held_secs"]));
+    // Old holds the cards through every kernel build, fixture and golden as well.
+    assert!(old_held > new_held && new_held > 0.0, "{run:#}");
+    assert!(num(&run["warm_secs"]) > 0.0, "{run:#}");
+    assert!(num(&run["device_card_secs"]) > 0.0, "{run:#}");
+
+    // The old flow at an offered load of 0.8 of the 8 cards, both flows on those arrivals.
+    let rate = 0.8 * 8.0 / (2.0 * old_held);
+    let arrival = format!("poisson:{rate}");
+    let doc: Value =
+        serde_json::from_slice(&sim(&arrival, &["--compare", "--format", "json"]).stdout)
+            .unwrap();
+    let (old, new) = (&doc["flows"]["old"], &doc["flows"]["new"]);
+    assert_eq!(old["acquisitions"], 4 * 3000, "{doc:#}");
+    assert_eq!(new["acquisitions"], 3000);
+    assert!((num(&old["utilization"]) - 0.8).abs() < 0.1, "{doc:#}");
+    assert!(num(&new["utilization"]) < num(&old["utilization"]), "{doc:#}");
+    assert!(num(&old["mean_wait_secs"]) > num(&new["mean_wait_secs"]), "{doc:#}");
+    assert!(num(&old["device_share"]) < num(&new["device_share"]), "{doc:#}");
+    assert!(num(&new["device_share"]) <= 1.0);
+    // The text table shows both flows and the run.
+    let text = stdout(&sim(&arrival, &["--compare"]));
+    assert!(text.lines().any(|l| l.starts_with("old ")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("new ")), "{text}");
+    assert!(text.contains(&format!("run {dir}: 2 cards")), "{text}");
+}
