@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use std::sync::Arc;
 
@@ -549,6 +549,12 @@ fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
         timeline: a.svg.is_some(),
     };
     let results = fleet::run(&setup).map_err(|e| crate::coded!(Exit::Usage, "{e}"))?;
+    if let Some(path) = &a.svg {
+        let svg = fleet::chart::svg(&setup, &results)
+            .map_err(|e| anyhow::anyhow!("drawing the chart: {e}"))?;
+        crate::fsutil::write_atomic(path, svg.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     match a.format {
         Format::Text => ui.out(&fleet::render::text(&setup, &results)),
         Format::Json => ui.out(&fleet::render::json(&setup, &results)),

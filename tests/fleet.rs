@@ -246,8 +246,18 @@ fn compare_runs_on_the_demos_real_reports() {
     let sim = |rate: &str, extra: &[&str]| {
         let mut c = scenerun();
         c.current_dir(s.dir()).args([
-            "fleet", "simulate", "--cards", "8", "--jobs", "3000", "--arrival", rate,
-            "--from-reports", dir, "--old-acquisitions", "4",
+            "fleet",
+            "simulate",
+            "--cards",
+            "8",
+            "--jobs",
+            "3000",
+            "--arrival",
+            rate,
+            "--from-reports",
+            dir,
+            "--old-acquisitions",
+            "4",
         ]);
         c.args(extra);
         let o = c.output().unwrap();
@@ -255,8 +265,8 @@ fn compare_runs_on_the_demos_real_reports() {
         o
     };
     // Without --compare: the new flow only, and what each run's shapes are.
-    let doc: Value = serde_json::from_slice(&sim("poisson:0.01", &["--format", "json"]).stdout)
-        .unwrap();
+    let doc: Value =
+        serde_json::from_slice(&sim("poisson:0.01", &["--format", "json"]).stdout).unwrap();
     assert!(doc["flows"].get("old").is_none(), "{doc:#}");
     let run = &doc["runs"][0];
     assert_eq!(run["report_dir"], dir);
@@ -274,19 +284,76 @@ fn compare_runs_on_the_demos_real_reports() {
     let rate = 0.8 * 8.0 / (2.0 * old_held);
     let arrival = format!("poisson:{rate}");
     let doc: Value =
-        serde_json::from_slice(&sim(&arrival, &["--compare", "--format", "json"]).stdout)
-            .unwrap();
+        serde_json::from_slice(&sim(&arrival, &["--compare", "--format", "json"]).stdout).unwrap();
     let (old, new) = (&doc["flows"]["old"], &doc["flows"]["new"]);
     assert_eq!(old["acquisitions"], 4 * 3000, "{doc:#}");
     assert_eq!(new["acquisitions"], 3000);
     assert!((num(&old["utilization"]) - 0.8).abs() < 0.1, "{doc:#}");
-    assert!(num(&new["utilization"]) < num(&old["utilization"]), "{doc:#}");
-    assert!(num(&old["mean_wait_secs"]) > num(&new["mean_wait_secs"]), "{doc:#}");
-    assert!(num(&old["device_share"]) < num(&new["device_share"]), "{doc:#}");
+    assert!(
+        num(&new["utilization"]) < num(&old["utilization"]),
+        "{doc:#}"
+    );
+    assert!(
+        num(&old["mean_wait_secs"]) > num(&new["mean_wait_secs"]),
+        "{doc:#}"
+    );
+    assert!(
+        num(&old["device_share"]) < num(&new["device_share"]),
+        "{doc:#}"
+    );
     assert!(num(&new["device_share"]) <= 1.0);
-    // The text table shows both flows and the run.
-    let text = stdout(&sim(&arrival, &["--compare"]));
+    // The text table shows both flows and the run; the chart draws both.
+    let svg = s.path("fleet.svg");
+    let text = stdout(&sim(
+        &arrival,
+        &["--compare", "--svg", svg.to_str().unwrap()],
+    ));
     assert!(text.lines().any(|l| l.starts_with("old ")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("new ")), "{text}");
     assert!(text.contains(&format!("run {dir}: 2 cards")), "{text}");
+    let chart = std::fs::read_to_string(&svg).expect("the chart is written");
+    assert!(chart.contains("<svg") && chart.trim_end().ends_with("</svg>"));
+    for label in [
+        "old: warm inside the lock",
+        "new: warm &amp;&amp; device",
+        "jobs queued",
+        "cards busy",
+    ] {
+        assert!(chart.contains(label), "{label} missing from the chart");
+    }
+}
+
+#[test]
+fn the_chart_of_given_jobs_has_one_flow_and_a_bad_path_is_an_error() {
+    let s = Suite::new();
+    let svg = s.path("given.svg");
+    let args = [
+        "--cards",
+        "4",
+        "--jobs",
+        "2000",
+        "--arrival",
+        "poisson:1.5",
+        "--hold",
+        "exp:2",
+        "--svg",
+    ];
+    let mut all = args.to_vec();
+    all.push(svg.to_str().unwrap());
+    let o = simulate(&all);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        chart.lines().any(|l| l.trim() == "given"),
+        "the legend names the flow"
+    );
+    assert!(!chart.contains("warm inside the lock"));
+    let mut all = args.to_vec();
+    // Missing directories are made; a file in the way is an error.
+    s.write("plain-file", "x");
+    let missing = s.path("plain-file/given.svg");
+    all.push(missing.to_str().unwrap());
+    let o = simulate(&all);
+    assert_eq!(code(&o), 3, "{}", show(&o));
+    assert!(stderr(&o).contains("writing"), "{}", show(&o));
 }

@@ -8,6 +8,7 @@
 //! Invariant: every flow of one simulation sees the same arrival times (drawn from
 //! their own stream of the seed), so flows differ only by their job shapes.
 
+pub mod chart;
 pub mod render;
 pub mod shapes;
 pub mod sim;

@@ -107,10 +107,10 @@ fn secs(x: f64) -> String {
     }
 }
 
-/// A share as a percentage, with more digits when it is small (device share of the
-/// old flow is a few hundredths of a percent).
+/// A share as a percentage, with more digits below 1 % (device share of the old flow
+/// is a few hundredths of a percent).
 fn pct(x: f64) -> String {
-    if x >= 0.1 || x == 0.0 {
+    if x >= 0.01 || x == 0.0 {
         format!("{:.1}%", x * 100.0)
     } else {
         format!("{:.3}%", x * 100.0)
