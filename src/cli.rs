@@ -95,6 +95,11 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+
+    /// Why the search for the manifest ended without one (for `-v`; set by the glue
+    /// that parses the command line, not a flag).
+    #[arg(skip)]
+    pub manifest_search: Option<String>,
 }
 
 /// The shared remote cache (docs/remote-cache.md); global, like `--cache-dir`.

@@ -40,11 +40,12 @@ pub fn parse_args() -> Result<Cli, clap::Error> {
     let matches = Cli::command().try_get_matches()?;
     let mut cli = Cli::from_arg_matches(&matches)?;
     if matches.value_source("manifest") == Some(clap::parser::ValueSource::DefaultValue) {
-        if let Some(found) = std::env::current_dir()
-            .ok()
-            .and_then(|d| manifest::discover(&d, &cli.manifest))
-        {
-            cli.manifest = found;
+        if let Ok(d) = std::env::current_dir() {
+            let found = manifest::discover(&d, &cli.manifest);
+            if let Some(p) = found.path {
+                cli.manifest = p;
+            }
+            cli.manifest_search = found.stopped;
         }
     }
     Ok(cli)
@@ -53,6 +54,13 @@ pub fn parse_args() -> Result<Cli, clap::Error> {
 /// Run one command line to completion and say how the process should exit.
 pub fn run(cli: Cli) -> Exit {
     let ui = ui::Ui::new(cli.quiet, cli.verbose, cli.color);
+    if ui.verbose > 0 {
+        if let Some(why) = &cli.manifest_search {
+            ui.info(why);
+        }
+        let shown = std::path::absolute(&cli.manifest).unwrap_or(cli.manifest.clone());
+        ui.info(&format!("manifest: {}", shown.display()));
+    }
     match commands::dispatch(cli, &ui) {
         Ok(exit) => exit,
         Err(err) => {

@@ -6,6 +6,7 @@
 
 mod args;
 mod attacks;
+mod discovery;
 mod inputs;
 mod maintain;
 mod planted;
