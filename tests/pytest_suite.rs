@@ -696,8 +696,10 @@ fn simpler_collect_emits_a_scene_per_case_for_the_scene_classes_pytest_collects(
         root.join("python").display(),
         root.display()
     );
+    // The stand-in git: simpler's conftest gives up its PTO-ISA clone at once.
     let path_env = format!(
-        "{}:{}",
+        "{}:{}:{}",
+        standins.join("bin").display(),
         venv.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
