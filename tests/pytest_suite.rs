@@ -854,6 +854,8 @@ def pytest_scenerun_scene(item, case):
         return {"skip": "not for scenerun"}
     if item.get_closest_marker("sdma"):
         return {"lane": f"sdma_{flavor}", "order": "last", "tags": ["late"]}
+    if case["name"] == "pair":
+        return {"persist": False}
     return None
 "#,
     );
@@ -915,6 +917,8 @@ fn collect_passes_the_suites_own_options_to_pytest_and_honours_its_selection() {
     );
     assert_eq!(scenes[1]["device"]["devices"], 2);
     assert_eq!(scenes[1]["device"]["lane"], "pytest_x2");
+    assert_eq!(scenes[1]["fixture"]["persist"], false);
+    assert!(scenes[0]["fixture"].get("persist").is_none());
     assert_eq!(
         scenes[0]["device"]["args"],
         serde_json::json!([

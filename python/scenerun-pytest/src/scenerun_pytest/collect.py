@@ -233,6 +233,8 @@ def scenes_of(rows, opts, hook):
         class_id = f"{r.path}::{cls.__name__}"
         which = [q(class_id), "--case", q(case["name"]), "--source-digest", sources.digest(r.path, cls.__name__, r.index)]
         fixture = {"run": _words(*phase, "fixture", *which) + " --out {out} --depfile {depfile}"}
+        if over.get("persist", case.get("scenerun_persist", True)) is False:
+            fixture["persist"] = False
         golden = None
         if not protocol.skips_golden(cls, case):
             golden = {"run": _words(*phase, "golden", *which) + " --fixture {fixture} --out {out} --depfile {depfile}"}

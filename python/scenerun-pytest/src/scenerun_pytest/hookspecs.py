@@ -10,7 +10,8 @@ def pytest_scenerun_scene(item, case):
     ``item`` is the class's collected test node, ``case`` the entry of its ``CASES``.
     Return a dict with any of: ``lane`` (str), ``devices`` (int), ``tags`` (list, added to
     the default tags), ``order`` (``first``/``any``/``last``, written as
-    ``device.order``), ``skip`` (true or a reason: no scene for this case).
+    ``device.order``), ``persist`` (False: the fixture is job-scoped, for huge ones),
+    ``skip`` (true or a reason: no scene for this case).
     """
 
 
