@@ -524,11 +524,10 @@ fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
                 .from_reports
                 .iter()
                 .map(|dir| {
-                    let ctx = shapes::context(
-                        &shapes::report_manifest(dir),
-                        &cli.manifest,
-                        cli.cache_dir.as_deref(),
-                    );
+                    let ctx = shapes::context(dir, &cli.manifest, cli.cache_dir.as_deref());
+                    for note in &ctx.notes {
+                        ui.info(&format!("note: {note}"));
+                    }
                     let work = shapes::read_run(dir, &ctx)
                         .map_err(|e| crate::coded!(Exit::Usage, "--from-reports: {e}"))?;
                     Ok(shapes::shape(&work, a.old_acquisitions as usize))

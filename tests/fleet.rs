@@ -224,6 +224,13 @@ fn demo_run(pool: &Pool) -> Suite {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     copy_tree(&repo.join("fixtures/demo"), &s.path("demo"), &["build"]);
     copy_tree(&repo.join("fixtures/bin"), &s.path("bin"), &[]);
+    demo_phases(&s, pool);
+    assert_eq!(pool.acquisitions(), 1, "{:?}", pool.events());
+    s
+}
+
+/// `warm` then `device` on the demo copy's smoke scenes.
+fn demo_phases(s: &Suite, pool: &Pool) {
     for phase in ["warm", "device"] {
         let mut c = scenerun();
         c.current_dir(s.path("demo"))
@@ -232,8 +239,44 @@ fn demo_run(pool: &Pool) -> Suite {
         let o = c.output().unwrap();
         assert_eq!(code(&o), 0, "demo {phase}: {}", show(&o));
     }
-    assert_eq!(pool.acquisitions(), 1, "{:?}", pool.events());
-    s
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// `fleet simulate --from-reports DIRS` (its JSON on stdout).
+fn shapes_of_output(
+    cwd: &std::path::Path,
+    dirs: &[&std::path::Path],
+    global: &[&str],
+) -> std::process::Output {
+    let mut c = scenerun();
+    c.current_dir(cwd).args(global).args([
+        "fleet",
+        "simulate",
+        "--cards",
+        "8",
+        "--jobs",
+        "10",
+        "--arrival",
+        "fixed:60",
+        "--old-acquisitions",
+        "2",
+        "--format",
+        "json",
+        "--from-reports",
+    ]);
+    c.args(dirs);
+    let o = c.output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    o
+}
+
+/// Each report dir's shapes, as `fleet simulate --from-reports DIRS` prints them.
+fn shapes_of(cwd: &std::path::Path, dirs: &[&std::path::Path], global: &[&str]) -> Vec<Value> {
+    let doc: Value = serde_json::from_slice(&shapes_of_output(cwd, dirs, global).stdout).unwrap();
+    doc["runs"].as_array().expect("runs").clone()
 }
 
 #[test]
@@ -273,7 +316,6 @@ fn compare_runs_on_the_demos_real_reports() {
     // The demo's widest smoke scene takes 2 ids: the lock granted 2.
     assert_eq!(run["cards"], 2, "{doc:#}");
     assert_eq!(run["old_acquisitions"], 4);
-    let num = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
     let (old_held, new_held) = (num(&run["old_held_secs"]), num(&run["new_held_secs"]));
     // Old holds the cards through every kernel build, fixture and golden as well.
     assert!(old_held > new_held && new_held > 0.0, "{run:#}");
@@ -356,4 +398,49 @@ fn the_chart_of_given_jobs_has_one_flow_and_a_bad_path_is_an_error() {
     let o = simulate(&all);
     assert_eq!(code(&o), 3, "{}", show(&o));
     assert!(stderr(&o).contains("writing"), "{}", show(&o));
+}
+
+#[test]
+fn the_old_flow_builds_from_history_when_a_run_warmed_from_the_cache() {
+    let pool = Pool::new("0-3");
+    let s = demo_run(&pool);
+    let reports = s.path("demo/build/scenerun");
+    // report.json alone, as CI artifacts often are: the warm record (in the checkout's
+    // job dir) and the history (in its cache) are found through the suite's manifest.
+    std::fs::create_dir_all(s.path("ci-run")).unwrap();
+    std::fs::copy(reports.join("report.json"), s.path("ci-run/report.json")).unwrap();
+    // Nothing tells where the copy's manifest is: it says so, and its builds are unknown.
+    let mut lost = shapes_of_output(s.dir(), &[&s.path("ci-run")], &[]);
+    assert!(stderr(&lost).contains("pass --manifest"), "{}", show(&lost));
+    let doc: Value = serde_json::from_slice(&std::mem::take(&mut lost.stdout)).unwrap();
+    assert_eq!(doc["runs"][0]["warm_secs"], 0.0, "{doc:#}");
+    // From the suite's checkout (--manifest), the copy reads as the original.
+    let first = shapes_of(
+        s.dir(),
+        &[&reports, &s.path("ci-run")],
+        &["--manifest", "demo/scenes.yaml"],
+    );
+    assert_eq!(first.len(), 2);
+    assert_eq!(
+        first[0]["old_held_secs"], first[1]["old_held_secs"],
+        "{first:#?}"
+    );
+    assert_eq!(first[0]["new_held_secs"], first[1]["new_held_secs"]);
+    // Without a trace, the warm time outside the lock is the sum of the builds.
+    assert!(num(&first[1]["warm_secs"]) > 0.0, "{first:#?}");
+
+    // A second run warms from the cache: its warm phase is short, but the old flow has
+    // no cache and still builds everything in the lock, as long as the history says.
+    demo_phases(&s, &pool);
+    let record = read_json(&reports.join("warm.json")).unwrap();
+    let steps = record["steps"].as_array().unwrap();
+    assert!(steps.iter().all(|st| st["outcome"] == "hit"), "{record:#}");
+    let second = shapes_of(s.dir(), &[&reports], &[]);
+    let warm = |r: &Vec<Value>| num(&r[0]["warm_secs"]);
+    assert!(warm(&second) < warm(&first), "{first:#?} {second:#?}");
+    let (a, b) = (
+        num(&first[0]["old_held_secs"]),
+        num(&second[0]["old_held_secs"]),
+    );
+    assert!((b - a).abs() < 0.5 * a, "old hold {a} s, then {b} s");
 }

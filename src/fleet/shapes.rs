@@ -204,43 +204,84 @@ struct ReportLane {
     startup_secs: Option<f64>,
 }
 
-/// What a run's manifest adds to its report: which scenes run exclusive, and the cache
-/// holding the history.
+/// What a run's manifest adds to its report: which scenes run exclusive, where its job
+/// dir is, and the history of the cache it uses.
 #[derive(Debug, Default)]
 pub struct Context {
+    pub manifest_dir: Option<PathBuf>,
     pub exclusive: Vec<String>,
     pub history: History,
+    /// What could not be found, for the user (printed as notes).
+    pub notes: Vec<String>,
 }
 
-/// Load the manifest a report names (or `fallback`, the current checkout's, when that
-/// path is gone: reports copied from CI), and the history in its cache (`cache_dir`
-/// wins, as everywhere).
-pub fn context(report_manifest: &Path, fallback: &Path, cache_dir: Option<&Path>) -> Context {
-    let m = [report_manifest, fallback]
+/// Where the manifest of a report dir may be: the path the report names when absolute;
+/// beside the report dir's `build/scenerun` (the default layout); the named path from
+/// here; then `fallback`, the current checkout's (reports copied from CI).
+fn manifest_candidates(dir: &Path, named: &Path, fallback: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if named.is_absolute() {
+        out.push(named.to_path_buf());
+    }
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    if let (Some(name), Some(beside)) = (named.file_name(), dir.parent().and_then(Path::parent)) {
+        out.push(beside.join(name));
+    }
+    if named.is_relative() && !named.as_os_str().is_empty() {
+        out.push(named.to_path_buf());
+    }
+    out.push(fallback.to_path_buf());
+    out
+}
+
+/// Find and load the manifest of report dir `dir`, and the history in its cache
+/// (`cache_dir` wins, as everywhere).
+pub fn context(dir: &Path, fallback: &Path, cache_dir: Option<&Path>) -> Context {
+    let named = read_report(dir)
+        .map(|r| PathBuf::from(r.manifest))
+        .unwrap_or_default();
+    let m = manifest_candidates(dir, &named, fallback)
         .into_iter()
-        .find(|p| p.is_file())
-        .and_then(|p| crate::manifest::load(p).ok());
+        .filter(|p| p.is_file())
+        .find_map(|p| crate::manifest::load(&p).ok());
+    let mut notes = Vec::new();
+    if m.is_none() {
+        notes.push(format!(
+            "{}: the manifest its report names ({}) is not beside it and --manifest is not \
+             a manifest: no scene counts as exclusive; run from the suite's checkout or \
+             pass --manifest",
+            dir.display(),
+            named.display()
+        ));
+    }
     let root = match (&m, cache_dir) {
         (Some(m), flag) => Some(crate::plan::cache_dir(m, flag)),
         (None, Some(d)) => Some(d.to_path_buf()),
         (None, None) => None,
     };
+    let history = match &root {
+        Some(r) if History::path(r).is_file() => History::load(r),
+        _ => {
+            notes.push(format!(
+                "{}: no history found{}: build and device times come from the run's own records",
+                dir.display(),
+                root.map(|r| format!(" in {}", r.display()))
+                    .unwrap_or_default()
+            ));
+            History::default()
+        }
+    };
     Context {
+        manifest_dir: m.as_ref().map(|m| m.dir.clone()),
         exclusive: m
             .iter()
             .flat_map(|m| &m.scenes)
             .filter(|s| s.device.as_ref().is_some_and(|d| d.exclusive))
             .map(|s| s.name.clone())
             .collect(),
-        history: root.map(|r| History::load(&r)).unwrap_or_default(),
+        history,
+        notes,
     }
-}
-
-/// The manifest a report dir's report.json names (empty when it cannot be read).
-pub fn report_manifest(dir: &Path) -> PathBuf {
-    read_report(dir)
-        .map(|r| PathBuf::from(r.manifest))
-        .unwrap_or_default()
 }
 
 fn read_report(dir: &Path) -> Result<Report, ReadError> {
@@ -263,7 +304,7 @@ pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
     if record.steps.is_empty() {
         // A report written with --report-dir elsewhere: the warm record stays in the
         // checkout's job dir.
-        if let Some(d) = Path::new(&report.manifest).parent() {
+        if let Some(d) = &ctx.manifest_dir {
             record = WarmRecord::load(&crate::layout::job_dir(d));
         }
     }
