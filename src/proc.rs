@@ -78,9 +78,35 @@ pub fn signal_group(pgid: i32, sig: i32) -> bool {
     unsafe { libc::killpg(pgid, sig) == 0 }
 }
 
-/// Whether process group `pgid` still has a member.
+/// Whether process group `pgid` still has a member that runs. A member that has died
+/// but is not reaped yet does not count: orphans are reaped by init, and an init that
+/// never reaps (a container's first process often does not) would keep a dead group
+/// "alive" for ever.
 pub fn group_alive(pgid: i32) -> bool {
-    signal_group(pgid, 0)
+    if !signal_group(pgid, 0) {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    dir.flatten().any(|e| {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            return false;
+        };
+        matches!(stat_group(pid), Some((state, pg)) if pg == pgid && !matches!(state, 'Z' | 'X'))
+    })
+}
+
+/// State and process group of a process, from `/proc/<pid>/stat`.
+fn stat_group(pid: i32) -> Option<(char, i32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything, `)` included.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
 }
 
 pub fn interrupted() -> bool {
@@ -497,6 +523,7 @@ fn start(mut cmd: std::process::Command, timeout: Option<Duration>) -> io::Resul
 /// The group's leader has been waited for: kill what it left running in its group, forget
 /// the group, and say how it ended.
 fn finish(pgid: i32, waited: io::Result<std::process::ExitStatus>) -> io::Result<Ended> {
+    drain_if_stopping(pgid);
     // Leftovers of the step (background children) die with it.
     signal_group(pgid, libc::SIGKILL);
     let grp = registry().groups.lock().expect("registry").remove(&pgid);
@@ -513,6 +540,28 @@ fn finish(pgid: i32, waited: io::Result<std::process::ExitStatus>) -> io::Result
         (None, Some(s)) => Ended::Signaled(s),
         _ => Ended::Exited(-1),
     })
+}
+
+/// Past a stopped group's grace, how long its leader's caller still waits for members
+/// that are dead but not yet reaped (orphans are reaped by init, not by us).
+const DRAIN_MARGIN: Duration = Duration::from_millis(500);
+
+/// The leader of a group that is being stopped has exited: the rest of the group still
+/// gets its grace. A step runs as `sh -c`, and that shell dies of SIGTERM at once while
+/// the program it started runs its own handler; killing the group when the shell is
+/// gone would cut that handler short (docs/device.md, cancellation). Returns once the
+/// group is empty or its grace has passed (the timer loop SIGKILLs it then).
+fn drain_if_stopping(pgid: i32) {
+    let until = {
+        let g = registry().groups.lock().expect("registry");
+        match g.get(&pgid).and_then(|grp| grp.termed) {
+            Some(t) => t + grace() + DRAIN_MARGIN,
+            None => return,
+        }
+    };
+    while group_alive(pgid) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Block SIGINT and SIGTERM in every thread and handle them on one thread: `on_signal`

@@ -373,13 +373,17 @@ pub fn kernels_dir(run_dir: &Path, scene: &str) -> PathBuf {
     run_dir.join("scenes").join(scene).join("kernels")
 }
 
-/// The command that re-enters this binary inside the lock.
+/// The command that re-enters this binary inside the lock. A lock tool runs it with
+/// `sh -c`; `exec` makes the inner run that shell's process, so the lock tool's run *is*
+/// the inner run: a signal the lock tool forwards (to its run alone, or to the run's
+/// whole process group) reaches the inner run, and no shell around it dies of the
+/// signal first and makes the lock tool release the cards under running steps.
 pub fn inner_command(frozen: &Path) -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "scenerun".into());
     format!(
-        "{} inner {}",
+        "exec {} inner {}",
         crate::template::quote(&exe),
         crate::template::quote(&frozen.display().to_string())
     )

@@ -272,15 +272,19 @@ fn lock_command_runs_this_binary_inner_once() {
     assert_eq!(words[3], "--run");
     assert_eq!(words.len(), 5, "{{run}} is one word: {words:?}");
     let inner = shell_words::split(&words[4]).unwrap();
-    assert_eq!(inner.len(), 3, "{inner:?}");
+    assert_eq!(inner.len(), 4, "{inner:?}");
     assert_eq!(
-        PathBuf::from(&inner[0]),
+        inner[0], "exec",
+        "the inner run replaces the lock tool's shell: a forwarded signal reaches it"
+    );
+    assert_eq!(
+        PathBuf::from(&inner[1]),
         scenerun_exe(),
         "the absolute path of this binary"
     );
-    assert_eq!(inner[1], "inner");
+    assert_eq!(inner[2], "inner");
     assert!(
-        Path::new(&inner[2]).starts_with(root.join("build/scenerun")),
+        Path::new(&inner[3]).starts_with(root.join("build/scenerun")),
         "the frozen plan in the job dir: {inner:?}"
     );
 

@@ -56,8 +56,8 @@ fn cancel_suite(token: &str) -> Suite {
     s
 }
 
-/// Live processes of device steps (their environment holds the scene variable and the
-/// suite's token).
+/// Live processes of device steps and lane processes (their environment holds the
+/// scene or lane variable and the suite's token).
 fn step_procs(token: &str) -> Vec<String> {
     let want = format!("CANCEL_TOKEN={token}");
     live_procs()
@@ -66,7 +66,9 @@ fn step_procs(token: &str) -> Vec<String> {
             let env = fs::read(p.join("environ")).unwrap_or_default();
             let env = String::from_utf8_lossy(&env);
             env.split('\0').any(|v| v == want)
-                && env.split('\0').any(|v| v.starts_with("SCENERUN_SCENE="))
+                && env
+                    .split('\0')
+                    .any(|v| v.starts_with("SCENERUN_SCENE=") || v.starts_with("SCENERUN_LANE="))
         })
         .map(|(pid, _, cmd)| format!("{pid}: {cmd}"))
         .collect()
@@ -331,4 +333,83 @@ fn cancellation_never_frees_cards_under_a_running_step() {
         ),
     );
     faults.finish();
+}
+
+/// A device step whose SIGTERM handler needs 1.5 s for its cleanup (then writes
+/// `cleaned-<name>`), run by `sh -c` as every step is; its background child stays in its
+/// group. Every process carries `CANCEL_TOKEN`.
+const SLOW_TERM: &str = r#"#!/bin/bash
+name=$1
+trap 'sleep 1.5; echo done > "cleaned-$name"; exit 0' TERM
+echo up > "up-$name"
+sleep 300 &
+wait
+"#;
+
+/// A lane runtime with the same handler, its one scene started and never ending.
+const SLOW_TERM_LANE: &str = r#"#!/bin/bash
+trap 'sleep 1.5; echo done > cleaned-lane; exit 0' TERM
+scene=$(sed -n 's/.*"scene":"\([^"]*\)".*/\1/p' "$SCENERUN_SCENES" | head -n 1)
+printf '{"scene":"%s","event":"start"}\n' "$scene" >> "$SCENERUN_RESULTS"
+echo up > up-lane
+sleep 300 &
+wait
+"#;
+
+/// A cancel through a lock tool that forwards SIGTERM to its run's whole process group
+/// (as Slurm does) or to its run's leader only: a plain step and a lane process whose
+/// SIGTERM handlers need 1.5 s both finish their cleanup (`lock.grace` is 5 s), and no
+/// step process is alive 0.5 s after the lock tool released. Before the inner run was
+/// the lock tool's run itself (`exec`) and a stopped group's leader exit stopped ending
+/// the grace, neither handler got to finish.
+#[test]
+fn a_cancel_gives_steps_the_grace_whatever_the_lock_tool_forwards() {
+    for (forward, sig) in [("group", libc::SIGTERM), ("leader", libc::SIGINT)] {
+        let token = format!("grace{}x{forward}", std::process::id());
+        let s = Suite::new();
+        s.script("slow.sh", SLOW_TERM);
+        s.script("lane.sh", SLOW_TERM_LANE);
+        s.manifest(&format!(
+            "version: 1\nenv:\n  CANCEL_TOKEN: {token}\nlock:\n  submit: {}\n  device_count: 2\n  grace: 5s\nlanes:\n  l:\n    run: ./lane.sh\nscenes:\n  - name: plain\n    device:\n      run: ./slow.sh plain\n  - name: laned\n    device:\n      lane: l\n",
+            yq(&format!(
+                "{TASK_SUBMIT} --timeout 60 --device auto --device-num {{device_count}} --run {{run}}"
+            ))
+        ));
+        let mut cmd = sr(&s, &["device"]);
+        cmd.env("TASK_SUBMIT_GRACE", "8")
+            .env("TASK_SUBMIT_FORWARD", forward);
+        let (child, cap) = start(cmd);
+        let up = wait_until(secs(60), || {
+            s.path("up-plain").exists() && s.path("up-lane").exists()
+        });
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let run = finish(child, cap, LIMIT);
+        let what = format!("{forward} forwarding, signal {sig}");
+        assert!(up, "{what}: the steps never started: {}", run.desc());
+        assert!(run.is(2), "{what}: expected exit 2: {}", run.desc());
+        for f in ["cleaned-plain", "cleaned-lane"] {
+            assert!(
+                s.path(f).exists(),
+                "{what}: a SIGTERM handler did not get to finish ({f} missing)\n{}\n--- lock.log\n{}",
+                run.desc(),
+                s.read("build/scenerun/lock.log")
+            );
+        }
+        let release = event_t(&events(&s.path("lock-events.log")), "release")
+            .unwrap_or_else(|| panic!("{what}: no release: {}", s.read("lock-events.log")));
+        let wait = release + 0.5 - unix_now();
+        if wait > 0.0 {
+            sleep(Duration::from_secs_f64(wait));
+        }
+        let left = step_procs(&token);
+        assert!(
+            left.is_empty(),
+            "{what}: step processes alive 0.5 s after the release: {left:?}"
+        );
+        let rep = s.record("report.json").expect("report.json");
+        for name in ["plain", "laned"] {
+            let sc = report_scene(&rep, name).expect("scene in report");
+            assert_eq!(sc["outcome"], "interrupted", "{what}: {sc:#}");
+        }
+    }
 }
