@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::exit::Exit;
 use crate::key::normalize;
 use crate::manifest::locate::Locations;
 use crate::plan::Plan;
@@ -36,10 +35,10 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
         .arg(dir)
         .args(args)
         .output()
-        .map_err(|e| crate::coded!(Exit::Usage, "--changed-since needs git: {e}"))?;
+        .map_err(|e| crate::err!(Usage, "--changed-since needs git: {e}"))?;
     if !out.status.success() {
-        return Err(crate::coded!(
-            Exit::Usage,
+        return Err(crate::err!(
+            Usage,
             "--changed-since: `git {}` failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()

@@ -427,33 +427,68 @@ pub struct InnerArgs {
     pub frozen: PathBuf,
 }
 
-fn parse_jobs(text: &str) -> Result<usize, String> {
+/// Why a value is refused (clap prints it after the option's name).
+#[derive(Debug)]
+enum BadArg {
+    /// A count or a number of slots below 1.
+    Zero,
+    /// Not a number; `what` it should have been.
+    NotANumber {
+        text: String,
+        what: &'static str,
+    },
+    EmptyRevision,
+    /// A revision that would read as an option of git's.
+    OptionLike(String),
+}
+
+impl std::fmt::Display for BadArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadArg::Zero => f.write_str("must be at least 1"),
+            BadArg::NotANumber { text, what } => write!(f, "`{text}` is not {what}"),
+            BadArg::EmptyRevision => f.write_str("an empty revision"),
+            BadArg::OptionLike(text) => write!(
+                f,
+                "`{text}` is not a revision: a revision never starts with `-`"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BadArg {}
+
+fn parse_jobs(text: &str) -> Result<usize, BadArg> {
     match text.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
+        Ok(0) => Err(BadArg::Zero),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("`{text}` is not a number of slots")),
+        Err(_) => Err(BadArg::NotANumber {
+            text: text.to_string(),
+            what: "a number of slots",
+        }),
     }
 }
 
 /// A git revision for `--changed-since`: handed to `git diff`, so it must never read as
 /// one of git's options (`--output=FILE` would truncate FILE).
-fn parse_revision(text: &str) -> Result<String, String> {
+fn parse_revision(text: &str) -> Result<String, BadArg> {
     if text.is_empty() {
-        return Err("an empty revision".into());
+        return Err(BadArg::EmptyRevision);
     }
     if text.starts_with('-') {
-        return Err(format!(
-            "`{text}` is not a revision: a revision never starts with `-`"
-        ));
+        return Err(BadArg::OptionLike(text.to_string()));
     }
     Ok(text.to_string())
 }
 
-fn parse_count(text: &str) -> Result<u32, String> {
+fn parse_count(text: &str) -> Result<u32, BadArg> {
     match text.trim().parse::<u32>() {
-        Ok(0) => Err("must be at least 1".into()),
+        Ok(0) => Err(BadArg::Zero),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("`{text}` is not a count")),
+        Err(_) => Err(BadArg::NotANumber {
+            text: text.to_string(),
+            what: "a count",
+        }),
     }
 }
 

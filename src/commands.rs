@@ -12,6 +12,7 @@ use crate::cache::{maintain, Store};
 use crate::cli::{
     CacheCommand, Cli, Command, DeviceFlags, FleetCommand, PreviewFlags, SimulateArgs, WarmFlags,
 };
+use crate::error::Error;
 use crate::exit::Exit;
 use crate::manifest;
 use crate::plan::{self, Lookups, Plan};
@@ -51,7 +52,7 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
     // A usage error or an empty selection writes no report: at least no earlier run's
     // report may stay looking current.
     if let (Err(e), Some(dir)) = (&result, reports) {
-        if matches!(crate::exit::exit_of(e), Exit::Usage | Exit::NoneSelected) {
+        if matches!(crate::error::exit_of(e), Exit::Usage | Exit::NoneSelected) {
             device::runs::clear_stale_reports(&dir);
         }
     }
@@ -245,7 +246,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
             plan::start_identities(s, m, select);
         }
         let memo = memo.join();
-        let (mut m, kept) = loaded?;
+        let (mut m, kept) = loaded.map_err(Error::Manifest)?;
         let files = match memo {
             Ok(Some(f)) => f,
             _ => plan::stat_memo(&m.dir),
@@ -281,7 +282,7 @@ fn build_selected(
     ui: &Ui,
 ) -> Result<Option<Plan>> {
     let empty = |e: anyhow::Error| -> Result<Option<Plan>> {
-        if select.no_scenes == NoScenes::Pass && crate::exit::exit_of(&e) == Exit::NoneSelected {
+        if select.no_scenes == NoScenes::Pass && crate::error::exit_of(&e) == Exit::NoneSelected {
             ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
             return Ok(None);
         }
@@ -331,12 +332,12 @@ fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
     } else {
         None
     };
-    let m = manifest::load(&cli.manifest)?;
+    let m = manifest::load(&cli.manifest).map_err(Error::Manifest)?;
     let selected = match crate::select::select(&m.scenes, &sel) {
         Ok(s) => s,
         Err(e)
             if sel.no_scenes == NoScenes::Pass
-                && crate::exit::exit_of(&e) == Exit::NoneSelected =>
+                && crate::error::exit_of(&e) == Exit::NoneSelected =>
         {
             ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
             return Ok(Exit::Ok);
@@ -450,15 +451,15 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
         Ok(m) => (plan::cache_dir(&m, cli.cache_dir.as_deref()), Some(m.cache)),
         Err(e) => match &cli.cache_dir {
             Some(d) => (std::path::absolute(d)?, None),
-            None => return Err(e.into()),
+            None => return Err(Error::Manifest(e).into()),
         },
     };
     let store = Store::at(root);
     match c {
         CacheCommand::Stats { format } => {
             if !store.root.is_dir() {
-                return Err(crate::coded!(
-                    Exit::Infra,
+                return Err(crate::err!(
+                    Infra,
                     "cache directory {} does not exist",
                     store.root.display()
                 )
@@ -529,7 +530,7 @@ fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
                         ui.info(&format!("note: {note}"));
                     }
                     let work = shapes::read_run(dir, &ctx)
-                        .map_err(|e| crate::coded!(Exit::Usage, "--from-reports: {e}"))?;
+                        .map_err(|e| crate::err!(Usage, "--from-reports: {e}"))?;
                     Ok(shapes::shape(&work, a.old_acquisitions as usize))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -547,7 +548,7 @@ fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
         source,
         timeline: a.svg.is_some(),
     };
-    let results = fleet::run(&setup).map_err(|e| crate::coded!(Exit::Usage, "{e}"))?;
+    let results = fleet::run(&setup).map_err(|e| crate::err!(Usage, "{e}"))?;
     if let Some(path) = &a.svg {
         let svg = fleet::chart::svg(&setup, &results)
             .map_err(|e| anyhow::anyhow!("drawing the chart: {e}"))?;

@@ -1,7 +1,152 @@
-//! Errors that decide an exit code, as types: a manifest's diagnostics (exit 4), each
-//! with its place in the file. `exit` maps them onto the exit-code table.
+//! Errors that decide how scenerun exits: one enum, each variant one row of the
+//! exit-code table (`Error::code`), with a hint where one helps, and a manifest's
+//! diagnostics (exit 4), each with its place in the file. No exit code is decided by
+//! an error's text. `render` writes an error chain for the terminal.
 
 use std::fmt;
+use std::path::PathBuf;
+
+use crate::exit::Exit;
+
+/// An error whose kind decides the exit code.
+#[derive(Debug)]
+pub enum Error {
+    /// A bad value on the command line or in the manifest found after parsing, a
+    /// `scenes_from` generator that failed, `--changed-since` without git (exit 4).
+    Usage(String),
+    /// Every problem of a manifest (exit 4).
+    Manifest(ManifestErrors),
+    /// The selection is empty (exit 5).
+    NoneSelected(String),
+    /// Artifacts are missing: the lock was not taken (exit 6).
+    NotWarm(String),
+    /// The cache, the lock command, an identity command, a file scenerun keeps (exit 3).
+    Infra(String),
+    /// Another `scenerun device` is writing its report into the same directory (exit 3).
+    ReportDirBusy {
+        /// Its pid, when known.
+        holder: Option<i32>,
+        dir: PathBuf,
+    },
+    /// The cache directory holds other files and no scenerun marker (exit 3).
+    ForeignCache {
+        dir: PathBuf,
+        /// The marker file's name.
+        marker: &'static str,
+    },
+    /// Something other than a directory where the cache keeps one of its own (exit 3).
+    NotADirInCache {
+        path: PathBuf,
+        /// What is there instead ("a symlink", ...).
+        found: &'static str,
+    },
+    /// SIGINT or SIGTERM (exit 2).
+    Interrupted(String),
+}
+
+impl Error {
+    /// The exit code this error calls for.
+    pub fn code(&self) -> Exit {
+        match self {
+            Error::Usage(_) | Error::Manifest(_) => Exit::Usage,
+            Error::NoneSelected(_) => Exit::NoneSelected,
+            Error::NotWarm(_) => Exit::NotWarm,
+            Error::Infra(_)
+            | Error::ReportDirBusy { .. }
+            | Error::ForeignCache { .. }
+            | Error::NotADirInCache { .. } => Exit::Infra,
+            Error::Interrupted(_) => Exit::Interrupted,
+        }
+    }
+
+    /// What to do about it, where that is clear.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            Error::NotWarm(_) => Some("run `scenerun warm` first"),
+            Error::ReportDirBusy { .. } => {
+                Some("wait for it, or give each run its own --report-dir")
+            }
+            Error::ForeignCache { .. } => Some(
+                "point --cache-dir (or cache.dir, SCENERUN_CACHE_DIR) at an empty or new directory; scenerun never adopts one that holds other files",
+            ),
+            Error::NotADirInCache { .. } => Some(
+                "scenerun never follows links inside a cache; remove it, or run `scenerun cache clean` on a fresh --cache-dir",
+            ),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(m)
+            | Error::NoneSelected(m)
+            | Error::NotWarm(m)
+            | Error::Infra(m)
+            | Error::Interrupted(m) => f.write_str(m),
+            Error::Manifest(e) => write!(f, "{e}"),
+            Error::ReportDirBusy { holder, dir } => write!(
+                f,
+                "another `scenerun device`{} is writing its report to {}; this run is refused so that the two reports never mix",
+                holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+                dir.display()
+            ),
+            Error::ForeignCache { dir, marker } => write!(
+                f,
+                "{} is not a scenerun cache: it is not empty and has no {marker}",
+                dir.display()
+            ),
+            Error::NotADirInCache { path, found } => write!(
+                f,
+                "cache unusable: {} is {found}, where the cache keeps its own directory",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ManifestErrors> for Error {
+    fn from(e: ManifestErrors) -> Error {
+        Error::Manifest(e)
+    }
+}
+
+/// An [`Error`] of a message variant as an `anyhow::Error`, the message formatted:
+/// `err!(Usage, "bad -k glob `{p}`: {e}")`.
+#[macro_export]
+macro_rules! err {
+    ($variant:ident, $($arg:tt)*) => {
+        anyhow::Error::new($crate::error::Error::$variant(format!($($arg)*)))
+    };
+}
+
+/// The first [`Error`] in an error chain.
+fn typed(err: &anyhow::Error) -> Option<&Error> {
+    // One attached with `.context()` is found by anyhow's own downcast only.
+    err.downcast_ref::<Error>()
+        .or_else(|| err.chain().find_map(|c| c.downcast_ref::<Error>()))
+}
+
+/// The exit code of an error chain: its first [`Error`]'s; anything else (I/O, a command
+/// that could not start) is an infrastructure error.
+pub fn exit_of(err: &anyhow::Error) -> Exit {
+    typed(err).map_or(Exit::Infra, Error::code)
+}
+
+/// `error: <what>`, indented `caused by:` lines, then a hint if one helps.
+pub fn render(err: &anyhow::Error) -> String {
+    let mut out = format!("error: {err}\n");
+    for cause in err.chain().skip(1) {
+        out.push_str(&format!("  caused by: {cause}\n"));
+    }
+    if let Some(hint) = typed(err).and_then(Error::hint) {
+        out.push_str(&format!("hint: {hint}\n"));
+    }
+    out
+}
 
 /// One problem in a manifest.
 #[derive(Debug, Clone)]

@@ -101,14 +101,24 @@ impl From<Include> for String {
     }
 }
 
-impl TryFrom<String> for Include {
-    type Error = String;
+/// A memo entry that is not an include (the text found).
+#[derive(Debug)]
+pub struct NotAnInclude(String);
 
-    fn try_from(mut s: String) -> Result<Include, String> {
+impl std::fmt::Display for NotAnInclude {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not an include: {:?}", self.0)
+    }
+}
+
+impl TryFrom<String> for Include {
+    type Error = NotAnInclude;
+
+    fn try_from(mut s: String) -> Result<Include, NotAnInclude> {
         let quoted = match s.chars().next() {
             Some('\'') => true,
             Some('<') => false,
-            _ => return Err(format!("not an include: {s:?}")),
+            _ => return Err(NotAnInclude(s)),
         };
         s.remove(0);
         Ok(Include { quoted, name: s })

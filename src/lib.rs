@@ -64,8 +64,8 @@ pub fn run(cli: Cli) -> Exit {
     match commands::dispatch(cli, &ui) {
         Ok(exit) => exit,
         Err(err) => {
-            ui.error(&exit::render(&err));
-            exit::exit_of(&err)
+            ui.error(&error::render(&err));
+            error::exit_of(&err)
         }
     }
 }

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::cache::history::History;
 use crate::cache::{Entry, Kind, Lookup, Stale, Store};
-use crate::exit::Exit;
+use crate::error::Error;
 use crate::key::inputs::KeyInputs;
 use crate::key::{self, Files, KeyHasher};
 use crate::layout;
@@ -659,14 +659,12 @@ impl Plan {
         let base = &self.manifest.dir;
         let read_err = |e: std::io::Error, what: &str| {
             // A FIFO or device named as a source or input is a manifest error (exit 4).
-            let exit = match crate::fsutil::is_not_regular(&e) {
-                true => Exit::Usage,
-                false => Exit::Infra,
+            let what = format!("scene {}: reading {what}", s.name);
+            let err = match crate::fsutil::is_not_regular(&e) {
+                true => Error::Usage(what),
+                false => Error::Infra(what),
             };
-            anyhow::Error::new(e).context(crate::exit::Coded::new(
-                exit,
-                format!("scene {}: reading {what}", s.name),
-            ))
+            anyhow::Error::new(e).context(err)
         };
         let mut h = KeyHasher::new(step.kind.name());
         let command = self.command(step, &Fill::Mask);
@@ -828,8 +826,7 @@ impl Plan {
             Some(n) if n < need => {
                 let scene = widest.map(|(_, s)| s).expect("a need above 1 has a scene");
                 let m = &self.manifest;
-                Err(crate::coded!(
-                    Exit::Usage,
+                Err(crate::err!(Usage,
                     "{}: lock.device_count is {n}, but scene `{}` needs {need} devices\n  {}: scenes[{}].device.devices: {need}",
                     crate::manifest::position(m, "lock.device_count"),
                     scene.name,
@@ -935,7 +932,7 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
         return Ok(Vec::new());
     };
     crate::identity::run(cmd, &manifest.dir, &manifest.env, tc.identity_timeout)
-        .map_err(|e| crate::coded!(Exit::Infra, "toolchain `{}`: {e}", tc.name))
+        .map_err(|e| crate::err!(Infra, "toolchain `{}`: {e}", tc.name))
 }
 
 /// Start the identity commands the selection will need (toolchains of its kernels, its
@@ -1018,7 +1015,7 @@ fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<Str
                 crate::identity::DEFAULT_TIMEOUT,
             )
             .map(|o| (cmd.to_string(), o))
-            .map_err(|e| crate::coded!(Exit::Infra, "{what} identity: {e}"))
+            .map_err(|e| crate::err!(Infra, "{what} identity: {e}"))
         },
     )
     .into_iter()

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 
-use crate::exit::Exit;
 use crate::manifest::Scene;
 
 /// Which scenes a command works on (from `-k`, `--tag`, `--skip-tag`, `--platform`,
@@ -46,8 +45,8 @@ pub struct Partition {
 }
 
 impl Partition {
-    pub fn parse(text: &str) -> Result<Partition, String> {
-        let bad = || format!("bad --partition `{text}`: write K/N with 1 ≤ K ≤ N, e.g. 1/2");
+    pub fn parse(text: &str) -> Result<Partition, BadPartition> {
+        let bad = || BadPartition(text.to_string());
         let (k, n) = text.split_once('/').ok_or_else(bad)?;
         let k: u64 = k.trim().parse().map_err(|_| bad())?;
         let n: u64 = n.trim().parse().map_err(|_| bad())?;
@@ -61,6 +60,22 @@ impl Partition {
         shard_of(name, self.n) == self.k - 1
     }
 }
+
+/// A `--partition` that is not K/N with 1 ≤ K ≤ N (the text given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadPartition(pub String);
+
+impl std::fmt::Display for BadPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "bad --partition `{}`: write K/N with 1 ≤ K ≤ N, e.g. 1/2",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BadPartition {}
 
 /// The 0-based shard of a scene name among `n`.
 pub fn shard_of(name: &str, n: u64) -> u64 {
@@ -85,8 +100,7 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
     let partition = sel.partition;
     for p in &sel.patterns {
         if p.contains(['*', '?', '[']) {
-            glob::Pattern::new(p)
-                .map_err(|e| crate::coded!(Exit::Usage, "bad -k glob `{p}`: {e}"))?;
+            glob::Pattern::new(p).map_err(|e| crate::err!(Usage, "bad -k glob `{p}`: {e}"))?;
         }
     }
     type Filter<'a> = (String, Box<dyn Fn(&Scene) -> bool + 'a>);
@@ -140,10 +154,7 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
         } else {
             format!("of {} scenes: {}", scenes.len(), removed.join(", "))
         };
-        return Err(crate::coded!(
-            Exit::NoneSelected,
-            "no scene selected ({detail})"
-        ));
+        return Err(crate::err!(NoneSelected, "no scene selected ({detail})"));
     }
     Ok(left)
 }

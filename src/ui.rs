@@ -98,7 +98,7 @@ impl Ui {
         self.paint("2", t)
     }
 
-    /// An error report (already formatted by `exit::render`).
+    /// An error report (already formatted by `error::render`).
     pub fn error(&self, text: &str) {
         let mut e = std::io::stderr().lock();
         let _ = match text.strip_prefix("error:") {

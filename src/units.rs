@@ -1,10 +1,35 @@
 //! Sizes (`40GiB`, `512MiB`, `1.5GB`, bytes) and durations (`30m`, `90s`, `1h 30m`).
 
+use std::fmt;
 use std::time::Duration;
+
+/// A size or duration that could not be read, with the text as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadValue {
+    Size(String),
+    Duration(String),
+}
+
+impl fmt::Display for BadValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadValue::Size(t) => write!(
+                f,
+                "bad size `{t}` (write e.g. `512MiB`, `40GiB`, `1.5GB` or a number of bytes)"
+            ),
+            BadValue::Duration(t) => write!(
+                f,
+                "bad duration `{t}` (write e.g. `90s`, `30m`, `1h 30m`, `14d`)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BadValue {}
 
 /// Parse a size. Binary units (KiB, MiB, GiB, TiB) are powers of 1024, decimal ones (KB, MB,
 /// GB, TB) powers of 1000; a bare number is bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, BadValue> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -31,12 +56,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
-fn bad_size(text: &str) -> String {
-    format!("bad size `{text}` (write e.g. `512MiB`, `40GiB`, `1.5GB` or a number of bytes)")
+fn bad_size(text: &str) -> BadValue {
+    BadValue::Size(text.to_string())
 }
 
 /// Parse a duration: humantime syntax (`30m`, `90s`, `1h 30m`, `14d`); a bare number is seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, BadValue> {
     let t = text.trim();
     if let Ok(secs) = t.parse::<u64>() {
         if secs > 0 {
@@ -45,14 +70,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     match humantime::parse_duration(t) {
         Ok(d) if !d.is_zero() => Ok(d),
-        _ => Err(format!(
-            "bad duration `{text}` (write e.g. `90s`, `30m`, `1h 30m`, `14d`)"
-        )),
+        _ => Err(BadValue::Duration(text.to_string())),
     }
 }
 
 /// An age limit (`cache prune --max-age`): a duration, where `0` means "any age".
-pub fn parse_age(text: &str) -> Result<Duration, String> {
+pub fn parse_age(text: &str) -> Result<Duration, BadValue> {
     match text.trim() {
         "0" | "0s" => Ok(Duration::ZERO),
         _ => parse_duration(text),

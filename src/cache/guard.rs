@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use anyhow::Result;
 
 use super::{FileRecord, Kind, Store, LAYOUT, MARKER};
-use crate::exit::Exit;
+use crate::error::Error;
 use crate::fsutil::{self, Node};
 
 /// The directories of the layout that must be real directories.
@@ -51,8 +51,8 @@ impl Store {
             Err(e) => return Err(super::infra(e, "read", &self.root)),
         };
         if !root_meta.is_dir() {
-            return Err(crate::coded!(
-                Exit::Infra,
+            return Err(crate::err!(
+                Infra,
                 "cache dir {} is not a directory",
                 self.root.display()
             ));
@@ -64,8 +64,7 @@ impl Store {
                     .ok()
                     .and_then(|v| v.get("layout").and_then(|l| l.as_u64()));
                 if layout != Some(LAYOUT as u64) {
-                    return Err(crate::coded!(
-                        Exit::Infra,
+                    return Err(crate::err!(Infra,
                         "cache {} has layout {:?}; this scenerun uses layout {LAYOUT} (use another --cache-dir or `scenerun cache clean`)",
                         self.root.display(),
                         layout
@@ -79,23 +78,15 @@ impl Store {
                     .flatten()
                     .any(|e| !is_marker_or_temp(&e.file_name().to_string_lossy()));
                 if foreign {
-                    return Err(anyhow::Error::new(
-                        crate::exit::Coded::new(
-                            Exit::Infra,
-                            format!(
-                                "{} is not a scenerun cache: it is not empty and has no {MARKER}",
-                                self.root.display()
-                            ),
-                        )
-                        .hint(
-                            "point --cache-dir (or cache.dir, SCENERUN_CACHE_DIR) at an empty or new directory; scenerun never adopts one that holds other files",
-                        ),
-                    ));
+                    return Err(anyhow::Error::new(Error::ForeignCache {
+                        dir: self.root.clone(),
+                        marker: MARKER,
+                    }));
                 }
             }
             Err(e) => {
-                return Err(crate::coded!(
-                    Exit::Infra,
+                return Err(crate::err!(
+                    Infra,
                     "cache unusable: its marker {} cannot be read: {e}",
                     marker.display()
                 ))
@@ -104,17 +95,10 @@ impl Store {
         for dir in top_dirs(&self.root) {
             let found = fsutil::node(&dir).map_err(|e| super::infra(e, "read", &dir))?;
             if !matches!(found, Node::Dir | Node::Missing) {
-                return Err(anyhow::Error::new(
-                    crate::exit::Coded::new(
-                        Exit::Infra,
-                        format!(
-                            "cache unusable: {} is {}, where the cache keeps its own directory",
-                            dir.display(),
-                            found.describe()
-                        ),
-                    )
-                    .hint("scenerun never follows links inside a cache; remove it, or run `scenerun cache clean` on a fresh --cache-dir"),
-                ));
+                return Err(anyhow::Error::new(Error::NotADirInCache {
+                    path: dir,
+                    found: found.describe(),
+                }));
             }
         }
         let mode = root_meta.permissions().mode();
@@ -169,7 +153,7 @@ impl Store {
     /// The entry directory of a key, checked component by component with `lstat`:
     /// Ok(None) when absent; Err (corruption) when a symlink or a file stands where a
     /// directory belongs.
-    pub(super) fn entry_checked(&self, kind: Kind, key: &str) -> Result<Option<PathBuf>, String> {
+    pub(super) fn entry_checked(&self, kind: Kind, key: &str) -> Result<Option<PathBuf>, Damage> {
         let kind_dir = self.root.join("entries").join(kind.name());
         let shard = kind_dir.join(&key[..2.min(key.len())]);
         let entry = shard.join(key);
@@ -178,17 +162,97 @@ impl Store {
                 Ok(Node::Dir) => {}
                 Ok(Node::Missing) => return Ok(None),
                 Ok(found) => {
-                    let what = ["entries/<kind>", "shard", "entry"][i];
-                    return Err(format!(
-                        "its {what} {} is {}",
-                        p.display(),
-                        found.describe()
-                    ));
+                    return Err(Damage::NotADir {
+                        what: ["entries/<kind>", "shard", "entry"][i],
+                        path: p.clone(),
+                        found: found.describe(),
+                    });
                 }
-                Err(e) => return Err(format!("cannot read {}: {e}", p.display())),
+                Err(e) => {
+                    return Err(Damage::Unreadable {
+                        path: p.clone(),
+                        error: e.to_string(),
+                    })
+                }
             }
         }
         Ok(Some(entry))
+    }
+}
+
+/// What is wrong with an entry that is there: why a lookup does not serve it (a damaged
+/// stale entry), why `cache verify` calls it corrupt, why a staged entry is not
+/// published. The one description of an entry's damage, rendered here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Damage {
+    /// A directory on the way to it is something else (`what`: `entries/<kind>`,
+    /// `shard` or `entry`).
+    NotADir {
+        what: &'static str,
+        path: PathBuf,
+        found: &'static str,
+    },
+    /// A directory on the way to it cannot be read.
+    Unreadable {
+        path: PathBuf,
+        error: String,
+    },
+    RecordMissing,
+    RecordUnreadable(String),
+    /// The record is of another key, kind or layout (found by a lookup).
+    RecordMismatch,
+    /// The record names another key or kind (found by `cache verify`).
+    OtherKey,
+    NoFiles,
+    /// A recorded path leaves the entry.
+    Outside(String),
+    OutMissing,
+    /// `out` holds what the cache cannot serve (a link, a FIFO, ...).
+    Unservable(String),
+    NotRecorded(String),
+    Size {
+        path: String,
+        got: u64,
+        recorded: u64,
+    },
+    FileMissing(String),
+    /// `cache verify`: a file cannot be read, or its content is not what was recorded.
+    CannotRead {
+        path: String,
+        error: String,
+    },
+    Content(String),
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Damage::NotADir { what, path, found } => {
+                write!(f, "its {what} {} is {found}", path.display())
+            }
+            Damage::Unreadable { path, error } => {
+                write!(f, "cannot read {}: {error}", path.display())
+            }
+            Damage::RecordMissing => f.write_str("integrity record missing"),
+            Damage::RecordUnreadable(e) => write!(f, "integrity record unreadable: {e}"),
+            Damage::RecordMismatch => f.write_str("integrity record does not match its key"),
+            Damage::OtherKey => f.write_str("integrity record names another key"),
+            Damage::NoFiles => f.write_str("entry records no files"),
+            Damage::Outside(p) => {
+                write!(f, "integrity record names `{p}`, a path outside the entry")
+            }
+            Damage::OutMissing => f.write_str("out is missing"),
+            Damage::Unservable(e) => write!(f, "out holds what the cache cannot serve: {e}"),
+            Damage::NotRecorded(p) => write!(f, "{} is not in the integrity record", or_out(p)),
+            Damage::Size {
+                path,
+                got,
+                recorded,
+            } => write!(f, "{} has {got} bytes, recorded {recorded}", or_out(path)),
+            Damage::FileMissing(p) => write!(f, "{} is missing", or_out(p)),
+            Damage::CannotRead { path, error } => write!(f, "cannot read {path}: {error}"),
+            Damage::Content(p) => write!(f, "{} content does not match its BLAKE3", or_out(p)),
+        }
     }
 }
 
@@ -202,20 +266,17 @@ pub fn record_path_ok(path: &str) -> bool {
 
 /// The hit check: the listing of `out` (by `lstat`, nothing followed) must equal the
 /// record — the same paths, the same sizes, regular files only. O(files), no hashing.
-pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<(), String> {
+pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<(), Damage> {
     if files.is_empty() {
-        return Err("entry records no files".into());
+        return Err(Damage::NoFiles);
     }
     let single = files.len() == 1 && files[0].path.is_empty();
     if let Some(bad) = files.iter().find(|f| !single && !record_path_ok(&f.path)) {
-        return Err(format!(
-            "integrity record names `{}`, a path outside the entry",
-            bad.path
-        ));
+        return Err(Damage::Outside(bad.path.clone()));
     }
     let actual = fsutil::walk_files(out).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => "out is missing".to_string(),
-        _ => format!("out holds what the cache cannot serve: {e}"),
+        io::ErrorKind::NotFound => Damage::OutMissing,
+        _ => Damage::Unservable(e.to_string()),
     })?;
     let mut recorded: Vec<(&str, u64)> = files.iter().map(|f| (f.path.as_str(), f.size)).collect();
     recorded.sort();
@@ -225,19 +286,21 @@ pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<(), String> {
         match (a.peek().copied(), r.peek().copied()) {
             (None, None) => return Ok(()),
             (Some((ap, _)), Some((rp, _))) if ap < rp => {
-                return Err(format!("{} is not in the integrity record", or_out(ap)))
+                return Err(Damage::NotRecorded(ap.to_string()))
             }
-            (Some((ap, _)), None) => {
-                return Err(format!("{} is not in the integrity record", or_out(ap)))
-            }
+            (Some((ap, _)), None) => return Err(Damage::NotRecorded(ap.to_string())),
             (Some((ap, asz)), Some((rp, rsz))) if ap == rp => {
                 if asz != rsz {
-                    return Err(format!("{} has {asz} bytes, recorded {rsz}", or_out(ap)));
+                    return Err(Damage::Size {
+                        path: ap.to_string(),
+                        got: asz,
+                        recorded: rsz,
+                    });
                 }
                 a.next();
                 r.next();
             }
-            (_, Some((rp, _))) => return Err(format!("{} is missing", or_out(rp))),
+            (_, Some((rp, _))) => return Err(Damage::FileMissing(rp.to_string())),
         }
     }
 }
@@ -283,23 +346,28 @@ mod tests {
         assert_eq!(check_listing(&out, &good), Ok(()));
         assert!(check_listing(&out, &[rec("a", 2)])
             .unwrap_err()
+            .to_string()
             .contains("d/b is not in"));
         assert!(
             check_listing(&out, &[rec("a", 2), rec("d/b", 3), rec("z", 1)])
                 .unwrap_err()
+                .to_string()
                 .contains("z is missing")
         );
         assert!(check_listing(&out, &[rec("a", 3), rec("d/b", 3)])
             .unwrap_err()
+            .to_string()
             .contains("recorded 3"));
         assert!(
             check_listing(&out, &[rec("a", 2), rec("../../etc/passwd", 3)])
                 .unwrap_err()
+                .to_string()
                 .contains("outside")
         );
         std::os::unix::fs::symlink("/etc/passwd", out.join("l")).unwrap();
         assert!(check_listing(&out, &good)
             .unwrap_err()
+            .to_string()
             .contains("cannot serve"));
     }
 }

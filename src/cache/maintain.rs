@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{read_meta, Kind, Store};
+use super::{read_meta, Damage, Kind, Store};
 use crate::fsutil;
 use crate::units::short_size;
 
@@ -210,10 +210,10 @@ pub fn verify(store: &Store, fix: bool, report: &mut dyn FnMut(String)) -> Resul
     Ok(bad)
 }
 
-fn verify_entry(kind: Kind, key: &str, dir: &std::path::Path) -> Result<(), String> {
-    let meta = read_meta(dir)?.ok_or("integrity record missing")?;
+fn verify_entry(kind: Kind, key: &str, dir: &std::path::Path) -> Result<(), Damage> {
+    let meta = read_meta(dir)?.ok_or(Damage::RecordMissing)?;
     if meta.key != key || meta.kind != kind {
-        return Err("integrity record names another key".into());
+        return Err(Damage::OtherKey);
     }
     let out = dir.join("out");
     // The listing first: no path in the record may leave `out`, nothing is followed.
@@ -224,13 +224,13 @@ fn verify_entry(kind: Kind, key: &str, dir: &std::path::Path) -> Result<(), Stri
         } else {
             out.join(&f.path)
         };
-        let d = super::digest_in_cache(&p, super::Digester::new())
-            .map_err(|e| format!("cannot read {}: {e}", f.path))?;
+        let d =
+            super::digest_in_cache(&p, super::Digester::new()).map_err(|e| Damage::CannotRead {
+                path: f.path.clone(),
+                error: e.to_string(),
+            })?;
         if d.blake3 != f.blake3 {
-            return Err(format!(
-                "{} content does not match its BLAKE3",
-                if f.path.is_empty() { "out" } else { &f.path }
-            ));
+            return Err(Damage::Content(f.path.clone()));
         }
     }
     Ok(())
@@ -241,8 +241,8 @@ fn removal_errors(store: &Store, failed: &[String]) -> Result<()> {
     if failed.is_empty() {
         return Ok(());
     }
-    Err(crate::coded!(
-        crate::exit::Exit::Infra,
+    Err(crate::err!(
+        Infra,
         "cache {}: could not remove {} entr{} (not counted as removed):\n  {}",
         store.root.display(),
         failed.len(),

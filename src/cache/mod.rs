@@ -34,10 +34,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::exit::Exit;
 use crate::fsutil;
 use crate::key::Files;
 use digest::{Digester, Digests};
+pub use guard::Damage;
 
 pub const LAYOUT: u32 = 1;
 const MARKER: &str = "scenerun-cache.json";
@@ -299,7 +299,7 @@ pub enum Stale {
     /// The entry itself is damaged: a file missing or of another size, a record that
     /// cannot be read or names another key, a link where the cache keeps a directory.
     /// Rebuilt from the same inputs, it comes out the same.
-    Damaged(String),
+    Damaged(Damage),
     /// The entry is whole, but a file its depfile recorded changed (or is gone):
     /// rebuilt under the same key, it may come out different.
     DepChanged {
@@ -312,7 +312,7 @@ pub enum Stale {
 impl std::fmt::Display for Stale {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Stale::Damaged(why) => f.write_str(why),
+            Stale::Damaged(why) => write!(f, "{why}"),
             Stale::DepChanged { path, gone: false } => {
                 write!(f, "{path} changed since it was built")
             }
@@ -384,10 +384,8 @@ fn infra(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
     } else {
         ""
     };
-    anyhow::Error::new(e).context(crate::exit::Coded::new(
-        Exit::Infra,
-        format!("cache unusable: cannot {what} {}{full}", path.display()),
-    ))
+    let what = format!("cache unusable: cannot {what} {}{full}", path.display());
+    anyhow::Error::new(e).context(crate::error::Error::Infra(what))
 }
 
 impl Snapshot {
@@ -525,13 +523,11 @@ impl Store {
         let view = match MetaView::parse(&bytes) {
             Ok(v) => v,
             Err(e) => {
-                let why = format!("integrity record unreadable: {e}");
-                return Lookup::Stale(Stale::Damaged(why));
+                return Lookup::Stale(Stale::Damaged(Damage::RecordUnreadable(e.to_string())))
             }
         };
         if view.key != key || view.kind != kind || view.layout != LAYOUT {
-            let why = "integrity record does not match its key".into();
-            return Lookup::Stale(Stale::Damaged(why));
+            return Lookup::Stale(Stale::Damaged(Damage::RecordMismatch));
         }
         if let Err(why) = guard::check_listing(&dir.join("out"), &view.files) {
             return Lookup::Stale(Stale::Damaged(why));
@@ -841,8 +837,8 @@ impl Store {
     pub fn publish_digested(&self, staging: Staging, mut meta: Meta) -> Result<Entry> {
         meta.files.sort_by(|a, b| a.path.cmp(&b.path));
         guard::check_listing(&staging.out(), &meta.files).map_err(|why| {
-            crate::coded!(
-                Exit::Infra,
+            crate::err!(
+                Infra,
                 "cache unusable: staged entry {} does not match its record ({why}); not published",
                 meta.key
             )
@@ -1007,27 +1003,27 @@ pub fn digest_in_cache(path: &Path, digester: Digester) -> io::Result<Digests> {
 }
 
 /// Ok(None): no entry. Err: an entry directory without a readable record.
-pub fn read_meta(dir: &Path) -> Result<Option<Meta>, String> {
+pub fn read_meta(dir: &Path) -> Result<Option<Meta>, Damage> {
     match read_record(dir)? {
         Some(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| format!("integrity record unreadable: {e}")),
+            .map_err(|e| Damage::RecordUnreadable(e.to_string())),
         None => Ok(None),
     }
 }
 
 /// The bytes of an entry's `meta.json` (see `read_meta`).
-fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, String> {
+fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, Damage> {
     match fsutil::read_nofollow(&dir.join("meta.json")) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if fsutil::node(dir).ok() != Some(fsutil::Node::Missing) {
-                Err("integrity record missing".into())
+                Err(Damage::RecordMissing)
             } else {
                 Ok(None)
             }
         }
-        Err(e) => Err(format!("integrity record unreadable: {e}")),
+        Err(e) => Err(Damage::RecordUnreadable(e.to_string())),
     }
 }
 
@@ -1201,7 +1197,7 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, &shard).unwrap();
         assert!(matches!(
             store.lookup(Kind::Kernel, &key, t.path(), &files),
-            Lookup::Stale(Stale::Damaged(why)) if why.contains("symlink")
+            Lookup::Stale(Stale::Damaged(why)) if why.to_string().contains("symlink")
         ));
         assert!(!store.settle_present(Kind::Kernel, &key, &hit));
     }

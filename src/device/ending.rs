@@ -26,7 +26,7 @@ pub fn classify(frozen: &Frozen, results: &mut Results, lost: bool, interrupted:
             };
             continue;
         }
-        if let Err(why) = super::inner::prepare(frozen, s) {
+        if let Err(why) = super::inner::prepare(frozen, s).map_err(|g| g.to_string()) {
             r.message = Some(match &r.message {
                 Some(m) if !m.contains(&why) => format!("{why} (the step: {m})"),
                 _ => why,

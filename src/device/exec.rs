@@ -11,7 +11,7 @@ use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant};
 
 use super::events::{Attempt, AttemptOutcome, Event, LaneRecord};
-use super::lane::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
+use super::lane::{Batch, BatchScene, Deadline, Effect, ProcessEnd, ProtocolError};
 use super::{Frozen, FrozenScene};
 use crate::proc::{self, Ended};
 use crate::template::{Ph, Val};
@@ -257,12 +257,17 @@ impl Tail {
     /// Open the file at the path when it is not the one open (first seen, or replaced).
     /// A path that is gone keeps the file open as it is. Err: why the path breaks the
     /// protocol.
-    fn follow(&mut self) -> Result<(), String> {
+    fn follow(&mut self) -> Result<(), ProtocolError> {
         use std::os::unix::fs::MetadataExt;
         let here = match std::fs::symlink_metadata(&self.path) {
             Ok(m) => (m.dev(), m.ino()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("cannot stat {}: {e}", self.path.display())),
+            Err(e) => {
+                return Err(ProtocolError::CannotStat {
+                    path: self.path.clone(),
+                    error: e.to_string(),
+                })
+            }
         };
         if self.file.as_ref().is_some_and(|(_, id)| *id == here) {
             return Ok(());
@@ -270,12 +275,12 @@ impl Tail {
         let f = match crate::fsutil::open_regular_nofollow(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("its results path {e}")),
+            Err(e) => return Err(ProtocolError::NotRegular(e.to_string())),
         };
         let id = f
             .metadata()
             .map(|m| (m.dev(), m.ino()))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ProtocolError::Unreadable(e.to_string()))?;
         self.file = Some((f, id));
         self.pos = 0;
         self.partial.clear();
@@ -322,7 +327,7 @@ impl Tail {
 
     /// Complete lines appended since the last call (and, at the end, a last line
     /// without its newline). Err: the lane broke the protocol (said once).
-    fn lines(&mut self, at_end: bool) -> Result<Vec<String>, String> {
+    fn lines(&mut self, at_end: bool) -> Result<Vec<String>, ProtocolError> {
         let mut out = Vec::new();
         if self.broken {
             return Ok(out);
@@ -334,7 +339,7 @@ impl Tail {
         r.map(|()| out)
     }
 
-    fn read(&mut self, at_end: bool, out: &mut Vec<String>) -> Result<(), String> {
+    fn read(&mut self, at_end: bool, out: &mut Vec<String>) -> Result<(), ProtocolError> {
         self.follow()?;
         let Some((f, _)) = self.file.as_mut() else {
             return Ok(());
@@ -377,11 +382,10 @@ impl Tail {
     }
 }
 
-fn too_long() -> String {
-    format!(
-        "a results line is longer than {} MiB",
-        MAX_RESULTS_LINE >> 20
-    )
+fn too_long() -> ProtocolError {
+    ProtocolError::LineTooLong {
+        mib: MAX_RESULTS_LINE >> 20,
+    }
 }
 
 /// The output a lane process wrote since `mark` (its scene's share of the log).

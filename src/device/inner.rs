@@ -4,7 +4,7 @@
 //! generates or computes a golden.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -99,7 +99,7 @@ pub(super) fn result(
 }
 
 /// Check every artifact by `stat` (presence and size), and the `{kernels}` links.
-pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
+pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), Gone> {
     for a in s.kernels.iter().chain(&s.fixture).chain(&s.golden) {
         for f in &a.files {
             let p = if f.path.is_empty() {
@@ -110,11 +110,10 @@ pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
             match std::fs::metadata(&p) {
                 Ok(m) if m.len() == f.size => {}
                 _ => {
-                    return Err(format!(
-                    "artifact {} ({}) is missing or damaged since warm: run `scenerun warm` again",
-                    a.name,
-                    p.display()
-                ))
+                    return Err(Gone::Artifact {
+                        name: a.name.clone(),
+                        path: p,
+                    })
                 }
             }
         }
@@ -123,14 +122,37 @@ pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), String> {
     let dir = super::kernels_dir(&frozen.run_dir, &s.name);
     for k in &s.kernels {
         if std::fs::metadata(dir.join(&k.name)).is_err() {
-            return Err(format!(
-                "kernel link {} is missing in {}",
-                k.name,
-                dir.display()
-            ));
+            return Err(Gone::KernelLink {
+                name: k.name.clone(),
+                dir,
+            });
         }
     }
     Ok(())
+}
+
+/// What a scene's step would need that is gone since warm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gone {
+    /// A file of an artifact is missing or of another size.
+    Artifact { name: String, path: PathBuf },
+    /// A link of its `{kernels}` directory is missing.
+    KernelLink { name: String, dir: PathBuf },
+}
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gone::Artifact { name, path } => write!(
+                f,
+                "artifact {name} ({}) is missing or damaged since warm: run `scenerun warm` again",
+                path.display()
+            ),
+            Gone::KernelLink { name, dir } => {
+                write!(f, "kernel link {name} is missing in {}", dir.display())
+            }
+        }
+    }
 }
 
 /// Each frozen scene that is settled before anything runs — failed in warm, without a
@@ -169,7 +191,7 @@ fn admit(frozen: &Frozen, granted: &[String]) -> Admitted {
                 )),
             ))
         } else if let Err(e) = prepare(frozen, s) {
-            Some(result(s, SceneOutcome::Failed, Some(e)))
+            Some(result(s, SceneOutcome::Failed, Some(e.to_string())))
         } else {
             runnable.push(i);
             None

@@ -215,7 +215,38 @@ pub enum ProcessEnd {
     Interrupted,
     /// Killed for breaking the results protocol (its results path is not a regular
     /// file, a line is longer than the cap): why.
-    Protocol(String),
+    Protocol(ProtocolError),
+}
+
+/// How a lane broke the results protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// Its results path cannot be looked at.
+    CannotStat {
+        path: std::path::PathBuf,
+        error: String,
+    },
+    /// Its results path is not a regular file (a FIFO, a device, a link): why.
+    NotRegular(String),
+    /// Its open results file cannot be looked at (the error).
+    Unreadable(String),
+    /// A results line longer than the cap (MiB).
+    LineTooLong { mib: usize },
+}
+
+impl std::fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProtocolError::CannotStat { path, error } => {
+                write!(f, "cannot stat {}: {error}", path.display())
+            }
+            ProtocolError::NotRegular(why) => write!(f, "its results path {why}"),
+            ProtocolError::Unreadable(e) => f.write_str(e),
+            ProtocolError::LineTooLong { mib } => {
+                write!(f, "a results line is longer than {mib} MiB")
+            }
+        }
+    }
 }
 
 /// Which clock runs out first.

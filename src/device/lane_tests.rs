@@ -406,7 +406,8 @@ fn a_protocol_error_fails_the_running_scene_and_does_not_requeue() {
         1.0,
     );
     b.feed(r#"{"scene": "b", "event": "start"}"#, 1.1);
-    let why = "a results line is longer than 1 MiB".to_string();
+    let why = ProtocolError::LineTooLong { mib: 1 };
+    assert_eq!(why.to_string(), "a results line is longer than 1 MiB");
     let (e, requeue) = b.finish(&ProcessEnd::Protocol(why), 1.2, "");
     assert_eq!(
         verdicts(&e),

@@ -13,6 +13,7 @@ use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepRep
 use super::runs::{self, Invocation};
 use super::{Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome};
 use crate::cache::history::History;
+use crate::error::Error;
 use crate::exit::Exit;
 use crate::plan::{Plan, Status};
 use crate::template::{Ph, Val};
@@ -176,7 +177,7 @@ fn write_frozen(frozen: &Frozen) -> Result<()> {
         &path,
         &serde_json::to_vec_pretty(frozen).expect("frozen serializes"),
     )
-    .map_err(|e| crate::coded!(Exit::Infra, "cannot write {}: {e}", path.display()))
+    .map_err(|e| crate::err!(Infra, "cannot write {}: {e}", path.display()))
 }
 
 fn read_results(frozen: &Frozen) -> Option<Results> {
@@ -208,8 +209,8 @@ struct LockFailure {
 fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<Results> {
     let Phase { plan, ui, .. } = ph;
     let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
-        return Err(crate::coded!(
-            Exit::Usage,
+        return Err(crate::err!(
+            Usage,
             "the manifest has no `lock:` section; add one, or run with --no-lock --devices LIST"
         ));
     };
@@ -399,15 +400,17 @@ fn fail(
     report.exit_code = exit.code();
     report.error = Some(format!("{msg}\n{tail}"));
     let _ = opts.sink.write(report);
-    if tail.trim().is_empty() {
-        crate::coded!(exit, "{msg}")
-    } else {
-        crate::coded!(
-            exit,
+    let msg = match tail.trim().is_empty() {
+        true => msg,
+        false => format!(
             "{msg}\n--- lock command output (last lines) ---\n{}",
             tail.trim_end()
-        )
-    }
+        ),
+    };
+    anyhow::Error::new(match exit {
+        Exit::Interrupted => Error::Interrupted(msg),
+        _ => Error::Infra(msg),
+    })
 }
 
 /// Lay out each scene's `{kernels}` directory: one symlink per kernel into the cache
@@ -417,10 +420,10 @@ fn link_kernels(frozen: &Frozen) -> Result<()> {
         let dir = super::kernels_dir(&frozen.run_dir, &s.name);
         let _ = crate::fsutil::remove_any(&dir);
         std::fs::create_dir_all(&dir)
-            .map_err(|e| crate::coded!(Exit::Infra, "cannot create {}: {e}", dir.display()))?;
+            .map_err(|e| crate::err!(Infra, "cannot create {}: {e}", dir.display()))?;
         for k in &s.kernels {
             std::os::unix::fs::symlink(&k.out, dir.join(&k.name))
-                .map_err(|e| crate::coded!(Exit::Infra, "cannot link kernel {}: {e}", k.name))?;
+                .map_err(|e| crate::err!(Infra, "cannot link kernel {}: {e}", k.name))?;
         }
     }
     Ok(())
@@ -502,20 +505,14 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     let _report_lock = match runs::lock_report_dir(&opts.report_dir) {
         Ok(Ok(l)) => l,
         Ok(Err(busy)) => {
-            return Err(crate::exit::Coded::new(
-                Exit::Infra,
-                format!(
-                    "another `scenerun device`{} is writing its report to {}; this run is refused so that the two reports never mix",
-                    busy.holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
-                    opts.report_dir.display()
-                ),
-            )
-            .hint("wait for it, or give each run its own --report-dir")
-            .into())
+            return Err(anyhow::Error::new(Error::ReportDirBusy {
+                holder: busy.holder,
+                dir: opts.report_dir.clone(),
+            }))
         }
         Err(e) => {
-            return Err(crate::coded!(
-                Exit::Infra,
+            return Err(crate::err!(
+                Infra,
                 "cannot use the report dir {}: {e}",
                 opts.report_dir.display()
             ))
@@ -525,8 +522,8 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     let _ = std::fs::remove_file(opts.report_dir.join("report.json"));
     let _ = std::fs::remove_file(opts.report_dir.join("junit.xml"));
     let inv = Invocation::create(&plan.job_dir).map_err(|e| {
-        crate::coded!(
-            Exit::Infra,
+        crate::err!(
+            Infra,
             "cannot create a run directory under {}: {e}",
             plan.job_dir.display()
         )
@@ -569,9 +566,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         report.exit_code = Exit::NotWarm.code();
         report.error = Some(msg.clone());
         opts.sink.write(&report)?;
-        return Err(anyhow::Error::new(
-            crate::exit::Coded::new(Exit::NotWarm, msg).hint("run `scenerun warm` first"),
-        ));
+        return Err(anyhow::Error::new(Error::NotWarm(msg)));
     }
     if frozen.scenes.iter().all(|s| s.warm_failure.is_some()) {
         report.scenes = scene_reports(plan, None, &frozen);
@@ -644,7 +639,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     opts.sink.write(&report)?;
     opts.sink.show(&report);
     match (exit, &report.error) {
-        (Exit::Infra, Some(e)) => Err(crate::coded!(Exit::Infra, "{e}")),
+        (Exit::Infra, Some(e)) => Err(crate::err!(Infra, "{e}")),
         _ => Ok(exit),
     }
 }

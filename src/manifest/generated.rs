@@ -12,7 +12,6 @@ use serde::Deserialize;
 
 use super::locate::Locations;
 use super::{Ctx, FileRef, Manifest, Scene};
-use crate::exit::Exit;
 use crate::template::{Ph, Template, Val};
 
 /// One entry of `scenes_from:`.
@@ -93,8 +92,8 @@ fn fill_platform(t: &Template, platform: &str) -> String {
 /// output (as `locate` names paths).
 pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>, Vec<String>)> {
     let value = yaml::parse(text).map_err(|e| {
-        crate::coded!(
-            Exit::Usage,
+        crate::err!(
+            Usage,
             "{} printed invalid YAML/JSON at output line {}, column {}: {}",
             g.label(),
             e.pos.line,
@@ -164,14 +163,14 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
         if total > crate::error::MAX_SHOWN {
             write!(msg, "\n  … and {} more", total - crate::error::MAX_SHOWN).expect("a string");
         }
-        return Err(crate::coded!(Exit::Usage, "{msg}"));
+        return Err(crate::err!(Usage, "{msg}"));
     }
     Ok((scenes, at))
 }
 
 fn shape_error(g: &Generator) -> anyhow::Error {
-    crate::coded!(
-        Exit::Usage,
+    crate::err!(
+        Usage,
         "{} must print a list of scenes, or a mapping with only `scenes:`",
         g.label()
     )

@@ -300,7 +300,7 @@ pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), Manif
     };
     let bytes = std::fs::read(path).map_err(|e| single(format!("cannot read it: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
-    let dir = dir_of(path).map_err(single)?;
+    let dir = dir_of(path).map_err(|e| single(e.to_string()))?;
     let key = memo::Key::of(&text, path, &dir);
     if let Some(m) = memo::read(&key, path, &dir) {
         crate::proc::hide_from_children(m.secret_env());
@@ -341,12 +341,28 @@ impl MemoWrite {
 
 /// The directory a manifest's relative paths start from: its own, with links resolved.
 /// Known before the manifest is read, so files kept beside it can be read meanwhile.
-pub fn dir_of(path: &Path) -> Result<PathBuf, String> {
-    let abs = std::path::absolute(path).map_err(|e| format!("cannot resolve it: {e}"))?;
+pub fn dir_of(path: &Path) -> Result<PathBuf, Unresolved> {
+    let abs = std::path::absolute(path).map_err(Unresolved::Path)?;
     abs.parent()
         .unwrap_or(Path::new("/"))
         .canonicalize()
-        .map_err(|e| format!("cannot resolve its directory: {e}"))
+        .map_err(Unresolved::Dir)
+}
+
+/// A manifest path that cannot be resolved: the path itself, or its directory.
+#[derive(Debug)]
+pub enum Unresolved {
+    Path(std::io::Error),
+    Dir(std::io::Error),
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unresolved::Path(e) => write!(f, "cannot resolve it: {e}"),
+            Unresolved::Dir(e) => write!(f, "cannot resolve its directory: {e}"),
+        }
+    }
 }
 
 /// Parse and validate manifest text as if it were the file `file` in directory `dir`.
@@ -545,14 +561,14 @@ impl Ctx {
     fn size(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<u64> {
         let v = v?;
         crate::units::parse_size(&v.text())
-            .map_err(|e| self.err(path, e))
+            .map_err(|e| self.err(path, e.to_string()))
             .ok()
     }
 
     fn duration(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<Duration> {
         let v = v?;
         crate::units::parse_duration(&v.text())
-            .map_err(|e| self.err(path, e))
+            .map_err(|e| self.err(path, e.to_string()))
             .ok()
     }
 

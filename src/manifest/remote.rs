@@ -67,16 +67,34 @@ impl Default for RemoteConfig {
 
 /// `ed25519:<base64 of 32 bytes>` → the bytes. Used for `verify_key` here and for the
 /// signing seed read from the environment.
-pub fn parse_ed25519(text: &str) -> Result<[u8; 32], String> {
+pub fn parse_ed25519(text: &str) -> Result<[u8; 32], BadKey> {
     use base64::Engine;
     let Some(b64) = text.trim().strip_prefix("ed25519:") else {
-        return Err("expected `ed25519:<base64 of 32 bytes>`".into());
+        return Err(BadKey::NoPrefix);
     };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
-        .map_err(|e| format!("not base64 after `ed25519:` ({e})"))?;
-    <[u8; 32]>::try_from(bytes.as_slice())
-        .map_err(|_| format!("an ed25519 key has 32 bytes, this one has {}", bytes.len()))
+        .map_err(|e| BadKey::NotBase64(e.to_string()))?;
+    <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| BadKey::Length(bytes.len()))
+}
+
+/// Why a key written as `ed25519:<base64>` cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadKey {
+    NoPrefix,
+    NotBase64(String),
+    /// The number of bytes it has.
+    Length(usize),
+}
+
+impl std::fmt::Display for BadKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadKey::NoPrefix => f.write_str("expected `ed25519:<base64 of 32 bytes>`"),
+            BadKey::NotBase64(e) => write!(f, "not base64 after `ed25519:` ({e})"),
+            BadKey::Length(n) => write!(f, "an ed25519 key has 32 bytes, this one has {n}"),
+        }
+    }
 }
 
 impl Ctx {
@@ -127,7 +145,7 @@ impl Ctx {
                     "cache.remote.verify_key",
                     "these 32 bytes are not an ed25519 public key",
                 ),
-                Err(e) => self.err("cache.remote.verify_key", e),
+                Err(e) => self.err("cache.remote.verify_key", e.to_string()),
             }
         }
         Some(c)

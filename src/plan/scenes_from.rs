@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::exit::Exit;
 use crate::key::{Files, KeyHasher};
 use crate::manifest::generated::{scenes_of, Generator};
 use crate::manifest::locate::Locations;
@@ -23,12 +22,7 @@ fn key(g: &Generator, env: &BTreeMap<String, String>, files: &Files) -> Result<S
     h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
     for f in &g.inputs {
         let hash = files.hash(&f.abs).map_err(|e| {
-            crate::coded!(
-                Exit::Usage,
-                "{}: cannot read its input {}: {e}",
-                g.label(),
-                f.rel
-            )
+            crate::err!(Usage, "{}: cannot read its input {}: {e}", g.label(), f.rel)
         })?;
         h.file("input", &f.rel, &hash);
     }
@@ -85,8 +79,8 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
         if fresh {
             crate::cache::Store::at(cache_root.to_path_buf()).ensure()?;
             write_cached(&cached, &text).map_err(|e| {
-                crate::coded!(
-                    Exit::Infra,
+                crate::err!(
+                    Infra,
                     "cannot keep the output of {} in {}: {e}",
                     g.label(),
                     cached.display()
@@ -125,8 +119,8 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
     }
     files.save();
     if !clashes.is_empty() {
-        return Err(crate::coded!(
-            Exit::Usage,
+        return Err(crate::err!(
+            Usage,
             "generated scene names must be unique:\n  {}",
             clashes.join("\n  ")
         ));
@@ -189,7 +183,7 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
     use crate::manifest::generated::MAX_OUTPUT;
     use crate::proc::Ended;
     let out = crate::proc::capture(&g.run, &m.dir, &m.env, g.timeout, MAX_OUTPUT)
-        .map_err(|e| crate::coded!(Exit::Usage, "{}: cannot run it: {e}", g.label()))?;
+        .map_err(|e| crate::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n    ");
@@ -198,7 +192,7 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
     } else {
         format!(":\n    {tail}")
     };
-    let failed = |what: String| Err(crate::coded!(Exit::Usage, "{} {what}{tail}", g.label()));
+    let failed = |what: String| Err(crate::err!(Usage, "{} {what}{tail}", g.label()));
     if out.overflowed {
         return failed(format!(
             "printed more than {} MiB (it was stopped there; scenes_from output is capped)",
@@ -208,8 +202,8 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
     match out.ended {
         Ended::Exited(0) => {}
         Ended::Interrupted => {
-            return Err(crate::coded!(
-                Exit::Interrupted,
+            return Err(crate::err!(
+                Interrupted,
                 "interrupted while {} ran (its process group was killed)",
                 g.label()
             ))
@@ -224,8 +218,8 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
         other => return failed(format!("failed ({})", other.describe())),
     }
     String::from_utf8(out.stdout).map_err(|_| {
-        crate::coded!(
-            Exit::Usage,
+        crate::err!(
+            Usage,
             "{} printed output that is not UTF-8 text",
             g.label()
         )

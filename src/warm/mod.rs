@@ -98,8 +98,8 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
     acc.finish(started.elapsed().as_secs_f64());
 
     if proc::interrupted() {
-        return Err(crate::coded!(
-            crate::exit::Exit::Interrupted,
+        return Err(crate::err!(
+            Interrupted,
             "interrupted: nothing partial was published"
         ));
     }
@@ -171,8 +171,8 @@ fn record(
         ui.info(&format!("warning: cannot write the trace: {e}"));
     }
     saved.map_err(|e| {
-        crate::coded!(
-            crate::exit::Exit::Infra,
+        crate::err!(
+            Infra,
             "cannot write the warm record in {}: {e}",
             plan.job_dir.display()
         )

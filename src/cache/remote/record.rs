@@ -96,36 +96,60 @@ impl Record {
                 return Err(Failure::BadSignature { key: key.into() });
             }
         }
-        check_listing(kind, &r.files).map_err(bad)?;
+        check_listing(kind, &r.files).map_err(|e| bad(e.to_string()))?;
         Ok(r)
+    }
+}
+
+/// Why a record's file listing is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadListing {
+    NoFiles,
+    NotSha256(String),
+    KernelNotOneFile,
+    UnsafePath(String),
+    Twice(String),
+    FileAndDir(String),
+}
+
+impl std::fmt::Display for BadListing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadListing::NoFiles => f.write_str("it lists no files"),
+            BadListing::NotSha256(s) => write!(f, "`{s}` is not a sha256"),
+            BadListing::KernelNotOneFile => f.write_str("a kernel entry is exactly one file"),
+            BadListing::UnsafePath(p) => write!(f, "unsafe file path `{p}`"),
+            BadListing::Twice(p) => write!(f, "`{p}` is listed twice"),
+            BadListing::FileAndDir(p) => write!(f, "`{p}` is both a file and a directory"),
+        }
     }
 }
 
 /// A kernel is one file at `out`; a fixture or golden is files under `out`, each path
 /// relative with plain components only, no duplicates; every blob name is a sha256.
-fn check_listing(kind: Kind, files: &[RemoteFile]) -> Result<(), String> {
+fn check_listing(kind: Kind, files: &[RemoteFile]) -> Result<(), BadListing> {
     if files.is_empty() {
-        return Err("it lists no files".into());
+        return Err(BadListing::NoFiles);
     }
     for f in files {
         if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!("`{}` is not a sha256", f.sha256));
+            return Err(BadListing::NotSha256(f.sha256.clone()));
         }
     }
     if kind == Kind::Kernel {
         return match files {
             [one] if one.path.is_empty() => Ok(()),
-            _ => Err("a kernel entry is exactly one file".into()),
+            _ => Err(BadListing::KernelNotOneFile),
         };
     }
     let mut seen = std::collections::HashSet::new();
     for f in files {
         let p = Path::new(&f.path);
         if f.path.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
-            return Err(format!("unsafe file path `{}`", f.path));
+            return Err(BadListing::UnsafePath(f.path.clone()));
         }
         if !seen.insert(&f.path) {
-            return Err(format!("`{}` is listed twice", f.path));
+            return Err(BadListing::Twice(f.path.clone()));
         }
     }
     // A file may not also be a directory of another (`a` and `a/b`).
@@ -133,7 +157,7 @@ fn check_listing(kind: Kind, files: &[RemoteFile]) -> Result<(), String> {
         let mut prefix = f.path.clone();
         prefix.push('/');
         if files.iter().any(|g| g.path.starts_with(&prefix)) {
-            return Err(format!("`{}` is both a file and a directory", f.path));
+            return Err(BadListing::FileAndDir(f.path.clone()));
         }
     }
     Ok(())
