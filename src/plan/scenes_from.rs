@@ -217,11 +217,6 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
         }
         other => return failed(format!("failed ({})", other.describe())),
     }
-    String::from_utf8(out.stdout).map_err(|_| {
-        crate::err!(
-            Usage,
-            "{} printed output that is not UTF-8 text",
-            g.label()
-        )
-    })
+    String::from_utf8(out.stdout)
+        .map_err(|_| crate::err!(Usage, "{} printed output that is not UTF-8 text", g.label()))
 }
