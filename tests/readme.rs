@@ -134,6 +134,11 @@ fn readme_subcommands_exist() {
         let out = scenerun().args([sub, "--help"]).output().unwrap();
         assert!(out.status.success(), "`scenerun {sub} --help` fails");
     }
+    let out = scenerun()
+        .args(["fleet", "simulate", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "`scenerun fleet simulate --help` fails");
     for sub in ["stats", "verify", "prune", "clean"] {
         let out = scenerun().args(["cache", sub, "--help"]).output().unwrap();
         assert!(out.status.success(), "`scenerun cache {sub} --help` fails");
