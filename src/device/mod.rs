@@ -8,12 +8,14 @@ mod exec;
 pub mod ids;
 pub mod inner;
 pub mod lane;
+mod lane_proc;
 pub mod lanes;
 pub mod live;
 mod lockrun;
 pub mod outer;
 pub mod pack;
 pub mod report;
+mod results_tail;
 pub mod runs;
 #[cfg(test)]
 mod testing;

@@ -1,0 +1,674 @@
+//! One lane process at a time (docs/lanes.md): start it with its batch, read its
+//! results file as it runs (`results_tail`), hand each line to the pure attribution in
+//! `lane`, keep its deadlines, stop it, and report every scene it settles as an event.
+//! `run_lane` restarts a batch in fresh processes on the same ids.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Sender};
+use std::time::{Duration, Instant};
+
+use super::events::{Attempt, AttemptOutcome, Event, LaneRecord};
+use super::exec::{log_tail, tail_lines, Cx};
+use super::lane::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
+use super::results_tail::Tail;
+use super::FrozenScene;
+use crate::proc::{self, Ended};
+use crate::template::{Ph, Val};
+
+/// How often a running lane's results file is read.
+const POLL: Duration = Duration::from_millis(5);
+
+/// The output a lane process wrote since `mark` (its scene's share of the log).
+fn output_since(log: &Path, mark: &mut u64) -> String {
+    let Ok(mut f) = std::fs::File::open(log) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let from = (*mark).max(len.saturating_sub(16 * 1024));
+    let mut buf = Vec::new();
+    if f.seek(SeekFrom::Start(from)).is_ok() {
+        let _ = f.take(len - from).read_to_end(&mut buf);
+    }
+    *mark = len;
+    tail_lines(&String::from_utf8_lossy(&buf))
+}
+
+/// Run a lane's batch in a process on `slots`: restarts in fresh processes on the same
+/// ids after a crash or a scene timeout, at most the lane's `restarts` times.
+pub fn run_lane(
+    cx: &Cx,
+    job: usize,
+    lane: &str,
+    scenes: Vec<usize>,
+    slots: &[usize],
+    tx: &Sender<Event>,
+) {
+    let cfg = &cx.frozen.lanes[lane];
+    let devices = cx.ids(slots);
+    let mut batch = scenes;
+    let mut restart = 0u32;
+    let mut handback = Vec::new();
+    while !batch.is_empty() {
+        let n = cx.lane_procs.fetch_add(1, Ordering::SeqCst);
+        let (end, rest) = lane_process(cx, lane, n, &batch, slots, restart, tx);
+        if rest.is_empty() {
+            break;
+        }
+        if end == ProcessEnd::Fault {
+            handback = rest;
+            break;
+        }
+        if restart < cfg.restarts && !proc::interrupted() {
+            restart += 1;
+            batch = rest;
+            continue;
+        }
+        for i in rest {
+            let _ = tx.send(Event::Attempt {
+                scene: i,
+                attempt: Attempt {
+                    outcome: AttemptOutcome::NotRun,
+                    devices: devices.clone(),
+                    start_secs: cx.now(),
+                    duration_secs: 0.0,
+                    message: Some(format!(
+                        "not run: lane restarts exhausted ({} restart{} of lane `{lane}` used)",
+                        cfg.restarts,
+                        if cfg.restarts == 1 { "" } else { "s" }
+                    )),
+                    output_tail: None,
+                    log: None,
+                    lane_process: None,
+                },
+            });
+        }
+        break;
+    }
+    let _ = tx.send(Event::Done { job, handback });
+}
+
+/// One lane process: start it, attribute its results, report every scene it settles.
+/// Returns how it ended and the scenes handed back (never started).
+fn lane_process(
+    cx: &Cx,
+    lane: &str,
+    n: usize,
+    batch: &[usize],
+    slots: &[usize],
+    restart: u32,
+    tx: &Sender<Event>,
+) -> (ProcessEnd, Vec<usize>) {
+    let mut p = LaneProcess::new(cx, lane, n, batch, slots, tx);
+    let (command, env) = p.command();
+    let ended = p.prepare(&command).and_then(|()| p.watch(&command, &env));
+    let now = p.t.elapsed().as_secs_f64();
+    let (end, how) = p.ending(&ended);
+    let handback = p.finish(&end, how, now, restart);
+    (end, handback)
+}
+
+/// One lane process on its ids: its files, command and environment, the attribution
+/// of its results (`lane::Batch`), how much of its log earlier scenes' output took, and
+/// why it is being stopped once that is decided. Every scene it settles goes out as an
+/// event.
+struct LaneProcess<'a> {
+    cx: &'a Cx<'a>,
+    lane: &'a str,
+    /// Its number among the run's lane processes.
+    n: usize,
+    /// Frozen scene indices, in batch order.
+    batch: &'a [usize],
+    slots: &'a [usize],
+    devices: Vec<String>,
+    scenes_file: PathBuf,
+    results_file: PathBuf,
+    log: PathBuf,
+    machine: Batch,
+    /// Reads its results file.
+    tail: Tail,
+    /// When it started, in seconds after the inner run started.
+    start: f64,
+    /// Its own clock, for the attribution's deadlines.
+    t: Instant,
+    /// The end of the log shown with a scene so far.
+    mark: u64,
+    killing: Option<ProcessEnd>,
+    tx: &'a Sender<Event>,
+}
+
+impl<'a> LaneProcess<'a> {
+    fn new(
+        cx: &'a Cx<'a>,
+        lane: &'a str,
+        n: usize,
+        batch: &'a [usize],
+        slots: &'a [usize],
+        tx: &'a Sender<Event>,
+    ) -> LaneProcess<'a> {
+        let frozen = cx.frozen;
+        let dir = frozen.run_dir.join("lanes");
+        let machine = Batch::new(
+            batch
+                .iter()
+                .map(|&i| {
+                    let s = &frozen.scenes[i];
+                    BatchScene {
+                        name: s.name.clone(),
+                        args: s.device().args().to_vec(),
+                        timeout: s.device().timeout_secs,
+                    }
+                })
+                .collect(),
+            frozen.lanes[lane].timeout_secs,
+        );
+        LaneProcess {
+            cx,
+            lane,
+            n,
+            batch,
+            slots,
+            devices: cx.ids(slots),
+            scenes_file: dir.join(format!("{lane}.{n}.scenes.jsonl")),
+            tail: Tail::new(dir.join(format!("{lane}.{n}.results.jsonl"))),
+            results_file: dir.join(format!("{lane}.{n}.results.jsonl")),
+            log: frozen
+                .report_dir
+                .join("logs")
+                .join("lanes")
+                .join(format!("{lane}.{n}.log")),
+            machine,
+            start: cx.now(),
+            t: Instant::now(),
+            mark: 0,
+            killing: None,
+            tx,
+        }
+    }
+
+    fn members(&self) -> impl Iterator<Item = &'a FrozenScene> + '_ {
+        self.batch.iter().map(|&i| &self.cx.frozen.scenes[i])
+    }
+
+    /// The `{scenes}` file: one JSON object per scene, in run order.
+    fn scenes_text(&self) -> String {
+        let run_dir = &self.cx.frozen.run_dir;
+        let mut text = String::new();
+        for s in self.members() {
+            let kernels = (!s.kernels.is_empty()).then(|| super::kernels_dir(run_dir, &s.name));
+            text.push_str(
+                &serde_json::json!({
+                    "scene": s.name,
+                    "args": s.device().args(),
+                    "kernels": kernels,
+                    "fixture": s.fixture.as_ref().map(|a| &a.out),
+                    "golden": s.golden.as_ref().map(|a| &a.out),
+                    "timeout_secs": s.device().timeout_secs,
+                })
+                .to_string(),
+            );
+            text.push('\n');
+        }
+        text
+    }
+
+    /// Its command, every placeholder filled, and its environment.
+    fn command(&self) -> (String, std::collections::BTreeMap<String, String>) {
+        let cfg = &self.cx.frozen.lanes[self.lane];
+        let ids = self.devices.join(",");
+        let args: Vec<String> = self
+            .members()
+            .flat_map(|s| s.device().args().iter().cloned())
+            .collect();
+        let platform = &self.cx.frozen.scenes[self.batch[0]].platform;
+        let command = cfg.run.render(|ph| match ph {
+            Ph::Devices => Val::One(ids.as_str().into()),
+            Ph::Args => Val::Many(args.as_slice().into()),
+            Ph::Scenes => Val::One(self.scenes_file.display().to_string().into()),
+            Ph::Results => Val::One(self.results_file.display().to_string().into()),
+            Ph::Platform => Val::One(platform.as_str().into()),
+            _ => Val::Raw("".into()),
+        });
+        let mut env = cfg.env.clone();
+        env.insert("SCENERUN_DEVICES".into(), ids.clone());
+        let scenes = self.scenes_file.display().to_string();
+        env.insert("SCENERUN_SCENES".into(), scenes);
+        let results = self.results_file.display().to_string();
+        env.insert("SCENERUN_RESULTS".into(), results);
+        env.insert("SCENERUN_LANE".into(), self.lane.to_string());
+        (command, env)
+    }
+
+    /// Write its scenes file, clear an earlier results file, start its log with the
+    /// command.
+    fn prepare(&mut self, command: &str) -> std::io::Result<()> {
+        let dir = self.scenes_file.parent().expect("lane files have a dir");
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(&self.scenes_file, self.scenes_text())?;
+        match std::fs::remove_file(&self.results_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::fs::create_dir_all(self.log.parent().expect("log has a dir"))?;
+        std::fs::write(&self.log, format!("$ {command}\n"))?;
+        self.mark = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+        Ok(())
+    }
+
+    /// Start it and watch it until it exits: its results attributed as they come, its
+    /// deadlines kept, and its process group stopped once `killing` is decided.
+    fn watch(
+        &mut self,
+        command: &str,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> std::io::Result<Ended> {
+        let (end_tx, end_rx) = mpsc::channel::<std::io::Result<Ended>>();
+        let (pg_tx, pg_rx) = mpsc::channel::<i32>();
+        let (dir, log) = (&self.cx.frozen.manifest_dir, self.log.clone());
+        let ended = std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let spec = proc::Spec {
+                    command,
+                    dir,
+                    env,
+                    log: &log,
+                    timeout: None,
+                };
+                let r = proc::run_observed(&spec, |pg| {
+                    let _ = pg_tx.send(pg);
+                });
+                let _ = end_tx.send(r);
+            });
+            let mut pgid: Option<i32> = None;
+            let mut terminated = false;
+            loop {
+                let got = end_rx.recv_timeout(POLL);
+                if pgid.is_none() {
+                    pgid = pg_rx.try_recv().ok();
+                }
+                let finished = !matches!(got, Err(mpsc::RecvTimeoutError::Timeout));
+                self.poll(finished);
+                if finished {
+                    return got.unwrap_or(Ok(Ended::Exited(-1)));
+                }
+                // Stop the process once it is to be killed and its group is known (a
+                // deadline may pass before the spawn reported it).
+                if self.killing.is_some() && !terminated {
+                    if let Some(pg) = pgid {
+                        proc::terminate(pg);
+                        terminated = true;
+                    }
+                }
+            }
+        });
+        ended
+    }
+
+    /// One look at the process: the results it wrote since the last (a device fault on
+    /// its own ids stops it), then, unless it is being stopped already, its deadlines.
+    fn poll(&mut self, finished: bool) {
+        let now = self.t.elapsed().as_secs_f64();
+        let effects = (self.tail).results(finished, now, &mut self.machine, &mut self.killing);
+        for e in effects {
+            if let Effect::Fault { devices: named } = &e {
+                // Only a fault on ids of its own ends the process.
+                if self.fault_slots(named) && self.killing.is_none() {
+                    self.killing = Some(ProcessEnd::Fault);
+                }
+            }
+            self.emit(&e);
+        }
+        if finished || self.killing.is_some() {
+            return;
+        }
+        match self.machine.deadline() {
+            Some(Deadline::Scene { scene, at }) if now >= at => {
+                for e in self.machine.expire_scene(scene, now) {
+                    self.emit(&e);
+                }
+                self.killing = Some(ProcessEnd::SceneTimeout);
+            }
+            Some(Deadline::Lane { at }) if now >= at => {
+                self.killing = Some(ProcessEnd::LaneTimeout);
+            }
+            _ => {}
+        }
+    }
+
+    /// How it ended, and how to say so: the reason it was stopped for, an interrupt, a
+    /// device fault its exit status or last output shows (every id of it quarantined),
+    /// or its exit status.
+    fn ending(&mut self, ended: &std::io::Result<Ended>) -> (ProcessEnd, String) {
+        if let Some(k) = &self.killing {
+            let how = match k {
+                ProcessEnd::SceneTimeout => "killed after a scene timeout".to_string(),
+                ProcessEnd::LaneTimeout => "killed at the lane timeout".to_string(),
+                ProcessEnd::Protocol(why) => format!("killed after a lane protocol error: {why}"),
+                _ => "killed after a device fault".to_string(),
+            };
+            return (k.clone(), how);
+        }
+        let e = match ended {
+            Ok(Ended::Interrupted) => return (ProcessEnd::Interrupted, "interrupted".into()),
+            Ok(e) if proc::interrupted() => {
+                let how = format!("interrupted ({})", e.describe());
+                return (ProcessEnd::Interrupted, how);
+            }
+            Ok(e) => e,
+            Err(e) => {
+                let how = format!("could not start ({e})");
+                let end = ProcessEnd::Exited {
+                    ok: false,
+                    how: how.clone(),
+                };
+                return (end, how);
+            }
+        };
+        let how = e.describe();
+        if *e == Ended::Exited(0) {
+            let end = ProcessEnd::Exited {
+                ok: true,
+                how: how.clone(),
+            };
+            return (end, how);
+        }
+        let unreported = output_since(&self.log, &mut self.mark.clone());
+        match self.cx.faults.matches(e, &unreported) {
+            Some(why) => {
+                // None named: every id of the process.
+                self.fault_slots(&[]);
+                self.machine.fault_scene = None;
+                (ProcessEnd::Fault, format!("{how}; {why}"))
+            }
+            None => {
+                let end = ProcessEnd::Exited {
+                    ok: false,
+                    how: how.clone(),
+                };
+                (end, how)
+            }
+        }
+    }
+
+    /// Settle the batch after `end` (`now`: when it ended, on its clock): the scenes it
+    /// left get their outcome, the process its lane record (`restart`: which restart of
+    /// its batch it was). The scenes handed back (never started), as frozen scene indices.
+    fn finish(mut self, end: &ProcessEnd, how: String, now: f64, restart: u32) -> Vec<usize> {
+        self.tail.report_unshown(self.lane, self.n, self.tx);
+        // What the process said last: the cause of a crash is usually there.
+        let crash_tail = log_tail(&self.log);
+        let (effects, requeue) = self.machine.finish(end, now, &crash_tail);
+        for e in &effects {
+            self.emit(e);
+        }
+        let scenes = self.members().map(|s| s.name.clone()).collect();
+        let _ = self.tx.send(Event::Lane(LaneRecord {
+            lane: self.lane.to_string(),
+            devices: self.devices,
+            start_secs: self.start,
+            startup_secs: self.machine.startup(),
+            duration_secs: now,
+            restarts: restart,
+            scenes,
+            ended: how,
+            log: self.log,
+        }));
+        requeue.into_iter().map(|i| self.batch[i]).collect()
+    }
+
+    /// Quarantine the ids a lane named (only its own; none named: all of them). A fault
+    /// naming only ids the process does not hold is ignored, as its warning says: false.
+    fn fault_slots(&self, named: &[String]) -> bool {
+        let granted = self.cx.granted;
+        let mine: Vec<usize> = self
+            .slots
+            .iter()
+            .copied()
+            .filter(|&s| named.is_empty() || named.contains(&granted[s]))
+            .collect();
+        let foreign: Vec<&str> = named
+            .iter()
+            .filter(|id| !self.slots.iter().any(|&s| &granted[s] == *id))
+            .map(String::as_str)
+            .collect();
+        if !foreign.is_empty() {
+            let _ = self.tx.send(Event::Warning(format!(
+                "a lane process reported a device fault on ids it does not hold ({}); ignored",
+                foreign.join(",")
+            )));
+        }
+        if mine.is_empty() {
+            return false;
+        }
+        let _ = self.tx.send(Event::Fault { slots: mine });
+        true
+    }
+
+    /// Send what an attribution effect says: a warning, or a scene's attempt with its
+    /// share of the output.
+    fn emit(&mut self, e: &Effect) {
+        match e {
+            Effect::Warn(w) => {
+                let _ = self.tx.send(Event::Warning(w.clone()));
+            }
+            Effect::Fault { .. } => {}
+            Effect::Scene {
+                scene,
+                verdict,
+                started,
+                duration,
+                message,
+            } => {
+                let outcome = *verdict;
+                let output = output_since(&self.log, &mut self.mark);
+                let quiet = matches!(
+                    outcome,
+                    AttemptOutcome::Passed | AttemptOutcome::Skipped | AttemptOutcome::NotRun
+                );
+                let _ = self.tx.send(Event::Attempt {
+                    scene: self.batch[*scene],
+                    attempt: Attempt {
+                        outcome,
+                        devices: self.devices.clone(),
+                        start_secs: self.start + started,
+                        duration_secs: *duration,
+                        message: message.clone(),
+                        output_tail: (!quiet).then_some(output),
+                        log: Some(self.log.clone()),
+                        lane_process: Some(self.n),
+                    },
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::Receiver;
+
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    use crate::device::exec::FaultRules;
+    use crate::device::testing::{frozen, in_lane};
+    use crate::device::Frozen;
+    use crate::template::{allowed, Template};
+
+    /// A frozen plan of lane scenes `names`, whose lane `l` runs `run`.
+    fn lane_plan(dir: &Path, names: &[&str], run: &str) -> Frozen {
+        let mut f = frozen(dir, names.iter().map(|n| in_lane(n, "l", 1.0)).collect());
+        f.lanes.get_mut("l").unwrap().run = Template::parse(run, allowed::LANE).unwrap();
+        f
+    }
+
+    fn cx<'a>(f: &'a Frozen, granted: &'a [String]) -> Cx<'a> {
+        Cx {
+            frozen: f,
+            granted,
+            t0: Instant::now(),
+            faults: FaultRules::default(),
+            lane_procs: AtomicUsize::new(0),
+        }
+    }
+
+    fn attempts(rx: &Receiver<Event>) -> Vec<(usize, AttemptOutcome)> {
+        rx.try_iter()
+            .filter_map(|e| match e {
+                Event::Attempt { scene, attempt } => Some((scene, attempt.outcome)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_command_and_the_scenes_file_name_the_batch() {
+        let t = tempfile::tempdir().unwrap();
+        let f = lane_plan(
+            t.path(),
+            &["x", "y"],
+            "run {devices} {args} {scenes} {platform}",
+        );
+        let granted: Vec<String> = vec!["4".into(), "7".into()];
+        let cx = cx(&f, &granted);
+        let (tx, _rx) = mpsc::channel();
+        let p = LaneProcess::new(&cx, "l", 3, &[1, 0], &[1], &tx);
+        let (command, env) = p.command();
+        let scenes = t.path().join("lanes/l.3.scenes.jsonl");
+        assert_eq!(command, format!("run 7 y x {} p", scenes.display()));
+        assert_eq!(env["SCENERUN_DEVICES"], "7");
+        assert_eq!(env["SCENERUN_LANE"], "l");
+        assert!(env["SCENERUN_RESULTS"].ends_with("lanes/l.3.results.jsonl"));
+        let lines: Vec<serde_json::Value> = p
+            .scenes_text()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["scene"], "y");
+        assert_eq!(lines[0]["args"], serde_json::json!(["y"]));
+        assert!(lines[0]["kernels"].is_null() && lines[0]["fixture"].is_null());
+    }
+
+    #[test]
+    fn prepare_writes_the_scenes_file_and_clears_an_old_results_file() {
+        let t = tempfile::tempdir().unwrap();
+        let f = lane_plan(t.path(), &["x"], "true");
+        let granted = vec!["0".to_string()];
+        let cx = cx(&f, &granted);
+        let (tx, _rx) = mpsc::channel();
+        let mut p = LaneProcess::new(&cx, "l", 0, &[0], &[0], &tx);
+        std::fs::create_dir_all(t.path().join("lanes")).unwrap();
+        std::fs::write(&p.results_file, "stale\n").unwrap();
+        p.prepare("the command").unwrap();
+        assert!(!p.results_file.exists());
+        assert!(p.scenes_file.is_file());
+        assert_eq!(std::fs::read_to_string(&p.log).unwrap(), "$ the command\n");
+        assert_eq!(p.mark, 14, "output before the scenes is not theirs");
+    }
+
+    #[test]
+    fn a_lane_process_is_watched_to_its_end_and_its_scenes_settled() {
+        let t = tempfile::tempdir().unwrap();
+        // x passes; y starts and the process exits 3 under it: y crashed the lane.
+        let run = r#"printf '%s\n' '{"scene":"x","event":"start"}' '{"scene":"x","event":"end","outcome":"passed"}' '{"scene":"y","event":"start"}' >> {results}; echo dying; exit 3"#;
+        let f = lane_plan(t.path(), &["x", "y", "z"], run);
+        let granted = vec!["0".to_string()];
+        let cx = cx(&f, &granted);
+        let (tx, rx) = mpsc::channel();
+        let mut p = LaneProcess::new(&cx, "l", 0, &[0, 1, 2], &[0], &tx);
+        let (command, env) = p.command();
+        p.prepare(&command).unwrap();
+        let ended = p.watch(&command, &env);
+        assert_eq!(ended.as_ref().unwrap(), &Ended::Exited(3));
+        assert_eq!(attempts(&rx), [(0, AttemptOutcome::Passed)]);
+        let (end, how) = p.ending(&ended);
+        assert!(
+            matches!(end, ProcessEnd::Exited { ok: false, .. }),
+            "{end:?}"
+        );
+        assert_eq!(how, "exited with status 3");
+        // z never started: it goes back, for a fresh process.
+        assert_eq!(p.finish(&end, how, 1.0, 0), [2]);
+        let events: Vec<Event> = rx.try_iter().collect();
+        let crashed = events.iter().find_map(|e| match e {
+            Event::Attempt { scene: 1, attempt } => Some(attempt),
+            _ => None,
+        });
+        let crashed = crashed.expect("y's attempt");
+        assert_eq!(crashed.outcome, AttemptOutcome::Failed);
+        assert!(
+            crashed.message.as_deref().unwrap().contains("dying"),
+            "{crashed:?}"
+        );
+        let record = events.iter().find_map(|e| match e {
+            Event::Lane(r) => Some(r),
+            _ => None,
+        });
+        assert_eq!(record.unwrap().scenes, ["x", "y", "z"]);
+    }
+
+    #[test]
+    fn a_scene_past_its_timeout_stops_the_process() {
+        let t = tempfile::tempdir().unwrap();
+        let run = r#"printf '%s\n' '{"scene":"x","event":"start"}' >> {results}; exec sleep 30"#;
+        let mut f = lane_plan(t.path(), &["x", "y"], run);
+        f.scenes[0].device.as_mut().unwrap().timeout_secs = Some(0.2);
+        let granted = vec!["0".to_string()];
+        let cx = cx(&f, &granted);
+        let (tx, rx) = mpsc::channel();
+        let mut p = LaneProcess::new(&cx, "l", 0, &[0, 1], &[0], &tx);
+        let (command, env) = p.command();
+        p.prepare(&command).unwrap();
+        let ended = p.watch(&command, &env);
+        assert_eq!(p.killing, Some(ProcessEnd::SceneTimeout));
+        assert_eq!(attempts(&rx), [(0, AttemptOutcome::TimedOut)]);
+        let (end, how) = p.ending(&ended);
+        assert_eq!(
+            (end.clone(), how.as_str()),
+            (ProcessEnd::SceneTimeout, "killed after a scene timeout")
+        );
+        // y never started: it goes back, for a fresh process, and is not settled here.
+        assert_eq!(p.finish(&end, how, 1.0, 0), [1]);
+        assert_eq!(attempts(&rx), []);
+    }
+
+    #[test]
+    fn ending_names_a_device_fault_and_quarantines_the_process_ids() {
+        let t = tempfile::tempdir().unwrap();
+        let f = lane_plan(t.path(), &["x"], "true");
+        let granted: Vec<String> = vec!["0".into(), "1".into()];
+        let mut cx = cx(&f, &granted);
+        cx.faults = FaultRules::new(Some(&crate::manifest::DeviceFault {
+            exit_codes: vec![42],
+            patterns: Vec::new(),
+        }));
+        let (tx, rx) = mpsc::channel();
+        let mut p = LaneProcess::new(&cx, "l", 0, &[0], &[1], &tx);
+        let (end, how) = p.ending(&Ok(Ended::Exited(42)));
+        assert_eq!(end, ProcessEnd::Fault);
+        assert_eq!(
+            how,
+            "exited with status 42; exit status 42 is a device fault"
+        );
+        let faults: Vec<Vec<usize>> = rx
+            .try_iter()
+            .filter_map(|e| match e {
+                Event::Fault { slots } => Some(slots),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(faults, [vec![1]]);
+        // A fault it names on ids of another process is ignored, with a warning.
+        assert!(!p.fault_slots(&["0".into()]));
+        assert!(matches!(rx.try_recv(), Ok(Event::Warning(_))));
+        // Stopped for a reason of its own: that reason, whatever the exit status.
+        p.killing = Some(ProcessEnd::LaneTimeout);
+        let (end, how) = p.ending(&Ok(Ended::Signaled(15)));
+        assert_eq!(
+            (end, how.as_str()),
+            (ProcessEnd::LaneTimeout, "killed at the lane timeout")
+        );
+    }
+}
