@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use rayon::prelude::*;
 
-use crate::cache::history::History;
+use crate::cache::history::{History, HistoryId};
 use crate::cache::{Entry, Kind, Lookup, Stale, Store};
 use crate::error::Error;
 use crate::key::inputs::KeyInputs;
@@ -411,7 +411,7 @@ impl Plan {
         let (history, record) = loads.join().expect("load thread");
         plan.history = history;
         for ps in &mut plan.scenes {
-            ps.device_estimate = plan.history.estimate(&History::device_key(&ps.name));
+            ps.device_estimate = plan.history.estimate(HistoryId::Device(&ps.name));
         }
         let failures = record.failures();
         let entries: Vec<Option<Arc<Entry>>> = lookups
@@ -433,8 +433,8 @@ impl Plan {
         for (i, (st, entry)) in statuses.into_iter().enumerate() {
             plan.steps[i].status = st;
             plan.steps[i].entry = entry;
-            let id = plan.steps[i].id.record_key();
-            plan.steps[i].estimate = plan.history.estimate(&id);
+            let id = HistoryId::Step(&plan.steps[i].id);
+            plan.steps[i].estimate = plan.history.estimate(id);
         }
         plan.stale_with_fixture();
         drop(failures);

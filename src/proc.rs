@@ -300,9 +300,11 @@ fn hidden_except(given: &BTreeMap<String, String>) -> Vec<String> {
         .collect()
 }
 
-/// The one builder of the `sh -c` children scenerun starts for the manifest's commands:
-/// run in `dir` with the inherited environment (less what `hide_from_children` named)
-/// and `env` on top, stdin from /dev/null.
+/// The one builder of the `sh -c` children scenerun starts for the manifest's commands
+/// (steps, lanes, generators, identity and lock commands): run in `dir` with the
+/// inherited environment (less what `hide_from_children` named) and `env` on top, stdin
+/// from /dev/null, and the signal state a program expects: scenerun ignores SIGXFSZ (to
+/// get EFBIG) and blocks SIGINT/SIGTERM in its threads, a child gets the defaults.
 pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> std::process::Command {
     let mut c = std::process::Command::new("sh");
     c.arg("-c")
@@ -312,6 +314,17 @@ pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> std::pro
         .stdin(Stdio::null());
     for n in hidden_except(env) {
         c.env_remove(n);
+    }
+    // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+    // (signal, sigemptyset, pthread_sigmask) on a stack value.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            Ok(())
+        });
     }
     c
 }
@@ -484,20 +497,15 @@ fn start(mut cmd: std::process::Command, timeout: Option<Duration>) -> io::Resul
     }
     let watchdog_fd = ensure_watchdog();
     // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-    // (setpgid, write via register_self, signal, prctl, sigemptyset, pthread_sigmask) on
-    // stack values; it allocates nothing and takes no lock.
+    // (setpgid, write via register_self, prctl) on stack values; it allocates nothing
+    // and takes no lock. (`sh` made `cmd`: its signal state is restored already.)
     unsafe {
         cmd.pre_exec(move || {
             libc::setpgid(0, 0);
             if let Some(fd) = watchdog_fd {
                 register_self(fd);
             }
-            // Parent ignores SIGXFSZ (to get EFBIG); steps get the default.
-            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
             Ok(())
         });
     }
@@ -607,4 +615,58 @@ pub fn log_tail(path: &Path, max: usize) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The signal masks of a child `sh` made: `(SigBlk, SigIgn)` from its status.
+    fn child_masks() -> (u64, u64) {
+        let out = sh(
+            "grep -E '^Sig(Blk|Ign)' /proc/self/status",
+            Path::new("/"),
+            &BTreeMap::new(),
+        )
+        .output()
+        .expect("sh runs");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let mask = |name: &str| {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(name))
+                .expect("a mask line");
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        };
+        (mask("SigBlk:"), mask("SigIgn:"))
+    }
+
+    /// scenerun ignores SIGXFSZ and blocks SIGINT/SIGTERM in its threads; every child
+    /// the one builder makes starts with neither (identity commands included, which
+    /// had kept both).
+    #[test]
+    fn a_child_gets_the_default_signal_state() {
+        let bit = |sig: i32| 1u64 << (sig - 1);
+        let masks = std::thread::spawn(move || {
+            // SAFETY: plain libc calls on stack values; SIG_IGN installs no handler code.
+            unsafe {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGTERM);
+                libc::sigaddset(&mut set, libc::SIGINT);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            child_masks()
+        })
+        .join()
+        .unwrap();
+        let (blocked, ignored) = masks;
+        assert_eq!(
+            blocked & (bit(libc::SIGTERM) | bit(libc::SIGINT)),
+            0,
+            "{blocked:x}"
+        );
+        assert_eq!(ignored & bit(libc::SIGXFSZ), 0, "{ignored:x}");
+    }
 }

@@ -8,8 +8,31 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil;
+use crate::stepid::StepId;
 
 const KEEP: usize = 5;
+
+/// What history keeps durations of. The key each is kept under is made here only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryId<'a> {
+    /// A warm step: `<kind>/<scene>/<name>` (its `StepId::record_key`).
+    Step(&'a StepId),
+    /// A scene's device step: `device/<scene>`.
+    Device(&'a str),
+    /// One lane process's start-up: `lane-startup/<lane>`.
+    LaneStartup(&'a str),
+}
+
+impl HistoryId<'_> {
+    /// The key in `history.json`.
+    pub fn key(self) -> String {
+        match self {
+            HistoryId::Step(id) => id.record_key(),
+            HistoryId::Device(scene) => format!("device/{scene}"),
+            HistoryId::LaneStartup(lane) => format!("lane-startup/{lane}"),
+        }
+    }
+}
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct History {
@@ -29,18 +52,14 @@ impl History {
             .unwrap_or_default()
     }
 
-    /// The id a scene's device step is kept under (`device/<scene>`).
-    pub fn device_key(scene: &str) -> String {
-        format!("device/{scene}")
-    }
-
     /// Mean of the recent durations of `id`, in seconds.
-    pub fn estimate(&self, id: &str) -> Option<f64> {
-        let v = self.steps.get(id)?;
+    pub fn estimate(&self, id: HistoryId) -> Option<f64> {
+        let v = self.steps.get(&id.key())?;
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
-    /// Merge `new` durations into the file under a lock (several warms may finish at once).
+    /// Merge `new` durations (keyed by `HistoryId::key`) into the file under a lock
+    /// (several warms may finish at once).
     pub fn record(root: &std::path::Path, new: &[(String, f64)]) {
         if new.is_empty() {
             return;

@@ -6,13 +6,9 @@ use std::collections::BTreeMap;
 
 use super::pack::{self, LaneSpec, SceneSpec, Unit};
 use super::{FrozenDevice, FrozenScene, Results};
+use crate::cache::history::HistoryId;
 use crate::manifest::LaneConfig;
 use crate::plan::Plan;
-
-/// History key of a lane process's start-up.
-pub fn startup_key(lane: &str) -> String {
-    format!("lane-startup/{lane}")
-}
 
 /// The lanes the frozen scenes use, each with the manifest's env under its own.
 pub fn frozen_lanes(plan: &Plan, scenes: &[FrozenScene]) -> BTreeMap<String, LaneConfig> {
@@ -39,7 +35,7 @@ pub fn startup_estimates(plan: &Plan) -> BTreeMap<String, f64> {
         .keys()
         .filter_map(|l| {
             plan.history
-                .estimate(&startup_key(l))
+                .estimate(HistoryId::LaneStartup(l))
                 .map(|e| (l.clone(), e))
         })
         .collect()
@@ -49,7 +45,10 @@ pub fn startup_estimates(plan: &Plan) -> BTreeMap<String, f64> {
 pub fn startup_history(r: &Results) -> Vec<(String, f64)> {
     r.lanes
         .iter()
-        .filter_map(|l| l.startup_secs.map(|s| (startup_key(&l.lane), s)))
+        .filter_map(|l| {
+            let key = HistoryId::LaneStartup(&l.lane).key();
+            l.startup_secs.map(|s| (key, s))
+        })
         .collect()
 }
 

@@ -76,21 +76,12 @@ pub fn run(
         .create(true)
         .append(true)
         .open(log)?;
+    // `sh` gives the lock tool the default signal state (scenerun's own threads block
+    // SIGINT/SIGTERM and it ignores SIGXFSZ).
     let mut cmd = crate::proc::sh(command, dir, env);
     cmd.stdout(Stdio::from(out.try_clone()?))
         .stderr(Stdio::from(out))
         .process_group(0);
-    unsafe {
-        cmd.pre_exec(move || {
-            // scenerun blocks these in its threads and ignores SIGXFSZ; the lock tool
-            // gets the defaults.
-            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            Ok(())
-        });
-    }
     let called_at = super::unix_now();
     let mut child = cmd.spawn()?;
     let pgid = child.id() as i32;

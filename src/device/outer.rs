@@ -12,7 +12,7 @@ use super::lockrun::{self, Killed, LockEnding};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
 use super::{Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome};
-use crate::cache::history::History;
+use crate::cache::history::{History, HistoryId};
 use crate::error::Error;
 use crate::exit::Exit;
 use crate::plan::{Plan, Status};
@@ -460,10 +460,10 @@ fn step_reports(plan: &Plan, scene: usize) -> Vec<StepReport> {
         .map(|&i| {
             let s = &plan.steps[i];
             StepReport {
-                kind: s.kind.name(),
+                kind: s.kind,
                 name: s.name.clone(),
                 key: s.key.clone(),
-                status: s.status.word(),
+                status: s.status.word().to_string(),
             }
         })
         .collect()
@@ -604,7 +604,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         .scenes
         .iter()
         .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
-        .map(|s| (History::device_key(&s.name), s.duration_secs))
+        .map(|s| (HistoryId::Device(&s.name).key(), s.duration_secs))
         .chain(super::lanes::startup_history(&r))
         .collect();
     if plan.store.root.join("locks").is_dir() {

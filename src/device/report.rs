@@ -1,14 +1,16 @@
 //! report.json as a device phase ends with it (docs/reports.md): every selected scene's
-//! outcome, the lock's timings, the devices' use. The `report` module renders it
+//! outcome, the lock's timings, the devices' use. It reads back as it was written (the
+//! trace does). The `report` module renders it
 //! (report.json, junit.xml, the CI outputs, the table) through a [`Sink`] the command
 //! hands in; a phase renders nothing itself.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Infra, SceneOutcome};
+use crate::stepid::Kind;
 
 /// Where a device phase's report goes.
 pub trait Sink {
@@ -20,15 +22,16 @@ pub trait Sink {
 
 pub const REPORT_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepReport {
-    pub kind: &'static str,
+    pub kind: Kind,
     pub name: String,
     pub key: String,
-    pub status: &'static str,
+    /// `hit`, `miss`, `stale`, ... (`plan::Status::word`).
+    pub status: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SceneReport {
     pub name: String,
     pub outcome: SceneOutcome,
@@ -47,7 +50,7 @@ pub struct SceneReport {
     pub infra: Option<Infra>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LockReport {
     pub command: String,
     pub exit_code: Option<i32>,
@@ -63,7 +66,7 @@ pub struct LockReport {
     pub signal_forwarded_at: Option<f64>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DeviceReport {
     pub granted: Vec<String>,
     pub inner_secs: f64,
@@ -80,10 +83,10 @@ pub struct DeviceReport {
     pub lanes: Vec<super::events::LaneRecord>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub version: u32,
-    pub scenerun: &'static str,
+    pub scenerun: String,
     pub manifest: String,
     pub exit_code: i32,
     pub error: Option<String>,
@@ -96,7 +99,7 @@ impl Report {
     pub fn new(manifest: &Path) -> Report {
         Report {
             version: REPORT_VERSION,
-            scenerun: env!("CARGO_PKG_VERSION"),
+            scenerun: env!("CARGO_PKG_VERSION").to_string(),
             manifest: manifest.display().to_string(),
             exit_code: 0,
             error: None,

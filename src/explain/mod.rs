@@ -7,6 +7,7 @@ use std::fmt;
 
 use serde_json::{json, Value};
 
+use crate::cache::history::HistoryId;
 use crate::cache::Stale;
 use crate::key::inputs::{KeyInputs, Records};
 use crate::plan::{Plan, StaleStep, Status, Step};
@@ -288,7 +289,7 @@ pub fn why(plan: &Plan, i: usize, records: &Records) -> Option<Why> {
     }
     let id = step.id.record_key();
     Some(match records.steps.get(&id) {
-        None if plan.history.estimate(&id).is_some() => Why::NotRecorded,
+        None if plan.history.estimate(HistoryId::Step(&step.id)).is_some() => Why::NotRecorded,
         None => Why::NeverBuilt,
         Some(before) => {
             let now = plan.key_inputs(i).unwrap_or_default();

@@ -17,8 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::cache::history::History;
-use crate::device::lanes::startup_key;
+use crate::cache::history::{History, HistoryId};
 use crate::device::pack::{self, LaneSpec, SceneSpec};
 use crate::record::{Outcome as WarmOutcome, WarmRecord};
 use crate::stepid::StepId;
@@ -316,7 +315,7 @@ pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
             warm_secs: s.steps.iter().map(|st| built.secs(&s.name, st)).sum(),
             device_secs: ctx
                 .history
-                .estimate(&History::device_key(&s.name))
+                .estimate(HistoryId::Device(&s.name))
                 .or((s.duration_secs > 0.0).then_some(s.duration_secs)),
             devices: s.devices.len().max(1),
             exclusive: ctx.exclusive.contains(&s.name),
@@ -330,7 +329,7 @@ pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
     for l in device.iter().flat_map(|d| &d.lanes) {
         let startup = ctx
             .history
-            .estimate(&startup_key(&l.lane))
+            .estimate(HistoryId::LaneStartup(&l.lane))
             .or(l.startup_secs);
         lanes.entry(l.lane.clone()).or_insert(LaneSpec {
             devices: l.devices.len().max(1),
@@ -363,7 +362,7 @@ impl<'a> BuiltTimes<'a> {
         for r in &record.steps {
             let id = r.id();
             let built = history
-                .estimate(&id.record_key())
+                .estimate(HistoryId::Step(&id))
                 .or((r.outcome == WarmOutcome::Built).then_some(r.duration_secs));
             if let Some(secs) = built {
                 by_id.insert(
@@ -391,7 +390,7 @@ impl<'a> BuiltTimes<'a> {
                 .into_iter()
                 .find(|k| k.name() == step.kind)?;
             self.history
-                .estimate(&StepId::new(kind, scene, &step.name).record_key())
+                .estimate(HistoryId::Step(&StepId::new(kind, scene, &step.name)))
         };
         self.by_id
             .get(&id)

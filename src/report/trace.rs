@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::device::report::{LockReport, Report};
 use crate::plan::Plan;
 use crate::warm::accum::Span;
 
@@ -190,89 +191,30 @@ pub fn write_warm(plan: &Plan, spans: &[Span]) -> std::io::Result<()> {
     replace_part(&plan.job_dir, WARM_PID, &out)
 }
 
-fn f(v: &Value, k: &str) -> Option<f64> {
-    v.get(k).and_then(|x| x.as_f64())
-}
-
 /// The device part, from the report the device phase wrote (`report.json`): the lock's
 /// queue and held spans, each scene on every id it held, lane start-ups. `fallback_start`
 /// is when the inner run started if the report has no lock timings (`--no-lock`).
-pub fn device_events(report: &Value, fallback_start: f64) -> Vec<Value> {
+pub fn device_events(report: &Report, fallback_start: f64) -> Vec<Value> {
     let mut ev = meta(DEVICE_PID, None, "process_name", "scenerun device", 2);
-    let lock = report.get("lock").filter(|l| !l.is_null());
+    let lock = report.lock.as_ref();
     let inner_start = lock
-        .and_then(|l| f(l, "inner_started_at"))
+        .and_then(|l| l.inner_started_at)
         .unwrap_or(fallback_start);
     if let Some(l) = lock {
-        ev.extend(meta(DEVICE_PID, Some(LOCK_TID), "thread_name", "lock", 0));
-        let called = f(l, "called_at").unwrap_or(inner_start);
-        let returned = f(l, "returned_at").unwrap_or(called);
-        match f(l, "inner_started_at") {
-            Some(started) => {
-                ev.push(span(
-                    DEVICE_PID,
-                    LOCK_TID,
-                    "queued",
-                    "lock",
-                    called,
-                    started - called,
-                    json!({}),
-                ));
-                ev.push(span(
-                    DEVICE_PID,
-                    LOCK_TID,
-                    "held",
-                    "lock",
-                    started,
-                    returned - started,
-                    json!({
-                        "command": l.get("command"),
-                    }),
-                ));
-            }
-            None => ev.push(span(
-                DEVICE_PID,
-                LOCK_TID,
-                "lock command (inner never ran)",
-                "lock",
-                called,
-                returned - called,
-                json!({
-                    "exit_code": l.get("exit_code"),
-                }),
-            )),
+        ev.extend(lock_events(l));
+    }
+    // Tracks: the granted ids in order, then any other id a scene held.
+    let mut ids: Vec<&str> = report
+        .device
+        .iter()
+        .flat_map(|d| d.granted.iter().map(String::as_str))
+        .collect();
+    for d in report.scenes.iter().flat_map(|s| &s.devices) {
+        if !ids.contains(&d.as_str()) {
+            ids.push(d);
         }
     }
-    let granted: Vec<String> = report
-        .pointer("/device/granted")
-        .and_then(|g| g.as_array())
-        .map(|g| {
-            g.iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut ids: Vec<String> = granted.clone();
-    let scenes = report
-        .get("scenes")
-        .and_then(|s| s.as_array())
-        .cloned()
-        .unwrap_or_default();
-    for s in &scenes {
-        for d in s
-            .get("devices")
-            .and_then(|d| d.as_array())
-            .into_iter()
-            .flatten()
-        {
-            if let Some(d) = d.as_str() {
-                if !ids.iter().any(|i| i == d) {
-                    ids.push(d.to_string());
-                }
-            }
-        }
-    }
-    let tid = |id: &str| 1 + ids.iter().position(|i| i == id).unwrap_or(0) as u64;
+    let tid = |id: &str| 1 + ids.iter().position(|i| *i == id).unwrap_or(0) as u64;
     for id in &ids {
         ev.extend(meta(
             DEVICE_PID,
@@ -282,84 +224,77 @@ pub fn device_events(report: &Value, fallback_start: f64) -> Vec<Value> {
             tid(id),
         ));
     }
-    for s in &scenes {
-        let name = s.get("name").and_then(|n| n.as_str()).unwrap_or("?");
-        let Some(start) = f(s, "start_secs") else {
-            continue;
-        };
-        let dur = f(s, "duration_secs").unwrap_or(0.0);
-        let devices: Vec<&str> = s
-            .get("devices")
-            .and_then(|d| d.as_array())
-            .map(|d| d.iter().filter_map(|x| x.as_str()).collect())
-            .unwrap_or_default();
-        for d in &devices {
+    for s in &report.scenes {
+        for d in &s.devices {
             ev.push(span(
                 DEVICE_PID,
                 tid(d),
-                name,
+                &s.name,
                 "scene",
-                inner_start + start,
-                dur,
+                inner_start + s.start_secs,
+                s.duration_secs,
                 json!({
-                    "outcome": s.get("outcome"),
-                    "devices": devices,
+                    "outcome": s.outcome,
+                    "devices": s.devices,
                 }),
             ));
         }
     }
-    // Lane processes' start-ups: from the process start when the report has it, else
-    // ending where the first of its scenes started.
-    let lanes = report
-        .pointer("/device/lanes")
-        .or_else(|| report.get("lanes"))
-        .and_then(|l| l.as_array())
-        .cloned()
-        .unwrap_or_default();
-    for l in &lanes {
-        let Some(startup) = f(l, "startup_secs") else {
+    // Lane processes' start-ups, from each process's start.
+    for l in report.device.iter().flat_map(|d| &d.lanes) {
+        let Some(startup) = l.startup_secs else {
             continue;
         };
-        let lane = l.get("lane").and_then(|x| x.as_str()).unwrap_or("lane");
-        let names: Vec<&str> = l
-            .get("scenes")
-            .and_then(|x| x.as_array())
-            .map(|x| x.iter().filter_map(|n| n.as_str()).collect())
-            .unwrap_or_default();
-        let start = f(l, "start_secs").unwrap_or_else(|| {
-            scenes
-                .iter()
-                .filter(|s| {
-                    s.get("name")
-                        .and_then(|n| n.as_str())
-                        .is_some_and(|n| names.contains(&n))
-                })
-                .filter_map(|s| f(s, "start_secs"))
-                .fold(f64::INFINITY, f64::min)
-                - startup
-        });
-        if !start.is_finite() {
-            continue;
-        }
-        let devices: Vec<String> = match l.get("devices") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect(),
-            Some(Value::String(s)) => s.split(',').map(str::to_string).collect(),
-            _ => Vec::new(),
-        };
-        for d in &devices {
+        for d in &l.devices {
             ev.push(span(
                 DEVICE_PID,
                 tid(d),
-                &format!("{lane} start-up"),
+                &format!("{} start-up", l.lane),
                 "lane",
-                inner_start + start,
+                inner_start + l.start_secs,
                 startup,
-                json!({"lane": lane, "restarts": l.get("restarts")}),
+                json!({"lane": l.lane, "restarts": l.restarts}),
             ));
         }
+    }
+    ev
+}
+
+/// The lock's track: queued, then held; or the whole call when the inner run never ran.
+fn lock_events(l: &LockReport) -> Vec<Value> {
+    let mut ev = meta(DEVICE_PID, Some(LOCK_TID), "thread_name", "lock", 0);
+    let (called, returned) = (l.called_at, l.returned_at);
+    match l.inner_started_at {
+        Some(started) => {
+            let queued = span(
+                DEVICE_PID,
+                LOCK_TID,
+                "queued",
+                "lock",
+                called,
+                started - called,
+                json!({}),
+            );
+            let held = span(
+                DEVICE_PID,
+                LOCK_TID,
+                "held",
+                "lock",
+                started,
+                returned - started,
+                json!({ "command": l.command }),
+            );
+            ev.extend([queued, held]);
+        }
+        None => ev.push(span(
+            DEVICE_PID,
+            LOCK_TID,
+            "lock command (inner never ran)",
+            "lock",
+            called,
+            returned - called,
+            json!({ "exit_code": l.exit_code }),
+        )),
     }
     ev
 }
@@ -375,7 +310,7 @@ pub fn write_device(dir: &Path, fallback_start: f64, github: bool) -> std::io::R
     if !fresh {
         return Ok(());
     }
-    let report: Value = match std::fs::read(&file)
+    let report: Report = match std::fs::read(&file)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
     {
@@ -441,20 +376,34 @@ pub fn gantt(events: &[Value]) -> String {
 mod tests {
     use super::*;
 
-    fn report() -> Value {
-        json!({
-            "lock": {"called_at": 100.0, "inner_started_at": 102.0, "returned_at": 110.0, "command": "x"},
+    /// A report as `report.json` holds it (read typed, as `write_device` reads it).
+    fn report() -> Report {
+        serde_json::from_value(json!({
+            "version": 1, "scenerun": "0", "manifest": "m", "exit_code": 1, "error": null,
+            "lock": {"command": "x", "exit_code": 0, "called_at": 100.0, "inner_started_at": 102.0,
+                     "inner_ended_at": 109.0, "returned_at": 110.0, "queue_wait_secs": 2.0,
+                     "held_secs": 8.0, "output_tail": null, "signal_forwarded_at": null},
             "device": {
-                "granted": ["4", "5"],
+                "granted": ["4", "5"], "inner_secs": 7.0, "busy_secs": 3.0,
+                "device_secs_used": 4.0, "device_secs_held": 16.0, "efficiency": 0.4,
+                "startup_secs": 1.5, "quarantined": [],
                 "lanes": [{"lane": "npu", "devices": ["5"], "start_secs": 0.5, "startup_secs": 1.5,
-                           "restarts": 0, "scenes": ["b"]}]
+                           "duration_secs": 3.0, "restarts": 0, "scenes": ["b"],
+                           "ended": "exited with status 1", "log": "l"}]
             },
             "scenes": [
-                {"name": "a", "devices": ["4"], "start_secs": 0.0, "duration_secs": 3.0, "outcome": "passed"},
-                {"name": "b", "devices": ["5"], "start_secs": 2.0, "duration_secs": 1.0, "outcome": "failed"},
-                {"name": "c", "devices": [], "start_secs": 0.0, "duration_secs": 0.0, "outcome": "not_run"}
+                scene("a", &["4"], 0.0, 3.0, "passed"),
+                scene("b", &["5"], 2.0, 1.0, "failed"),
+                scene("c", &[], 0.0, 0.0, "not_run")
             ]
-        })
+        }))
+        .expect("a report")
+    }
+
+    fn scene(name: &str, devices: &[&str], start: f64, dur: f64, outcome: &str) -> Value {
+        json!({"name": name, "devices": devices, "start_secs": start, "duration_secs": dur,
+               "outcome": outcome, "message": null, "log": null, "log_tail": null, "lane": null,
+               "attempts": [], "steps": [], "infra": null})
     }
 
     fn spans<'a>(ev: &'a [Value], cat: &str) -> Vec<&'a Value> {
@@ -498,7 +447,7 @@ mod tests {
     #[test]
     fn without_lock_timings_the_inner_start_is_the_fallback() {
         let mut r = report();
-        r["lock"] = Value::Null;
+        r.lock = None;
         let ev = device_events(&r, 50.0);
         assert!(spans(&ev, "lock").is_empty());
         assert_eq!(spans(&ev, "scene")[0]["ts"].as_i64(), Some(50_000_000));

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::events::{Event, FailCause, SkipCause, UnitOutcome};
+use crate::cache::history::HistoryId;
 use crate::cache::Entry;
 use crate::plan::{Plan, Status};
 use crate::proc;
@@ -180,7 +181,7 @@ impl Accumulator {
                     match kind {
                         Outcome::Built => {
                             self.summary.built += 1;
-                            self.history.push((s.id.record_key(), secs));
+                            self.history.push((HistoryId::Step(&s.id).key(), secs));
                             self.built_steps.push(si);
                         }
                         Outcome::Hit => {
