@@ -4,21 +4,74 @@
 //! come from the new content and is not published under the key of the old. The step
 //! then runs once more under the key of the content as it is now; a second change fails
 //! the step. (ccache refuses to cache a compile whose source changed meanwhile.) The
-//! reporter names the changed input beside the outcome of the rerun.
+//! same for a file only the step's depfile names, which no key read before the step: it
+//! counts as changed when its ctime is not before the step's start. The reporter names
+//! the changed input beside the outcome of the rerun.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
 use super::events::FailCause;
 use super::{build_as, Attempt, Done, Unit};
+use crate::cache::Dep;
 use crate::plan::{Plan, Step};
 
-/// The first file of the step's key that changed since it was hashed.
-pub(super) fn changed_during(plan: &Plan, step: &Step) -> Option<PathBuf> {
+/// The first file of the step's key that changed since it was hashed, else the first of
+/// its depfile entries `deps` that may have changed while it ran (`dep_changed_during`).
+pub(super) fn changed_during(
+    plan: &Plan,
+    step: &Step,
+    deps: &[Dep],
+    started: i128,
+) -> Option<PathBuf> {
     plan.key_files(step)
         .into_iter()
         .find(|p| plan.files.changed_since_hashed(p))
+        .or_else(|| dep_changed_during(plan, deps, started))
+}
+
+/// Start the step's log with its command line; when the step starts (`started_at`).
+pub(super) fn start_log(log: &Path, command: &str) -> i128 {
+    let _ = std::fs::remove_file(log);
+    let _ = std::fs::create_dir_all(log.parent().expect("log has a dir"));
+    let _ = std::fs::write(log, format!("$ {command}\n"));
+    started_at(log)
+}
+
+/// When a step starts, by the clock the filesystem stamps files with: the change time
+/// of its log, written just before the spawn (ns since the epoch). A file changed after
+/// that has a ctime not before it, on any filesystem with fine timestamps.
+fn started_at(log: &Path) -> i128 {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(log) {
+        Ok(m) => i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        // No log: the system clock, less a tick of the coarse clock files are stamped by.
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128 - 10_000_000),
+    }
+}
+
+/// The first file a step's depfile named (and its key does not commit to) that may have
+/// changed while the step ran, after the step read it: its hash, taken after the step,
+/// could then describe content the step never saw. Such a file was changed (ctime) at or
+/// after the step's start, or differs from when this process hashed it before. An
+/// artifact in the cache or the job dir (a golden reads its fixture) is never changed in
+/// place: it is published whole, often within the clock tick in which the step that
+/// reads it starts, and this warm may have rebuilt it since the plan hashed it.
+fn dep_changed_during(plan: &Plan, deps: &[Dep], started: i128) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    deps.iter()
+        .map(|d| plan.manifest.dir.join(&*d.path))
+        .filter(|p| !p.starts_with(&plan.store.root) && !p.starts_with(&plan.job.root))
+        .find(|p| match std::fs::metadata(p) {
+            Ok(m) => {
+                i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()) >= started
+                    || plan.files.changed_since_hashed(p)
+            }
+            Err(_) => true,
+        })
 }
 
 /// Run the unit once more under a key recomputed from the files as they are now;

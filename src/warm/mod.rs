@@ -342,9 +342,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     );
     let env = step_env(plan, step, &out, &depfile);
     let log = step.id.log_path(&plan.job_dir);
-    let _ = std::fs::remove_file(&log);
-    let _ = std::fs::create_dir_all(log.parent().expect("log has a dir"));
-    let _ = std::fs::write(&log, format!("$ {command}\n"));
+    let started = inputs::start_log(&log, &command);
     let t0 = Instant::now();
     let ended = proc::run(&proc::Spec {
         command: &command,
@@ -393,7 +391,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         Err(why) => return fail(why),
     };
     // What was built from an input edited meanwhile is not what the key names.
-    if let Some(path) = inputs::changed_during(plan, step) {
+    if let Some(path) = inputs::changed_during(plan, step, &deps, started) {
         drop(staging);
         return Ok(Attempt::InputChanged(path));
     }

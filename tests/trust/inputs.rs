@@ -217,3 +217,79 @@ fn manifest_bom_nul_and_deep_nesting() {
     assert_eq!(code(&o), 4, "nesting: {}", show(&o));
     assert!(stderr(&o).contains("nested deeper than"), "{}", show(&o));
 }
+
+/// A file named only in a step's depfile (a golden's Python helper) edited while the
+/// step runs, after the step read it: what was built from the old content is not
+/// published with the new content's hash. The step reruns once; the entry, and the next
+/// warm's hit, hold what the helper says now.
+#[test]
+fn a_depfile_entry_edited_during_its_step_is_not_published() {
+    let s = light_suite();
+    s.write("helper.py", "SCALE = 1\n");
+    // Reads the helper, then (the first time only) the helper is edited while the step
+    // still runs, then it lists what it read.
+    s.script(
+        "golden.sh",
+        "#!/bin/sh\necho run >> logs/golden.log\ncat helper.py > \"$2/expected.txt\"\nif [ ! -e logs/edited ]; then touch logs/edited; echo 'SCALE = 2' > helper.py; fi\necho helper.py > \"$3\"\n",
+    );
+    let yaml = s.read("scenes.yaml").replace(
+        "./golden.sh {fixture} {out}",
+        "./golden.sh {fixture} {out} {depfile}",
+    );
+    s.manifest(&yaml);
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("input changed during the step (helper.py)"),
+        "{}",
+        show(&o)
+    );
+    let golden = || fs::read_to_string(only_entry(&s, "golden").join("out/expected.txt")).unwrap();
+    assert_eq!(
+        golden(),
+        "SCALE = 2\n",
+        "built from what the helper says now"
+    );
+    assert_eq!(s.count("logs/golden.log"), 2, "rerun once");
+    // The next warm is a hit on the right content.
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(s.count("logs/golden.log"), 2, "{}", show(&o));
+    assert_eq!(golden(), "SCALE = 2\n");
+}
+
+/// The same for a header reached only by a computed `#include` (the include scanner
+/// cannot follow it; the compiler's depfile names it), edited while the compiler runs:
+/// the kernel built from it prints the header's value as it is now.
+#[test]
+fn a_computed_include_edited_during_the_compile_is_not_published() {
+    let s = Suite::with_logs();
+    s.write("include/gen.h", "#define VALUE 1\n");
+    s.write(
+        "kernels/k.c",
+        "#include <stdio.h>\n#define STR(x) #x\n#define XSTR(x) STR(x)\n#include XSTR(GEN_HDR)\nint main(void) { printf(\"%d\\n\", VALUE); return 0; }\n",
+    );
+    s.script(
+        "cc-edit.sh",
+        "#!/bin/sh\necho run >> logs/cc.log\ncc \"$@\" || exit 1\nif [ ! -e logs/edited ]; then touch logs/edited; echo '#define VALUE 2' > include/gen.h; fi\n",
+    );
+    s.manifest(
+        "version: 1\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"./cc-edit.sh -O0 -o {out} {source} {includes} {flags}\"\n    depfile: \"-MD -MF {depfile}\"\nscenes:\n  - name: s\n    kernels:\n      - name: k\n        toolchain: cc\n        source: kernels/k.c\n        include_dirs: [include]\n        flags: [\"-DGEN_HDR=gen.h\"]\n    device:\n      run: \"true\"\n",
+    );
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let printed = || {
+        let k = only_entry(&s, "kernel").join("out");
+        let o = std::process::Command::new(&k).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(
+        printed(),
+        "2",
+        "the kernel was built from the old header: {}",
+        show(&o)
+    );
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(printed(), "2");
+}
