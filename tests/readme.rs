@@ -138,7 +138,10 @@ fn readme_subcommands_exist() {
         .args(["fleet", "simulate", "--help"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "`scenerun fleet simulate --help` fails");
+    assert!(
+        out.status.success(),
+        "`scenerun fleet simulate --help` fails"
+    );
     for sub in ["stats", "verify", "prune", "clean"] {
         let out = scenerun().args(["cache", sub, "--help"]).output().unwrap();
         assert!(out.status.success(), "`scenerun cache {sub} --help` fails");
