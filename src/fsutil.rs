@@ -51,6 +51,20 @@ pub fn open_lock_file(path: &Path) -> io::Result<fs::File> {
         .open(path)
 }
 
+/// Bytes an unprivileged writer may still put on the filesystem holding `path`; None
+/// when it cannot be asked.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the zeroed struct it is given and reads a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are valid for the call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
 /// A number unique within this process.
 pub fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! down or never answers, a refused write, signed and unsigned records; a large fixture
 //! over loopback. Counts compiler and generator runs, never seconds.
 
-mod server;
+pub mod server;
 mod trust;
 
 use std::fs;

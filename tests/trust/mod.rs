@@ -10,6 +10,7 @@ mod discovery;
 mod inputs;
 mod maintain;
 mod planted;
+mod remote_records;
 mod secrets;
 
 use std::collections::BTreeMap;

@@ -25,6 +25,10 @@ pub enum Failure {
     BadSignature { key: String },
     /// A record names a blob the server no longer has.
     BlobMissing { url: String },
+    /// A record claims more bytes than the local cache's filesystem has free.
+    TooBig { key: String, bytes: u64, free: u64 },
+    /// A downloaded file could not be laid out in the local staging dir.
+    Unstorable { path: String, why: String },
 }
 
 impl Failure {
@@ -63,6 +67,13 @@ impl fmt::Display for Failure {
                 "record {key} has a signature that does not verify with cache.remote.verify_key; ignored"
             ),
             Failure::BlobMissing { url } => write!(f, "{url} is gone from the server"),
+            Failure::TooBig { key, bytes, free } => write!(
+                f,
+                "record {key} claims {bytes} bytes, more than the {free} free beside the cache; not downloaded"
+            ),
+            Failure::Unstorable { path, why } => {
+                write!(f, "cannot store {path} from the remote: {why}; not used")
+            }
         }
     }
 }

@@ -95,6 +95,16 @@ pub enum Fetched {
     Miss,
 }
 
+/// A file of a downloaded entry that cannot be laid out or written in staging: what the
+/// record said does not fit here (a miss with a warning). A cache that is unusable
+/// anyway fails the local build that follows.
+fn unstorable(path: &Path, e: &std::io::Error) -> Error {
+    Error::Remote(Failure::Unstorable {
+        path: crate::error::clip(&path.display().to_string(), 120).into_owned(),
+        why: e.to_string(),
+    })
+}
+
 enum Error {
     Remote(Failure),
     /// The local store (exit 3 whatever the remote settings).
@@ -284,6 +294,13 @@ impl Remote {
                 _ => return Ok(None),
             }
         }
+        // A record may claim anything: what cannot fit is not downloaded at all.
+        if let Some(free) = crate::fsutil::free_bytes(&store.root) {
+            if rec.bytes() > free {
+                let (key, bytes) = (key.to_string(), rec.bytes());
+                return Err(Failure::TooBig { key, bytes, free }.into());
+            }
+        }
         let staging = store.stage(kind).map_err(Self::local)?;
         let out = staging.out();
         let records = Mutex::new(Vec::with_capacity(rec.files.len()));
@@ -294,9 +311,7 @@ impl Remote {
                 out.join(&f.path)
             };
             if let Some(dir) = dest.parent() {
-                fs::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))
-                    .map_err(Self::local)?;
+                fs::create_dir_all(dir).map_err(|e| unstorable(dir, &e))?;
             }
             let r = self.fetch_blob(f, &dest)?;
             records.lock().expect("file records").push(r);
@@ -323,17 +338,13 @@ impl Remote {
         let Some(body) = self.client.get(&path)? else {
             return Err(Failure::BlobMissing { url }.into());
         };
-        let file = fs::File::create_new(dest)
-            .with_context(|| format!("creating {}", dest.display()))
-            .map_err(Self::local)?;
+        let file = fs::File::create_new(dest).map_err(|e| unstorable(dest, &e))?;
         let got = digest::copy(body, file, Digester::with_sha256(), f.size, |k| {
             self.counters.bytes_down.fetch_add(k, Ordering::Relaxed);
         })
         .map_err(|e| match e {
             CopyError::Read(e) => Error::Remote(http::io_failure(&url, &e)),
-            CopyError::Write(e) => {
-                Error::Local(anyhow::Error::new(e).context(format!("writing {}", dest.display())))
-            }
+            CopyError::Write(e) => unstorable(dest, &e),
             CopyError::TooLong => Failure::Tampered {
                 url: url.clone(),
                 why: format!("more than the recorded {} bytes", f.size),

@@ -57,8 +57,11 @@ impl Record {
         ));
     }
 
+    /// The bytes of all its files (saturating: a record may claim anything).
     pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.size).sum()
+        self.files
+            .iter()
+            .fold(0u64, |sum, f| sum.saturating_add(f.size))
     }
 
     /// Parse and check a downloaded record: it describes `kind`/`key`, its file listing is
@@ -101,6 +104,11 @@ impl Record {
     }
 }
 
+/// Longest file path a record may give (bytes), and longest name in it: paths are laid
+/// out under the cache's staging dir, whose own path takes part of the system's limit.
+pub const MAX_PATH: usize = 1024;
+pub const MAX_NAME: usize = 255;
+
 /// Why a record's file listing is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BadListing {
@@ -108,6 +116,10 @@ pub enum BadListing {
     NotSha256(String),
     KernelNotOneFile,
     UnsafePath(String),
+    /// Not in the one form scenerun writes (`a//b`, `a/./b`, `dir/`): two spellings
+    /// could name one file.
+    NotCanonical(String),
+    TooLong(String),
     Twice(String),
     FileAndDir(String),
 }
@@ -118,11 +130,30 @@ impl std::fmt::Display for BadListing {
             BadListing::NoFiles => f.write_str("it lists no files"),
             BadListing::NotSha256(s) => write!(f, "`{s}` is not a sha256"),
             BadListing::KernelNotOneFile => f.write_str("a kernel entry is exactly one file"),
-            BadListing::UnsafePath(p) => write!(f, "unsafe file path `{p}`"),
-            BadListing::Twice(p) => write!(f, "`{p}` is listed twice"),
-            BadListing::FileAndDir(p) => write!(f, "`{p}` is both a file and a directory"),
+            BadListing::UnsafePath(p) => write!(f, "unsafe file path `{}`", shown(p)),
+            BadListing::NotCanonical(p) => {
+                write!(
+                    f,
+                    "file path `{}` is not written in its plain form",
+                    shown(p)
+                )
+            }
+            BadListing::TooLong(p) => write!(
+                f,
+                "file path `{}` is too long (at most {MAX_PATH} bytes, {MAX_NAME} per name)",
+                shown(p)
+            ),
+            BadListing::Twice(p) => write!(f, "`{}` is listed twice", shown(p)),
+            BadListing::FileAndDir(p) => {
+                write!(f, "`{}` is both a file and a directory", shown(p))
+            }
         }
     }
+}
+
+/// A path from a record as a message quotes it: the server chose it, so its length too.
+fn shown(p: &str) -> std::borrow::Cow<'_, str> {
+    crate::error::clip(p, 80)
 }
 
 /// A kernel is one file at `out`; a fixture or golden is files under `out`, each path
@@ -145,8 +176,19 @@ fn check_listing(kind: Kind, files: &[RemoteFile]) -> Result<(), BadListing> {
     let mut seen = std::collections::HashSet::new();
     for f in files {
         let p = Path::new(&f.path);
-        if f.path.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        if f.path.is_empty()
+            || f.path.contains('\0')
+            || !p.components().all(|c| matches!(c, Component::Normal(_)))
+        {
             return Err(BadListing::UnsafePath(f.path.clone()));
+        }
+        // Exactly its components joined by single slashes: what `components` skips
+        // (`//`, `/./`, a trailing `/`) would let two entries name one file.
+        if f.path.split('/').any(|part| part.is_empty() || part == ".") {
+            return Err(BadListing::NotCanonical(f.path.clone()));
+        }
+        if f.path.len() > MAX_PATH || f.path.split('/').any(|part| part.len() > MAX_NAME) {
+            return Err(BadListing::TooLong(f.path.clone()));
         }
         if !seen.insert(&f.path) {
             return Err(BadListing::Twice(f.path.clone()));
@@ -212,6 +254,31 @@ mod tests {
             Err(Failure::BadSignature { .. })
         ));
         assert!(Record::parse(&signed, Kind::Golden, &key, Some(&vk)).is_err());
+    }
+
+    #[test]
+    fn only_plain_short_paths_are_laid_out() {
+        let long_name = "n".repeat(MAX_NAME + 1);
+        let deep = vec!["d"; 600].join("/");
+        for bad in [
+            "a//b", "a/./b", "dir/", "a/", "a\0b", &long_name, &deep, "a/.",
+        ] {
+            let mut r = record();
+            r.files[0].path = bad.to_string();
+            let bytes = serde_json::to_vec(&r).unwrap();
+            assert!(
+                Record::parse(&bytes, Kind::Fixture, &r.key, None).is_err(),
+                "{bad:?}"
+            );
+        }
+        let mut r = record();
+        r.files[0].path = vec!["d"; 500].join("/");
+        let bytes = serde_json::to_vec(&r).unwrap();
+        assert!(Record::parse(&bytes, Kind::Fixture, &r.key, None).is_ok());
+        // Sizes are added without overflowing.
+        r.files[0].size = u64::MAX;
+        r.files.push(r.files[0].clone());
+        assert_eq!(r.bytes(), u64::MAX);
     }
 
     #[test]
