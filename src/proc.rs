@@ -47,11 +47,146 @@ impl Ended {
     }
 }
 
+/// A signal a group gets before SIGTERM when it is stopped for a timeout or a cancel,
+/// and how long it keeps running after it (`stop_signal` / `stop_wait`,
+/// docs/device.md): the time a runtime needs to print its stack dumps, say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stop {
+    pub signal: i32,
+    pub wait: Duration,
+}
+
+/// The signals a stop may send: not KILL (nothing would follow it) nor STOP (nothing
+/// could run).
+const STOP_SIGNALS: &[(&str, i32)] = &[
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ABRT", libc::SIGABRT),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("WINCH", libc::SIGWINCH),
+];
+
+impl Stop {
+    /// A signal by name (`USR1`, `SIGUSR1`, any case); None for one a stop cannot send.
+    pub fn signal_named(name: &str) -> Option<i32> {
+        let up = name.trim().to_ascii_uppercase();
+        let bare = up.strip_prefix("SIG").unwrap_or(&up);
+        STOP_SIGNALS
+            .iter()
+            .find(|(n, _)| *n == bare)
+            .map(|&(_, s)| s)
+    }
+
+    /// The names `signal_named` takes, for a message.
+    pub fn signal_names() -> String {
+        STOP_SIGNALS
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// `SIGUSR1`.
+    pub fn signal_name(&self) -> String {
+        match STOP_SIGNALS.iter().find(|&&(_, s)| s == self.signal) {
+            Some((n, _)) => format!("SIG{n}"),
+            None => format!("signal {}", self.signal),
+        }
+    }
+}
+
 struct Group {
     deadline: Option<Instant>,
+    stop: Option<Stop>,
+    /// Its log: where the output after the stop signal starts is taken from it.
+    log: Option<std::path::PathBuf>,
+    /// When the stop signal was sent, and the log's length then.
+    stopped: Option<(Instant, u64)>,
     /// When SIGTERM was sent: SIGKILL follows after the grace period.
     termed: Option<Instant>,
     timed_out: bool,
+}
+
+impl Group {
+    fn new(deadline: Option<Instant>, stop: Option<Stop>, log: Option<&Path>) -> Group {
+        Group {
+            deadline,
+            stop,
+            log: stop.and(log).map(Path::to_path_buf),
+            stopped: None,
+            termed: None,
+            timed_out: false,
+        }
+    }
+
+    /// Begin stopping it (once): its stop signal, SIGTERM after the stop's wait; or
+    /// SIGTERM now.
+    fn begin_stop(&mut self, pgid: i32, now: Instant) {
+        if self.stopped.is_some() || self.termed.is_some() {
+            return;
+        }
+        let Some(stop) = self.stop else {
+            return self.term(pgid, now);
+        };
+        let mark = self
+            .log
+            .as_ref()
+            .and_then(|l| std::fs::metadata(l).ok())
+            .map_or(0, |m| m.len());
+        signal_group(pgid, stop.signal);
+        self.stopped = Some((now, mark));
+    }
+
+    /// SIGTERM now (once); SIGKILL follows after the grace.
+    fn term(&mut self, pgid: i32, now: Instant) {
+        if self.termed.is_none() {
+            signal_group(pgid, libc::SIGTERM);
+            self.termed = Some(now);
+        }
+    }
+
+    /// Move it along at `now` (its timeout, the stop's wait, the grace); the next moment
+    /// it needs a look, if any.
+    fn tick(&mut self, pgid: i32, now: Instant, grace: Duration) -> Option<Instant> {
+        if let Some(t) = self.termed {
+            if now >= t + grace {
+                signal_group(pgid, libc::SIGKILL);
+                return None;
+            }
+            return Some(t + grace);
+        }
+        if let Some((at, _)) = self.stopped {
+            let until = at + self.stop.map_or(Duration::ZERO, |s| s.wait);
+            if now < until {
+                return Some(until);
+            }
+            self.term(pgid, now);
+            return Some(now + grace);
+        }
+        match self.deadline {
+            Some(d) if now >= d => {
+                self.timed_out = true;
+                self.begin_stop(pgid, now);
+                self.tick(pgid, now, grace)
+            }
+            other => other,
+        }
+    }
+
+    /// When it will have had its whole stop wait and grace, once stopping began.
+    fn grace_end(&self, grace: Duration) -> Option<Instant> {
+        match (self.termed, self.stopped) {
+            (Some(t), _) => Some(t + grace),
+            (None, Some((at, _))) => {
+                Some(at + self.stop.map_or(Duration::ZERO, |s| s.wait) + grace)
+            }
+            _ => None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -118,17 +253,20 @@ pub fn interrupt_all() {
     signal_all(libc::SIGTERM);
 }
 
-/// Mark the run interrupted and send `sig` to every live group: SIGTERM once per group
-/// (the timer loop follows with SIGKILL after the grace), SIGKILL to every group.
+/// Mark the run interrupted and stop every live group: SIGTERM once per group (its stop
+/// signal first where it has one; the timer loop follows with SIGTERM and SIGKILL), or
+/// SIGKILL to every group.
 fn signal_all(sig: i32) {
     let r = registry();
     r.interrupted.store(true, Ordering::SeqCst);
     let mut g = r.groups.lock().expect("registry");
     let now = Instant::now();
     for (pgid, grp) in g.iter_mut() {
-        if sig == libc::SIGKILL || grp.termed.is_none() {
+        if sig == libc::SIGKILL {
             signal_group(*pgid, sig);
             grp.termed.get_or_insert(now);
+        } else {
+            grp.begin_stop(*pgid, now);
         }
     }
     r.changed.notify_all();
@@ -146,25 +284,10 @@ fn timer_loop() {
     loop {
         let now = Instant::now();
         let grace = grace();
-        let mut next: Option<Instant> = None;
-        for (pgid, grp) in g.iter_mut() {
-            if let Some(t) = grp.termed {
-                if now >= t + grace {
-                    signal_group(*pgid, libc::SIGKILL);
-                } else {
-                    next = Some(next.map_or(t + grace, |n| n.min(t + grace)));
-                }
-            } else if let Some(d) = grp.deadline {
-                if now >= d {
-                    grp.timed_out = true;
-                    grp.termed = Some(now);
-                    signal_group(*pgid, libc::SIGTERM);
-                    next = Some(next.map_or(now + grace, |n| n.min(now + grace)));
-                } else {
-                    next = Some(next.map_or(d, |n| n.min(d)));
-                }
-            }
-        }
+        let next = g
+            .iter_mut()
+            .filter_map(|(pgid, grp)| grp.tick(*pgid, now, grace))
+            .min();
         g = match next {
             Some(n) => {
                 r.changed
@@ -336,6 +459,16 @@ pub struct Spec<'a> {
     pub env: &'a BTreeMap<String, String>,
     pub log: &'a Path,
     pub timeout: Option<Duration>,
+    /// Sent before SIGTERM on a timeout, a `stop` or a cancel.
+    pub stop: Option<Stop>,
+}
+
+/// How a step ended, and where in its log the output after its stop signal starts (when
+/// one was sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub ended: Ended,
+    pub stopped_at: Option<u64>,
 }
 
 /// A check every spawn must pass (the device phase's watch over the lock): false
@@ -350,25 +483,33 @@ pub fn set_spawn_gate(gate: fn() -> bool) {
 /// and wait for it. After it ends, whatever it left running in its group is killed, so a
 /// background child neither keeps us waiting nor outlives the step.
 pub fn run(spec: &Spec) -> io::Result<Ended> {
-    run_observed(spec, |_| {})
+    run_observed(spec, |_| {}).map(|f| f.ended)
 }
 
 /// SIGTERM group `pgid` (a step of ours) now, SIGKILL after the grace period: a lane
-/// process whose scene timed out or whose device failed.
+/// process whose device failed, or that broke the protocol.
 pub fn terminate(pgid: i32) {
+    with_group(pgid, Group::term);
+}
+
+/// Stop group `pgid` as a timeout does: its stop signal first (SIGTERM after the stop's
+/// wait), or SIGTERM now; SIGKILL after the grace.
+pub fn stop(pgid: i32) {
+    with_group(pgid, Group::begin_stop);
+}
+
+fn with_group(pgid: i32, f: fn(&mut Group, i32, Instant)) {
     let r = registry();
     let mut g = r.groups.lock().expect("registry");
     if let Some(grp) = g.get_mut(&pgid) {
-        if grp.termed.is_none() {
-            signal_group(pgid, libc::SIGTERM);
-            grp.termed = Some(Instant::now());
-        }
+        f(grp, pgid, Instant::now());
     }
     r.changed.notify_all();
 }
 
-/// As `run`, telling `started` the process group id once the step runs.
-pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Ended> {
+/// As `run`, telling `started` the process group id once the step runs; also where the
+/// output after a stop signal starts.
+pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Finished> {
     if let Some(dir) = spec.log.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -378,8 +519,12 @@ pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Ended>
         .open(spec.log)?;
     let mut cmd = sh(spec.command, spec.dir, spec.env);
     cmd.stdout(log.try_clone()?).stderr(log);
-    let Some(mut child) = start(cmd, spec.timeout)? else {
-        return Ok(Ended::Interrupted);
+    let group = |deadline| Group::new(deadline, spec.stop, Some(spec.log));
+    let Some(mut child) = start(cmd, spec.timeout, group)? else {
+        return Ok(Finished {
+            ended: Ended::Interrupted,
+            stopped_at: None,
+        });
     };
     started(child.id() as i32);
     let waited = child.wait();
@@ -419,7 +564,9 @@ pub fn capture(
     let (mut err_r, err_w) = io::pipe()?;
     let mut cmd = sh(command, dir, env);
     cmd.stdout(out_w).stderr(err_w);
-    let started = start(cmd, Some(timeout))?;
+    let started = start(cmd, Some(timeout), |deadline| {
+        Group::new(deadline, None, None)
+    })?;
     // `cmd` held the write ends: only the child has them now.
     let Some(mut child) = started else {
         return Ok(Captured {
@@ -458,7 +605,7 @@ pub fn capture(
         let _ = tx.send((false, tail.split_off(keep), false));
     });
     let waited = child.wait();
-    let mut ended = finish(pgid, waited)?;
+    let mut ended = finish(pgid, waited)?.ended;
     let mut got = Captured {
         ended: Ended::Exited(0),
         stdout: Vec::new(),
@@ -491,7 +638,11 @@ fn kill_registered(pgid: i32) {
 /// Start `cmd` (made by `sh`) in a process group of its own, registered (timeout,
 /// interrupt, the watchdog) before it runs a single instruction of its own. None: the
 /// run is interrupted (or the spawn gate closed), nothing started.
-fn start(mut cmd: std::process::Command, timeout: Option<Duration>) -> io::Result<Option<Child>> {
+fn start(
+    mut cmd: std::process::Command,
+    timeout: Option<Duration>,
+    group: impl FnOnce(Option<Instant>) -> Group,
+) -> io::Result<Option<Child>> {
     if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
         return Ok(None);
     }
@@ -518,11 +669,7 @@ fn start(mut cmd: std::process::Command, timeout: Option<Duration>) -> io::Resul
     let child = cmd.spawn()?;
     groups.insert(
         child.id() as i32,
-        Group {
-            deadline: timeout.map(|t| Instant::now() + t),
-            termed: None,
-            timed_out: false,
-        },
+        group(timeout.map(|t| Instant::now() + t)),
     );
     r.changed.notify_all();
     Ok(Some(child))
@@ -530,23 +677,30 @@ fn start(mut cmd: std::process::Command, timeout: Option<Duration>) -> io::Resul
 
 /// The group's leader has been waited for: kill what it left running in its group, forget
 /// the group, and say how it ended.
-fn finish(pgid: i32, waited: io::Result<std::process::ExitStatus>) -> io::Result<Ended> {
+fn finish(pgid: i32, waited: io::Result<std::process::ExitStatus>) -> io::Result<Finished> {
     drain_if_stopping(pgid);
     // Leftovers of the step (background children) die with it.
     signal_group(pgid, libc::SIGKILL);
     let grp = registry().groups.lock().expect("registry").remove(&pgid);
     forget_group(pgid);
     let status = waited?;
-    if grp.as_ref().is_some_and(|g| g.timed_out) {
-        return Ok(Ended::TimedOut);
-    }
-    if interrupted() && grp.as_ref().is_some_and(|g| g.termed.is_some()) {
-        return Ok(Ended::Interrupted);
-    }
-    Ok(match (status.code(), status.signal()) {
-        (Some(c), _) => Ended::Exited(c),
-        (None, Some(s)) => Ended::Signaled(s),
-        _ => Ended::Exited(-1),
+    let stopping = grp
+        .as_ref()
+        .is_some_and(|g| g.termed.is_some() || g.stopped.is_some());
+    let ended = if grp.as_ref().is_some_and(|g| g.timed_out) {
+        Ended::TimedOut
+    } else if interrupted() && stopping {
+        Ended::Interrupted
+    } else {
+        match (status.code(), status.signal()) {
+            (Some(c), _) => Ended::Exited(c),
+            (None, Some(s)) => Ended::Signaled(s),
+            _ => Ended::Exited(-1),
+        }
+    };
+    Ok(Finished {
+        ended,
+        stopped_at: grp.and_then(|g| g.stopped).map(|(_, mark)| mark),
     })
 }
 
@@ -562,8 +716,8 @@ const DRAIN_MARGIN: Duration = Duration::from_millis(500);
 fn drain_if_stopping(pgid: i32) {
     let until = {
         let g = registry().groups.lock().expect("registry");
-        match g.get(&pgid).and_then(|grp| grp.termed) {
-            Some(t) => t + grace() + DRAIN_MARGIN,
+        match g.get(&pgid).and_then(|grp| grp.grace_end(grace())) {
+            Some(t) => t + DRAIN_MARGIN,
             None => return,
         }
     };
@@ -668,5 +822,75 @@ mod tests {
             "{blocked:x}"
         );
         assert_eq!(ignored & bit(libc::SIGXFSZ), 0, "{ignored:x}");
+    }
+
+    /// A process group id no process can have (above any pid_max): signals to it fail.
+    const NOBODY: i32 = i32::MAX;
+
+    #[test]
+    fn a_timeout_sends_the_stop_signal_then_term_after_its_wait_then_kill_after_the_grace() {
+        let stop = Stop {
+            signal: libc::SIGUSR1,
+            wait: Duration::from_secs(3),
+        };
+        let grace = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let mut g = Group::new(Some(t0 + Duration::from_secs(10)), Some(stop), None);
+        assert_eq!(
+            g.tick(NOBODY, t0, grace),
+            Some(t0 + Duration::from_secs(10))
+        );
+        assert_eq!(g.grace_end(grace), None, "nothing stopped yet");
+        // The deadline: the stop signal, SIGTERM due after its wait.
+        let at = t0 + Duration::from_secs(10);
+        assert_eq!(g.tick(NOBODY, at, grace), Some(at + stop.wait));
+        assert!(g.timed_out && g.stopped.is_some() && g.termed.is_none());
+        assert_eq!(g.grace_end(grace), Some(at + stop.wait + grace));
+        // The wait is over: SIGTERM, SIGKILL due after the grace.
+        let term = at + stop.wait;
+        assert_eq!(g.tick(NOBODY, term, grace), Some(term + grace));
+        assert_eq!(g.termed, Some(term));
+        assert_eq!(g.tick(NOBODY, term + grace, grace), None, "SIGKILL sent");
+    }
+
+    #[test]
+    fn without_a_stop_a_timeout_terms_at_once_and_a_stop_is_begun_once() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(5);
+        let mut g = Group::new(Some(t0), None, None);
+        assert_eq!(g.tick(NOBODY, t0, grace), Some(t0 + grace));
+        assert_eq!(g.termed, Some(t0));
+        let stop = Stop {
+            signal: libc::SIGUSR1,
+            wait: Duration::from_secs(1),
+        };
+        let mut g = Group::new(None, Some(stop), None);
+        g.begin_stop(NOBODY, t0);
+        let first = g.stopped;
+        g.begin_stop(NOBODY, t0 + Duration::from_secs(1));
+        assert_eq!(
+            g.stopped, first,
+            "a second stop (a cancel after a timeout) changes nothing"
+        );
+        // `terminate` skips the rest of the wait.
+        g.term(NOBODY, t0 + Duration::from_millis(10));
+        assert_eq!(
+            g.grace_end(grace),
+            Some(t0 + Duration::from_millis(10) + grace)
+        );
+    }
+
+    #[test]
+    fn stop_signals_by_name() {
+        assert_eq!(Stop::signal_named("USR1"), Some(libc::SIGUSR1));
+        assert_eq!(Stop::signal_named("sigquit"), Some(libc::SIGQUIT));
+        assert_eq!(Stop::signal_named("KILL"), None);
+        assert_eq!(Stop::signal_named("STOP"), None);
+        assert_eq!(Stop::signal_named("10"), None);
+        let s = Stop {
+            signal: libc::SIGUSR2,
+            wait: Duration::ZERO,
+        };
+        assert_eq!(s.signal_name(), "SIGUSR2");
     }
 }

@@ -106,35 +106,16 @@ pub fn run_plain(
     let devices = cx.ids(slots);
     let log = scene_log(cx.frozen, &s.name, attempt);
     let start = cx.now();
-    let ended = start_plain(cx.frozen, s, &devices.join(","), &log);
+    let finished = start_plain(cx.frozen, s, &devices.join(","), &log);
     let duration = cx.now() - start;
-    let output = log_tail(&log);
-    let (outcome, message) = match &ended {
-        Ok(Ended::Exited(0)) => (AttemptOutcome::Passed, None),
-        Ok(Ended::TimedOut) => (
-            AttemptOutcome::TimedOut,
-            Some(format!(
-                "timed out after {} (process group killed)",
-                crate::units::short_duration(Duration::from_secs_f64(
-                    s.device().timeout_secs.unwrap_or(0.0)
-                ))
-            )),
-        ),
-        Ok(Ended::Interrupted) => (AttemptOutcome::Interrupted, Some("interrupted".into())),
-        Ok(e) => match cx.faults.matches(e, &proc::log_tail(&log, 64 * 1024)) {
-            Some(why) => (
-                AttemptOutcome::DeviceFault,
-                Some(format!("device fault on {}: {why}", devices.join(","))),
-            ),
-            None => (
-                AttemptOutcome::Failed,
-                Some(format!("device step {}", e.describe())),
-            ),
-        },
-        Err(e) => (
-            AttemptOutcome::Failed,
-            Some(format!("could not start the device step: {e}")),
-        ),
+    let (outcome, mut message) = plain_verdict(cx, s, &finished, &log, &devices);
+    let stop = s.device().stop;
+    let output = match (stop, finished.as_ref().ok().and_then(|f| f.stopped_at)) {
+        (Some(stop), Some(from)) => {
+            message = message.map(|m| format!("{m}; {}", stop_note(&stop)));
+            stop_output(&stop, &log, from)
+        }
+        _ => log_tail(&log),
     };
     if outcome == AttemptOutcome::DeviceFault {
         let _ = tx.send(Event::Fault {
@@ -158,6 +139,87 @@ pub fn run_plain(
         job,
         handback: Vec::new(),
     });
+}
+
+/// How a plain step's attempt ended, and the message that says so.
+fn plain_verdict(
+    cx: &Cx,
+    s: &FrozenScene,
+    finished: &std::io::Result<proc::Finished>,
+    log: &Path,
+    devices: &[String],
+) -> (AttemptOutcome, Option<String>) {
+    let ended = match finished {
+        Ok(f) => &f.ended,
+        Err(e) => {
+            let why = format!("could not start the device step: {e}");
+            return (AttemptOutcome::Failed, Some(why));
+        }
+    };
+    match ended {
+        Ended::Exited(0) => (AttemptOutcome::Passed, None),
+        Ended::TimedOut => (
+            AttemptOutcome::TimedOut,
+            Some(format!(
+                "timed out after {} (process group killed)",
+                crate::units::short_duration(Duration::from_secs_f64(
+                    s.device().timeout_secs.unwrap_or(0.0)
+                ))
+            )),
+        ),
+        Ended::Interrupted => (AttemptOutcome::Interrupted, Some("interrupted".into())),
+        e => match cx.faults.matches(e, &proc::log_tail(log, 64 * 1024)) {
+            Some(why) => (
+                AttemptOutcome::DeviceFault,
+                Some(format!("device fault on {}: {why}", devices.join(","))),
+            ),
+            None => (
+                AttemptOutcome::Failed,
+                Some(format!("device step {}", e.describe())),
+            ),
+        },
+    }
+}
+
+/// Lines of the output after a stop signal kept under a scene (its stack dumps): the
+/// first ones, where a runtime's dump of the thread that hung usually is.
+const DUMP_LINES: usize = 60;
+/// Bytes of that output read at most.
+const DUMP_BYTES: u64 = 64 << 10;
+
+/// What a message adds when a stop signal went first.
+pub(super) fn stop_note(stop: &proc::Stop) -> String {
+    format!(
+        "{} was sent first, its output for {} is below",
+        stop.signal_name(),
+        crate::units::short_duration(stop.wait)
+    )
+}
+
+/// The output a process wrote after its stop signal (`from`: the log's length then),
+/// headed by the signal: its first `DUMP_LINES` lines and how many more the log has.
+pub(super) fn stop_output(stop: &proc::Stop, log: &Path, from: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        if f.seek(SeekFrom::Start(from)).is_ok() {
+            let _ = f.take(DUMP_BYTES).read_to_end(&mut bytes);
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = format!("--- output after {} ---", stop.signal_name());
+    if lines.is_empty() {
+        out.push_str("\n(none)");
+    }
+    for l in lines.iter().take(DUMP_LINES) {
+        out.push('\n');
+        out.push_str(l);
+    }
+    if lines.len() > DUMP_LINES {
+        out.push_str(&format!("\n… more in {}", log.display()));
+    }
+    out
 }
 
 fn scene_env(
@@ -184,7 +246,7 @@ fn start_plain(
     s: &FrozenScene,
     devices: &str,
     log: &Path,
-) -> std::io::Result<Ended> {
+) -> std::io::Result<proc::Finished> {
     let kernels = super::kernels_dir(&frozen.run_dir, &s.name);
     let crate::manifest::DeviceRun::Command(template) = &s.device().run else {
         unreachable!("a plain scene has a device command")
@@ -203,11 +265,13 @@ fn start_plain(
         std::fs::create_dir_all(d)?;
     }
     std::fs::write(log, format!("$ {command}\n"))?;
-    proc::run(&proc::Spec {
+    let spec = proc::Spec {
         command: &command,
         dir: &frozen.manifest_dir,
         env: &env,
         log,
         timeout: s.device().timeout_secs.map(Duration::from_secs_f64),
-    })
+        stop: s.device().stop,
+    };
+    proc::run_observed(&spec, |_| {})
 }

@@ -135,6 +135,11 @@ struct LaneProcess<'a> {
     /// The end of the log shown with a scene so far.
     mark: u64,
     killing: Option<ProcessEnd>,
+    /// A scene's timeout, said once the process has been stopped (its stop signal's
+    /// output belongs to it).
+    expired: Vec<Effect>,
+    /// Where in its log the output after its stop signal starts, once one was sent.
+    stopped_at: Option<u64>,
     tx: &'a Sender<Event>,
 }
 
@@ -183,6 +188,8 @@ impl<'a> LaneProcess<'a> {
             t: Instant::now(),
             mark: 0,
             killing: None,
+            expired: Vec::new(),
+            stopped_at: None,
             tx,
         }
     }
@@ -263,10 +270,11 @@ impl<'a> LaneProcess<'a> {
         command: &str,
         env: &std::collections::BTreeMap<String, String>,
     ) -> std::io::Result<Ended> {
-        let (end_tx, end_rx) = mpsc::channel::<std::io::Result<Ended>>();
+        let (end_tx, end_rx) = mpsc::channel::<std::io::Result<proc::Finished>>();
         let (pg_tx, pg_rx) = mpsc::channel::<i32>();
         let (dir, log) = (&self.cx.frozen.manifest_dir, self.log.clone());
-        let ended = std::thread::scope(|scope| {
+        let stop = self.cx.frozen.lanes[self.lane].stop;
+        let finished = std::thread::scope(|scope| {
             scope.spawn(move || {
                 let spec = proc::Spec {
                     command,
@@ -274,6 +282,7 @@ impl<'a> LaneProcess<'a> {
                     env,
                     log: &log,
                     timeout: None,
+                    stop,
                 };
                 let r = proc::run_observed(&spec, |pg| {
                     let _ = pg_tx.send(pg);
@@ -290,19 +299,27 @@ impl<'a> LaneProcess<'a> {
                 let finished = !matches!(got, Err(mpsc::RecvTimeoutError::Timeout));
                 self.poll(finished);
                 if finished {
-                    return got.unwrap_or(Ok(Ended::Exited(-1)));
+                    return got.unwrap_or(Ok(proc::Finished {
+                        ended: Ended::Exited(-1),
+                        stopped_at: None,
+                    }));
                 }
                 // Stop the process once it is to be killed and its group is known (a
-                // deadline may pass before the spawn reported it).
-                if self.killing.is_some() && !terminated {
-                    if let Some(pg) = pgid {
-                        proc::terminate(pg);
-                        terminated = true;
+                // deadline may pass before the spawn reported it): a timeout with the
+                // lane's stop signal first, anything else with SIGTERM.
+                if let (Some(k), Some(pg), false) = (&self.killing, pgid, terminated) {
+                    match k {
+                        ProcessEnd::SceneTimeout | ProcessEnd::LaneTimeout => proc::stop(pg),
+                        _ => proc::terminate(pg),
                     }
+                    terminated = true;
                 }
             }
         });
-        ended
+        finished.map(|f| {
+            self.stopped_at = f.stopped_at;
+            f.ended
+        })
     }
 
     /// One look at the process: the results it wrote since the last (a device fault on
@@ -324,9 +341,7 @@ impl<'a> LaneProcess<'a> {
         }
         match self.machine.deadline() {
             Some(Deadline::Scene { scene, at }) if now >= at => {
-                for e in self.machine.expire_scene(scene, now) {
-                    self.emit(&e);
-                }
+                self.expired = self.machine.expire_scene(scene, now);
                 self.killing = Some(ProcessEnd::SceneTimeout);
             }
             Some(Deadline::Lane { at }) if now >= at => {
@@ -399,7 +414,7 @@ impl<'a> LaneProcess<'a> {
         // What the process said last: the cause of a crash is usually there.
         let crash_tail = log_tail(&self.log);
         let (effects, requeue) = self.machine.finish(end, now, &crash_tail);
-        for e in &effects {
+        for e in std::mem::take(&mut self.expired).iter().chain(&effects) {
             self.emit(e);
         }
         let scenes = self.members().map(|s| s.name.clone()).collect();
@@ -461,11 +476,26 @@ impl<'a> LaneProcess<'a> {
                 message,
             } => {
                 let outcome = *verdict;
-                let output = output_since(&self.log, &mut self.mark);
+                let mut output = output_since(&self.log, &mut self.mark);
                 let quiet = matches!(
                     outcome,
                     AttemptOutcome::Passed | AttemptOutcome::Skipped | AttemptOutcome::NotRun
                 );
+                let mut message = message.clone();
+                // The scene a stop signal was sent for gets what followed it.
+                let stop = self.cx.frozen.lanes[self.lane].stop;
+                if let (
+                    Some(stop),
+                    Some(from),
+                    AttemptOutcome::TimedOut | AttemptOutcome::Interrupted,
+                ) = (stop, self.stopped_at, outcome)
+                {
+                    output = super::exec::stop_output(&stop, &self.log, from);
+                    message = Some(match message {
+                        Some(m) => format!("{m}; {}", super::exec::stop_note(&stop)),
+                        None => super::exec::stop_note(&stop),
+                    });
+                }
                 let _ = self.tx.send(Event::Attempt {
                     scene: self.batch[*scene],
                     attempt: Attempt {
@@ -473,7 +503,7 @@ impl<'a> LaneProcess<'a> {
                         devices: self.devices.clone(),
                         start_secs: self.start + started,
                         duration_secs: *duration,
-                        message: message.clone(),
+                        message,
                         output_tail: (!quiet).then_some(output),
                         log: Some(self.log.clone()),
                         lane_process: Some(self.n),
@@ -623,7 +653,8 @@ mod tests {
         p.prepare(&command).unwrap();
         let ended = p.watch(&command, &env);
         assert_eq!(p.killing, Some(ProcessEnd::SceneTimeout));
-        assert_eq!(attempts(&rx), [(0, AttemptOutcome::TimedOut)]);
+        // Said once the process is stopped (what it printed meanwhile is the scene's).
+        assert_eq!(attempts(&rx), []);
         let (end, how) = p.ending(&ended);
         assert_eq!(
             (end.clone(), how.as_str()),
@@ -631,7 +662,7 @@ mod tests {
         );
         // y never started: it goes back, for a fresh process, and is not settled here.
         assert_eq!(p.finish(&end, how, 1.0, 0), [1]);
-        assert_eq!(attempts(&rx), []);
+        assert_eq!(attempts(&rx), [(0, AttemptOutcome::TimedOut)]);
     }
 
     #[test]

@@ -152,6 +152,9 @@ pub struct FrozenDevice {
     pub retries: u32,
     /// Seconds, from history.
     pub estimate: Option<f64>,
+    /// `stop_signal` / `stop_wait` of its own command.
+    #[serde(default)]
+    pub stop: Option<crate::proc::Stop>,
 }
 
 impl FrozenDevice {
@@ -165,6 +168,7 @@ impl FrozenDevice {
             timeout_secs: d.timeout.map(|t| t.as_secs_f64()),
             retries: d.retries,
             estimate,
+            stop: d.stop,
         }
     }
 
@@ -249,6 +253,16 @@ pub struct Frozen {
     pub lane_startup: BTreeMap<String, f64>,
     #[serde(default)]
     pub device_fault: Option<crate::manifest::DeviceFault>,
+}
+
+impl Frozen {
+    /// The longest `stop_wait` of a step or lane it runs: a cancel takes that much
+    /// longer than the grace.
+    pub fn longest_stop_wait(&self) -> std::time::Duration {
+        let steps = self.scenes.iter().filter_map(|s| s.device.as_ref()?.stop);
+        let lanes = self.lanes.values().filter_map(|l| l.stop);
+        steps.chain(lanes).map(|s| s.wait).max().unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -218,7 +218,8 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
     let _ = std::fs::remove_file(&log);
     let lock_cfg = plan.manifest.lock.as_ref();
     let limits = lockrun::Limits {
-        grace: grace(plan),
+        // A cancel stops each step with its stop signal and wait first, then the grace.
+        grace: grace(plan) + frozen.longest_stop_wait(),
         release_timeout: lock_cfg
             .and_then(|l| l.release_timeout)
             .unwrap_or(super::DEFAULT_RELEASE_TIMEOUT),

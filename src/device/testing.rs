@@ -38,6 +38,7 @@ fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> Froz
             timeout_secs: None,
             retries: 1,
             estimate: Some(est),
+            stop: None,
         }),
         kernels: Vec::new(),
         fixture: None,
@@ -54,6 +55,7 @@ pub fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
         restarts: 0,
         timeout_secs: None,
         env: BTreeMap::new(),
+        stop: None,
     };
     Frozen {
         version: FROZEN_VERSION,

@@ -1,7 +1,7 @@
-//! The manifest's lane keys (docs/lanes.md): the top-level `lanes:` section, a scene's
-//! `device.lane` / `device.args` / `device.retries`, and `lock.device_fault`. Parsed
-//! here so the core manifest code only calls in; every problem is a located error
-//! (exit 4) like any other manifest error.
+//! The manifest's device-runtime keys (docs/lanes.md): the top-level `lanes:` section,
+//! a scene's `device:` step (its command or lane, `args`, `retries`, `stop_signal`), and
+//! `lock.device_fault`. Parsed here so the core manifest code only calls in; every
+//! problem is a located error (exit 4) like any other manifest error.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,7 +9,8 @@ use std::time::Duration;
 use super::yaml::Node as Value;
 use serde::{Deserialize, Serialize};
 
-use super::{raw, Ctx, MAX_DEVICES};
+use super::{raw, Ctx, DeviceStep, MAX_DEVICES};
+use crate::proc::Stop;
 use crate::template::{allowed, Ph, Template};
 
 /// One `lanes.<name>` entry: a command that runs a batch of scenes in one process.
@@ -25,6 +26,9 @@ pub struct LaneConfig {
     pub timeout_secs: Option<f64>,
     /// Merged over the scene's environment.
     pub env: BTreeMap<String, String>,
+    /// `stop_signal` / `stop_wait`: what a timeout or a cancel sends before SIGTERM.
+    #[serde(default)]
+    pub stop: Option<Stop>,
 }
 
 pub const DEFAULT_RESTARTS: u32 = 2;
@@ -65,8 +69,27 @@ struct RawLane {
     timeout: Option<raw::Scalar>,
     #[serde(default)]
     env: BTreeMap<String, raw::Scalar>,
+    stop_signal: Option<String>,
+    stop_wait: Option<raw::Scalar>,
 }
-const LANE: &[&str] = &["run", "devices", "restarts", "timeout", "env"];
+const LANE: &[&str] = &[
+    "run",
+    "devices",
+    "restarts",
+    "timeout",
+    "env",
+    "stop_signal",
+    "stop_wait",
+];
+
+/// Which steps a scene has as written: they decide which placeholders its device
+/// command may use.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Steps {
+    pub kernels: bool,
+    pub fixture: bool,
+    pub golden: bool,
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,6 +133,7 @@ impl Ctx {
             }
             let timeout = self.duration(l.timeout, &format!("{path}.timeout"));
             let env = self.env(l.env, &format!("{path}.env"));
+            let stop = self.stop(l.stop_signal, l.stop_wait, &path);
             self.lane_devices.insert(name.clone(), Some(devices.max(1)));
             if let Some(run) = run {
                 out.insert(
@@ -121,11 +145,95 @@ impl Ctx {
                         restarts: l.restarts.unwrap_or(DEFAULT_RESTARTS),
                         timeout_secs: timeout.map(|t: Duration| t.as_secs_f64()),
                         env,
+                        stop,
                     },
                 );
             }
         }
         out
+    }
+
+    /// `<path>.stop_signal` and `<path>.stop_wait` (default 0 s); the wait alone is an
+    /// error (it waits after the signal).
+    fn stop(
+        &mut self,
+        signal: Option<String>,
+        wait: Option<raw::Scalar>,
+        path: &str,
+    ) -> Option<Stop> {
+        let has_wait = wait.is_some();
+        let wait = self.duration(wait, &format!("{path}.stop_wait"));
+        let Some(name) = signal else {
+            if has_wait {
+                self.err(
+                    &format!("{path}.stop_wait"),
+                    "`stop_wait` is the time after `stop_signal`: give the signal too",
+                );
+            }
+            return None;
+        };
+        let Some(signal) = Stop::signal_named(&name) else {
+            self.err(
+                &format!("{path}.stop_signal"),
+                format!(
+                    "`{}` is not a signal a stop can send (one of {})",
+                    crate::error::clip(&name, 40),
+                    Stop::signal_names()
+                ),
+            );
+            return None;
+        };
+        Some(Stop {
+            signal,
+            wait: wait.unwrap_or(Duration::ZERO),
+        })
+    }
+
+    /// A scene's `device:` step: its command or lane, the ids it holds, its timeout,
+    /// retries and stop signal.
+    pub(super) fn device_step(&mut self, v: Value, dp: &str, steps: Steps) -> Option<DeviceStep> {
+        let d = self.take::<raw::DeviceStep>(v, dp, raw::DEVICE_STEP)?;
+        let ok: Vec<Ph> = allowed::DEVICE
+            .iter()
+            .copied()
+            .filter(|p| match p {
+                Ph::Kernels => steps.kernels,
+                Ph::Fixture => steps.fixture,
+                Ph::Golden => steps.golden,
+                _ => true,
+            })
+            .collect();
+        let run = self.device_run(&d, dp, &ok);
+        if d.devices == Some(0) {
+            self.err(&format!("{dp}.devices"), "devices must be at least 1");
+        }
+        if d.devices.is_some_and(|n| n > MAX_DEVICES) {
+            self.err(
+                &format!("{dp}.devices"),
+                format!("devices must be at most {MAX_DEVICES}"),
+            );
+        }
+        let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
+        if d.lane.is_some() && d.stop_signal.is_some() {
+            self.err(
+                &format!("{dp}.stop_signal"),
+                "a lane scene runs in its lane's process: give `stop_signal` to the lane",
+            );
+        }
+        let stop = self.stop(d.stop_signal, d.stop_wait, dp);
+        let run = run?;
+        Some(DeviceStep {
+            devices: self
+                .lane_scene_devices(&run)
+                .or(d.devices)
+                .unwrap_or(1)
+                .max(1),
+            run,
+            exclusive: d.exclusive.unwrap_or(false),
+            timeout,
+            retries: d.retries.unwrap_or(0),
+            stop,
+        })
     }
 
     /// `lock.device_fault`.

@@ -161,6 +161,10 @@ pub struct DeviceStep {
     pub timeout: Option<Duration>,
     /// Reruns of a failed device step in a fresh process (docs/lanes.md).
     pub retries: u32,
+    /// `stop_signal` / `stop_wait` of its own command (a lane scene's process is its
+    /// lane's).
+    #[serde(default)]
+    pub stop: Option<crate::proc::Stop>,
 }
 
 /// Names of scenes, kernels and toolchains: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..`
@@ -899,43 +903,14 @@ impl Ctx {
         let golden = s
             .golden
             .and_then(|v| self.gen_step(v, &format!("{path}.golden"), golden_allowed));
-        let device = s.device.and_then(|v| {
-            let dp = format!("{path}.device");
-            let d = self.take::<raw::DeviceStep>(v, &dp, raw::DEVICE_STEP)?;
-            let ok: Vec<Ph> = allowed::DEVICE
-                .iter()
-                .copied()
-                .filter(|p| match p {
-                    Ph::Kernels => has_kernels,
-                    Ph::Fixture => has_fixture,
-                    Ph::Golden => has_golden,
-                    _ => true,
-                })
-                .collect();
-            let run = self.device_run(&d, &dp, &ok);
-            if d.devices == Some(0) {
-                self.err(&format!("{dp}.devices"), "devices must be at least 1");
-            }
-            if d.devices.is_some_and(|n| n > MAX_DEVICES) {
-                self.err(
-                    &format!("{dp}.devices"),
-                    format!("devices must be at most {MAX_DEVICES}"),
-                );
-            }
-            let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
-            let run = run?;
-            Some(DeviceStep {
-                devices: self
-                    .lane_scene_devices(&run)
-                    .or(d.devices)
-                    .unwrap_or(1)
-                    .max(1),
-                run,
-                exclusive: d.exclusive.unwrap_or(false),
-                timeout,
-                retries: d.retries.unwrap_or(0),
-            })
-        });
+        let steps = lanes::Steps {
+            kernels: has_kernels,
+            fixture: has_fixture,
+            golden: has_golden,
+        };
+        let device = s
+            .device
+            .and_then(|v| self.device_step(v, &format!("{path}.device"), steps));
         if !has_kernels && !has_fixture && !has_golden && !has_device {
             self.err(
                 path,

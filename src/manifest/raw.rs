@@ -163,6 +163,8 @@ pub struct DeviceStep {
     pub lane: Option<String>,
     pub args: Option<Vec<String>>,
     pub retries: Option<u32>,
+    pub stop_signal: Option<String>,
+    pub stop_wait: Option<Scalar>,
 }
 pub const DEVICE_STEP: &[&str] = &[
     "run",
@@ -172,4 +174,6 @@ pub const DEVICE_STEP: &[&str] = &[
     "lane",
     "args",
     "retries",
+    "stop_signal",
+    "stop_wait",
 ];

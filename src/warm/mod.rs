@@ -350,6 +350,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         env: &env,
         log: &log,
         timeout: step.timeout,
+        stop: None,
     });
     let secs = t0.elapsed().as_secs_f64();
     // A message without a variant of its own becomes `FailCause::Other`.

@@ -7,6 +7,7 @@
 mod faults;
 mod protocol;
 mod pytest;
+mod stop;
 
 use std::collections::BTreeMap;
 use std::process::Output;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::*;
 
-fn venv_python() -> PathBuf {
+pub(super) fn venv_python() -> PathBuf {
     let py = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/python");
     let ok = std::process::Command::new(&py)
         .args(["-c", "import pytest, pytest_reportlog"])
