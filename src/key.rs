@@ -17,7 +17,7 @@ pub use files::{DepLookup, DepNow, FileInfo, Files};
 pub use hasher::{key_name, key_path, normalize, KeyHasher, KEY_SCHEMA};
 pub use includes::{scan_includes, Include, Node, NotAnInclude};
 
-use files::{now_ns, settled};
 #[cfg(test)]
 use files::RACY_NS;
+use files::{now_ns, settled};
 use includes::{dirs_key, Graph, IdHash, Listing, PathKey, SCAN_LIMIT};
