@@ -336,6 +336,7 @@ impl<'a> Scheduler<'a> {
                     .running
                     .remove(job)
                     .expect("a finished job was running");
+                self.packer.finished(&self.jobs, *job);
                 if self.jobs[*job].exclusive {
                     self.exclusive_running -= 1;
                 }
@@ -373,6 +374,7 @@ impl<'a> Scheduler<'a> {
                 devices: d.devices,
                 exclusive: d.exclusive,
                 estimate: d.estimate.unwrap_or(self.mean),
+                order: d.order,
             },
             Unit::Scene(scene),
             avoid,
@@ -388,10 +390,12 @@ impl<'a> Scheduler<'a> {
             .iter()
             .map(|&i| self.frozen.scenes[i].device().estimate.unwrap_or(self.mean))
             .sum();
+        // The scenes of one lane process share their order.
         let job = pack::Job {
             devices: self.frozen.lanes[lane].devices as usize,
             exclusive: false,
             estimate,
+            order: self.frozen.scenes[scenes[0]].device().order,
         };
         let unit = Unit::Lane {
             lane: lane.to_string(),

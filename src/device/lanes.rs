@@ -61,6 +61,8 @@ pub struct PreviewProcess {
     pub scenes: Vec<usize>,
     pub devices: usize,
     pub exclusive: bool,
+    /// Its phase of the run (`device.order`).
+    pub order: crate::manifest::Order,
     pub startup: Option<f64>,
     pub start: f64,
     pub end: f64,
@@ -125,6 +127,7 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
                 scenes,
                 devices: jobs[p.job].devices,
                 exclusive: jobs[p.job].exclusive,
+                order: jobs[p.job].order,
                 start: p.start,
                 end: p.end,
                 slots: p.ids,

@@ -155,6 +155,8 @@ pub struct FrozenDevice {
     /// `stop_signal` / `stop_wait` of its own command.
     #[serde(default)]
     pub stop: Option<crate::proc::Stop>,
+    #[serde(default)]
+    pub order: crate::manifest::Order,
 }
 
 impl FrozenDevice {
@@ -169,6 +171,7 @@ impl FrozenDevice {
             retries: d.retries,
             estimate,
             stop: d.stop,
+            order: d.order,
         }
     }
 
@@ -192,6 +195,7 @@ impl FrozenDevice {
             exclusive: self.exclusive,
             estimate: self.estimate,
             lane: self.lane().map(str::to_string),
+            order: self.order,
         }
     }
 }

@@ -5,10 +5,15 @@
 //! running a batch of a lane's scenes (docs/lanes.md). A lane's scenes are split over as
 //! many processes as fit in the ids at once, balanced by estimate (longest first onto the
 //! least loaded batch). Every process holds its ids until it ends: never two on one id.
-//! `exclusive` scenes run alone. All of it is O(n log n) in the number of scenes.
+//! `exclusive` scenes run alone. A run has three phases, by `device.order`: every
+//! `first` process ends before any other starts, every `last` one starts after all the
+//! others ended; processes never mix orders. All of it is O(n log n) in the number of
+//! scenes.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+pub use crate::manifest::Order;
 
 /// What the packer needs to know of one process.
 #[derive(Debug, Clone)]
@@ -17,23 +22,8 @@ pub struct Job {
     pub exclusive: bool,
     /// Seconds (already defaulted for unknown scenes).
     pub estimate: f64,
-}
-
-impl Job {
-    /// Jobs from (devices, exclusive, history estimate); a scene without history counts
-    /// as the mean of those with one (1 s when none has).
-    pub fn with_estimates(scenes: impl Iterator<Item = (usize, bool, Option<f64>)>) -> Vec<Job> {
-        let scenes: Vec<_> = scenes.collect();
-        let mean = mean_estimate(scenes.iter().map(|s| s.2));
-        scenes
-            .into_iter()
-            .map(|(devices, exclusive, estimate)| Job {
-                devices,
-                exclusive,
-                estimate: estimate.unwrap_or(mean),
-            })
-            .collect()
-    }
+    /// Its phase of the run.
+    pub order: Order,
 }
 
 /// The mean of the known estimates, 1 s when none is known.
@@ -51,13 +41,14 @@ pub fn mean_estimate(estimates: impl Iterator<Item = Option<f64>>) -> f64 {
 }
 
 /// A scene as the unit builder sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SceneSpec {
     pub devices: usize,
     pub exclusive: bool,
     pub estimate: Option<f64>,
     /// The lane it runs in, if any.
     pub lane: Option<String>,
+    pub order: Order,
 }
 
 /// A lane as the unit builder sees it.
@@ -87,9 +78,10 @@ impl Unit {
     }
 }
 
-/// Group scenes into processes: each plain scene is one; each lane's scenes are split
-/// over `min(scenes, ids ÷ lane devices)` processes, balanced by estimate. Returns the
-/// units with their packer jobs (a lane job's estimate is start-up + its scenes).
+/// Group scenes into processes: each plain scene is one; the scenes of each lane and
+/// order are split over `min(scenes, ids ÷ lane devices)` processes, balanced by
+/// estimate. Returns the units with their packer jobs (a lane job's estimate is start-up
+/// + its scenes).
 pub fn units(
     scenes: &[SceneSpec],
     lanes: &BTreeMap<String, LaneSpec>,
@@ -99,21 +91,22 @@ pub fn units(
     let est = |i: usize| scenes[i].estimate.unwrap_or(mean);
     let mut units = Vec::new();
     let mut jobs = Vec::new();
-    let mut by_lane: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut by_lane: BTreeMap<(&str, Order), Vec<usize>> = BTreeMap::new();
     for (i, s) in scenes.iter().enumerate() {
         match &s.lane {
-            Some(l) => by_lane.entry(l.as_str()).or_default().push(i),
+            Some(l) => by_lane.entry((l.as_str(), s.order)).or_default().push(i),
             None => {
                 units.push(Unit::Scene(i));
                 jobs.push(Job {
                     devices: s.devices,
                     exclusive: s.exclusive,
                     estimate: est(i),
+                    order: s.order,
                 });
             }
         }
     }
-    for (lane, members) in by_lane {
+    for ((lane, order), members) in by_lane {
         let spec = lanes.get(lane).cloned().unwrap_or(LaneSpec {
             devices: 1,
             startup: None,
@@ -125,6 +118,7 @@ pub fn units(
                 devices: spec.devices,
                 exclusive: false,
                 estimate: spec.startup.unwrap_or(0.0) + work,
+                order,
             });
             units.push(Unit::Lane {
                 lane: lane.to_string(),
@@ -217,12 +211,21 @@ impl Ord for Rank {
     }
 }
 
-/// Decides which job starts next. Pending jobs sit in one heap per id count, so a
-/// decision looks at one head per distinct count, not at every pending job.
+/// The pending jobs of one phase. They sit in one heap per id count, so a decision
+/// looks at one head per distinct count, not at every pending job.
 #[derive(Debug, Default)]
-pub struct Packer {
+struct Queue {
     exclusive: BinaryHeap<Rank>,
     by_devices: BTreeMap<usize, BinaryHeap<Rank>>,
+}
+
+/// Decides which job starts next: the jobs of the earliest phase (`device.order`) that
+/// has any pending or running, and among those, as `Queue::next` says.
+#[derive(Debug, Default)]
+pub struct Packer {
+    phases: [Queue; 3],
+    /// Jobs of each phase started and not yet finished.
+    running: [usize; 3],
 }
 
 impl Packer {
@@ -238,6 +241,50 @@ impl Packer {
 
     /// Queue job `j` (also later: a retry or a re-queued rest of a lane batch).
     pub fn push(&mut self, jobs: &[Job], j: usize) {
+        self.phases[jobs[j].order.phase()].push(jobs, j);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.phases.iter().all(Queue::is_empty)
+    }
+
+    /// Remove and return every pending job that needs more than `ids` ids: with only
+    /// that many usable, they can never start.
+    pub fn take_unfit(&mut self, jobs: &[Job], ids: usize) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .phases
+            .iter_mut()
+            .flat_map(|q| q.take_unfit(jobs, ids))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// The next job to start with `free` ids free and `running` jobs running (one of
+    /// them exclusive when `exclusive_running`). Only jobs of the earliest phase with
+    /// work left may start; a later phase waits until every job of it has finished.
+    pub fn next(
+        &mut self,
+        jobs: &[Job],
+        free: usize,
+        running: usize,
+        exclusive_running: bool,
+    ) -> Option<usize> {
+        let phase = (0..3).find(|&p| !self.phases[p].is_empty() || self.running[p] > 0)?;
+        let j = self.phases[phase].next(jobs, free, running, exclusive_running)?;
+        self.running[phase] += 1;
+        Some(j)
+    }
+
+    /// Job `j`, started by `next`, has ended.
+    pub fn finished(&mut self, jobs: &[Job], j: usize) {
+        let p = jobs[j].order.phase();
+        self.running[p] = self.running[p].saturating_sub(1);
+    }
+}
+
+impl Queue {
+    fn push(&mut self, jobs: &[Job], j: usize) {
         let r = Rank {
             estimate: jobs[j].estimate,
             job: j,
@@ -249,13 +296,11 @@ impl Packer {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.exclusive.is_empty() && self.by_devices.is_empty()
     }
 
-    /// Remove and return every pending job that needs more than `ids` ids: with only
-    /// that many usable, they can never start.
-    pub fn take_unfit(&mut self, jobs: &[Job], ids: usize) -> Vec<usize> {
+    fn take_unfit(&mut self, jobs: &[Job], ids: usize) -> Vec<usize> {
         let mut out: Vec<usize> = self
             .by_devices
             .split_off(&(ids + 1))
@@ -267,14 +312,12 @@ impl Packer {
             .partition(|r| jobs[r.job].devices <= ids);
         self.exclusive = fit.into_iter().collect();
         out.extend(unfit.into_iter().map(|r| r.job));
-        out.sort_unstable();
         out
     }
 
-    /// The next job to start with `free` ids free and `running` jobs running (one of
-    /// them exclusive when `exclusive_running`). An exclusive job at the head of the
-    /// queue waits for the pool to drain and lets nothing pass it.
-    pub fn next(
+    /// An exclusive job at the head of the queue waits for the pool to drain and lets
+    /// nothing pass it.
+    fn next(
         &mut self,
         jobs: &[Job],
         free: usize,
@@ -391,6 +434,7 @@ pub fn simulate(jobs: &[Job], ids: usize) -> Vec<Placement> {
         }
         let Some(e) = ends.pop() else { break };
         now = e.at;
+        packer.finished(jobs, e.job);
         if jobs[e.job].exclusive {
             exclusive_running -= 1;
         }
@@ -411,6 +455,7 @@ mod tests {
             devices,
             exclusive,
             estimate,
+            order: Order::Any,
         }
     }
 
@@ -439,6 +484,7 @@ mod tests {
             exclusive,
             estimate: Some(estimate),
             lane: lane.map(str::to_string),
+            ..SceneSpec::default()
         }
     }
 
@@ -551,6 +597,91 @@ mod tests {
         let mut all: Vec<usize> = u.iter().flat_map(Unit::scenes).collect();
         all.sort_unstable();
         assert_eq!(all, (0..30).collect::<Vec<_>>());
+    }
+
+    /// Phases hold in any packing: every `first` process ends before any other starts,
+    /// every `last` one starts after every other ended, and a lane process never mixes
+    /// orders. Pseudo-random suites of plain, exclusive and lane scenes.
+    #[test]
+    fn orders_are_phases_of_the_run() {
+        let mut seed = 7u64;
+        let mut rnd = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let lanes = BTreeMap::from([(
+            "l".to_string(),
+            LaneSpec {
+                devices: 1,
+                startup: Some(0.5),
+            },
+        )]);
+        for _round in 0..200 {
+            let n = 1 + rnd(20) as usize;
+            let scenes: Vec<SceneSpec> = (0..n)
+                .map(|_| {
+                    let lane = (rnd(3) == 0).then_some("l");
+                    let mut s = scene(
+                        if lane.is_some() {
+                            1
+                        } else {
+                            1 + rnd(3) as usize
+                        },
+                        lane.is_none() && rnd(6) == 0,
+                        0.1 + rnd(50) as f64 / 10.0,
+                        lane,
+                    );
+                    s.order = Order::ALL[rnd(3) as usize];
+                    s
+                })
+                .collect();
+            let ids = 3;
+            let (units, jobs) = units(&scenes, &lanes, ids);
+            for (u, j) in units.iter().zip(&jobs) {
+                assert!(
+                    u.scenes().iter().all(|&i| scenes[i].order == j.order),
+                    "a process mixes orders: {u:?}"
+                );
+            }
+            let p = simulate(&jobs, ids);
+            assert_eq!(p.len(), jobs.len(), "every job placed");
+            check_no_overlap(&jobs, &p);
+            for a in &p {
+                for b in &p {
+                    let (oa, ob) = (jobs[a.job].order, jobs[b.job].order);
+                    if oa < ob {
+                        assert!(a.end <= b.start + 1e-9, "{oa:?} {a:?} after {ob:?} {b:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_later_phase_waits_for_every_job_of_the_earlier_to_finish() {
+        let mut jobs = vec![job(1, false, 5.0), job(1, false, 1.0), job(1, false, 9.0)];
+        jobs[0].order = Order::First;
+        jobs[2].order = Order::Last;
+        let mut p = Packer::new(&jobs);
+        assert_eq!(p.next(&jobs, 3, 0, false), Some(0), "first goes first");
+        assert_eq!(
+            p.next(&jobs, 2, 1, false),
+            None,
+            "the rest waits, ids free or not"
+        );
+        p.finished(&jobs, 0);
+        assert_eq!(p.next(&jobs, 3, 0, false), Some(1));
+        // A retry of an `any` scene queued while the phase runs keeps `last` waiting.
+        jobs.push(job(1, false, 1.0));
+        p.push(&jobs, 3);
+        p.finished(&jobs, 1);
+        assert_eq!(p.next(&jobs, 3, 0, false), Some(3));
+        assert_eq!(p.next(&jobs, 2, 1, false), None);
+        p.finished(&jobs, 3);
+        assert_eq!(p.next(&jobs, 3, 0, false), Some(2));
+        assert!(p.is_empty());
     }
 
     #[test]

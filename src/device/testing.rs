@@ -39,6 +39,7 @@ fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> Froz
             retries: 1,
             estimate: Some(est),
             stop: None,
+            order: Default::default(),
         }),
         kernels: Vec::new(),
         fixture: None,

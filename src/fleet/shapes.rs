@@ -124,6 +124,7 @@ fn device_packing(run: &RunWork, scenes: &[usize], device_mean: f64) -> Segment 
                 exclusive: s.exclusive,
                 estimate: Some(s.device_secs.unwrap_or(device_mean)),
                 lane: s.lane.clone(),
+                ..SceneSpec::default()
             }
         })
         .collect();

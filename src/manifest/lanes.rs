@@ -43,6 +43,37 @@ pub struct DeviceFault {
     pub patterns: Vec<String>,
 }
 
+/// `device.order`: when a scene may start relative to the others of the run. `first`
+/// scenes all end before any other starts; `last` scenes start only once every other
+/// has ended (a device runtime's suite runs its SDMA classes after everything else).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    First,
+    #[default]
+    Any,
+    Last,
+}
+
+impl Order {
+    pub const ALL: [Order; 3] = [Order::First, Order::Any, Order::Last];
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Order::First => "first",
+            Order::Any => "any",
+            Order::Last => "last",
+        }
+    }
+
+    /// Its place among the phases of a run, 0 first.
+    pub fn phase(self) -> usize {
+        self as usize
+    }
+}
+
 /// How a scene's device step runs: its own command, or as part of a lane's batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -221,6 +252,7 @@ impl Ctx {
             );
         }
         let stop = self.stop(d.stop_signal, d.stop_wait, dp);
+        let order = self.order(d.order.as_deref(), dp);
         let run = run?;
         Some(DeviceStep {
             devices: self
@@ -233,7 +265,28 @@ impl Ctx {
             timeout,
             retries: d.retries.unwrap_or(0),
             stop,
+            order,
         })
+    }
+
+    /// `<dp>.order`: `first`, `any` (the default) or `last`.
+    fn order(&mut self, word: Option<&str>, dp: &str) -> Order {
+        let Some(word) = word else {
+            return Order::Any;
+        };
+        match Order::ALL.into_iter().find(|o| o.word() == word) {
+            Some(o) => o,
+            None => {
+                self.err(
+                    &format!("{dp}.order"),
+                    format!(
+                        "order is `first`, `any` or `last`, not `{}`",
+                        crate::error::clip(word, 40)
+                    ),
+                );
+                Order::Any
+            }
+        }
     }
 
     /// `lock.device_fault`.

@@ -14,7 +14,7 @@ pub mod remote;
 pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
-pub use lanes::{DeviceFault, DeviceRun, LaneConfig};
+pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order};
 pub use paths::expand_vars;
 
 use std::collections::{BTreeMap, HashMap};
@@ -165,6 +165,9 @@ pub struct DeviceStep {
     /// lane's).
     #[serde(default)]
     pub stop: Option<crate::proc::Stop>,
+    /// `device.order`: before, among or after every other scene of the run.
+    #[serde(default)]
+    pub order: Order,
 }
 
 /// Names of scenes, kernels and toolchains: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..`

@@ -165,6 +165,7 @@ pub struct DeviceStep {
     pub retries: Option<u32>,
     pub stop_signal: Option<String>,
     pub stop_wait: Option<Scalar>,
+    pub order: Option<String>,
 }
 pub const DEVICE_STEP: &[&str] = &[
     "run",
@@ -176,4 +177,5 @@ pub const DEVICE_STEP: &[&str] = &[
     "retries",
     "stop_signal",
     "stop_wait",
+    "order",
 ];

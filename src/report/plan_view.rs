@@ -95,6 +95,69 @@ fn status_text(plan: &Plan, i: usize, why: Option<&str>) -> String {
     }
 }
 
+/// A process of the `--plan` preview: its scene (or lane and scenes), ids, slots,
+/// start, what runs beside it, and its order when it is not `any`.
+fn process_lines(
+    plan: &Plan,
+    procs: &[PreviewProcess],
+    pr: &PreviewProcess,
+    (near, more): &(Vec<usize>, bool),
+) -> String {
+    let slots = pr
+        .slots
+        .iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mode = if pr.exclusive {
+        "alone (exclusive)".to_string()
+    } else if near.is_empty() {
+        "alone".into()
+    } else {
+        format!(
+            "beside {}{}",
+            near.iter()
+                .map(|&j| process_name(plan, &procs[j]))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if *more { " and more" } else { "" }
+        )
+    };
+    let order = match pr.order {
+        crate::manifest::Order::Any => String::new(),
+        o => format!("order {}, ", o.word()),
+    };
+    let ids = format!(
+        "{} id{}",
+        pr.devices,
+        if pr.devices == 1 { " " } else { "s" }
+    );
+    let head = |name: &str| {
+        format!(
+            "  {name:<24} {ids}  slots {slots:<8} +{:.1}s  {order}{mode}\n",
+            pr.start
+        )
+    };
+    match &pr.lane {
+        None => head(&plan.scenes[pr.scenes[0]].name),
+        Some(lane) => {
+            let mut out = head(&format!("lane {lane} ({} scenes)", pr.scenes.len()));
+            out.push_str(&format!(
+                "      one process, start-up {}: {}\n",
+                pr.startup
+                    .map(|s| format!("~{s:.1}s"))
+                    .unwrap_or_else(|| "not measured yet".into()),
+                pr.scenes
+                    .iter()
+                    .map(|&i| plan.scenes[i].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            out
+        }
+    }
+}
+
 pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
     let m = &plan.manifest;
     let mut out = format!(
@@ -197,56 +260,7 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
         ));
         let beside = neighbours(&p.procs);
         for (k, pr) in p.procs.iter().enumerate() {
-            let slots = pr
-                .slots
-                .iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(",");
-            let (near, more) = &beside[k];
-            let mode = if pr.exclusive {
-                "alone (exclusive)".to_string()
-            } else if near.is_empty() {
-                "alone".into()
-            } else {
-                format!(
-                    "beside {}{}",
-                    near.iter()
-                        .map(|&j| process_name(plan, &p.procs[j]))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    if *more { " and more" } else { "" }
-                )
-            };
-            let ids = format!(
-                "{} id{}",
-                pr.devices,
-                if pr.devices == 1 { " " } else { "s" }
-            );
-            match &pr.lane {
-                None => out.push_str(&format!(
-                    "  {:<24} {ids}  slots {slots:<8} +{:.1}s  {mode}\n",
-                    plan.scenes[pr.scenes[0]].name, pr.start,
-                )),
-                Some(lane) => {
-                    out.push_str(&format!(
-                        "  {:<24} {ids}  slots {slots:<8} +{:.1}s  {mode}\n",
-                        format!("lane {lane} ({} scenes)", pr.scenes.len()),
-                        pr.start,
-                    ));
-                    out.push_str(&format!(
-                        "      one process, start-up {}: {}\n",
-                        pr.startup
-                            .map(|s| format!("~{s:.1}s"))
-                            .unwrap_or_else(|| "not measured yet".into()),
-                        pr.scenes
-                            .iter()
-                            .map(|&i| plan.scenes[i].name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ));
-                }
-            }
+            out.push_str(&process_lines(plan, &p.procs, pr, &beside[k]));
         }
         for (i, ps) in plan.scenes.iter().enumerate() {
             if ps.device.is_some() && scene_failed(plan, i) {
@@ -326,6 +340,7 @@ pub fn json(plan: &Plan) -> Value {
                 "devices": ps.device.as_ref().map(|d| d.devices),
                 "exclusive": ps.device.as_ref().map(|d| d.exclusive),
                 "lane": ps.device.as_ref().and_then(|d| d.run.lane()),
+                "order": ps.device.as_ref().map(|d| d.order.word()),
                 "estimate_secs": ps.device_estimate,
                 "failed_in_warm": scene_failed(plan, i),
                 "start_secs": row.map(|r| r.start),
@@ -353,6 +368,7 @@ pub fn json(plan: &Plan) -> Value {
                 "lane": pr.lane,
                 "scenes": pr.scenes.iter().map(|&i| plan.scenes[i].name.as_str()).collect::<Vec<_>>(),
                 "devices": pr.devices,
+                "order": pr.order.word(),
                 "slots": pr.slots,
                 "start_secs": pr.start,
                 "estimated_secs": pr.end - pr.start,

@@ -5,6 +5,7 @@
 //! start-ups and runs from the runtime's own log, and read the reports.
 
 mod faults;
+mod order;
 mod protocol;
 mod pytest;
 mod stop;
