@@ -32,6 +32,7 @@ mod injection;
 mod lanes;
 mod lock_tool;
 mod resources;
+mod transfers;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -1,10 +1,18 @@
 //! The wire: plain GET / HEAD / PUT against one base URL, with an optional bearer token.
 //! Every failure is a `Failure` the caller classifies; nothing here decides whether a
-//! job fails.
+//! job fails. Every request runs on a thread of its own while its caller waits in steps
+//! of `POLL`: a cancel (SIGINT/SIGTERM) ends the wait at once, whatever the server does
+//! (a stalled server is otherwise waited for up to `cache.remote.timeout` per read).
 
 use std::fmt;
 use std::io::Read;
+use std::sync::mpsc;
 use std::time::Duration;
+
+/// How often a caller waiting on the network looks for a cancel.
+const POLL: Duration = Duration::from_millis(50);
+/// A body is handed over in pieces of about this size (less at its end or on a pause).
+const PIECE: usize = 256 << 10;
 
 /// Why a remote operation did not give what was asked. Rendered in one place (`Display`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +37,8 @@ pub enum Failure {
     TooBig { key: String, bytes: u64, free: u64 },
     /// A downloaded file could not be laid out in the local staging dir.
     Unstorable { path: String, why: String },
+    /// The run was cancelled while this request was under way; it was abandoned.
+    Cancelled { url: String },
 }
 
 impl Failure {
@@ -74,6 +84,7 @@ impl fmt::Display for Failure {
             Failure::Unstorable { path, why } => {
                 write!(f, "cannot store {path} from the remote: {why}; not used")
             }
+            Failure::Cancelled { url } => write!(f, "{url}: cancelled"),
         }
     }
 }
@@ -117,21 +128,6 @@ impl Client {
         format!("{}/{path}", self.base)
     }
 
-    fn classify(&self, url: &str, e: ureq::Error) -> Failure {
-        match e {
-            ureq::Error::Timeout(_) => Failure::Timeout { url: url.into() },
-            ureq::Error::Io(io) => io_failure(url, &io),
-            ureq::Error::StatusCode(code) => Failure::Status {
-                url: url.into(),
-                code,
-            },
-            other => Failure::Connect {
-                url: url.into(),
-                why: other.to_string(),
-            },
-        }
-    }
-
     /// true: present (2xx); false: 404.
     pub fn head(&self, path: &str) -> Result<bool, Failure> {
         let url = self.url(path);
@@ -139,8 +135,13 @@ impl Client {
         if let Some(a) = &self.auth {
             req = req.header("Authorization", a);
         }
-        let resp = req.call().map_err(|e| self.classify(&url, e))?;
-        match resp.status().as_u16() {
+        let u = url.clone();
+        let code = abortable(&url, move || {
+            req.call()
+                .map(|r| r.status().as_u16())
+                .map_err(|e| classify(&u, e))
+        })?;
+        match code {
             200..=299 => Ok(true),
             404 => Ok(false),
             code => Err(Failure::Status { url, code }),
@@ -148,16 +149,48 @@ impl Client {
     }
 
     /// The body as a reader, or None for a 404. Reading it may fail with an io error:
-    /// map it with `io_failure`.
+    /// map it with `io_failure` (the caller tells a cancel by `proc::interrupted`).
     pub fn get(&self, path: &str) -> Result<Option<impl Read + use<>>, Failure> {
         let url = self.url(path);
         let mut req = self.agent.get(&url);
         if let Some(a) = &self.auth {
             req = req.header("Authorization", a);
         }
-        let resp = req.call().map_err(|e| self.classify(&url, e))?;
-        match resp.status().as_u16() {
-            200..=299 => Ok(Some(resp.into_body().into_reader())),
+        // The request and then its body on a thread of their own: the status first, then
+        // the body in pieces, as fast as the reader takes them (a few pieces ahead).
+        let (status_tx, status_rx) = mpsc::channel();
+        let (body_tx, body_rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(4);
+        let u = url.clone();
+        std::thread::spawn(move || {
+            let resp = match req.call() {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = status_tx.send(Err(classify(&u, e)));
+                    return;
+                }
+            };
+            let code = resp.status().as_u16();
+            if status_tx.send(Ok(code)).is_err() || !(200..=299).contains(&code) {
+                return;
+            }
+            let mut body = resp.into_body().into_reader();
+            loop {
+                let piece = read_piece(&mut body);
+                let end = !matches!(&piece, Ok(p) if !p.is_empty());
+                // The reader is gone (dropped, or cancelled): stop reading.
+                if body_tx.send(piece).is_err() || end {
+                    return;
+                }
+            }
+        });
+        let code = wait(&url, &status_rx)??;
+        match code {
+            200..=299 => Ok(Some(Body {
+                rx: body_rx,
+                piece: Vec::new(),
+                at: 0,
+                done: false,
+            })),
             404 => Ok(None),
             code => Err(Failure::Status { url, code }),
         }
@@ -183,17 +216,126 @@ impl Client {
     }
 
     /// Upload; any 2xx is success.
-    pub fn put(&self, path: &str, body: impl ureq::AsSendBody) -> Result<(), Failure> {
+    pub fn put(
+        &self,
+        path: &str,
+        body: impl ureq::AsSendBody + Send + 'static,
+    ) -> Result<(), Failure> {
         let url = self.url(path);
         let mut req = self.agent.put(&url);
         if let Some(a) = &self.auth {
             req = req.header("Authorization", a);
         }
-        let resp = req.send(body).map_err(|e| self.classify(&url, e))?;
-        match resp.status().as_u16() {
+        let u = url.clone();
+        let code = abortable(&url, move || {
+            req.send(body)
+                .map(|r| r.status().as_u16())
+                .map_err(|e| classify(&u, e))
+        })?;
+        match code {
             200..=299 => Ok(()),
             code => Err(Failure::Status { url, code }),
         }
+    }
+}
+
+/// What a ureq error means for this request.
+fn classify(url: &str, e: ureq::Error) -> Failure {
+    match e {
+        ureq::Error::Timeout(_) => Failure::Timeout { url: url.into() },
+        ureq::Error::Io(io) => io_failure(url, &io),
+        ureq::Error::StatusCode(code) => Failure::Status {
+            url: url.into(),
+            code,
+        },
+        other => Failure::Connect {
+            url: url.into(),
+            why: other.to_string(),
+        },
+    }
+}
+
+/// Run a request on a thread of its own and wait for its answer, looking for a cancel
+/// every `POLL`: cancelled, the request is abandoned (its thread ends with its timeout or
+/// with the process) and the answer is `Failure::Cancelled`.
+fn abortable<T: Send + 'static>(
+    url: &str,
+    f: impl FnOnce() -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    wait(url, &rx)?
+}
+
+/// The next message on `rx`, or `Cancelled` as soon as the run is interrupted.
+fn wait<T>(url: &str, rx: &mpsc::Receiver<T>) -> Result<T, Failure> {
+    let cancelled = || Failure::Cancelled { url: url.into() };
+    loop {
+        match rx.recv_timeout(POLL) {
+            Ok(v) => return Ok(v),
+            Err(mpsc::RecvTimeoutError::Timeout) if !crate::proc::interrupted() => {}
+            Err(_) => return Err(cancelled()),
+        }
+    }
+}
+
+/// Up to `PIECE` bytes of a body: what the reads give until that much has come or the
+/// body ends (empty: the end).
+fn read_piece(body: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut piece = vec![0u8; PIECE];
+    let mut len = 0;
+    while len < PIECE / 2 {
+        match body.read(&mut piece[len..]) {
+            Ok(0) => break,
+            Ok(k) => len += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    piece.truncate(len);
+    Ok(piece)
+}
+
+/// A response body read on the request's thread and handed over in pieces; a cancel
+/// ends a read at once with a `Cancel` error.
+struct Body {
+    rx: mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    piece: Vec<u8>,
+    at: usize,
+    done: bool,
+}
+
+/// The io error of a body read that a cancel ended.
+#[derive(Debug)]
+struct Cancel;
+
+impl fmt::Display for Cancel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("cancelled")
+    }
+}
+
+impl std::error::Error for Cancel {}
+
+impl Read for Body {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.piece.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match wait("", &self.rx) {
+                Ok(Ok(p)) if p.is_empty() => self.done = true,
+                Ok(Ok(p)) => (self.piece, self.at) = (p, 0),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(std::io::Error::other(Cancel)),
+            }
+        }
+        let n = buf.len().min(self.piece.len() - self.at);
+        buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }
 

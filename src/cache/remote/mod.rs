@@ -267,6 +267,8 @@ impl Remote {
                 Ok(Fetched::Miss)
             }
             Err(Error::Local(e)) => Err(e),
+            // Cancelled: whatever the transfer gave is dropped with its staging dir.
+            Err(Error::Remote(_)) if crate::proc::interrupted() => Ok(Fetched::Miss),
             Err(Error::Remote(f)) => {
                 self.counters.misses.fetch_add(1, Ordering::Relaxed);
                 self.failed(f, false).map(|()| Fetched::Miss)
@@ -318,6 +320,11 @@ impl Remote {
             Ok(())
         })?;
         let files = records.into_inner().expect("file records");
+        // Nothing is published once the run is cancelled, not even a whole download.
+        if crate::proc::interrupted() {
+            let url = self.client.url(&format!("ac/{key}"));
+            return Err(Failure::Cancelled { url }.into());
+        }
         let meta = Meta::new(
             kind,
             key,
@@ -400,6 +407,7 @@ impl Remote {
         match self.try_upload(entry, unless_present) {
             Ok(sent) => Ok(sent),
             Err(Error::Local(e)) => Err(e),
+            Err(Error::Remote(_)) if crate::proc::interrupted() => Ok(0),
             Err(Error::Remote(f)) => self.failed(f, true).map(|()| 0),
         }
     }
@@ -468,7 +476,7 @@ impl Remote {
             rec.sign(k);
         }
         let body = serde_json::to_vec(&rec).expect("record serializes");
-        self.client.put(&ac, body.as_slice())?;
+        self.client.put(&ac, body)?;
         self.counters.uploaded.fetch_add(1, Ordering::Relaxed);
         Ok(sent.into_inner())
     }
