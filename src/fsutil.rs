@@ -65,6 +65,63 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
     Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
+/// Make every directory from `root` down to `dir` a real one, following no link: a
+/// symlink or file planted where one belongs (a report dir's `logs/<scene>`) is removed
+/// and a directory made in its place; missing ones are made. `root` itself is the user's
+/// choice and is only created if missing.
+pub fn real_dirs(root: &Path, dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(root)?;
+    let rel = dir.strip_prefix(root).map_err(|_| {
+        io::Error::other(format!(
+            "{} is not under {}",
+            dir.display(),
+            root.display()
+        ))
+    })?;
+    let mut at = root.to_path_buf();
+    for c in rel.components() {
+        at.push(c);
+        match node(&at)? {
+            Node::Dir => continue,
+            Node::Missing => {}
+            // Never followed, never written through: the link (or file) itself goes.
+            _ => fs::remove_file(&at)?,
+        }
+        match fs::create_dir(&at) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && node(&at)? == Node::Dir => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// Start a log at `path`, under `root` (`real_dirs`), with `header`: created or truncated,
+/// never through a link (one in its place is removed).
+pub fn start_log(root: &Path, path: &Path, header: &str) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    real_dirs(root, path.parent().unwrap_or(root))?;
+    if node(path)? == Node::Symlink {
+        fs::remove_file(path)?;
+    }
+    let mut f = fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.write_all(header.as_bytes())
+}
+
+/// Open a log for appending, never through a link (ELOOP if one is there).
+pub fn append_log(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::File::options()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
 /// A number unique within this process.
 pub fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};

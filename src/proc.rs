@@ -510,13 +510,8 @@ fn with_group(pgid: i32, f: fn(&mut Group, i32, Instant)) {
 /// As `run`, telling `started` the process group id once the step runs; also where the
 /// output after a stop signal starts.
 pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Finished> {
-    if let Some(dir) = spec.log.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let log = std::fs::File::options()
-        .create(true)
-        .append(true)
-        .open(spec.log)?;
+    // The caller started the log in a real directory (`fsutil::start_log`).
+    let log = crate::fsutil::append_log(spec.log)?;
     let mut cmd = sh(spec.command, spec.dir, spec.env);
     cmd.stdout(log.try_clone()?).stderr(log);
     let group = |deadline| Group::new(deadline, spec.stop, Some(spec.log));

@@ -1,7 +1,10 @@
 //! Terminal output: results on stdout, progress and diagnostics on stderr; indicatif only
 //! on a TTY outside CI; `NO_COLOR` and `--color` honoured; `-q` keeps failures and the
-//! final line.
+//! final line. Invariant: nothing reaches stdout or stderr through here with a raw control
+//! character or bidirectional override (`escape`): text from records, lanes, generators
+//! and steps is untrusted.
 
+use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
@@ -78,6 +81,11 @@ impl Ui {
         }
     }
 
+    /// `text` as it may be written: escaped, keeping this `Ui`'s own colours.
+    fn safe<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        escape_keeping(text, self.color)
+    }
+
     fn paint(&self, code: &str, text: &str) -> String {
         if self.color {
             format!("\x1b[{code}m{text}\x1b[0m")
@@ -100,6 +108,7 @@ impl Ui {
 
     /// An error report (already formatted by `error::render`).
     pub fn error(&self, text: &str) {
+        let text = escape(text);
         let mut e = std::io::stderr().lock();
         let _ = match text.strip_prefix("error:") {
             Some(rest) => write!(e, "{}{rest}", self.red("error:")),
@@ -110,26 +119,106 @@ impl Ui {
     /// A progress or status line on stderr (suppressed by -q).
     pub fn info(&self, line: &str) {
         if !self.quiet {
-            self.bar.eprint(line);
+            self.bar.eprint(&self.safe(line));
         }
     }
 
     /// A line that -q keeps (failures, the final summary).
     pub fn always(&self, line: &str) {
-        self.bar.eprint(line);
+        self.bar.eprint(&self.safe(line));
     }
 
-    /// Result text on stdout.
+    /// Result text on stdout (JSON stays JSON: the escapes are its own).
     pub fn out(&self, text: &str) {
+        let text = self.safe(text);
         let mut o = std::io::stdout().lock();
         let _ = o.write_all(text.as_bytes());
         let _ = o.flush();
     }
+
+    /// A line on stderr above `bar` (the device phase's live lines), escaped.
+    pub fn above(&self, bar: Option<&indicatif::ProgressBar>, text: &str) {
+        let text = self.safe(text);
+        match bar {
+            Some(b) => b.println(text),
+            None => {
+                let mut e = std::io::stderr().lock();
+                let _ = writeln!(e, "{text}");
+            }
+        }
+    }
+}
+
+/// The colour sequences `Ui::paint` writes, kept by `escape_keeping` when colour is on.
+const OWN_COLOURS: [&str; 4] = ["\x1b[31m", "\x1b[32m", "\x1b[2m", "\x1b[0m"];
+
+/// Whether `c` must not reach a terminal as it is: a C0 control other than newline and
+/// tab, DEL, a C1 control, or a Unicode bidirectional control (embeddings, overrides,
+/// isolates and marks: they reorder what a terminal or a CI log shows, "Trojan Source").
+fn unsafe_char(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(
+            c,
+            '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// Text from outside scenerun as a terminal may be given it: each `unsafe_char` becomes
+/// `\uXXXX` (which is also how JSON writes it, so JSON stays JSON and means the same).
+pub fn escape(text: &str) -> Cow<'_, str> {
+    escape_keeping(text, false)
+}
+
+/// `escape`, keeping `OWN_COLOURS` when `colours` is on.
+fn escape_keeping(text: &str, colours: bool) -> Cow<'_, str> {
+    // Most text has nothing to escape: every such char starts with one of these bytes.
+    let suspect = |b: &u8| (*b < 0x20 && *b != b'\n' && *b != b'\t') || matches!(*b, 0x7f | 0xc2 | 0xd8 | 0xe2);
+    if !text.as_bytes().iter().any(suspect) || !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if colours {
+            if let Some(own) = OWN_COLOURS.iter().find(|s| rest.starts_with(**s)) {
+                out.push_str(own);
+                rest = &rest[own.len()..];
+                continue;
+            }
+        }
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    Cow::Owned(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controls_and_bidi_are_escaped_own_colours_kept() {
+        let t = "a\x1b[2Jb\u{9b}c\rd\u{202e}e\u{2066}f\x7fg\n\th";
+        assert_eq!(
+            escape(t),
+            "a\\u001b[2Jb\\u009bc\\u000dd\\u202ee\\u2066f\\u007fg\n\th"
+        );
+        assert!(matches!(escape("plain é ✓ text\n"), Cow::Borrowed(_)));
+        let painted = "\x1b[31mred\x1b[0m \x1b[7m";
+        assert_eq!(
+            escape_keeping(painted, true),
+            "\x1b[31mred\x1b[0m \\u001b[7m"
+        );
+        assert_eq!(escape_keeping(painted, false), "\\u001b[31mred\\u001b[0m \\u001b[7m");
+        // JSON written by serde_json stays valid JSON, with the same meaning.
+        let json = serde_json::to_string(&serde_json::json!({"m": "x\u{202e}\u{85}y"})).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&escape(&json)).unwrap();
+        assert_eq!(v["m"], "x\u{202e}\u{85}y");
+    }
 
     #[test]
     fn term_dumb_and_no_color_turn_auto_color_off() {

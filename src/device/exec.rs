@@ -261,10 +261,7 @@ fn start_plain(
         Some(devices),
     );
     let env = scene_env(frozen, s, devices);
-    if let Some(d) = log.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    std::fs::write(log, format!("$ {command}\n"))?;
+    crate::fsutil::start_log(&frozen.report_dir, log, &format!("$ {command}\n"))?;
     let spec = proc::Spec {
         command: &command,
         dir: &frozen.manifest_dir,

@@ -36,7 +36,7 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
         .map_err(|e| super::ids::grant_error(&frozen.device_env, granted.as_deref(), &e));
     let results = match ids {
         Err(why) => {
-            eprintln!("scenerun inner: {why}");
+            eprintln!("scenerun inner: {}", crate::ui::escape(&why.to_string()));
             super::ending::refused(&frozen, why)
         }
         Ok(ids) => {

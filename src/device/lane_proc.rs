@@ -257,8 +257,8 @@ impl<'a> LaneProcess<'a> {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
-        std::fs::create_dir_all(self.log.parent().expect("log has a dir"))?;
-        std::fs::write(&self.log, format!("$ {command}\n"))?;
+        let reports = &self.cx.frozen.report_dir;
+        crate::fsutil::start_log(reports, &self.log, &format!("$ {command}\n"))?;
         self.mark = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
         Ok(())
     }

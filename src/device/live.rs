@@ -268,11 +268,5 @@ fn show(ui: &Ui, bar: Option<&indicatif::ProgressBar>, l: &Live) {
         .chain(rest)
         .collect::<Vec<_>>()
         .join("\n");
-    match bar {
-        Some(b) => b.println(text),
-        None => {
-            let mut e = std::io::stderr().lock();
-            let _ = writeln!(e, "{text}");
-        }
-    }
+    ui.above(bar, &text);
 }

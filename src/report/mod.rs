@@ -72,14 +72,18 @@ impl Report {
             .iter()
             .filter(|s| !s.outcome.passed() && s.outcome != SceneOutcome::NotRun)
         {
+            // A message may come from a lane or a step: escaped as for the terminal.
             println!(
                 "::error title={}::{}",
                 gh_escape_property(&format!("scenerun: {} {}", s.name, s.outcome.word())),
-                gh_escape_data(s.message.as_deref().unwrap_or("failed"))
+                gh_escape_data(&crate::ui::escape(s.message.as_deref().unwrap_or("failed")))
             );
         }
         if let Some(e) = &self.error {
-            println!("::error title=scenerun::{}", gh_escape_data(e));
+            println!(
+                "::error title=scenerun::{}",
+                gh_escape_data(&crate::ui::escape(e))
+            );
         }
         let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
             return;

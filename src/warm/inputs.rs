@@ -31,11 +31,10 @@ pub(super) fn changed_during(
         .or_else(|| dep_changed_during(plan, deps, started))
 }
 
-/// Start the step's log with its command line; when the step starts (`started_at`).
-pub(super) fn start_log(log: &Path, command: &str) -> i128 {
-    let _ = std::fs::remove_file(log);
-    let _ = std::fs::create_dir_all(log.parent().expect("log has a dir"));
-    let _ = std::fs::write(log, format!("$ {command}\n"));
+/// Start the step's log (under the job dir, never through a link) with its command
+/// line; when the step starts (`started_at`).
+pub(super) fn start_log(job_dir: &Path, log: &Path, command: &str) -> i128 {
+    let _ = crate::fsutil::start_log(job_dir, log, &format!("$ {command}\n"));
     started_at(log)
 }
 

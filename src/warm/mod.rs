@@ -342,7 +342,7 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     );
     let env = step_env(plan, step, &out, &depfile);
     let log = step.id.log_path(&plan.job_dir);
-    let started = inputs::start_log(&log, &command);
+    let started = inputs::start_log(&plan.job_dir, &log, &command);
     let t0 = Instant::now();
     let ended = proc::run(&proc::Spec {
         command: &command,

@@ -12,6 +12,7 @@ mod maintain;
 mod planted;
 mod remote_records;
 mod secrets;
+mod terminal;
 
 use std::collections::BTreeMap;
 use std::fs;
