@@ -72,6 +72,9 @@ pub struct LaneRecord {
     pub duration_secs: f64,
     /// Which restart of its batch this process was (0: the first process).
     pub restarts: u32,
+    /// Its `device.lane_args` / `lane_env` when not the plain process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<crate::manifest::Variant>,
     pub scenes: Vec<String>,
     /// How it ended ("exited with status 0", "killed after a scene timeout", ...).
     pub ended: String,

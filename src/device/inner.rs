@@ -413,7 +413,7 @@ impl<'a> Scheduler<'a> {
 
 /// What waiting for the next event gave.
 enum Wait {
-    Event(Event),
+    Event(Box<Event>),
     /// The results were written instead (none came within the snapshot interval).
     Snapshot,
     /// Every sender is gone.
@@ -506,11 +506,13 @@ impl<'a> Run<'a> {
     /// run any time, and what finished before must be in the file.
     fn wait(&mut self, rx: &mpsc::Receiver<Event>) -> Wait {
         if !self.dirty {
-            return rx.recv().map_or(Wait::Closed, Wait::Event);
+            return rx
+                .recv()
+                .map_or(Wait::Closed, |ev| Wait::Event(Box::new(ev)));
         }
         let wait = SNAPSHOT_EVERY.saturating_sub(self.last_snapshot.elapsed());
         match rx.recv_timeout(wait) {
-            Ok(ev) => Wait::Event(ev),
+            Ok(ev) => Wait::Event(Box::new(ev)),
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 self.snapshot();
                 Wait::Snapshot
@@ -601,7 +603,7 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
             break;
         }
         match run.wait(&rx) {
-            Wait::Event(ev) => run.on_event(ev, &mut sched),
+            Wait::Event(ev) => run.on_event(*ev, &mut sched),
             Wait::Snapshot => continue,
             Wait::Closed => break,
         }

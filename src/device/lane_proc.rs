@@ -198,6 +198,12 @@ impl<'a> LaneProcess<'a> {
         self.batch.iter().map(|&i| &self.cx.frozen.scenes[i])
     }
 
+    /// The lane process variant its batch needs (every scene of a batch has the same).
+    fn variant(&self) -> crate::manifest::Variant {
+        let first = &self.cx.frozen.scenes[self.batch[0]];
+        first.device().run.variant().cloned().unwrap_or_default()
+    }
+
     /// The `{scenes}` file: one JSON object per scene, in run order.
     fn scenes_text(&self) -> String {
         let run_dir = &self.cx.frozen.run_dir;
@@ -224,9 +230,16 @@ impl<'a> LaneProcess<'a> {
     fn command(&self) -> (String, std::collections::BTreeMap<String, String>) {
         let cfg = &self.cx.frozen.lanes[self.lane];
         let ids = self.devices.join(",");
-        let args: Vec<String> = self
-            .members()
-            .flat_map(|s| s.device().args().iter().cloned())
+        // The batch shares one variant: its words come first, then each scene's.
+        let variant = self.variant();
+        let args: Vec<String> = variant
+            .args
+            .iter()
+            .cloned()
+            .chain(
+                self.members()
+                    .flat_map(|s| s.device().args().iter().cloned()),
+            )
             .collect();
         let platform = &self.cx.frozen.scenes[self.batch[0]].platform;
         let command = cfg.run.render(|ph| match ph {
@@ -238,6 +251,7 @@ impl<'a> LaneProcess<'a> {
             _ => Val::Raw("".into()),
         });
         let mut env = cfg.env.clone();
+        env.extend(variant.env.clone());
         env.insert("SCENERUN_DEVICES".into(), ids.clone());
         let scenes = self.scenes_file.display().to_string();
         env.insert("SCENERUN_SCENES".into(), scenes);
@@ -418,6 +432,7 @@ impl<'a> LaneProcess<'a> {
             self.emit(e);
         }
         let scenes = self.members().map(|s| s.name.clone()).collect();
+        let variant = Some(self.variant()).filter(|v| !v.is_plain());
         let _ = self.tx.send(Event::Lane(LaneRecord {
             lane: self.lane.to_string(),
             devices: self.devices,
@@ -425,6 +440,7 @@ impl<'a> LaneProcess<'a> {
             startup_secs: self.machine.startup(),
             duration_secs: now,
             restarts: restart,
+            variant,
             scenes,
             ended: how,
             log: self.log,

@@ -196,6 +196,7 @@ impl FrozenDevice {
             estimate: self.estimate,
             lane: self.lane().map(str::to_string),
             order: self.order,
+            variant: self.run.variant().cloned().unwrap_or_default(),
         }
     }
 }

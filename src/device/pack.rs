@@ -13,7 +13,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-pub use crate::manifest::Order;
+pub use crate::manifest::{Order, Variant};
 
 /// What the packer needs to know of one process.
 #[derive(Debug, Clone)]
@@ -49,6 +49,8 @@ pub struct SceneSpec {
     /// The lane it runs in, if any.
     pub lane: Option<String>,
     pub order: Order,
+    /// The lane process it needs (`device.lane_args` / `lane_env`).
+    pub variant: Variant,
 }
 
 /// A lane as the unit builder sees it.
@@ -80,8 +82,9 @@ impl Unit {
 
 /// Group scenes into processes: each plain scene is one; the scenes of each lane and
 /// order are split over `min(scenes, ids ÷ lane devices)` processes, balanced by
-/// estimate. Returns the units with their packer jobs (a lane job's estimate is start-up
-/// + its scenes).
+/// estimate; scenes of different variants never share one (each variant gets its share
+/// of those processes by work, at least one). Returns the units with their packer jobs
+/// (a lane job's estimate is start-up + its scenes).
 pub fn units(
     scenes: &[SceneSpec],
     lanes: &BTreeMap<String, LaneSpec>,
@@ -91,10 +94,15 @@ pub fn units(
     let est = |i: usize| scenes[i].estimate.unwrap_or(mean);
     let mut units = Vec::new();
     let mut jobs = Vec::new();
-    let mut by_lane: BTreeMap<(&str, Order), Vec<usize>> = BTreeMap::new();
+    let mut by_lane: BTreeMap<(&str, Order), BTreeMap<&Variant, Vec<usize>>> = BTreeMap::new();
     for (i, s) in scenes.iter().enumerate() {
         match &s.lane {
-            Some(l) => by_lane.entry((l.as_str(), s.order)).or_default().push(i),
+            Some(l) => by_lane
+                .entry((l.as_str(), s.order))
+                .or_default()
+                .entry(&s.variant)
+                .or_default()
+                .push(i),
             None => {
                 units.push(Unit::Scene(i));
                 jobs.push(Job {
@@ -106,27 +114,53 @@ pub fn units(
             }
         }
     }
-    for ((lane, order), members) in by_lane {
+    for ((lane, order), variants) in by_lane {
         let spec = lanes.get(lane).cloned().unwrap_or(LaneSpec {
             devices: 1,
             startup: None,
         });
-        let procs = (ids / spec.devices.max(1)).clamp(1, members.len().max(1));
-        for batch in split_batches(&members, procs, est) {
-            let work: f64 = batch.iter().map(|&i| est(i)).sum();
-            jobs.push(Job {
-                devices: spec.devices,
-                exclusive: false,
-                estimate: spec.startup.unwrap_or(0.0) + work,
-                order,
-            });
-            units.push(Unit::Lane {
-                lane: lane.to_string(),
-                scenes: batch,
-            });
+        let slots = ids / spec.devices.max(1);
+        let groups: Vec<Vec<usize>> = variants.into_values().collect();
+        let shares = process_shares(&groups, slots, est);
+        for (members, procs) in groups.iter().zip(shares) {
+            for batch in split_batches(members, procs, est) {
+                let work: f64 = batch.iter().map(|&i| est(i)).sum();
+                jobs.push(Job {
+                    devices: spec.devices,
+                    exclusive: false,
+                    estimate: spec.startup.unwrap_or(0.0) + work,
+                    order,
+                });
+                units.push(Unit::Lane {
+                    lane: lane.to_string(),
+                    scenes: batch,
+                });
+            }
         }
     }
     (units, jobs)
+}
+
+/// How many processes each group (a lane's scenes of one variant) gets of the `slots`
+/// that fit at once: in proportion to its work, at least one, at most one per scene.
+fn process_shares(groups: &[Vec<usize>], slots: usize, est: impl Fn(usize) -> f64) -> Vec<usize> {
+    let work: Vec<f64> = groups
+        .iter()
+        .map(|g| g.iter().map(|&i| est(i)).sum())
+        .collect();
+    let total: f64 = work.iter().sum();
+    groups
+        .iter()
+        .zip(&work)
+        .map(|(g, w)| {
+            let share = if total > 0.0 {
+                (slots as f64 * w / total).round() as usize
+            } else {
+                slots / groups.len().max(1)
+            };
+            share.clamp(1, g.len().max(1))
+        })
+        .collect()
 }
 
 /// Split `members` into at most `procs` batches: longest first onto the least loaded
@@ -682,6 +716,34 @@ mod tests {
         p.finished(&jobs, 3);
         assert_eq!(p.next(&jobs, 3, 0, false), Some(2));
         assert!(p.is_empty());
+    }
+
+    #[test]
+    fn variants_never_share_a_process_and_share_the_slots_by_work() {
+        let lanes = BTreeMap::from([(
+            "l".to_string(),
+            LaneSpec {
+                devices: 1,
+                startup: None,
+            },
+        )]);
+        let dfx = Variant {
+            args: vec!["--enable-dep-gen".into()],
+            env: BTreeMap::new(),
+        };
+        let mut scenes: Vec<SceneSpec> = (0..8).map(|_| scene(1, false, 1.0, Some("l"))).collect();
+        for s in &mut scenes[6..] {
+            s.variant = dfx.clone();
+        }
+        // 4 ids: the plain variant has 6 s of work, the dfx one 2 s: 3 and 1 processes.
+        let (units, jobs) = units(&scenes, &lanes, 4);
+        let mut batches: Vec<Vec<usize>> = units.iter().map(Unit::scenes).collect();
+        batches.sort();
+        assert_eq!(batches, [vec![0, 3], vec![1, 4], vec![2, 5], vec![6, 7]]);
+        check_no_overlap(&jobs, &simulate(&jobs, 4));
+        // One id: one process per variant all the same.
+        let (one_id, _) = super::units(&scenes, &lanes, 1);
+        assert_eq!(one_id.len(), 2);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub fn in_lane(name: &str, lane: &str, estimate: f64) -> FrozenScene {
     let run = DeviceRun::Lane {
         lane: lane.into(),
         args: vec![name.into()],
+        variant: Default::default(),
     };
     scene(name, run, 1, false, estimate)
 }

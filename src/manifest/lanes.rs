@@ -79,7 +79,13 @@ impl Order {
 #[serde(rename_all = "snake_case")]
 pub enum DeviceRun {
     Command(Template),
-    Lane { lane: String, args: Vec<String> },
+    Lane {
+        lane: String,
+        args: Vec<String>,
+        /// The lane process this scene needs (`device.lane_args` / `lane_env`).
+        #[serde(default)]
+        variant: Variant,
+    },
 }
 
 impl DeviceRun {
@@ -88,6 +94,42 @@ impl DeviceRun {
             DeviceRun::Lane { lane, .. } => Some(lane),
             DeviceRun::Command(_) => None,
         }
+    }
+
+    /// The lane process variant it needs (the plain one for its own command).
+    pub fn variant(&self) -> Option<&Variant> {
+        match self {
+            DeviceRun::Lane { variant, .. } => Some(variant),
+            DeviceRun::Command(_) => None,
+        }
+    }
+}
+
+/// What a scene asks of the lane process it runs in: words added to the lane command's
+/// `{args}` and variables added to its environment (session options such as a runtime's
+/// dump switches). Scenes of different variants never share a process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Variant {
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+}
+
+impl Variant {
+    pub fn is_plain(&self) -> bool {
+        self.args.is_empty() && self.env.is_empty()
+    }
+
+    /// `--enable-dep-gen DFX=1`: how the preview names it ("" for the plain one).
+    pub fn describe(&self) -> String {
+        let env = self.env.iter().map(|(k, v)| format!("{k}={v}"));
+        let words: Vec<String> = env
+            .chain(
+                self.args
+                    .iter()
+                    .map(|a| crate::template::quote(a).into_owned()),
+            )
+            .collect();
+        words.join(" ")
     }
 }
 
@@ -333,6 +375,17 @@ impl Ctx {
                         "`args` belongs to a lane scene (`device.lane`); put the words in `run`",
                     );
                 }
+                for (key, given) in [
+                    ("lane_args", d.lane_args.is_some()),
+                    ("lane_env", d.lane_env.is_some()),
+                ] {
+                    if given {
+                        self.err(
+                            &format!("{dp}.{key}"),
+                            format!("`{key}` belongs to a lane scene (`device.lane`): it shapes the lane's process"),
+                        );
+                    }
+                }
                 self.templ(run, &format!("{dp}.run"), ok)
                     .map(DeviceRun::Command)
             }
@@ -373,9 +426,14 @@ impl Ctx {
                          others); give it its own `run`",
                     );
                 }
+                let env = d.lane_env.clone().unwrap_or_default();
                 Some(DeviceRun::Lane {
                     lane: lane.clone(),
                     args: d.args.clone().unwrap_or_default(),
+                    variant: Variant {
+                        args: d.lane_args.clone().unwrap_or_default(),
+                        env: self.env(env, &format!("{dp}.lane_env")),
+                    },
                 })
             }
         }

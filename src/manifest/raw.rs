@@ -166,6 +166,8 @@ pub struct DeviceStep {
     pub stop_signal: Option<String>,
     pub stop_wait: Option<Scalar>,
     pub order: Option<String>,
+    pub lane_args: Option<Vec<String>>,
+    pub lane_env: Option<BTreeMap<String, Scalar>>,
 }
 pub const DEVICE_STEP: &[&str] = &[
     "run",
@@ -178,4 +180,6 @@ pub const DEVICE_STEP: &[&str] = &[
     "stop_signal",
     "stop_wait",
     "order",
+    "lane_args",
+    "lane_env",
 ];

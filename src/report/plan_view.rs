@@ -58,12 +58,21 @@ fn neighbours(procs: &[PreviewProcess]) -> Vec<(Vec<usize>, bool)> {
     out
 }
 
-/// How the preview names a process: its scene, or its lane and first scene.
+/// How the preview names a process: its scene, or its lane (with the variant it runs,
+/// when not the plain one) and its number of scenes.
 fn process_name(plan: &Plan, p: &PreviewProcess) -> String {
     match &p.lane {
         None => plan.scenes[p.scenes[0]].name.clone(),
-        Some(l) => format!("lane {l} ({} scenes)", p.scenes.len()),
+        Some(l) => match variant_of(plan, p).filter(|v| !v.is_plain()) {
+            Some(v) => format!("lane {l} [{}] ({} scenes)", v.describe(), p.scenes.len()),
+            None => format!("lane {l} ({} scenes)", p.scenes.len()),
+        },
     }
+}
+
+/// The lane process variant a preview process runs (its scenes share it).
+fn variant_of<'a>(plan: &'a Plan, p: &PreviewProcess) -> Option<&'a crate::manifest::Variant> {
+    plan.scenes[p.scenes[0]].device.as_ref()?.run.variant()
 }
 
 /// A scene that needs more ids than `--no-lock --devices` gives: the inner run fails it
@@ -140,8 +149,8 @@ fn process_lines(
     };
     match &pr.lane {
         None => head(&plan.scenes[pr.scenes[0]].name),
-        Some(lane) => {
-            let mut out = head(&format!("lane {lane} ({} scenes)", pr.scenes.len()));
+        Some(_) => {
+            let mut out = head(&process_name(plan, pr));
             out.push_str(&format!(
                 "      one process, start-up {}: {}\n",
                 pr.startup
@@ -366,6 +375,8 @@ pub fn json(plan: &Plan) -> Value {
             "scenes": scenes,
             "processes": p.procs.iter().map(|pr| json!({
                 "lane": pr.lane,
+                "lane_args": variant_of(plan, pr).map(|v| &v.args),
+                "lane_env": variant_of(plan, pr).map(|v| &v.env),
                 "scenes": pr.scenes.iter().map(|&i| plan.scenes[i].name.as_str()).collect::<Vec<_>>(),
                 "devices": pr.devices,
                 "order": pr.order.word(),
@@ -390,14 +401,20 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
         let Some(cfg) = plan.manifest.lanes.get(lane) else {
             continue;
         };
-        let args: Vec<String> = pr
-            .scenes
+        let variant = variant_of(plan, &pr).cloned().unwrap_or_default();
+        let args: Vec<String> = variant
+            .args
             .iter()
-            .filter_map(|&i| plan.scenes[i].device.as_ref())
-            .flat_map(|d| match &d.run {
-                crate::manifest::DeviceRun::Lane { args, .. } => args.clone(),
-                crate::manifest::DeviceRun::Command(_) => Vec::new(),
-            })
+            .cloned()
+            .chain(
+                pr.scenes
+                    .iter()
+                    .filter_map(|&i| plan.scenes[i].device.as_ref())
+                    .flat_map(|d| match &d.run {
+                        crate::manifest::DeviceRun::Lane { args, .. } => args.clone(),
+                        crate::manifest::DeviceRun::Command(_) => Vec::new(),
+                    }),
+            )
             .collect();
         let platform = &plan.manifest.scenes[plan.scenes[pr.scenes[0]].index].platform;
         let command = cfg.run.render(|ph| match ph {
@@ -408,8 +425,13 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
             Ph::Platform => Val::One(platform.as_str().into()),
             _ => Val::Raw("".into()),
         });
+        let env: String = variant
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={} ", crate::template::quote(v)))
+            .collect();
         out.push_str(&format!(
-            "# lane {lane}: one process ({} id{}) for {}\n{command}\n",
+            "# lane {lane}: one process ({} id{}) for {}\n{env}{command}\n",
             pr.devices,
             if pr.devices == 1 { "" } else { "s" },
             pr.scenes

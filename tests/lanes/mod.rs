@@ -9,6 +9,7 @@ mod order;
 mod protocol;
 mod pytest;
 mod stop;
+mod variants;
 
 use std::collections::BTreeMap;
 use std::process::Output;
