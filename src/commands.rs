@@ -95,20 +95,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         })
         .max(1);
     match &cli.command {
-        Command::Explain(a) => {
-            let Some(plan) = build_selected(&cli, &a.select.selection(), None, Lookups::Look, ui)?
-            else {
-                return Ok(Exit::Ok);
-            };
-            match a.format {
-                Format::Text => ui.out(&crate::explain::text(&plan)),
-                Format::Json => ui.out(&format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&crate::explain::json(&plan)).expect("json")
-                )),
-            }
-            Ok(Exit::Ok)
-        }
+        Command::Explain(a) => explain(&cli, a, ui),
         Command::List(a) => list(&cli, a, ui),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -118,107 +105,10 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             ui.out(&String::from_utf8_lossy(&out));
             Ok(Exit::Ok)
         }
-        Command::Plan(a) => {
-            let Some(mut plan) = build_selected(
-                &cli,
-                &a.select.selection(),
-                Some(&a.device),
-                Lookups::Look,
-                ui,
-            )?
-            else {
-                return Ok(Exit::Ok);
-            };
-            let phases = Phases {
-                warm: true,
-                device: true,
-            };
-            preview(&mut plan, phases, a.format, ui)?;
-            // The process ends here: freeing a 20,000-step plan piece by piece is a few
-            // percent of a big plan's time for nothing.
-            std::mem::forget(plan);
-            Ok(Exit::Ok)
-        }
-        Command::Warm(a) => {
-            let Some(mut plan) = build_selected(
-                &cli,
-                &a.select.selection(),
-                None,
-                settle_unless(&a.preview),
-                ui,
-            )?
-            else {
-                return Ok(Exit::Ok);
-            };
-            let phases = Phases {
-                warm: true,
-                device: false,
-            };
-            if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
-                return Ok(exit);
-            }
-            handle_signals();
-            let exit = do_warm(&plan, &a.warm, jobs, ui).map(|(exit, _)| exit);
-            // The process ends next: freeing 20,000 steps' strings one by one is wasted
-            // work (as for `plan`); the OS takes the pages back at once.
-            std::mem::forget(plan);
-            exit
-        }
-        Command::Device(a) => {
-            let Some(mut plan) = build_selected(
-                &cli,
-                &a.select.selection(),
-                Some(&a.device),
-                Lookups::Look,
-                ui,
-            )?
-            else {
-                // An empty shard that passes writes no report: none may stay looking current.
-                if let Some(dir) = device_report_dir(&cli) {
-                    device::runs::clear_stale_reports(&dir);
-                }
-                return Ok(Exit::Ok);
-            };
-            let phases = Phases {
-                warm: false,
-                device: true,
-            };
-            if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
-                return Ok(exit);
-            }
-            handle_signals();
-            do_device(&plan, &a.device, ui)
-        }
-        Command::Run(a) => {
-            let Some(mut plan) = build_selected(
-                &cli,
-                &a.select.selection(),
-                Some(&a.device),
-                settle_unless(&a.preview),
-                ui,
-            )?
-            else {
-                // An empty shard that passes writes no report: none may stay looking current.
-                if let Some(dir) = device_report_dir(&cli) {
-                    device::runs::clear_stale_reports(&dir);
-                }
-                return Ok(Exit::Ok);
-            };
-            let phases = Phases {
-                warm: true,
-                device: true,
-            };
-            if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
-                return Ok(exit);
-            }
-            handle_signals();
-            let (warm_exit, published) = do_warm(&plan, &a.warm, jobs, ui)?;
-            // The device phase reads the statuses warm produced: what it published or
-            // failed, applied to the same plan.
-            plan.apply_warm(&published);
-            let exit = do_device(&plan, &a.device, ui)?;
-            Ok(exit.max(warm_exit))
-        }
+        Command::Plan(a) => plan_command(&cli, a, ui),
+        Command::Warm(a) => warm_command(&cli, a, jobs, ui),
+        Command::Device(a) => device_command(&cli, a, ui),
+        Command::Run(a) => run_command(&cli, a, jobs, ui),
         Command::Cache(c) => cache(&cli, c, ui),
         Command::Fleet(FleetCommand::Simulate(a)) => fleet_simulate(&cli, a, ui),
         Command::Inner(a) => {
@@ -227,6 +117,116 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         }
         Command::Watchdog => unreachable!("handled above"),
     }
+}
+
+/// `scenerun explain`: why each step that is not a hit will run.
+fn explain(cli: &Cli, a: &crate::cli::ExplainArgs, ui: &Ui) -> Result<Exit> {
+    let Some(plan) = build_selected(cli, &a.select.selection(), None, Lookups::Look, ui)? else {
+        return Ok(Exit::Ok);
+    };
+    match a.format {
+        Format::Text => ui.out(&crate::explain::text(&plan)),
+        Format::Json => ui.out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&crate::explain::json(&plan)).expect("json")
+        )),
+    }
+    Ok(Exit::Ok)
+}
+
+/// `scenerun plan`: both phases previewed.
+fn plan_command(cli: &Cli, a: &crate::cli::PlanArgs, ui: &Ui) -> Result<Exit> {
+    let sel = a.select.selection();
+    let Some(mut plan) = build_selected(cli, &sel, Some(&a.device), Lookups::Look, ui)? else {
+        return Ok(Exit::Ok);
+    };
+    let phases = Phases {
+        warm: true,
+        device: true,
+    };
+    preview(&mut plan, phases, a.format, ui)?;
+    // The process ends here: freeing a 20,000-step plan piece by piece is a few
+    // percent of a big plan's time for nothing.
+    std::mem::forget(plan);
+    Ok(Exit::Ok)
+}
+
+/// `scenerun warm` (or its preview).
+fn warm_command(cli: &Cli, a: &crate::cli::WarmArgs, jobs: usize, ui: &Ui) -> Result<Exit> {
+    let (sel, mode) = (a.select.selection(), settle_unless(&a.preview));
+    let Some(mut plan) = build_selected(cli, &sel, None, mode, ui)? else {
+        return Ok(Exit::Ok);
+    };
+    let phases = Phases {
+        warm: true,
+        device: false,
+    };
+    if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
+        return Ok(exit);
+    }
+    handle_signals();
+    let exit = do_warm(&plan, &a.warm, jobs, ui).map(|(exit, _)| exit);
+    // The process ends next: freeing 20,000 steps' strings one by one is wasted
+    // work (as for `plan`); the OS takes the pages back at once.
+    std::mem::forget(plan);
+    exit
+}
+
+/// The plan of a command with a device phase; None (an empty selection that passes)
+/// also clears an earlier run's report, so none stays looking current.
+fn device_plan(
+    cli: &Cli,
+    sel: &Selection,
+    d: &DeviceFlags,
+    mode: Lookups,
+    ui: &Ui,
+) -> Result<Option<Plan>> {
+    let plan = build_selected(cli, sel, Some(d), mode, ui)?;
+    if plan.is_none() {
+        if let Some(dir) = device_report_dir(cli) {
+            device::runs::clear_stale_reports(&dir);
+        }
+    }
+    Ok(plan)
+}
+
+/// `scenerun device` (or its preview).
+fn device_command(cli: &Cli, a: &crate::cli::DeviceArgs, ui: &Ui) -> Result<Exit> {
+    let sel = a.select.selection();
+    let Some(mut plan) = device_plan(cli, &sel, &a.device, Lookups::Look, ui)? else {
+        return Ok(Exit::Ok);
+    };
+    let phases = Phases {
+        warm: false,
+        device: true,
+    };
+    if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
+        return Ok(exit);
+    }
+    handle_signals();
+    do_device(&plan, &a.device, ui)
+}
+
+/// `scenerun run`: warm, then device on the same plan (or their preview).
+fn run_command(cli: &Cli, a: &crate::cli::RunArgs, jobs: usize, ui: &Ui) -> Result<Exit> {
+    let (sel, mode) = (a.select.selection(), settle_unless(&a.preview));
+    let Some(mut plan) = device_plan(cli, &sel, &a.device, mode, ui)? else {
+        return Ok(Exit::Ok);
+    };
+    let phases = Phases {
+        warm: true,
+        device: true,
+    };
+    if let Some(exit) = previewed(&mut plan, &a.preview, phases, ui)? {
+        return Ok(exit);
+    }
+    handle_signals();
+    let (warm_exit, published) = do_warm(&plan, &a.warm, jobs, ui)?;
+    // The device phase reads the statuses warm produced: what it published or
+    // failed, applied to the same plan.
+    plan.apply_warm(&published);
+    let exit = do_device(&plan, &a.device, ui)?;
+    Ok(exit.max(warm_exit))
 }
 
 fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::lockrun::{self, Killed, LockEnding};
+use super::lockrun::{self, Killed, LockEnding, LockRun};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
 use super::{Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome};
@@ -273,24 +273,8 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
             return Err(fail(ph, frozen, report, lock, f));
         }
     };
-    lock.called_at = ran.called_at;
-    lock.returned_at = ran.returned_at;
-    lock.signal_forwarded_at = ran.forwarded_at;
-    lock.exit_code = match ran.ending {
-        LockEnding::Exited(c) => Some(c),
-        LockEnding::Signaled(_) => None,
-    };
-    // Queue wait: until the inner run started, or the whole call when it never did (a
-    // queue timeout waited all along).
-    lock.queue_wait_secs = Some(match &results {
-        Some(r) => (r.started - ran.called_at).max(0.0),
-        None => ran.returned_at - ran.called_at,
-    });
-    if let Some(r) = &results {
-        let held = ran.returned_at - r.started;
-        lock.inner_started_at = Some(r.started);
-        lock.inner_ended_at = Some(r.ended);
-        lock.held_secs = Some(held);
+    if let Some(held) = lock_timings(&mut lock, &ran, results.as_ref()) {
+        let r = results.as_ref().expect("held time comes from results");
         report.device = Some(device_report(r, held));
     }
     let repeated = runs::repeated(&run_dir);
@@ -303,30 +287,96 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
             crate::units::short_duration(limits.release_timeout)
         ));
     }
+    let ended = LockCallEnd {
+        interrupted: crate::proc::interrupted(),
+        inner_ended,
+        repeated,
+    };
+    let failure = lock_failure(&ran, results.as_ref(), ended);
+    match (failure, results) {
+        (None, Some(r)) => {
+            report.lock = Some(lock);
+            Ok(r)
+        }
+        (failure, results) => {
+            let (exit, what) = failure.expect("no failure means results are present");
+            let f = LockFailure {
+                exit,
+                what,
+                tail,
+                results,
+            };
+            Err(fail(ph, frozen, report, lock, f))
+        }
+    }
+}
 
+/// The lock's timings from a lock call and what the inner run left: when it was called
+/// and returned, its exit code, the queue wait (until the inner run started, or the whole
+/// call when it never did: a queue timeout waited all along), and the time held, which
+/// it returns when the inner run ran.
+fn lock_timings(lock: &mut LockReport, ran: &LockRun, results: Option<&Results>) -> Option<f64> {
+    lock.called_at = ran.called_at;
+    lock.returned_at = ran.returned_at;
+    lock.signal_forwarded_at = ran.forwarded_at;
+    lock.exit_code = match ran.ending {
+        LockEnding::Exited(c) => Some(c),
+        LockEnding::Signaled(_) => None,
+    };
+    lock.queue_wait_secs = Some(match results {
+        Some(r) => (r.started - ran.called_at).max(0.0),
+        None => ran.returned_at - ran.called_at,
+    });
+    let r = results?;
+    let held = ran.returned_at - r.started;
+    lock.inner_started_at = Some(r.started);
+    lock.inner_ended_at = Some(r.ended);
+    lock.held_secs = Some(held);
+    Some(held)
+}
+
+/// How a lock call ended, besides the lock tool's own ending.
+#[derive(Debug, Clone, Copy)]
+struct LockCallEnd {
+    /// scenerun was interrupted (and forwarded the signal).
+    interrupted: bool,
+    /// The inner run is no longer running.
+    inner_ended: bool,
+    /// The lock tool started the inner run more than once.
+    repeated: bool,
+}
+
+/// Whether a lock call failed, and how to say it: interrupted; an unusable grant; no
+/// device steps run; the lock tool cut the run short; or it returned while the steps
+/// were still running. None: the inner run's results stand.
+fn lock_failure(
+    ran: &LockRun,
+    results: Option<&Results>,
+    end: LockCallEnd,
+) -> Option<(Exit, String)> {
     let how = ran.ending.describe();
     // The inner exits 0 or 1 and the lock tool passes that on. Any other ending, even
     // with results on disk, means the lock tool cut the run short (`--max-time`, a
     // signal) — unless scenerun killed it itself for not returning, or the lock tool ran
     // the inner command twice (the second run's code is not the first's).
     let cut_short = ran.killed.is_none()
-        && !repeated
+        && !end.repeated
         && match ran.ending {
             LockEnding::Exited(c) => !matches!(c, 0 | 1),
             LockEnding::Signaled(_) => true,
         };
-    let still_running = !inner_ended || results.as_ref().is_some_and(|r| r.ended > ran.returned_at);
-    let failure = if crate::proc::interrupted() {
+    let still_running = !end.inner_ended || results.is_some_and(|r| r.ended > ran.returned_at);
+    if end.interrupted {
         Some((
             Exit::Interrupted,
             format!("was interrupted: SIGTERM forwarded to it, it {how}"),
         ))
-    } else if let Some(why) = results.as_ref().and_then(|r| r.infra_error.clone()) {
+    } else if let Some(why) = results.and_then(|r| r.infra_error.clone()) {
         Some((
             Exit::Infra,
             format!("ran the device phase with an unusable grant: {why}"),
         ))
-    } else if results.is_none() && inner_ended {
+    } else if results.is_none() && end.inner_ended {
         Some((
             Exit::Infra,
             format!("returned ({how}) without running the device steps"),
@@ -343,22 +393,6 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         ))
     } else {
         None
-    };
-    match (failure, results) {
-        (None, Some(r)) => {
-            report.lock = Some(lock);
-            Ok(r)
-        }
-        (failure, results) => {
-            let (exit, what) = failure.expect("no failure means results are present");
-            let f = LockFailure {
-                exit,
-                what,
-                tail,
-                results,
-            };
-            Err(fail(ph, frozen, report, lock, f))
-        }
     }
 }
 

@@ -633,10 +633,48 @@ impl Ctx {
             .unwrap_or_default();
         let env = self.env(env_raw, "env");
 
-        let cache_raw = field("cache")
+        let cache = self.cache_config(field("cache"));
+
+        let toolchains = self.toolchains(field("toolchains"));
+
+        let lanes = self.lanes(field("lanes"));
+        let lock = self.lock(field("lock"));
+
+        let generators = field("scenes_from")
+            .map(|v| self.generators(v, &platform))
+            .unwrap_or_default();
+        let prepare = self.prepare_steps(field("prepare"));
+        let scenes = match field("scenes") {
+            None if !generators.is_empty() => Vec::new(),
+            None => {
+                self.err("", "missing field `scenes`");
+                Vec::new()
+            }
+            Some(v) => self.scenes(v, !generators.is_empty(), &platform, &env, &toolchains),
+        };
+
+        Some(Manifest {
+            file: PathBuf::from(&self.file),
+            dir: self.dir.clone(),
+            platform,
+            env,
+            cache,
+            toolchains,
+            lock,
+            lanes,
+            scenes,
+            generators,
+            prepare,
+            notes: std::mem::take(&mut self.notes),
+        })
+    }
+
+    /// `cache:`, resolved against the manifest's directory, with its defaults.
+    fn cache_config(&mut self, v: Option<Value>) -> CacheConfig {
+        let cache_raw = v
             .and_then(|v| self.take::<raw::Cache>(v, "cache", raw::CACHE))
             .unwrap_or_default();
-        let cache = CacheConfig {
+        CacheConfig {
             dir: cache_raw.dir.as_deref().map(|d| self.dir.join(d)),
             max_size: self.size(cache_raw.max_size, "cache.max_size"),
             max_age: self
@@ -646,10 +684,14 @@ impl Ctx {
                 .remote
                 .and_then(|v| self.remote(v))
                 .unwrap_or_default(),
-        };
+        }
+    }
 
+    /// `toolchains:` by name; a broken one is remembered so its kernels are not told
+    /// "unknown toolchain" as well.
+    fn toolchains(&mut self, v: Option<Value>) -> BTreeMap<String, Toolchain> {
         let mut toolchains = BTreeMap::new();
-        if let Some(v) = field("toolchains") {
+        if let Some(v) = v {
             if let Some(map) = self.take::<BTreeMap<String, Value>>(v, "toolchains", &[]) {
                 for (name, v) in map {
                     let path = format!("toolchains.{name}");
@@ -689,10 +731,12 @@ impl Ctx {
                 }
             }
         }
+        toolchains
+    }
 
-        let lanes = self.lanes(field("lanes"));
-        let lock = field("lock")
-            .and_then(|v| self.take::<raw::Lock>(v, "lock", raw::LOCK))
+    /// `lock:`, checked: `{run}` in its command, its counts, its variable name.
+    fn lock(&mut self, v: Option<Value>) -> Option<LockConfig> {
+        v.and_then(|v| self.take::<raw::Lock>(v, "lock", raw::LOCK))
             .and_then(|l| {
                 let submit = self.templ(&l.submit, "lock.submit", allowed::LOCK)?;
                 if !submit.uses(Ph::Run) {
@@ -728,57 +772,44 @@ impl Ctx {
                     grace,
                     device_fault,
                 })
-            });
+            })
+    }
 
-        let generators = field("scenes_from")
-            .map(|v| self.generators(v, &platform))
-            .unwrap_or_default();
-        let prepare = self.prepare_steps(field("prepare"));
+    /// `scenes:`, each validated, names unique (`generated`: `scenes_from` may add the
+    /// scenes, so an empty list is fine).
+    fn scenes(
+        &mut self,
+        v: Value,
+        generated: bool,
+        platform: &str,
+        env: &BTreeMap<String, String>,
+        toolchains: &BTreeMap<String, Toolchain>,
+    ) -> Vec<Scene> {
         let mut scenes = Vec::new();
-        match field("scenes") {
-            None if !generators.is_empty() => {}
-            None => self.err("", "missing field `scenes`"),
-            Some(v) => {
-                if let Some(list) = self.take::<Vec<Value>>(v, "scenes", &[]) {
-                    if list.is_empty() && generators.is_empty() {
-                        self.err("scenes", "the manifest has no scenes");
+        if let Some(list) = self.take::<Vec<Value>>(v, "scenes", &[]) {
+            if list.is_empty() && !generated {
+                self.err("scenes", "the manifest has no scenes");
+            }
+            let mut seen: HashMap<String, usize> = HashMap::new();
+            for (i, v) in list.into_iter().enumerate() {
+                let path = format!("scenes[{i}]");
+                if let Some(s) = self.scene(v, &path, platform, env, toolchains) {
+                    if let Some(first) = seen.get(&s.name) {
+                        self.err(
+                            &format!("{path}.name"),
+                            format!(
+                                "duplicate scene name `{}` (first defined at scenes[{first}])",
+                                s.name
+                            ),
+                        );
+                    } else {
+                        seen.insert(s.name.clone(), i);
                     }
-                    let mut seen: HashMap<String, usize> = HashMap::new();
-                    for (i, v) in list.into_iter().enumerate() {
-                        let path = format!("scenes[{i}]");
-                        if let Some(s) = self.scene(v, &path, &platform, &env, &toolchains) {
-                            if let Some(first) = seen.get(&s.name) {
-                                self.err(
-                                    &format!("{path}.name"),
-                                    format!(
-                                        "duplicate scene name `{}` (first defined at scenes[{first}])",
-                                        s.name
-                                    ),
-                                );
-                            } else {
-                                seen.insert(s.name.clone(), i);
-                            }
-                            scenes.push(s);
-                        }
-                    }
+                    scenes.push(s);
                 }
             }
         }
-
-        Some(Manifest {
-            file: PathBuf::from(&self.file),
-            dir: self.dir.clone(),
-            platform,
-            env,
-            cache,
-            toolchains,
-            lock,
-            lanes,
-            scenes,
-            generators,
-            prepare,
-            notes: std::mem::take(&mut self.notes),
-        })
+        scenes
     }
 
     fn scene(
@@ -823,75 +854,8 @@ impl Ctx {
             } else {
                 kernel_names.insert(k.name.clone(), i);
             }
-            if !toolchains.contains_key(&k.toolchain)
-                && !self.broken_toolchains.contains(&k.toolchain)
-            {
-                let known: Vec<&str> = toolchains.keys().map(String::as_str).collect();
-                self.err(
-                    &format!("{kp}.toolchain"),
-                    format!(
-                        "unknown toolchain `{}` (defined: {})",
-                        k.toolchain,
-                        if known.is_empty() {
-                            "none".into()
-                        } else {
-                            known.join(", ")
-                        }
-                    ),
-                );
-            }
-            let source = match self.resolve(&k.source) {
-                Ok(Some(f)) if !self.is_dir(&f) => Some(f),
-                Ok(Some(_)) => {
-                    self.err(
-                        &format!("{kp}.source"),
-                        format!("`{}` is not a file", k.source),
-                    );
-                    None
-                }
-                Ok(None) => {
-                    self.err(
-                        &format!("{kp}.source"),
-                        format!("source file not found: `{}`", k.source),
-                    );
-                    None
-                }
-                Err(e) => {
-                    self.err(&format!("{kp}.source"), e);
-                    None
-                }
-            };
-            let mut include_dirs = Vec::with_capacity(k.include_dirs.len());
-            for (j, d) in k.include_dirs.iter().enumerate() {
-                let expanded = self.expand(d);
-                // `$VAR` of an unset variable names no dir: skipped, like a missing one.
-                let resolved = if expanded.is_empty() && !d.is_empty() {
-                    Ok(None)
-                } else {
-                    self.resolve(&expanded)
-                };
-                match resolved {
-                    Ok(Some(f)) if self.is_dir(&f) => include_dirs.push(f),
-                    Ok(_) => self.notes.push(format!(
-                        "{}.include_dirs[{j}]: `{d}`{} does not exist; skipped",
-                        kp,
-                        if expanded != *d {
-                            format!(" (= `{expanded}`)")
-                        } else {
-                            String::new()
-                        }
-                    )),
-                    Err(e) => self.err(&format!("{kp}.include_dirs[{j}]"), e),
-                }
-            }
-            if let Some(source) = source {
-                kernels.push(Kernel {
-                    name: k.name,
-                    toolchain: k.toolchain,
-                    source,
-                    include_dirs,
-                    flags: k.flags,
-                });
+            if let Some(k) = self.kernel(k, &kp, toolchains) {
+                kernels.push(k);
             }
         }
 
@@ -932,6 +896,83 @@ impl Ctx {
             fixture,
             golden,
             device,
+        })
+    }
+
+    /// One kernel at `kp`: its toolchain (defined), its source (a file) and its include
+    /// dirs (one that does not exist is skipped, with a note).
+    fn kernel(
+        &mut self,
+        k: raw::Kernel,
+        kp: &str,
+        toolchains: &BTreeMap<String, Toolchain>,
+    ) -> Option<Kernel> {
+        if !toolchains.contains_key(&k.toolchain) && !self.broken_toolchains.contains(&k.toolchain)
+        {
+            let known: Vec<&str> = toolchains.keys().map(String::as_str).collect();
+            self.err(
+                &format!("{kp}.toolchain"),
+                format!(
+                    "unknown toolchain `{}` (defined: {})",
+                    k.toolchain,
+                    if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            );
+        }
+        let source = match self.resolve(&k.source) {
+            Ok(Some(f)) if !self.is_dir(&f) => Some(f),
+            Ok(Some(_)) => {
+                self.err(
+                    &format!("{kp}.source"),
+                    format!("`{}` is not a file", k.source),
+                );
+                None
+            }
+            Ok(None) => {
+                self.err(
+                    &format!("{kp}.source"),
+                    format!("source file not found: `{}`", k.source),
+                );
+                None
+            }
+            Err(e) => {
+                self.err(&format!("{kp}.source"), e);
+                None
+            }
+        };
+        let mut include_dirs = Vec::with_capacity(k.include_dirs.len());
+        for (j, d) in k.include_dirs.iter().enumerate() {
+            let expanded = self.expand(d);
+            // `$VAR` of an unset variable names no dir: skipped, like a missing one.
+            let resolved = if expanded.is_empty() && !d.is_empty() {
+                Ok(None)
+            } else {
+                self.resolve(&expanded)
+            };
+            match resolved {
+                Ok(Some(f)) if self.is_dir(&f) => include_dirs.push(f),
+                Ok(_) => self.notes.push(format!(
+                    "{}.include_dirs[{j}]: `{d}`{} does not exist; skipped",
+                    kp,
+                    if expanded != *d {
+                        format!(" (= `{expanded}`)")
+                    } else {
+                        String::new()
+                    }
+                )),
+                Err(e) => self.err(&format!("{kp}.include_dirs[{j}]"), e),
+            }
+        }
+        Some(Kernel {
+            name: k.name,
+            toolchain: k.toolchain,
+            source: source?,
+            include_dirs,
+            flags: k.flags,
         })
     }
 

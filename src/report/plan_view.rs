@@ -182,123 +182,135 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
         }
     }
     if phases.warm {
-        let hits = plan.steps.iter().filter(|s| s.status.is_hit()).count();
-        let failed = plan
-            .steps
-            .iter()
-            .filter(|s| matches!(s.status, Status::Failed(_)))
-            .count();
-        let todo: f64 = plan
-            .steps
-            .iter()
-            .filter(|s| !s.status.is_hit())
-            .map(|s| s.estimate.unwrap_or(0.0))
-            .sum();
-        let remote = plan
-            .steps
-            .iter()
-            .filter(|s| s.status == Status::RemoteHit)
-            .count();
-        out.push_str(&format!(
-            "\nwarm: {} steps ({} unique keys): {hits} hit, {}{} to build{}{}\n",
-            plan.steps.len(),
-            plan.unique_keys(),
-            if remote > 0 {
-                format!("{remote} to download from the remote cache, ")
-            } else {
-                String::new()
-            },
-            plan.steps.len() - hits - remote,
-            if failed > 0 {
-                format!(" ({failed} failed in the last warm)")
-            } else {
-                String::new()
-            },
-            if todo > 0.0 {
-                format!(", ~{todo:.1}s of work by history")
-            } else {
-                String::new()
-            },
-        ));
-        // One line per step (21,000 on the 500x40 bench): written into `out` in place,
-        // the id padded by hand (its `Display` takes no width), no string per line.
-        let w = plan
-            .steps
-            .iter()
-            .map(|s| s.id.scene.len() + 1 + s.id.name.len())
-            .max()
-            .unwrap_or(10);
-        let whys = crate::explain::words(plan);
-        for (i, s) in plan.steps.iter().enumerate() {
-            let id_chars = s.id.scene.chars().count() + 1 + s.id.name.chars().count();
-            let _ = write!(
-                out,
-                "  {:<8} {}/{}{:pad$}  {}  {:<22} ",
-                s.label(),
-                s.id.scene,
-                s.id.name,
-                "",
-                &s.key[..12],
-                status_text(plan, i, whys[i]),
-                pad = w.saturating_sub(id_chars),
-            );
-            // `{:>7}` of "12.3s": the number right-aligned in 6, then the unit.
-            let _ = match s.estimate {
-                Some(e) => writeln!(out, "{e:>6.1}s"),
-                None => writeln!(out, "{:>7}", "-"),
-            };
-            let why = match &s.status {
-                Status::Stale(why) => Some(why.to_string()),
-                Status::Failed(why) => Some(why.clone()),
-                _ => None,
-            };
-            if let Some(first) = why.as_deref().and_then(|w| w.lines().next()) {
-                out.push_str(&format!("           {}\n", ui.dim(first)));
-            }
-        }
+        warm_text(plan, ui, &mut out);
     }
     if phases.device {
-        let p = packing(plan);
-        let device_scenes = plan.scenes.iter().filter(|s| s.device.is_some()).count();
-        out.push_str(&format!(
-            "\ndevice: {device_scenes} scene{} with device steps, packed on device_count = {} id{}, ~{:.1}s by history\n",
-            if device_scenes == 1 { "" } else { "s" },
-            plan.device_count,
-            if plan.device_count == 1 { "" } else { "s" },
-            p.makespan
-        ));
-        let beside = neighbours(&p.procs);
-        for (k, pr) in p.procs.iter().enumerate() {
-            out.push_str(&process_lines(plan, &p.procs, pr, &beside[k]));
-        }
-        for (i, ps) in plan.scenes.iter().enumerate() {
-            if ps.device.is_some() && scene_failed(plan, i) {
-                out.push_str(&format!(
-                    "  {:<24} not run: failed in the last warm\n",
-                    ps.name
-                ));
-            }
-        }
-        for (i, ps) in plan.scenes.iter().enumerate() {
-            if let (Some(d), true) = (&ps.device, too_wide(plan, i)) {
-                out.push_str(&format!(
-                    "  {:<24} not run: needs {} devices, --devices gives {}\n",
-                    ps.name, d.devices, plan.device_count
-                ));
-            }
-        }
-        match (&plan.no_lock, crate::device::outer::lock_command(plan)) {
-            (Some(ids), _) => out.push_str(&format!(
-                "lock command: none (--no-lock: device steps run directly on ids {})\n",
-                ids.join(",")
-            )),
-            (None, Some(c)) => out.push_str(&format!("lock command (called once):\n  {c}\n")),
-            (None, None) => {
-                out.push_str("lock command: none (the manifest has no `lock:`; use --no-lock)\n")
-            }
-        }
+        device_text(plan, &mut out);
     }
     out
+}
+
+/// The warm part: the counts, then one line per step with its status and estimate
+/// (and why, under a stale or failed one).
+fn warm_text(plan: &Plan, ui: &Ui, out: &mut String) {
+    let hits = plan.steps.iter().filter(|s| s.status.is_hit()).count();
+    let failed = plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s.status, Status::Failed(_)))
+        .count();
+    let todo: f64 = plan
+        .steps
+        .iter()
+        .filter(|s| !s.status.is_hit())
+        .map(|s| s.estimate.unwrap_or(0.0))
+        .sum();
+    let remote = plan
+        .steps
+        .iter()
+        .filter(|s| s.status == Status::RemoteHit)
+        .count();
+    out.push_str(&format!(
+        "\nwarm: {} steps ({} unique keys): {hits} hit, {}{} to build{}{}\n",
+        plan.steps.len(),
+        plan.unique_keys(),
+        if remote > 0 {
+            format!("{remote} to download from the remote cache, ")
+        } else {
+            String::new()
+        },
+        plan.steps.len() - hits - remote,
+        if failed > 0 {
+            format!(" ({failed} failed in the last warm)")
+        } else {
+            String::new()
+        },
+        if todo > 0.0 {
+            format!(", ~{todo:.1}s of work by history")
+        } else {
+            String::new()
+        },
+    ));
+    // One line per step (21,000 on the 500x40 bench): written into `out` in place,
+    // the id padded by hand (its `Display` takes no width), no string per line.
+    let w = plan
+        .steps
+        .iter()
+        .map(|s| s.id.scene.len() + 1 + s.id.name.len())
+        .max()
+        .unwrap_or(10);
+    let whys = crate::explain::words(plan);
+    for (i, s) in plan.steps.iter().enumerate() {
+        let id_chars = s.id.scene.chars().count() + 1 + s.id.name.chars().count();
+        let _ = write!(
+            out,
+            "  {:<8} {}/{}{:pad$}  {}  {:<22} ",
+            s.label(),
+            s.id.scene,
+            s.id.name,
+            "",
+            &s.key[..12],
+            status_text(plan, i, whys[i]),
+            pad = w.saturating_sub(id_chars),
+        );
+        // `{:>7}` of "12.3s": the number right-aligned in 6, then the unit.
+        let _ = match s.estimate {
+            Some(e) => writeln!(out, "{e:>6.1}s"),
+            None => writeln!(out, "{:>7}", "-"),
+        };
+        let why: Option<std::borrow::Cow<str>> = match &s.status {
+            Status::Stale(why) => Some(why.to_string().into()),
+            Status::Failed(why) => Some(why.as_str().into()),
+            _ => None,
+        };
+        if let Some(first) = why.as_deref().and_then(|w| w.lines().next()) {
+            out.push_str(&format!("           {}\n", ui.dim(first)));
+        }
+    }
+}
+
+/// The device part: the packing (which scenes share which process, on which slots),
+/// the scenes that will not run, and the lock command.
+fn device_text(plan: &Plan, out: &mut String) {
+    let p = packing(plan);
+    let device_scenes = plan.scenes.iter().filter(|s| s.device.is_some()).count();
+    out.push_str(&format!(
+        "\ndevice: {device_scenes} scene{} with device steps, packed on device_count = {} id{}, ~{:.1}s by history\n",
+        if device_scenes == 1 { "" } else { "s" },
+        plan.device_count,
+        if plan.device_count == 1 { "" } else { "s" },
+        p.makespan
+    ));
+    let beside = neighbours(&p.procs);
+    for (k, pr) in p.procs.iter().enumerate() {
+        out.push_str(&process_lines(plan, &p.procs, pr, &beside[k]));
+    }
+    for (i, ps) in plan.scenes.iter().enumerate() {
+        if ps.device.is_some() && scene_failed(plan, i) {
+            out.push_str(&format!(
+                "  {:<24} not run: failed in the last warm\n",
+                ps.name
+            ));
+        }
+    }
+    for (i, ps) in plan.scenes.iter().enumerate() {
+        if let (Some(d), true) = (&ps.device, too_wide(plan, i)) {
+            out.push_str(&format!(
+                "  {:<24} not run: needs {} devices, --devices gives {}\n",
+                ps.name, d.devices, plan.device_count
+            ));
+        }
+    }
+    match (&plan.no_lock, crate::device::outer::lock_command(plan)) {
+        (Some(ids), _) => out.push_str(&format!(
+            "lock command: none (--no-lock: device steps run directly on ids {})\n",
+            ids.join(",")
+        )),
+        (None, Some(c)) => out.push_str(&format!("lock command (called once):\n  {c}\n")),
+        (None, None) => {
+            out.push_str("lock command: none (the manifest has no `lock:`; use --no-lock)\n")
+        }
+    }
 }
 
 pub fn json(plan: &Plan) -> Value {

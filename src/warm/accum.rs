@@ -49,6 +49,18 @@ pub struct Span {
     pub remote_bytes: Option<u64>,
 }
 
+/// What a unit's ending means for each of its steps.
+struct UnitEnd {
+    outcome: Outcome,
+    secs: f64,
+    error: Option<String>,
+    tail: Option<String>,
+    log: Option<std::path::PathBuf>,
+    /// Its new status in the plan (`Plan::apply_warm`).
+    status: Status,
+    entry: Option<Arc<Entry>>,
+}
+
 #[derive(Default)]
 pub struct Accumulator {
     pub summary: Summary,
@@ -91,161 +103,180 @@ impl Accumulator {
                 wall_secs,
                 outcome,
                 ..
-            } => {
-                let remote_bytes = match &outcome {
-                    UnitOutcome::Downloaded { bytes, .. } => Some(*bytes),
-                    _ => None,
-                };
-                let remote_hit = remote_bytes.is_some();
-                let is_infra = matches!(outcome, UnitOutcome::Infra(_));
-                let (kind, secs, error, tail, log, status, entry) = match outcome {
-                    UnitOutcome::Built { secs, entry, .. } => {
-                        self.summary.units_built += 1;
-                        (
-                            Outcome::Built,
-                            secs,
-                            None,
-                            None,
-                            None,
-                            Status::Hit,
-                            Some(entry),
-                        )
-                    }
-                    UnitOutcome::Hit { entry } => {
-                        self.summary.units_hit += 1;
-                        (
-                            Outcome::Hit,
-                            0.0,
-                            None,
-                            None,
-                            None,
-                            Status::Hit,
-                            Some(entry),
-                        )
-                    }
-                    UnitOutcome::Downloaded { secs, entry, .. } => {
-                        self.summary.units_hit += 1;
-                        (
-                            Outcome::Hit,
-                            secs,
-                            None,
-                            None,
-                            None,
-                            Status::Hit,
-                            Some(entry),
-                        )
-                    }
-                    UnitOutcome::Failed { cause, log } => {
-                        let tail = proc::log_tail(&log, RECORD_TAIL);
-                        let status = Status::Failed(failure_text(&cause, &tail));
-                        let why = cause.to_string();
-                        (
-                            Outcome::Failed,
-                            wall_secs,
-                            Some(why),
-                            Some(tail),
-                            Some(log),
-                            status,
-                            None,
-                        )
-                    }
-                    UnitOutcome::Infra(e) => {
-                        let msg = format!("{e:#}");
-                        self.infra.get_or_insert(e);
-                        (
-                            Outcome::Failed,
-                            wall_secs,
-                            Some(msg),
-                            None,
-                            None,
-                            Status::Failed(String::new()),
-                            None,
-                        )
-                    }
-                };
-                if let Some(start) = self.started.remove(&unit) {
-                    self.spans.push(Span {
-                        slot,
-                        unit,
-                        start,
-                        secs: wall_secs,
-                        outcome: kind,
-                        remote_bytes,
-                    });
-                }
-                if !is_infra {
-                    self.published.push((unit, status, entry));
-                }
-                for &si in &plan.units[unit].steps {
-                    let s = &plan.steps[si];
-                    match kind {
-                        Outcome::Built => {
-                            self.summary.built += 1;
-                            self.history.push((HistoryId::Step(&s.id).key(), secs));
-                            self.built_steps.push(si);
-                        }
-                        Outcome::Hit => {
-                            self.summary.hits += 1;
-                            self.summary.remote_hits += usize::from(remote_hit);
-                            self.summary.saved_secs += s.estimate.unwrap_or(0.0);
-                        }
-                        _ => {
-                            self.summary.failed += 1;
-                            self.summary.failed_scenes.push((
-                                s.id.scene.clone(),
-                                format!(
-                                    "{} {}: {}",
-                                    s.label(),
-                                    s.name,
-                                    error.as_deref().unwrap_or("")
-                                ),
-                            ));
-                        }
-                    }
-                    // A hit recorded the same way at the same place last time (a no-op
-                    // warm, every step) is not built again to be compared.
-                    let at = self.records.len();
-                    let loaded = plan.record.steps.get(at);
-                    if kind == Outcome::Hit
-                        && loaded.is_some_and(|r| r.is_hit_of(&s.id, &s.key, secs, &self.logs))
-                    {
-                        self.records.push(Recorded::Same(at));
-                        continue;
-                    }
-                    let log = log.clone().unwrap_or_else(|| s.id.log_path(&plan.job_dir));
-                    self.records.push(Recorded::New(StepRecord {
-                        kind: s.kind,
-                        scene: s.id.scene.clone(),
-                        name: s.name.clone(),
-                        key: s.key.clone(),
-                        outcome: kind,
-                        duration_secs: secs,
-                        log: Some(log.display().to_string()),
-                        error: error.clone(),
-                        log_tail: tail.clone(),
-                    }));
+            } => self.finished(plan, unit, slot, wall_secs, outcome),
+            Event::Skipped { unit, cause } => self.skipped(plan, unit, cause),
+        }
+    }
+
+    /// A unit ended: its trace span, what it published, and each of its steps' counts
+    /// and records.
+    fn finished(
+        &mut self,
+        plan: &Plan,
+        unit: usize,
+        slot: usize,
+        wall_secs: f64,
+        outcome: UnitOutcome,
+    ) {
+        let remote_bytes = match &outcome {
+            UnitOutcome::Downloaded { bytes, .. } => Some(*bytes),
+            _ => None,
+        };
+        let is_infra = matches!(outcome, UnitOutcome::Infra(_));
+        let end = self.unit_end(outcome, wall_secs);
+        if let Some(start) = self.started.remove(&unit) {
+            self.spans.push(Span {
+                slot,
+                unit,
+                start,
+                secs: wall_secs,
+                outcome: end.outcome,
+                remote_bytes,
+            });
+        }
+        for &si in &plan.units[unit].steps {
+            self.count_step(plan, si, &end, remote_bytes.is_some());
+            self.record_step(plan, si, &end);
+        }
+        if !is_infra {
+            self.published.push((unit, end.status, end.entry));
+        }
+    }
+
+    /// What a unit's outcome means for its steps; unit counts and the first cache
+    /// failure are kept here.
+    fn unit_end(&mut self, outcome: UnitOutcome, wall_secs: f64) -> UnitEnd {
+        let hit = |secs: f64, entry: Arc<Entry>| UnitEnd {
+            outcome: Outcome::Hit,
+            secs,
+            error: None,
+            tail: None,
+            log: None,
+            status: Status::Hit,
+            entry: Some(entry),
+        };
+        match outcome {
+            UnitOutcome::Built { secs, entry, .. } => {
+                self.summary.units_built += 1;
+                UnitEnd {
+                    outcome: Outcome::Built,
+                    ..hit(secs, entry)
                 }
             }
-            Event::Skipped { unit, cause } => {
-                let SkipCause::DependencyFailed = cause;
-                self.published
-                    .push((unit, Status::Failed(cause.to_string()), None));
-                for &si in &plan.units[unit].steps {
-                    let s = &plan.steps[si];
-                    self.summary.skipped += 1;
-                    self.records.push(Recorded::New(StepRecord {
-                        kind: s.kind,
-                        scene: s.id.scene.clone(),
-                        name: s.name.clone(),
-                        key: s.key.clone(),
-                        outcome: Outcome::Skipped,
-                        duration_secs: 0.0,
-                        log: None,
-                        error: Some(cause.to_string()),
-                        log_tail: None,
-                    }));
+            UnitOutcome::Hit { entry } => {
+                self.summary.units_hit += 1;
+                hit(0.0, entry)
+            }
+            UnitOutcome::Downloaded { secs, entry, .. } => {
+                self.summary.units_hit += 1;
+                hit(secs, entry)
+            }
+            UnitOutcome::Failed { cause, log } => {
+                let tail = proc::log_tail(&log, RECORD_TAIL);
+                UnitEnd {
+                    outcome: Outcome::Failed,
+                    secs: wall_secs,
+                    error: Some(cause.to_string()),
+                    status: Status::Failed(failure_text(&cause, &tail)),
+                    tail: Some(tail),
+                    log: Some(log),
+                    entry: None,
                 }
             }
+            UnitOutcome::Infra(e) => {
+                let msg = format!("{e:#}");
+                self.infra.get_or_insert(e);
+                UnitEnd {
+                    outcome: Outcome::Failed,
+                    secs: wall_secs,
+                    error: Some(msg),
+                    tail: None,
+                    log: None,
+                    status: Status::Failed(String::new()),
+                    entry: None,
+                }
+            }
+        }
+    }
+
+    /// Step `si`'s part of the summary (and history, for a build).
+    fn count_step(&mut self, plan: &Plan, si: usize, end: &UnitEnd, remote_hit: bool) {
+        let s = &plan.steps[si];
+        match end.outcome {
+            Outcome::Built => {
+                self.summary.built += 1;
+                self.history.push((HistoryId::Step(&s.id).key(), end.secs));
+                self.built_steps.push(si);
+            }
+            Outcome::Hit => {
+                self.summary.hits += 1;
+                self.summary.remote_hits += usize::from(remote_hit);
+                self.summary.saved_secs += s.estimate.unwrap_or(0.0);
+            }
+            _ => {
+                self.summary.failed += 1;
+                self.summary.failed_scenes.push((
+                    s.id.scene.clone(),
+                    format!(
+                        "{} {}: {}",
+                        s.label(),
+                        s.name,
+                        end.error.as_deref().unwrap_or("")
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Step `si`'s warm record: the loaded one again when a hit would record the same
+    /// (a no-op warm, every step: not built again to be compared), else a new one.
+    fn record_step(&mut self, plan: &Plan, si: usize, end: &UnitEnd) {
+        let s = &plan.steps[si];
+        let at = self.records.len();
+        let loaded = plan.record.steps.get(at);
+        if end.outcome == Outcome::Hit
+            && loaded.is_some_and(|r| r.is_hit_of(&s.id, &s.key, end.secs, &self.logs))
+        {
+            self.records.push(Recorded::Same(at));
+            return;
+        }
+        let log = end
+            .log
+            .clone()
+            .unwrap_or_else(|| s.id.log_path(&plan.job_dir));
+        self.records.push(Recorded::New(StepRecord {
+            kind: s.kind,
+            scene: s.id.scene.clone(),
+            name: s.name.clone(),
+            key: s.key.clone(),
+            outcome: end.outcome,
+            duration_secs: end.secs,
+            log: Some(log.display().to_string()),
+            error: end.error.clone(),
+            log_tail: end.tail.clone(),
+        }));
+    }
+
+    /// A unit skipped (a dependency failed): failed-in-warm for the device phase, and a
+    /// skipped record per step.
+    fn skipped(&mut self, plan: &Plan, unit: usize, cause: SkipCause) {
+        let SkipCause::DependencyFailed = cause;
+        self.published
+            .push((unit, Status::Failed(cause.to_string()), None));
+        for &si in &plan.units[unit].steps {
+            let s = &plan.steps[si];
+            self.summary.skipped += 1;
+            self.records.push(Recorded::New(StepRecord {
+                kind: s.kind,
+                scene: s.id.scene.clone(),
+                name: s.name.clone(),
+                key: s.key.clone(),
+                outcome: Outcome::Skipped,
+                duration_secs: 0.0,
+                log: None,
+                error: Some(cause.to_string()),
+                log_tail: None,
+            }));
         }
     }
 

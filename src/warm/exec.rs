@@ -124,9 +124,32 @@ pub fn execute(
 ) {
     let mut scheduler = sched::Scheduler::new(tasks(plan), jobs, memory);
     let mut skipped = vec![false; plan.units.len()];
-    let mut stop = false;
-    // The batch: a settled unit counts only if every unit it needs was settled too
-    // (otherwise it waits for them in the pool, where it is checked again).
+    let (done, stop) = emit_settled(plan, jobs, settle, on_event);
+    let newly_skipped = scheduler.settle(&done);
+    skip(&mut skipped, newly_skipped, on_event);
+    if done.len() == plan.units.len() {
+        return;
+    }
+    let mut pool = Pool {
+        plan,
+        scheduler,
+        skipped,
+        stop,
+    };
+    pool.run(jobs, build, on_event);
+}
+
+/// Settle what can be settled without the pool (one batch over the slots), and emit
+/// each such unit's start and finish. A settled unit counts only if every unit it needs
+/// was settled too (otherwise it waits for them in the pool, where it is checked
+/// again). The units done, with whether each succeeded, and whether an infrastructure
+/// failure stops the warm.
+fn emit_settled(
+    plan: &Plan,
+    jobs: usize,
+    settle: &(dyn Fn(&Plan, usize) -> Option<UnitEnd> + Sync),
+    on_event: &mut dyn FnMut(Event),
+) -> (Vec<(usize, bool)>, bool) {
     let mut batch = settle_batch(plan, jobs, settle);
     let mut accepted: Vec<Option<bool>> = vec![None; plan.units.len()];
     fn accept(
@@ -147,6 +170,7 @@ pub fn execute(
         a
     }
     let mut done = Vec::new();
+    let mut stop = false;
     for u in 0..plan.units.len() {
         if !accept(u, plan, &batch, &mut accepted) {
             continue;
@@ -166,8 +190,12 @@ pub fn execute(
         });
         done.push((u, ok));
     }
-    drop(batch);
-    for u in scheduler.settle(&done) {
+    (done, stop)
+}
+
+/// Emit `Skipped` once for each of `units` (a unit whose dependency failed).
+fn skip(skipped: &mut [bool], units: Vec<usize>, on_event: &mut dyn FnMut(Event)) {
+    for u in units {
         if !std::mem::replace(&mut skipped[u], true) {
             on_event(Event::Skipped {
                 unit: u,
@@ -175,83 +203,113 @@ pub fn execute(
             });
         }
     }
-    if done.len() == plan.units.len() {
-        return;
-    }
-    let (job_tx, job_rx) = mpsc::channel::<usize>();
-    let job_rx = Arc::new(Mutex::new(job_rx));
-    let (msg_tx, msg_rx) = mpsc::channel::<Msg>();
-    std::thread::scope(|scope| {
-        for slot in 0..jobs.max(1) {
-            let rx = job_rx.clone();
-            let tx = msg_tx.clone();
-            scope.spawn(move || loop {
-                let next = rx.lock().expect("job queue").recv();
-                let Ok(unit) = next else { break };
-                let t0 = Instant::now();
-                let _ = tx.send(Msg::Started {
-                    unit,
-                    slot,
-                    at: SystemTime::now(),
-                });
-                let end = build(plan, unit);
-                let done = Msg::Done {
-                    unit,
-                    slot,
-                    wall_secs: t0.elapsed().as_secs_f64(),
-                    end,
-                };
-                if tx.send(done).is_err() {
+}
+
+/// The units left for the slots: the scheduler picks what runs next; an
+/// infrastructure failure (or an interrupt) starts nothing more.
+struct Pool<'a> {
+    plan: &'a Plan,
+    scheduler: sched::Scheduler,
+    skipped: Vec<bool>,
+    stop: bool,
+}
+
+impl Pool<'_> {
+    /// Run the units on `jobs` slot threads, emitting each unit's start and finish and
+    /// the units skipped after a failure, until nothing is in flight.
+    fn run(
+        &mut self,
+        jobs: usize,
+        build: &(dyn Fn(&Plan, usize) -> UnitEnd + Sync),
+        on_event: &mut dyn FnMut(Event),
+    ) {
+        let plan = self.plan;
+        let (job_tx, job_rx) = mpsc::channel::<usize>();
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let (msg_tx, msg_rx) = mpsc::channel::<Msg>();
+        std::thread::scope(|scope| {
+            for slot in 0..jobs.max(1) {
+                let rx = job_rx.clone();
+                let tx = msg_tx.clone();
+                scope.spawn(move || slot_loop(plan, slot, build, &rx, &tx));
+            }
+            drop(msg_tx);
+            let mut in_flight = 0usize;
+            loop {
+                if !self.stop && !proc::interrupted() {
+                    while let Some(u) = self.scheduler.next_task() {
+                        in_flight += 1;
+                        let _ = job_tx.send(u);
+                    }
+                }
+                if in_flight == 0 {
                     break;
                 }
-            });
-        }
-        drop(msg_tx);
-        let mut in_flight = 0usize;
-        loop {
-            if !stop && !proc::interrupted() {
-                while let Some(u) = scheduler.next_task() {
-                    in_flight += 1;
-                    let _ = job_tx.send(u);
+                let Ok(msg) = msg_rx.recv() else { break };
+                if let Msg::Done { .. } = msg {
+                    in_flight -= 1;
                 }
+                self.on_msg(msg, on_event);
             }
-            if in_flight == 0 {
-                break;
-            }
-            let Ok(msg) = msg_rx.recv() else { break };
-            match msg {
-                Msg::Started { unit, slot, at } => on_event(Event::Started { unit, slot, at }),
-                Msg::Done {
+            drop(job_tx);
+        });
+    }
+
+    /// What a slot said: a unit started, or ended (which may skip its dependents).
+    fn on_msg(&mut self, msg: Msg, on_event: &mut dyn FnMut(Event)) {
+        match msg {
+            Msg::Started { unit, slot, at } => on_event(Event::Started { unit, slot, at }),
+            Msg::Done {
+                unit,
+                slot,
+                wall_secs,
+                end:
+                    UnitEnd {
+                        outcome,
+                        input_changed,
+                    },
+            } => {
+                self.stop |= matches!(outcome, UnitOutcome::Infra(_));
+                let newly_skipped = self.scheduler.finish(unit, outcome.ok());
+                on_event(Event::Finished {
                     unit,
                     slot,
                     wall_secs,
-                    end:
-                        UnitEnd {
-                            outcome,
-                            input_changed,
-                        },
-                } => {
-                    in_flight -= 1;
-                    stop |= matches!(outcome, UnitOutcome::Infra(_));
-                    let newly_skipped = scheduler.finish(unit, outcome.ok());
-                    on_event(Event::Finished {
-                        unit,
-                        slot,
-                        wall_secs,
-                        outcome,
-                        input_changed,
-                    });
-                    for u in newly_skipped {
-                        if !std::mem::replace(&mut skipped[u], true) {
-                            on_event(Event::Skipped {
-                                unit: u,
-                                cause: SkipCause::DependencyFailed,
-                            });
-                        }
-                    }
-                }
+                    outcome,
+                    input_changed,
+                });
+                skip(&mut self.skipped, newly_skipped, on_event);
             }
         }
-        drop(job_tx);
-    });
+    }
+}
+
+/// One slot: take a unit, say it started, build it, say how it ended.
+fn slot_loop(
+    plan: &Plan,
+    slot: usize,
+    build: &(dyn Fn(&Plan, usize) -> UnitEnd + Sync),
+    rx: &Mutex<mpsc::Receiver<usize>>,
+    tx: &mpsc::Sender<Msg>,
+) {
+    loop {
+        let next = rx.lock().expect("job queue").recv();
+        let Ok(unit) = next else { break };
+        let t0 = Instant::now();
+        let _ = tx.send(Msg::Started {
+            unit,
+            slot,
+            at: SystemTime::now(),
+        });
+        let end = build(plan, unit);
+        let done = Msg::Done {
+            unit,
+            slot,
+            wall_secs: t0.elapsed().as_secs_f64(),
+            end,
+        };
+        if tx.send(done).is_err() {
+            break;
+        }
+    }
 }

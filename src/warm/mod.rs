@@ -330,6 +330,16 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
             }
         }
     }
+    build_in_staging(plan, unit, key)
+}
+
+/// Run a unit's step into a fresh staging directory and publish what it made under
+/// `key` (then upload it when writes are on): the step fails when it exits non-zero,
+/// leaves `{out}` empty or uncacheable, or names a bad depfile entry; nothing is
+/// published when a file its key read changed meanwhile.
+fn build_in_staging(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
+    let step = &plan.steps[unit.steps[0]];
+    let store = plan.store_of(step);
     let staging = store.stage(step.kind)?;
     let out = staging.out();
     let depfile = staging.dir.join("deps.d");
@@ -370,22 +380,8 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         Ok(Ended::Interrupted) => return fail(FailCause::Interrupted),
     }
     stamp_prepared(step, &out);
-    let empty = match std::fs::metadata(&out) {
-        Ok(m) if m.is_file() => m.len() == 0,
-        Ok(m) if m.is_dir() => std::fs::read_dir(&out)
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(true),
-        _ => true,
-    };
-    if empty {
-        return fail(FailCause::EmptyOut {
-            missing: !out.exists(),
-            out: out.clone(),
-        });
-    }
-    // An artifact the cache cannot hold (a symlink, a fifo) fails this step, not the warm.
-    if let Err(e) = crate::fsutil::walk_files(&out) {
-        return fail(FailCause::Uncacheable(e.to_string()));
+    if let Some(cause) = unpublishable(&out) {
+        return fail(cause);
     }
     let deps = match recorded_deps(plan, step, &depfile, &staging.dir) {
         Ok(d) => uncommitted(plan, unit.steps[0], key, d),
@@ -408,6 +404,27 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
         entry: Arc::new(entry),
         sent,
     }))
+}
+
+/// Why a step's `{out}` cannot be published: empty or missing, or holding what the
+/// cache cannot hold (a symlink, a FIFO: that fails this step, not the warm).
+fn unpublishable(out: &std::path::Path) -> Option<FailCause> {
+    let empty = match std::fs::metadata(out) {
+        Ok(m) if m.is_file() => m.len() == 0,
+        Ok(m) if m.is_dir() => std::fs::read_dir(out)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(true),
+        _ => true,
+    };
+    if empty {
+        return Some(FailCause::EmptyOut {
+            missing: !out.exists(),
+            out: out.to_path_buf(),
+        });
+    }
+    crate::fsutil::walk_files(out)
+        .err()
+        .map(|e| FailCause::Uncacheable(e.to_string()))
 }
 
 /// `deps` without the files `key` itself commits to by name and content (the source, a
