@@ -13,6 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
+use serde_json::Value;
 
 pub const TASK_SUBMIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/bin/task-submit");
 pub const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo");
@@ -428,4 +429,46 @@ impl Pool {
     pub fn acquisitions(&self) -> usize {
         self.count("acquire")
     }
+}
+
+// ------------------------------------------------------------------ reports (device, lanes)
+
+#[track_caller]
+pub fn expect_code(o: &Output, want: i32) {
+    assert_eq!(code(o), want, "{}", show(o));
+}
+
+/// A JSON file that must exist and parse.
+pub fn json_file(path: &Path) -> Value {
+    read_json(path).unwrap_or_else(|| panic!("{} is missing or not JSON", path.display()))
+}
+
+/// The report.json a device phase wrote in the suite's job dir.
+pub fn report(s: &Suite) -> Value {
+    json_file(&s.path("build/scenerun/report.json"))
+}
+
+/// scene name -> outcome, from report.json.
+pub fn outcomes(r: &Value) -> BTreeMap<String, String> {
+    r["scenes"]
+        .as_array()
+        .expect("scenes is an array")
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The scene named `name` in a report (which must have it).
+pub fn scene_in<'a>(r: &'a Value, name: &str) -> &'a Value {
+    report_scene(r, name).unwrap_or_else(|| panic!("no scene {name} in {r:#}"))
+}
+
+pub fn num(v: &Value, what: &str) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"))
 }

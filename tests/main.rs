@@ -7,6 +7,7 @@ mod explain;
 mod fleet;
 mod generated;
 mod lanes;
+mod layers;
 mod lock_standin;
 mod manifest;
 mod plan;

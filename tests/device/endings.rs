@@ -75,7 +75,7 @@ fn unusable_grants_are_exit_3_before_any_step() {
         assert_eq!(s.count("logs/device.log"), 0, "grant {grant:?}: a step ran");
         let r = report(&s);
         assert_eq!(r["exit_code"], 3);
-        assert_eq!(scene(&r, "s0")["infra"], "bad_device_ids", "{r:#}");
+        assert_eq!(scene_in(&r, "s0")["infra"], "bad_device_ids", "{r:#}");
         assert!(junit_text(&s).contains("type=\"bad_device_ids\""));
     }
     // Fewer ids than device_count.
@@ -216,7 +216,7 @@ fn interrupted_no_lock_run_exits_2_with_a_report() {
         assert_eq!(st.code(), Some(2), "signal {sig}");
         let r = report(&s);
         assert_eq!(r["exit_code"], 2);
-        assert_eq!(scene(&r, "w")["infra"], "interrupted", "{r:#}");
+        assert_eq!(scene_in(&r, "w")["infra"], "interrupted", "{r:#}");
         assert!(junit_text(&s).contains("type=\"interrupted\""));
     }
 }
@@ -240,7 +240,7 @@ fn an_artifact_vanishing_during_the_phase_is_exit_3() {
     expect_code(&o, 3);
     let r = report(&s);
     assert_eq!(r["exit_code"], 3);
-    assert_eq!(scene(&r, "s0")["infra"], "artifact_missing", "{r:#}");
+    assert_eq!(scene_in(&r, "s0")["infra"], "artifact_missing", "{r:#}");
     assert_eq!(outcomes(&r)["s1"], "passed");
     assert!(junit_text(&s).contains("type=\"artifact_missing\""));
 }
@@ -254,8 +254,8 @@ fn every_ending_leaves_a_current_report_or_none() {
     expect_code(&o, 6);
     let r = report(&s);
     assert_eq!(r["exit_code"], 6);
-    assert_eq!(scene(&r, "s0")["infra"], "not_warm", "{r:#}");
-    assert!(scene(&r, "s0")["message"]
+    assert_eq!(scene_in(&r, "s0")["infra"], "not_warm", "{r:#}");
+    assert!(scene_in(&r, "s0")["message"]
         .as_str()
         .unwrap_or("")
         .contains("not warm"));

@@ -88,7 +88,7 @@ fn scenes_receive_the_granted_ids() {
     );
     for (name, i) in &runs {
         assert_eq!(
-            scene(&r, name)["devices"],
+            scene_in(&r, name)["devices"],
             serde_json::json!(i.ids),
             "{name}"
         );
@@ -113,14 +113,14 @@ fn a_timed_out_scene_is_killed_and_reported() {
     assert_eq!(pool.acquisitions(), 1);
     let r = report(&s);
     assert_eq!(r["exit_code"], 1);
-    let slow = scene(&r, "slow");
+    let slow = scene_in(&r, "slow");
     assert_eq!(slow["outcome"], "timed_out", "{r:#}");
     assert!(
         slow["message"].as_str().unwrap_or("").contains("timed out"),
         "{slow:#}"
     );
     assert_eq!(
-        scene(&r, "quick")["outcome"],
+        scene_in(&r, "quick")["outcome"],
         "passed",
         "the other scene still ran"
     );
@@ -154,12 +154,12 @@ fn a_scene_needing_more_ids_than_granted_fails_cleanly() {
     let o = run_in(&s, &pool, &["device", "--no-lock", "--devices", "0"]);
     expect_code(&o, 1);
     let r = report(&s);
-    let wide = scene(&r, "wide");
+    let wide = scene_in(&r, "wide");
     assert_eq!(wide["outcome"], "failed", "{r:#}");
     let msg = wide["message"].as_str().unwrap_or("");
     assert!(msg.contains("needs 2 devices"), "{msg}");
     assert!(stdout(&o).contains("needs 2 devices"), "{}", show(&o));
-    assert_eq!(scene(&r, "narrow")["outcome"], "passed");
+    assert_eq!(scene_in(&r, "narrow")["outcome"], "passed");
     let runs = intervals(&s);
     assert!(!runs.contains_key("wide"), "wide ran on too few ids");
     assert_eq!(runs["narrow"].ids, ["0"]);

@@ -22,7 +22,7 @@ fn lock_fails(pool: &Pool, submit: &str) -> (Suite, Output, Value) {
     let r = report(&s);
     assert_eq!(r["exit_code"], 3, "{r:#}");
     assert_eq!(r["scenes"].as_array().map(Vec::len), Some(1), "{r:#}");
-    assert_ne!(scene(&r, "s0")["outcome"], "passed");
+    assert_ne!(scene_in(&r, "s0")["outcome"], "passed");
     assert!(r["lock"]["command"].as_str().is_some(), "{r:#}");
     (s, o, r)
 }

@@ -22,8 +22,6 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::common::*;
 
 // ------------------------------------------------------------------ helpers
@@ -33,11 +31,6 @@ fn run_in(s: &Suite, pool: &Pool, args: &[&str]) -> Output {
     let mut c = s.cmd(args);
     pool.apply(&mut c);
     c.output().expect("run scenerun")
-}
-
-#[track_caller]
-fn expect_code(o: &Output, want: i32) {
-    assert_eq!(code(o), want, "{}", show(o));
 }
 
 /// `scenerun warm` must succeed (outside any lock).
@@ -69,39 +62,6 @@ fn suite_with(scenes: &str) -> Suite {
     s.manifest(&format!("{text}{scenes}"));
     s
 }
-/// A JSON file that must exist and parse.
-fn json_file(path: &Path) -> Value {
-    read_json(path).unwrap_or_else(|| panic!("{} is missing or not JSON", path.display()))
-}
-
-fn report(s: &Suite) -> Value {
-    json_file(&s.path("build/scenerun/report.json"))
-}
-
-/// scene name -> outcome, from report.json.
-fn outcomes(r: &Value) -> BTreeMap<String, String> {
-    r["scenes"]
-        .as_array()
-        .expect("scenes is an array")
-        .iter()
-        .map(|s| {
-            (
-                s["name"].as_str().unwrap().to_string(),
-                s["outcome"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-fn scene<'a>(r: &'a Value, name: &str) -> &'a Value {
-    report_scene(r, name).unwrap_or_else(|| panic!("no scene {name} in {r:#}"))
-}
-
-fn num(v: &Value, what: &str) -> f64 {
-    v.as_f64()
-        .unwrap_or_else(|| panic!("{what} is not a number: {v}"))
-}
-
 /// Wait (bounded) until `cond` holds; the bound only keeps a broken run from hanging.
 fn wait_for(what: &str, cond: impl FnMut() -> bool) {
     assert!(

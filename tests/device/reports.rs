@@ -36,7 +36,7 @@ fn warm_failures_are_reported_in_junit_report_and_github() {
     assert_eq!(o_["s1"], "failed_in_warm");
     assert_eq!(o_["s2"], "passed");
     assert!(
-        scene(&r, "s1")["message"]
+        scene_in(&r, "s1")["message"]
             .as_str()
             .unwrap_or("")
             .contains("fixture"),

@@ -81,7 +81,7 @@ fn a_flaky_scene_passes_on_a_retry_and_is_reported_flaky() {
     let r = report(&s);
     assert_eq!(outcome_list(&r), pairs(&[("p", "flaky"), ("q", "flaky")]));
     for name in ["p", "q"] {
-        let attempts = scene(&r, name)["attempts"].as_array().unwrap();
+        let attempts = scene_in(&r, name)["attempts"].as_array().unwrap();
         assert_eq!(attempts.len(), 2, "{attempts:#?}");
         assert_eq!(attempts[0]["outcome"], "failed");
         assert_eq!(attempts[1]["outcome"], "passed");
@@ -101,7 +101,7 @@ fn a_retry_goes_to_another_id_when_one_is_free() {
     );
     expect_code(&no_lock(&s, "0,1"), 0);
     let r = report(&s);
-    let p = &scene(&r, "p")["attempts"];
+    let p = &scene_in(&r, "p")["attempts"];
     assert_eq!(p[0]["devices"], serde_json::json!(["0"]), "{p:#}");
     assert_eq!(p[1]["devices"], serde_json::json!(["1"]), "{p:#}");
 }
@@ -114,7 +114,7 @@ fn without_retries_a_failure_is_final() {
     );
     expect_code(&no_lock(&s, "0,1"), 1);
     let r = report(&s);
-    assert_eq!(scene(&r, "p")["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(scene_in(&r, "p")["attempts"].as_array().unwrap().len(), 1);
 }
 
 /// `lock.device_fault` with an exit code and an output pattern.
@@ -146,12 +146,12 @@ fn a_device_fault_quarantines_the_id_and_reruns_on_a_healthy_one() {
         .collect();
     q.sort();
     assert_eq!(q, ["0", "1"]);
-    assert_eq!(scene(&r, "f")["attempts"][0]["outcome"], "device_fault");
+    assert_eq!(scene_in(&r, "f")["attempts"][0]["outcome"], "device_fault");
     assert_eq!(
-        scene(&r, "f")["attempts"][1]["devices"],
+        scene_in(&r, "f")["attempts"][1]["devices"],
         serde_json::json!(["2"])
     );
-    assert_eq!(scene(&r, "g")["attempts"][0]["outcome"], "device_fault");
+    assert_eq!(scene_in(&r, "g")["attempts"][0]["outcome"], "device_fault");
     // Everything that passed ran on the one healthy id.
     let ok = s.read("logs/ok.log");
     assert_eq!(ok.lines().filter(|l| *l != "ran on 2").count(), 0, "{ok}");
@@ -188,7 +188,7 @@ fn a_lane_device_fault_event_quarantines_and_repacks() {
     let r = report(&s);
     assert!(outcomes(&r).values().all(|o| o == "passed"), "{r:#}");
     assert_eq!(r["device"]["quarantined"], serde_json::json!(["0"]));
-    assert_eq!(scene(&r, "a")["attempts"][0]["outcome"], "device_fault");
+    assert_eq!(scene_in(&r, "a")["attempts"][0]["outcome"], "device_fault");
     // After the fault nothing ran on id 0.
     let runs = s.read("logs/lane-runs.log");
     assert_eq!(runs.matches("devices=0").count(), 1, "{runs}");

@@ -11,7 +11,6 @@ mod pytest;
 mod stop;
 mod variants;
 
-use std::collections::BTreeMap;
 use std::process::Output;
 
 use serde_json::Value;
@@ -70,44 +69,20 @@ fn no_lock(s: &Suite, devices: &str) -> Output {
         .expect("run scenerun")
 }
 
-fn report(s: &Suite) -> Value {
-    read_json(&s.path("build/scenerun/report.json")).expect("report.json")
-}
-
-fn outcomes(r: &Value) -> BTreeMap<String, String> {
-    r["scenes"]
-        .as_array()
-        .expect("scenes")
-        .iter()
-        .map(|s| {
-            (
-                s["name"].as_str().unwrap().to_string(),
-                s["outcome"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 fn outcome_list(r: &Value) -> Vec<(String, String)> {
     outcomes(r).into_iter().collect()
 }
 
-fn scene<'a>(r: &'a Value, name: &str) -> &'a Value {
-    report_scene(r, name).unwrap_or_else(|| panic!("no scene {name} in {r:#}"))
-}
-
 fn message(r: &Value, name: &str) -> String {
-    scene(r, name)["message"].as_str().unwrap_or("").to_string()
+    scene_in(r, name)["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
 }
 
 /// Process start-ups of the lane runtime.
 fn starts(s: &Suite) -> usize {
     s.count("logs/lane-starts.log")
-}
-
-#[track_caller]
-fn expect_code(o: &Output, want: i32) {
-    assert_eq!(code(o), want, "{}", show(o));
 }
 
 fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -135,7 +110,7 @@ fn one_process_runs_the_whole_lane_and_reports_each_scene() {
     assert_eq!(lanes[0]["scenes"].as_array().unwrap().len(), 6);
     assert_eq!(lanes[0]["restarts"], 0);
     assert!(lanes[0]["startup_secs"].is_number(), "{:#}", lanes[0]);
-    assert_eq!(scene(&r, "s3")["lane"], "l");
+    assert_eq!(scene_in(&r, "s3")["lane"], "l");
     // A live line per scene as it finished.
     let err = stderr(&o);
     assert_eq!(err.matches("/6] passed").count(), 6, "{err}");

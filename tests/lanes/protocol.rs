@@ -131,7 +131,7 @@ fn a_failed_scene_shows_its_output_tail_everywhere() {
     assert!(stdout(&o).contains(want), "summary: {}", stdout(&o));
     let r = report(&s);
     assert!(
-        scene(&r, "a")["log_tail"]
+        scene_in(&r, "a")["log_tail"]
             .as_str()
             .unwrap_or("")
             .contains(want),

@@ -41,7 +41,7 @@ fn a_timed_out_step_gets_its_stop_signal_first_and_its_dump_is_reported() {
     let o = no_lock(&s, "0");
     expect_code(&o, 1);
     let r = report(&s);
-    let a = scene(&r, "a");
+    let a = scene_in(&r, "a");
     assert_eq!(a["outcome"], "timed_out", "{a:#}");
     let msg = message(&r, "a");
     assert!(
@@ -86,7 +86,7 @@ fn a_cancel_sends_the_stop_signal_first_too() {
     let st = wait_bounded(&mut child, std::time::Duration::from_secs(60)).expect("it ends");
     assert_eq!(st.code(), Some(2));
     let r = report(&s);
-    let a = scene(&r, "a");
+    let a = scene_in(&r, "a");
     assert_eq!(a["outcome"], "interrupted", "{a:#}");
     assert!(
         a["log_tail"]
@@ -134,7 +134,7 @@ fn a_hanging_pytest_lane_dumps_its_stacks_before_it_is_killed() {
         "{}",
         show(&o)
     );
-    let hang = scene(&r, "hang");
+    let hang = scene_in(&r, "hang");
     let tail = hang["log_tail"].as_str().unwrap_or("");
     assert!(
         tail.contains("most recent call first") && tail.contains("test_hang_in_runtime"),

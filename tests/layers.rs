@@ -1,0 +1,264 @@
+//! The code's shape, checked: a module imports only from its own layer and the layers
+//! below it (docs/architecture.md draws them), the top-level modules import each other
+//! in no cycle, and no function outside tests is longer than 120 lines. A new top-level
+//! module must be given a layer here (and in the doc) before this passes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Bottom to top; a module may import from its own layer and from the layers below.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "base",
+        &[
+            "error", "exit", "fsutil", "identity", "layout", "proc", "record", "sampling",
+            "stepid", "template", "ui", "units",
+        ],
+    ),
+    ("input", &["manifest", "select"]),
+    ("keys", &["key"]),
+    ("store", &["cache"]),
+    ("plan", &["plan"]),
+    ("phases", &["warm", "device"]),
+    ("readers", &["explain", "report", "affected", "fleet"]),
+    ("app", &["commands", "cli"]),
+];
+
+/// The longest a function outside tests may be.
+const MAX_FN_LINES: usize = 120;
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, mods)| mods.contains(&module))
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in fs::read_dir(dir).expect("src is readable").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`src/cache/lookup.rs` → `cache`); None for
+/// the crate root and the binary.
+fn module_of(path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(src()).ok()?;
+    let first = rel.components().next()?.as_os_str().to_string_lossy();
+    let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
+    (!matches!(name.as_str(), "lib" | "main")).then_some(name)
+}
+
+/// A file's text without its unit tests (`#[cfg(test)] mod tests { ... }` to the end,
+/// as the tests of a module come last).
+fn without_tests(text: &str) -> &str {
+    match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    }
+}
+
+/// The top-level modules a file's code names: `crate::x` paths, and the items of
+/// `use crate::{x, y::z}` groups.
+fn imports(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let word = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (i, _) in text.match_indices("crate::") {
+        let rest = &text[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let body = &group[..group.find("};").unwrap_or(group.len())];
+            // Each item of the group starts after `{`, `,` or whitespace at depth 0.
+            let mut depth = 0;
+            let mut start = true;
+            for (k, c) in body.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if c.is_whitespace() => {}
+                    _ if start && depth == 0 => {
+                        out.insert(word(&body[k..]));
+                        start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            out.insert(word(rest));
+        }
+    }
+    out
+}
+
+/// Functions longer than `MAX_FN_LINES`: (file:line name, lines). A function runs from
+/// its `fn` line to the first line that closes it at the same indentation.
+fn long_functions(path: &Path, text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = without_tests(text).lines().collect();
+    let mut out = Vec::new();
+    let mut k = 0;
+    while k < lines.len() {
+        let line = lines[k];
+        let indent = line.len() - line.trim_start().len();
+        let t = line.trim_start();
+        let t = t.strip_prefix("pub(crate) ").unwrap_or(t);
+        let t = t.strip_prefix("pub(super) ").unwrap_or(t);
+        let t = t.strip_prefix("pub ").unwrap_or(t);
+        let t = t.strip_prefix("unsafe ").unwrap_or(t);
+        if !t.starts_with("fn ") || line.trim_end().ends_with(';') {
+            k += 1;
+            continue;
+        }
+        let close = format!("{}}}", " ".repeat(indent));
+        let end = (k + 1..lines.len())
+            .find(|&j| lines[j].starts_with(&close))
+            .unwrap_or(lines.len() - 1);
+        let n = end - k + 1;
+        if n > MAX_FN_LINES {
+            let name: String = t["fn ".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            out.push((format!("{}:{} {name}", path.display(), k + 1), n));
+        }
+        k = end + 1;
+    }
+    out
+}
+
+/// Imports that point up the layer table, and modules the table does not know.
+fn violations(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (from, tos) in edges {
+        let Some(lf) = layer_of(from) else {
+            out.push(format!(
+                "module `{from}` has no layer: add it to LAYERS and docs/architecture.md"
+            ));
+            continue;
+        };
+        for to in tos {
+            if let Some(lt) = layer_of(to) {
+                if lt > lf {
+                    out.push(format!(
+                        "`{from}` ({}) imports `{to}` ({}), a higher layer",
+                        LAYERS[lf].0, LAYERS[lt].0
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Cycles among the top-level modules: each one found, as a path.
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    fn visit(
+        m: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        out: &mut Vec<String>,
+    ) {
+        if let Some(at) = path.iter().position(|p| p == m) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(m.to_string());
+            out.push(cycle.join(" -> "));
+            return;
+        }
+        if done.contains(m) {
+            return;
+        }
+        path.push(m.to_string());
+        for next in edges.get(m).into_iter().flatten() {
+            visit(next, edges, path, done, out);
+        }
+        path.pop();
+        done.insert(m.to_string());
+    }
+    let mut out = Vec::new();
+    let mut done = BTreeSet::new();
+    for m in edges.keys() {
+        visit(m, edges, &mut Vec::new(), &mut done, &mut out);
+    }
+    out
+}
+
+/// Top-level module → the top-level modules its files import.
+fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(f)).collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let Some(m) = module_of(f) else { continue };
+        let text = fs::read_to_string(f).expect("a source file");
+        let to: BTreeSet<String> = imports(without_tests(&text))
+            .into_iter()
+            .filter(|n| *n != m && modules.contains(n))
+            .collect();
+        edges.entry(m).or_default().extend(to);
+    }
+    edges
+}
+
+#[test]
+fn imports_point_down_the_layers_and_form_no_cycle() {
+    let edges = import_graph();
+    assert!(edges.len() > 20, "found too few modules: {edges:?}");
+    let bad = violations(&edges);
+    assert!(bad.is_empty(), "layering:\n  {}", bad.join("\n  "));
+    let found = cycles(&edges);
+    assert!(found.is_empty(), "import cycles:\n  {}", found.join("\n  "));
+}
+
+#[test]
+fn no_function_outside_tests_is_longer_than_120_lines() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files.sort();
+    let long: Vec<String> = files
+        .iter()
+        .flat_map(|f| long_functions(f, &fs::read_to_string(f).expect("a source file")))
+        .map(|(at, n)| format!("{at} ({n} lines)"))
+        .collect();
+    assert!(long.is_empty(), "split these:\n  {}", long.join("\n  "));
+}
+
+/// The checks themselves find what they are for.
+#[test]
+fn the_checks_catch_an_upward_import_a_cycle_and_a_long_function() {
+    let code = "use crate::{fsutil, plan::Plan};\nfn f() { crate::report::x(); }\n";
+    assert_eq!(
+        imports(code),
+        ["fsutil", "plan", "report"].map(String::from).into()
+    );
+    let mut edges = BTreeMap::new();
+    edges.insert("cache".to_string(), imports(code));
+    let bad = violations(&edges);
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(
+        bad[0].contains("`cache` (store) imports `plan` (plan)"),
+        "{bad:?}"
+    );
+    edges.insert("plan".to_string(), ["cache".to_string()].into());
+    assert_eq!(cycles(&edges), ["cache -> plan -> cache"]);
+    edges.insert("newmod".to_string(), BTreeSet::new());
+    assert!(violations(&edges)
+        .iter()
+        .any(|v| v.contains("`newmod` has no layer")));
+    let long = format!("pub fn f() {{\n{}}}\n", "    x();\n".repeat(MAX_FN_LINES));
+    assert_eq!(long_functions(Path::new("x.rs"), &long).len(), 1);
+    let test_only = format!("#[cfg(test)]\nmod tests {{\n{long}}}\n");
+    assert!(long_functions(Path::new("x.rs"), &test_only).is_empty());
+}
