@@ -529,3 +529,126 @@ fn each_waiting<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
             .collect()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    /// Two scenes sharing one kernel, each with a fixture and a golden.
+    fn manifest(dir: &Path) -> Manifest {
+        fs::write(dir.join("k.c"), "int k;\n").unwrap();
+        let mut y = String::from(
+            "version: 1\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"cc -c {source} -o {out}\"\nscenes:\n",
+        );
+        for s in ["a", "b"] {
+            y.push_str(&format!(
+                "  - name: {s}\n    kernels:\n      - name: k\n        toolchain: cc\n        source: k.c\n    fixture:\n      run: \"gen {{out}}\"\n    golden:\n      run: \"gold {{fixture}} {{out}}\"\n"
+            ));
+        }
+        fs::write(dir.join("scenes.yaml"), y).unwrap();
+        crate::manifest::load(&dir.join("scenes.yaml")).unwrap()
+    }
+
+    fn plan(dir: &Path) -> Plan {
+        let m = manifest(dir);
+        let memo = super::super::stat_memo(&m.dir);
+        Plan::build(m, &Selection::default(), None, memo, Lookups::Look).unwrap()
+    }
+
+    #[test]
+    fn steps_of_lists_each_scenes_steps_in_order_with_the_golden_after_its_fixture() {
+        let t = tempfile::tempdir().unwrap();
+        let m = manifest(t.path());
+        let (scenes, steps) = steps_of(&m, &[1]);
+        assert_eq!(scenes.len(), 1);
+        let ps = &scenes[0];
+        assert_eq!((ps.name.as_str(), ps.index), ("b", 1));
+        let ids: Vec<String> = steps.iter().map(|s| s.id.labelled()).collect();
+        assert_eq!(ids, ["compile b/k", "fixture b/fixture", "golden b/golden"]);
+        assert_eq!(
+            (ps.kernels.clone(), ps.fixture, ps.golden),
+            (vec![0], Some(1), Some(2))
+        );
+        assert_eq!(steps[2].deps, [1], "the golden needs its fixture");
+        assert!(steps
+            .iter()
+            .all(|s| s.status == Status::Miss && s.key.is_empty()));
+    }
+
+    #[test]
+    fn keys_units_and_lookups_make_one_unit_per_artifact() {
+        let t = tempfile::tempdir().unwrap();
+        let p = plan(t.path());
+        assert_eq!(p.steps.len(), 6);
+        // The scenes' kernels are the same step: one key, one unit; the fixture and
+        // golden commands are the same too (no `{scene}` in them).
+        assert_eq!(p.steps[0].key, p.steps[3].key);
+        assert_eq!(p.units.len(), 3);
+        assert_eq!(p.units[p.steps[0].unit].steps, [0, 3]);
+        // A golden's key holds its fixture's: its unit depends on the fixture's.
+        let golden = &p.units[p.steps[2].unit];
+        assert_eq!(golden.deps, [p.steps[1].unit]);
+        assert!(p.steps.iter().all(|s| s.status == Status::Miss));
+    }
+
+    #[test]
+    fn statuses_tell_a_hit_a_damaged_entry_and_a_warm_failure_apart() {
+        let t = tempfile::tempdir().unwrap();
+        let p = plan(t.path());
+        // Publish the kernel; record a warm failure of the fixture under its key.
+        let k = &p.steps[0];
+        p.store.ensure().unwrap();
+        let staging = p.store.stage(k.kind).unwrap();
+        fs::write(staging.out(), b"obj").unwrap();
+        let entry = p
+            .store
+            .publish(staging, k.kind, &k.key, "kernel/a/k", 0.1, Vec::new())
+            .unwrap();
+        let f = &p.steps[1];
+        let failed = crate::record::StepRecord {
+            kind: f.kind,
+            scene: "a".into(),
+            name: f.name.clone(),
+            key: f.key.clone(),
+            outcome: crate::record::Outcome::Failed,
+            duration_secs: 1.0,
+            log: None,
+            error: Some("exited with status 1".into()),
+            log_tail: None,
+        };
+        let mut record = WarmRecord::default();
+        record.version = crate::record::RECORD_VERSION;
+        record.steps.push(failed);
+        let p = {
+            let mut p = plan(t.path());
+            let lookups = p.look_up(Lookups::Look);
+            p.set_statuses(&lookups, History::default(), record.clone());
+            p
+        };
+        assert_eq!(
+            (&p.steps[0].status, &p.steps[3].status),
+            (&Status::Hit, &Status::Hit)
+        );
+        assert!(matches!(&p.steps[1].status, Status::Failed(why) if why.contains("status 1")));
+        assert_eq!(
+            p.steps[4].status,
+            Status::Miss,
+            "scene b's fixture did not fail"
+        );
+        // Damage the kernel's object: a stale entry, damaged (not a depfile change).
+        fs::write(entry.dir.join("out"), b"longer").unwrap();
+        let mut p = plan(t.path());
+        let lookups = p.look_up(Lookups::Look);
+        p.set_statuses(&lookups, History::default(), WarmRecord::default());
+        assert!(
+            matches!(
+                &p.steps[0].status,
+                Status::Stale(StaleStep::Entry(Stale::Damaged(_)))
+            ),
+            "{:?}",
+            p.steps[0].status
+        );
+    }
+}
