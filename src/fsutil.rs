@@ -72,11 +72,7 @@ pub fn free_bytes(path: &Path) -> Option<u64> {
 pub fn real_dirs(root: &Path, dir: &Path) -> io::Result<()> {
     fs::create_dir_all(root)?;
     let rel = dir.strip_prefix(root).map_err(|_| {
-        io::Error::other(format!(
-            "{} is not under {}",
-            dir.display(),
-            root.display()
-        ))
+        io::Error::other(format!("{} is not under {}", dir.display(), root.display()))
     })?;
     let mut at = root.to_path_buf();
     for c in rel.components() {

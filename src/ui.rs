@@ -172,7 +172,9 @@ pub fn escape(text: &str) -> Cow<'_, str> {
 /// `escape`, keeping `OWN_COLOURS` when `colours` is on.
 fn escape_keeping(text: &str, colours: bool) -> Cow<'_, str> {
     // Most text has nothing to escape: every such char starts with one of these bytes.
-    let suspect = |b: &u8| (*b < 0x20 && *b != b'\n' && *b != b'\t') || matches!(*b, 0x7f | 0xc2 | 0xd8 | 0xe2);
+    let suspect = |b: &u8| {
+        (*b < 0x20 && *b != b'\n' && *b != b'\t') || matches!(*b, 0x7f | 0xc2 | 0xd8 | 0xe2)
+    };
     if !text.as_bytes().iter().any(suspect) || !text.chars().any(unsafe_char) {
         return Cow::Borrowed(text);
     }
@@ -213,7 +215,10 @@ mod tests {
             escape_keeping(painted, true),
             "\x1b[31mred\x1b[0m \\u001b[7m"
         );
-        assert_eq!(escape_keeping(painted, false), "\\u001b[31mred\\u001b[0m \\u001b[7m");
+        assert_eq!(
+            escape_keeping(painted, false),
+            "\\u001b[31mred\\u001b[0m \\u001b[7m"
+        );
         // JSON written by serde_json stays valid JSON, with the same meaning.
         let json = serde_json::to_string(&serde_json::json!({"m": "x\u{202e}\u{85}y"})).unwrap();
         let v: serde_json::Value = serde_json::from_str(&escape(&json)).unwrap();

@@ -21,6 +21,8 @@ pub enum AttemptOutcome {
     DeviceFault,
     Interrupted,
     NotRun,
+    /// A restart of its lane process cut it short: it runs once more in the fresh one.
+    CutShort,
 }
 
 impl AttemptOutcome {
@@ -33,6 +35,7 @@ impl AttemptOutcome {
             AttemptOutcome::DeviceFault => "device fault",
             AttemptOutcome::Interrupted => "interrupted",
             AttemptOutcome::NotRun => "not run",
+            AttemptOutcome::CutShort => "cut short",
         }
     }
 
@@ -72,6 +75,9 @@ pub struct LaneRecord {
     pub duration_secs: f64,
     /// Which restart of its batch this process was (0: the first process).
     pub restarts: u32,
+    /// Why it was ended for a restart (a restart line, `restart_on`), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_reason: Option<String>,
     /// Its `device.lane_args` / `lane_env` when not the plain process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<crate::manifest::Variant>,
@@ -150,7 +156,9 @@ pub fn outcome(attempts: &[Attempt]) -> SceneOutcome {
             }
         }
         AttemptOutcome::Skipped => SceneOutcome::Skipped,
-        AttemptOutcome::Failed | AttemptOutcome::DeviceFault => SceneOutcome::Failed,
+        AttemptOutcome::Failed | AttemptOutcome::DeviceFault | AttemptOutcome::CutShort => {
+            SceneOutcome::Failed
+        }
         AttemptOutcome::TimedOut => SceneOutcome::TimedOut,
         AttemptOutcome::Interrupted => SceneOutcome::Interrupted,
         AttemptOutcome::NotRun => SceneOutcome::NotRun,

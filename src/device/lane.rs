@@ -36,6 +36,11 @@ pub enum Line {
         duration: f64,
         message: Option<String>,
     },
+    /// `{"event": "restart", "reason": R}`: the runtime is poisoned; a fresh process on
+    /// the same ids should run the rest.
+    Restart {
+        reason: String,
+    },
     /// pytest-reportlog's `SessionFinish`: the process got to its normal end.
     SessionFinish,
     /// A record of a known kind that carries no result (SessionStart, CollectReport, ...).
@@ -143,6 +148,14 @@ pub fn parse_line(text: &str) -> Line {
                     .map(str::to_string),
             }
         }
+        Some("restart") => Line::Restart {
+            reason: v
+                .get("reason")
+                .and_then(Value::as_str)
+                .filter(|r| !r.trim().is_empty())
+                .unwrap_or("the lane process asked for it")
+                .to_string(),
+        },
         Some("device_fault") => Line::Fault {
             devices: v
                 .get("devices")
@@ -162,6 +175,8 @@ pub struct BatchScene {
     pub name: String,
     pub args: Vec<String>,
     pub timeout: Option<f64>,
+    /// A restart cut it short once already (it reran here): a second time fails it.
+    pub cut_before: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -196,6 +211,8 @@ pub enum Effect {
     },
     /// The lane says these ids are faulty.
     Fault { devices: Vec<String> },
+    /// The lane asks for a fresh process for the rest of its batch.
+    Restart { reason: String },
     /// A line was ignored.
     Warn(String),
 }
@@ -216,6 +233,9 @@ pub enum ProcessEnd {
     /// Killed for breaking the results protocol (its results path is not a regular
     /// file, a line is longer than the cap): why.
     Protocol(ProtocolError),
+    /// Ended for a restart (a restart line, `restart_on`): the scene in progress is cut
+    /// short and reruns once in the fresh process with the scenes never started.
+    Restart(String),
 }
 
 /// How a lane broke the results protocol.
@@ -298,6 +318,12 @@ impl Batch {
 
     pub fn scenes(&self) -> &[BatchScene] {
         &self.scenes
+    }
+
+    /// Scene `i` was cut short by a restart before and reruns here: a second restart
+    /// under it fails it.
+    pub fn rerun_after_cut(&mut self, i: usize) {
+        self.scenes[i].cut_before = true;
     }
 
     /// Process start → first result or start event.
@@ -393,6 +419,7 @@ impl Batch {
             ))),
             Line::Other => {}
             Line::SessionFinish => self.clean = true,
+            Line::Restart { reason } => out.push(Effect::Restart { reason }),
             Line::Fault { devices, scene } => {
                 self.fault_scene = scene
                     .and_then(|s| self.by_name.get(&s).copied())
@@ -539,6 +566,9 @@ impl Batch {
     /// those handed back (never started, after a crash, a scene timeout or a device
     /// fault) for a fresh process. `tail`: the end of the process's output.
     pub fn finish(&mut self, end: &ProcessEnd, now: f64, tail: &str) -> (Vec<Effect>, Vec<usize>) {
+        if let ProcessEnd::Restart(reason) = end {
+            return self.finish_restart(reason, now);
+        }
         let mut out = Vec::new();
         let clean = self.clean || matches!(end, ProcessEnd::Exited { ok: true, .. });
         let since_of = |s: &State, last: f64| match s {
@@ -591,7 +621,9 @@ impl Batch {
                     AttemptOutcome::Failed,
                     with_tail(format!("lane protocol error: {why}")),
                 ),
-                ProcessEnd::SceneTimeout => unreachable!("no current scene"),
+                ProcessEnd::SceneTimeout | ProcessEnd::Restart(_) => {
+                    unreachable!("no current scene")
+                }
             };
             self.state[i] = State::Done;
             out.push(Effect::Scene {
@@ -634,6 +666,48 @@ impl Batch {
             self.state[i] = State::Done;
         }
         (out, requeue)
+    }
+}
+
+impl Batch {
+    /// The process was ended for a restart at `now`. The scenes that ended keep their
+    /// outcome (a reportlog scene: what its reports said); the scene in progress is cut
+    /// short and goes back with the scenes never started, to run once more in the fresh
+    /// process — unless a restart cut it short before, which fails it. The scenes handed
+    /// back are in batch order.
+    fn finish_restart(&mut self, reason: &str, now: f64) -> (Vec<Effect>, Vec<usize>) {
+        let mut out = Vec::new();
+        let mut again = Vec::new();
+        for i in 0..self.state.len() {
+            match self.state[i] {
+                State::Reporting { .. } => self.close_reporting(i, &mut out),
+                State::Running { since } => {
+                    let (verdict, message) = if self.scenes[i].cut_before {
+                        (
+                            AttemptOutcome::Failed,
+                            format!("cut short by a restart of the lane process again ({reason}); it had been rerun once already"),
+                        )
+                    } else {
+                        again.push(i);
+                        (
+                            AttemptOutcome::CutShort,
+                            format!("cut short by a restart of the lane process ({reason}): it runs again in the fresh process"),
+                        )
+                    };
+                    self.state[i] = State::Done;
+                    out.push(Effect::Scene {
+                        scene: i,
+                        verdict,
+                        started: since,
+                        duration: (now - since).max(0.0),
+                        message: Some(message),
+                    });
+                }
+                State::Pending => again.push(i),
+                State::Done => {}
+            }
+        }
+        (out, again)
     }
 }
 

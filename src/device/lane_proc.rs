@@ -3,6 +3,7 @@
 //! `lane`, keep its deadlines, stop it, and report every scene it settles as an event.
 //! `run_lane` restarts a batch in fresh processes on the same ids.
 
+use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::events::{Attempt, AttemptOutcome, Event, LaneRecord};
 use super::exec::{log_tail, tail_lines, Cx};
 use super::lane::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
+use super::restart::{OutputScan, RestartRules};
 use super::results_tail::Tail;
 use super::FrozenScene;
 use crate::proc::{self, Ended};
@@ -35,8 +37,9 @@ fn output_since(log: &Path, mark: &mut u64) -> String {
     tail_lines(&String::from_utf8_lossy(&buf))
 }
 
-/// Run a lane's batch in a process on `slots`: restarts in fresh processes on the same
-/// ids after a crash or a scene timeout, at most the lane's `restarts` times.
+/// Run a lane's batch in a process on `slots`, and the rest of it in fresh processes on
+/// the same ids: after a crash or a scene timeout (at most the lane's `restarts` times),
+/// and when the process asks for a restart (at most its `max_restarts` times).
 pub fn run_lane(
     cx: &Cx,
     job: usize,
@@ -45,68 +48,129 @@ pub fn run_lane(
     slots: &[usize],
     tx: &Sender<Event>,
 ) {
-    let cfg = &cx.frozen.lanes[lane];
-    let devices = cx.ids(slots);
+    let mut slot = Slot {
+        cx,
+        lane,
+        slots,
+        tx,
+        processes: 0,
+        crashes: 0,
+        asked: 0,
+        cut_once: HashSet::new(),
+    };
     let mut batch = scenes;
-    let mut restart = 0u32;
     let mut handback = Vec::new();
     while !batch.is_empty() {
-        let n = cx.lane_procs.fetch_add(1, Ordering::SeqCst);
-        let (end, rest) = lane_process(cx, lane, n, &batch, slots, restart, tx);
+        let (end, rest) = slot.process(&batch);
         if rest.is_empty() {
             break;
         }
-        if end == ProcessEnd::Fault {
-            handback = rest;
-            break;
+        match slot.next(&end) {
+            Next::Again => batch = rest,
+            Next::Repack => {
+                handback = rest;
+                break;
+            }
+            Next::GiveUp(why) => {
+                slot.give_up(&rest, &why);
+                break;
+            }
         }
-        if restart < cfg.restarts && !proc::interrupted() {
-            restart += 1;
-            batch = rest;
-            continue;
+    }
+    let _ = tx.send(Event::Done { job, handback });
+}
+
+/// What follows a lane process that left scenes unfinished.
+enum Next {
+    /// A fresh process on the same ids for them.
+    Again,
+    /// Hand them back to be packed on healthy ids (a device fault).
+    Repack,
+    /// They are not run, for this reason.
+    GiveUp(String),
+}
+
+/// The successive processes of one batch on one set of ids (a lane process slot): how
+/// many there were, how many restarts each kind used, and which scenes a restart cut
+/// short once already.
+struct Slot<'a> {
+    cx: &'a Cx<'a>,
+    lane: &'a str,
+    slots: &'a [usize],
+    tx: &'a Sender<Event>,
+    processes: u32,
+    /// Fresh processes after a crash or a scene timeout (`restarts`).
+    crashes: u32,
+    /// Fresh processes the process asked for (`max_restarts`).
+    asked: u32,
+    cut_once: HashSet<usize>,
+}
+
+impl Slot<'_> {
+    /// One lane process: start it, attribute its results, report every scene it
+    /// settles. How it ended and the scenes it left to a fresh process.
+    fn process(&mut self, batch: &[usize]) -> (ProcessEnd, Vec<usize>) {
+        let n = self.cx.lane_procs.fetch_add(1, Ordering::SeqCst);
+        let mut p = LaneProcess::new(self.cx, self.lane, n, batch, self.slots, self.tx);
+        for (k, i) in batch.iter().enumerate() {
+            if self.cut_once.contains(i) {
+                p.machine.rerun_after_cut(k);
+            }
         }
-        for i in rest {
-            let _ = tx.send(Event::Attempt {
+        let (command, env) = p.command();
+        let ended = p.prepare(&command).and_then(|()| p.watch(&command, &env));
+        let now = p.t.elapsed().as_secs_f64();
+        let (end, how) = p.ending(&ended);
+        let (rest, cut) = p.finish(&end, how, now, self.processes);
+        self.cut_once.extend(cut);
+        self.processes += 1;
+        (end, rest)
+    }
+
+    fn next(&mut self, end: &ProcessEnd) -> Next {
+        let cfg = &self.cx.frozen.lanes[self.lane];
+        let lane = self.lane;
+        match end {
+            ProcessEnd::Fault => Next::Repack,
+            _ if proc::interrupted() => Next::GiveUp("not run: interrupted".into()),
+            ProcessEnd::Restart(_) if self.asked < cfg.max_restarts => {
+                self.asked += 1;
+                Next::Again
+            }
+            ProcessEnd::Restart(why) => Next::GiveUp(format!(
+                "not run: lane `{lane}` asked for a restart ({why}) after its max_restarts ({}) were used",
+                cfg.max_restarts
+            )),
+            _ if self.crashes < cfg.restarts => {
+                self.crashes += 1;
+                Next::Again
+            }
+            _ => Next::GiveUp(format!(
+                "not run: lane restarts exhausted ({} restart{} of lane `{lane}` used)",
+                cfg.restarts,
+                if cfg.restarts == 1 { "" } else { "s" }
+            )),
+        }
+    }
+
+    /// The scenes left are not run, for `why`.
+    fn give_up(&self, rest: &[usize], why: &str) {
+        for &i in rest {
+            let _ = self.tx.send(Event::Attempt {
                 scene: i,
                 attempt: Attempt {
                     outcome: AttemptOutcome::NotRun,
-                    devices: devices.clone(),
-                    start_secs: cx.now(),
+                    devices: self.cx.ids(self.slots),
+                    start_secs: self.cx.now(),
                     duration_secs: 0.0,
-                    message: Some(format!(
-                        "not run: lane restarts exhausted ({} restart{} of lane `{lane}` used)",
-                        cfg.restarts,
-                        if cfg.restarts == 1 { "" } else { "s" }
-                    )),
+                    message: Some(why.to_string()),
                     output_tail: None,
                     log: None,
                     lane_process: None,
                 },
             });
         }
-        break;
     }
-    let _ = tx.send(Event::Done { job, handback });
-}
-
-/// One lane process: start it, attribute its results, report every scene it settles.
-/// Returns how it ended and the scenes handed back (never started).
-fn lane_process(
-    cx: &Cx,
-    lane: &str,
-    n: usize,
-    batch: &[usize],
-    slots: &[usize],
-    restart: u32,
-    tx: &Sender<Event>,
-) -> (ProcessEnd, Vec<usize>) {
-    let mut p = LaneProcess::new(cx, lane, n, batch, slots, tx);
-    let (command, env) = p.command();
-    let ended = p.prepare(&command).and_then(|()| p.watch(&command, &env));
-    let now = p.t.elapsed().as_secs_f64();
-    let (end, how) = p.ending(&ended);
-    let handback = p.finish(&end, how, now, restart);
-    (end, handback)
 }
 
 /// One lane process on its ids: its files, command and environment, the attribution
@@ -140,6 +204,9 @@ struct LaneProcess<'a> {
     expired: Vec<Effect>,
     /// Where in its log the output after its stop signal starts, once one was sent.
     stopped_at: Option<u64>,
+    /// Its lane's `restart_on`, and the reader of its output those patterns scan.
+    restart: RestartRules,
+    scan: OutputScan,
     tx: &'a Sender<Event>,
 }
 
@@ -163,6 +230,7 @@ impl<'a> LaneProcess<'a> {
                         name: s.name.clone(),
                         args: s.device().args().to_vec(),
                         timeout: s.device().timeout_secs,
+                        cut_before: false,
                     }
                 })
                 .collect(),
@@ -190,6 +258,8 @@ impl<'a> LaneProcess<'a> {
             killing: None,
             expired: Vec::new(),
             stopped_at: None,
+            restart: RestartRules::new(frozen.lanes[lane].restart_on.as_ref()),
+            scan: OutputScan::default(),
             tx,
         }
     }
@@ -274,6 +344,7 @@ impl<'a> LaneProcess<'a> {
         let reports = &self.cx.frozen.report_dir;
         crate::fsutil::start_log(reports, &self.log, &format!("$ {command}\n"))?;
         self.mark = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+        self.scan = OutputScan::from(self.mark);
         Ok(())
     }
 
@@ -342,14 +413,22 @@ impl<'a> LaneProcess<'a> {
         let now = self.t.elapsed().as_secs_f64();
         let effects = (self.tail).results(finished, now, &mut self.machine, &mut self.killing);
         for e in effects {
-            if let Effect::Fault { devices: named } = &e {
+            match &e {
                 // Only a fault on ids of its own ends the process.
-                if self.fault_slots(named) && self.killing.is_none() {
+                Effect::Fault { devices: named }
+                    if self.fault_slots(named) && self.killing.is_none() =>
+                {
                     self.killing = Some(ProcessEnd::Fault);
                 }
+                Effect::Restart { reason } => {
+                    let why = format!("it asked for one: {reason}");
+                    self.killing.get_or_insert(ProcessEnd::Restart(why));
+                }
+                _ => {}
             }
             self.emit(&e);
         }
+        self.scan_for_restart(finished);
         if finished || self.killing.is_some() {
             return;
         }
@@ -365,15 +444,30 @@ impl<'a> LaneProcess<'a> {
         }
     }
 
+    /// Its new output lines against the `restart_on` patterns (while nothing else is
+    /// ending it).
+    fn scan_for_restart(&mut self, finished: bool) {
+        if self.killing.is_some() || !self.restart.has_patterns() {
+            return;
+        }
+        for line in self.scan.lines(&self.log, finished) {
+            if let Some(why) = self.restart.on_line(&line) {
+                self.killing = Some(ProcessEnd::Restart(why));
+                return;
+            }
+        }
+    }
+
     /// How it ended, and how to say so: the reason it was stopped for, an interrupt, a
-    /// device fault its exit status or last output shows (every id of it quarantined),
-    /// or its exit status.
+    /// restart or a device fault its exit status or last output shows (a fault:
+    /// every id of it quarantined), or its exit status.
     fn ending(&mut self, ended: &std::io::Result<Ended>) -> (ProcessEnd, String) {
         if let Some(k) = &self.killing {
             let how = match k {
                 ProcessEnd::SceneTimeout => "killed after a scene timeout".to_string(),
                 ProcessEnd::LaneTimeout => "killed at the lane timeout".to_string(),
                 ProcessEnd::Protocol(why) => format!("killed after a lane protocol error: {why}"),
+                ProcessEnd::Restart(why) => format!("restarted: {why}"),
                 _ => "killed after a device fault".to_string(),
             };
             return (k.clone(), how);
@@ -402,6 +496,15 @@ impl<'a> LaneProcess<'a> {
             };
             return (end, how);
         }
+        if let Some(why) = match e {
+            Ended::Exited(c) => self.restart.on_exit(*c),
+            _ => None,
+        } {
+            return (
+                ProcessEnd::Restart(why.clone()),
+                format!("restarted: {why}"),
+            );
+        }
         let unreported = output_since(&self.log, &mut self.mark.clone());
         match self.cx.faults.matches(e, &unreported) {
             Some(why) => {
@@ -422,8 +525,15 @@ impl<'a> LaneProcess<'a> {
 
     /// Settle the batch after `end` (`now`: when it ended, on its clock): the scenes it
     /// left get their outcome, the process its lane record (`restart`: which restart of
-    /// its batch it was). The scenes handed back (never started), as frozen scene indices.
-    fn finish(mut self, end: &ProcessEnd, how: String, now: f64, restart: u32) -> Vec<usize> {
+    /// its batch it was). The scenes handed back (never started, or cut short by a
+    /// restart), and those a restart cut short, as frozen scene indices.
+    fn finish(
+        mut self,
+        end: &ProcessEnd,
+        how: String,
+        now: f64,
+        restart: u32,
+    ) -> (Vec<usize>, Vec<usize>) {
         self.tail.report_unshown(self.lane, self.n, self.tx);
         // What the process said last: the cause of a crash is usually there.
         let crash_tail = log_tail(&self.log);
@@ -431,6 +541,17 @@ impl<'a> LaneProcess<'a> {
         for e in std::mem::take(&mut self.expired).iter().chain(&effects) {
             self.emit(e);
         }
+        let cut = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Scene {
+                    scene,
+                    verdict: AttemptOutcome::CutShort,
+                    ..
+                } => Some(self.batch[*scene]),
+                _ => None,
+            })
+            .collect();
         let scenes = self.members().map(|s| s.name.clone()).collect();
         let variant = Some(self.variant()).filter(|v| !v.is_plain());
         let _ = self.tx.send(Event::Lane(LaneRecord {
@@ -440,12 +561,17 @@ impl<'a> LaneProcess<'a> {
             startup_secs: self.machine.startup(),
             duration_secs: now,
             restarts: restart,
+            restart_reason: match end {
+                ProcessEnd::Restart(why) => Some(why.clone()),
+                _ => None,
+            },
             variant,
             scenes,
             ended: how,
             log: self.log,
         }));
-        requeue.into_iter().map(|i| self.batch[i]).collect()
+        let rest = requeue.into_iter().map(|i| self.batch[i]).collect();
+        (rest, cut)
     }
 
     /// Quarantine the ids a lane named (only its own; none named: all of them). A fault
@@ -483,7 +609,7 @@ impl<'a> LaneProcess<'a> {
             Effect::Warn(w) => {
                 let _ = self.tx.send(Event::Warning(w.clone()));
             }
-            Effect::Fault { .. } => {}
+            Effect::Fault { .. } | Effect::Restart { .. } => {}
             Effect::Scene {
                 scene,
                 verdict,
@@ -531,191 +657,5 @@ impl<'a> LaneProcess<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::mpsc::Receiver;
-
-    use super::*;
-    use std::sync::atomic::AtomicUsize;
-
-    use crate::device::exec::FaultRules;
-    use crate::device::testing::{frozen, in_lane};
-    use crate::device::Frozen;
-    use crate::template::{allowed, Template};
-
-    /// A frozen plan of lane scenes `names`, whose lane `l` runs `run`.
-    fn lane_plan(dir: &Path, names: &[&str], run: &str) -> Frozen {
-        let mut f = frozen(dir, names.iter().map(|n| in_lane(n, "l", 1.0)).collect());
-        f.lanes.get_mut("l").unwrap().run = Template::parse(run, allowed::LANE).unwrap();
-        f
-    }
-
-    fn cx<'a>(f: &'a Frozen, granted: &'a [String]) -> Cx<'a> {
-        Cx {
-            frozen: f,
-            granted,
-            t0: Instant::now(),
-            faults: FaultRules::default(),
-            lane_procs: AtomicUsize::new(0),
-        }
-    }
-
-    fn attempts(rx: &Receiver<Event>) -> Vec<(usize, AttemptOutcome)> {
-        rx.try_iter()
-            .filter_map(|e| match e {
-                Event::Attempt { scene, attempt } => Some((scene, attempt.outcome)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_command_and_the_scenes_file_name_the_batch() {
-        let t = tempfile::tempdir().unwrap();
-        let f = lane_plan(
-            t.path(),
-            &["x", "y"],
-            "run {devices} {args} {scenes} {platform}",
-        );
-        let granted: Vec<String> = vec!["4".into(), "7".into()];
-        let cx = cx(&f, &granted);
-        let (tx, _rx) = mpsc::channel();
-        let p = LaneProcess::new(&cx, "l", 3, &[1, 0], &[1], &tx);
-        let (command, env) = p.command();
-        let scenes = t.path().join("lanes/l.3.scenes.jsonl");
-        assert_eq!(command, format!("run 7 y x {} p", scenes.display()));
-        assert_eq!(env["SCENERUN_DEVICES"], "7");
-        assert_eq!(env["SCENERUN_LANE"], "l");
-        assert!(env["SCENERUN_RESULTS"].ends_with("lanes/l.3.results.jsonl"));
-        let lines: Vec<serde_json::Value> = p
-            .scenes_text()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0]["scene"], "y");
-        assert_eq!(lines[0]["args"], serde_json::json!(["y"]));
-        assert!(lines[0]["kernels"].is_null() && lines[0]["fixture"].is_null());
-    }
-
-    #[test]
-    fn prepare_writes_the_scenes_file_and_clears_an_old_results_file() {
-        let t = tempfile::tempdir().unwrap();
-        let f = lane_plan(t.path(), &["x"], "true");
-        let granted = vec!["0".to_string()];
-        let cx = cx(&f, &granted);
-        let (tx, _rx) = mpsc::channel();
-        let mut p = LaneProcess::new(&cx, "l", 0, &[0], &[0], &tx);
-        std::fs::create_dir_all(t.path().join("lanes")).unwrap();
-        std::fs::write(&p.results_file, "stale\n").unwrap();
-        p.prepare("the command").unwrap();
-        assert!(!p.results_file.exists());
-        assert!(p.scenes_file.is_file());
-        assert_eq!(std::fs::read_to_string(&p.log).unwrap(), "$ the command\n");
-        assert_eq!(p.mark, 14, "output before the scenes is not theirs");
-    }
-
-    #[test]
-    fn a_lane_process_is_watched_to_its_end_and_its_scenes_settled() {
-        let t = tempfile::tempdir().unwrap();
-        // x passes; y starts and the process exits 3 under it: y crashed the lane.
-        let run = r#"printf '%s\n' '{"scene":"x","event":"start"}' '{"scene":"x","event":"end","outcome":"passed"}' '{"scene":"y","event":"start"}' >> {results}; echo dying; exit 3"#;
-        let f = lane_plan(t.path(), &["x", "y", "z"], run);
-        let granted = vec!["0".to_string()];
-        let cx = cx(&f, &granted);
-        let (tx, rx) = mpsc::channel();
-        let mut p = LaneProcess::new(&cx, "l", 0, &[0, 1, 2], &[0], &tx);
-        let (command, env) = p.command();
-        p.prepare(&command).unwrap();
-        let ended = p.watch(&command, &env);
-        assert_eq!(ended.as_ref().unwrap(), &Ended::Exited(3));
-        assert_eq!(attempts(&rx), [(0, AttemptOutcome::Passed)]);
-        let (end, how) = p.ending(&ended);
-        assert!(
-            matches!(end, ProcessEnd::Exited { ok: false, .. }),
-            "{end:?}"
-        );
-        assert_eq!(how, "exited with status 3");
-        // z never started: it goes back, for a fresh process.
-        assert_eq!(p.finish(&end, how, 1.0, 0), [2]);
-        let events: Vec<Event> = rx.try_iter().collect();
-        let crashed = events.iter().find_map(|e| match e {
-            Event::Attempt { scene: 1, attempt } => Some(attempt),
-            _ => None,
-        });
-        let crashed = crashed.expect("y's attempt");
-        assert_eq!(crashed.outcome, AttemptOutcome::Failed);
-        assert!(
-            crashed.message.as_deref().unwrap().contains("dying"),
-            "{crashed:?}"
-        );
-        let record = events.iter().find_map(|e| match e {
-            Event::Lane(r) => Some(r),
-            _ => None,
-        });
-        assert_eq!(record.unwrap().scenes, ["x", "y", "z"]);
-    }
-
-    #[test]
-    fn a_scene_past_its_timeout_stops_the_process() {
-        let t = tempfile::tempdir().unwrap();
-        let run = r#"printf '%s\n' '{"scene":"x","event":"start"}' >> {results}; exec sleep 30"#;
-        let mut f = lane_plan(t.path(), &["x", "y"], run);
-        f.scenes[0].device.as_mut().unwrap().timeout_secs = Some(0.2);
-        let granted = vec!["0".to_string()];
-        let cx = cx(&f, &granted);
-        let (tx, rx) = mpsc::channel();
-        let mut p = LaneProcess::new(&cx, "l", 0, &[0, 1], &[0], &tx);
-        let (command, env) = p.command();
-        p.prepare(&command).unwrap();
-        let ended = p.watch(&command, &env);
-        assert_eq!(p.killing, Some(ProcessEnd::SceneTimeout));
-        // Said once the process is stopped (what it printed meanwhile is the scene's).
-        assert_eq!(attempts(&rx), []);
-        let (end, how) = p.ending(&ended);
-        assert_eq!(
-            (end.clone(), how.as_str()),
-            (ProcessEnd::SceneTimeout, "killed after a scene timeout")
-        );
-        // y never started: it goes back, for a fresh process, and is not settled here.
-        assert_eq!(p.finish(&end, how, 1.0, 0), [1]);
-        assert_eq!(attempts(&rx), [(0, AttemptOutcome::TimedOut)]);
-    }
-
-    #[test]
-    fn ending_names_a_device_fault_and_quarantines_the_process_ids() {
-        let t = tempfile::tempdir().unwrap();
-        let f = lane_plan(t.path(), &["x"], "true");
-        let granted: Vec<String> = vec!["0".into(), "1".into()];
-        let mut cx = cx(&f, &granted);
-        cx.faults = FaultRules::new(Some(&crate::manifest::DeviceFault {
-            exit_codes: vec![42],
-            patterns: Vec::new(),
-        }));
-        let (tx, rx) = mpsc::channel();
-        let mut p = LaneProcess::new(&cx, "l", 0, &[0], &[1], &tx);
-        let (end, how) = p.ending(&Ok(Ended::Exited(42)));
-        assert_eq!(end, ProcessEnd::Fault);
-        assert_eq!(
-            how,
-            "exited with status 42; exit status 42 is a device fault"
-        );
-        let faults: Vec<Vec<usize>> = rx
-            .try_iter()
-            .filter_map(|e| match e {
-                Event::Fault { slots } => Some(slots),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(faults, [vec![1]]);
-        // A fault it names on ids of another process is ignored, with a warning.
-        assert!(!p.fault_slots(&["0".into()]));
-        assert!(matches!(rx.try_recv(), Ok(Event::Warning(_))));
-        // Stopped for a reason of its own: that reason, whatever the exit status.
-        p.killing = Some(ProcessEnd::LaneTimeout);
-        let (end, how) = p.ending(&Ok(Ended::Signaled(15)));
-        assert_eq!(
-            (end, how.as_str()),
-            (ProcessEnd::LaneTimeout, "killed at the lane timeout")
-        );
-    }
-}
+#[path = "lane_proc_tests.rs"]
+mod tests;

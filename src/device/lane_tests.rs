@@ -10,6 +10,7 @@ fn batch(names: &[(&str, &[&str], Option<f64>)]) -> Batch {
                 name: n.to_string(),
                 args: a.iter().map(|s| s.to_string()).collect(),
                 timeout: *t,
+                cut_before: false,
             })
             .collect(),
         None,
@@ -344,6 +345,7 @@ fn lane_timeout_times_out_the_running_scene_and_fails_the_rest() {
                 name: n.to_string(),
                 args: vec![],
                 timeout: None,
+                cut_before: false,
             })
             .collect(),
         Some(10.0),
@@ -414,4 +416,64 @@ fn a_protocol_error_fails_the_running_scene_and_does_not_requeue() {
         vec![(1, AttemptOutcome::Failed), (2, AttemptOutcome::NotRun)]
     );
     assert!(requeue.is_empty(), "the same lane would break it again");
+}
+
+#[test]
+fn a_restart_line_is_read_with_its_reason() {
+    assert_eq!(
+        parse_line(r#"{"event": "restart", "reason": "AICPU stream poisoned"}"#),
+        Line::Restart {
+            reason: "AICPU stream poisoned".into()
+        }
+    );
+    assert_eq!(
+        parse_line(r#"{"event": "restart"}"#),
+        Line::Restart {
+            reason: "the lane process asked for it".into()
+        }
+    );
+    let mut b = batch(&[("a", &[], None)]);
+    assert_eq!(
+        b.feed(r#"{"event": "restart", "reason": "r"}"#, 1.0),
+        [Effect::Restart { reason: "r".into() }]
+    );
+}
+
+/// The scene before a restart keeps its outcome; the one in progress is cut short and
+/// goes back first, with those never started; a second cut of a rerun scene fails it.
+#[test]
+fn a_restart_cuts_the_running_scene_short_once() {
+    let mut b = batch(&[("a", &[], None), ("b", &[], None), ("c", &[], None)]);
+    b.feed(r#"{"scene": "a", "event": "start"}"#, 0.5);
+    let e = b.feed(
+        r#"{"scene": "a", "event": "end", "outcome": "failed", "message": "poisoned"}"#,
+        1.0,
+    );
+    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Failed)]);
+    b.feed(r#"{"scene": "b", "event": "start"}"#, 1.5);
+    let (e, again) = b.finish(&ProcessEnd::Restart("r".into()), 2.0, "tail");
+    assert_eq!(verdicts(&e), [(1, AttemptOutcome::CutShort)]);
+    assert!(
+        matches!(&e[0], Effect::Scene { message: Some(m), .. } if m.contains("cut short by a restart of the lane process (r)"))
+    );
+    assert_eq!(again, [1, 2]);
+
+    // In the fresh process b reruns (marked), and a second restart under it fails it.
+    let mut b = batch(&[("b", &[], None), ("c", &[], None)]);
+    b.rerun_after_cut(0);
+    b.feed(r#"{"scene": "b", "event": "start"}"#, 0.1);
+    let (e, again) = b.finish(&ProcessEnd::Restart("r2".into()), 1.0, "");
+    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Failed)]);
+    assert!(matches!(&e[0], Effect::Scene { message: Some(m), .. } if m.contains("again (r2)")));
+    assert_eq!(again, [1]);
+}
+
+/// Without start events, the scene of the last reports keeps what they said.
+#[test]
+fn a_restart_after_reportlog_lines_keeps_the_reported_scene() {
+    let mut b = batch(&[("a", &["t.py::a"], None), ("b", &["t.py::b"], None)]);
+    b.feed(&report("t.py::a", "call", "passed"), 1.0);
+    let (e, again) = b.finish(&ProcessEnd::Restart("r".into()), 2.0, "");
+    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Passed)]);
+    assert_eq!(again, [1]);
 }

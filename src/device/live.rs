@@ -113,7 +113,7 @@ impl Reporter {
             Event::Lane(r) => self.write(Live {
                 done: self.done,
                 total: self.total,
-                loud: false,
+                loud: r.restart_reason.is_some(),
                 ok: None,
                 text: format!(
                     "      lane {} on {}: {} scene{}, start-up {}, {}",

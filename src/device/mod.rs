@@ -15,6 +15,7 @@ mod lockrun;
 pub mod outer;
 pub mod pack;
 pub mod report;
+mod restart;
 mod results_tail;
 pub mod runs;
 #[cfg(test)]

@@ -58,6 +58,8 @@ pub fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
         timeout_secs: None,
         env: BTreeMap::new(),
         stop: None,
+        restart_on: None,
+        max_restarts: 3,
     };
     Frozen {
         version: FROZEN_VERSION,

@@ -29,9 +29,24 @@ pub struct LaneConfig {
     /// `stop_signal` / `stop_wait`: what a timeout or a cancel sends before SIGTERM.
     #[serde(default)]
     pub stop: Option<Stop>,
+    /// `restart_on`: exit codes and output patterns that mean the runtime is poisoned
+    /// and a fresh process on the same ids should run the rest.
+    #[serde(default)]
+    pub restart_on: Option<RestartOn>,
+    /// Restarts asked for (a restart line, `restart_on`) per lane process slot.
+    #[serde(default = "default_max_restarts")]
+    pub max_restarts: u32,
 }
 
 pub const DEFAULT_RESTARTS: u32 = 2;
+pub const DEFAULT_MAX_RESTARTS: u32 = 3;
+
+fn default_max_restarts() -> u32 {
+    DEFAULT_MAX_RESTARTS
+}
+
+/// `lanes.<name>.restart_on`: the same shape as `lock.device_fault`.
+pub type RestartOn = DeviceFault;
 
 /// `lock.device_fault`: how a failing device step tells that the card, not the scene,
 /// is broken.
@@ -144,6 +159,8 @@ struct RawLane {
     env: BTreeMap<String, raw::Scalar>,
     stop_signal: Option<String>,
     stop_wait: Option<raw::Scalar>,
+    restart_on: Option<Value>,
+    max_restarts: Option<u32>,
 }
 const LANE: &[&str] = &[
     "run",
@@ -153,6 +170,8 @@ const LANE: &[&str] = &[
     "env",
     "stop_signal",
     "stop_wait",
+    "restart_on",
+    "max_restarts",
 ];
 
 /// Which steps a scene has as written: they decide which placeholders its device
@@ -207,6 +226,9 @@ impl Ctx {
             let timeout = self.duration(l.timeout, &format!("{path}.timeout"));
             let env = self.env(l.env, &format!("{path}.env"));
             let stop = self.stop(l.stop_signal, l.stop_wait, &path);
+            let restart_on = l
+                .restart_on
+                .and_then(|v| self.output_rule(v, &format!("{path}.restart_on")));
             self.lane_devices.insert(name.clone(), Some(devices.max(1)));
             if let Some(run) = run {
                 out.insert(
@@ -219,6 +241,8 @@ impl Ctx {
                         timeout_secs: timeout.map(|t: Duration| t.as_secs_f64()),
                         env,
                         stop,
+                        restart_on,
+                        max_restarts: l.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS),
                     },
                 );
             }
@@ -333,11 +357,17 @@ impl Ctx {
 
     /// `lock.device_fault`.
     pub(super) fn device_fault(&mut self, v: Option<Value>) -> Option<DeviceFault> {
-        let f = self.take::<RawFault>(v?, "lock.device_fault", FAULT)?;
+        self.output_rule(v?, "lock.device_fault")
+    }
+
+    /// `exit_codes` and `patterns` (regular expressions over a process's output) at
+    /// `path`: `lock.device_fault` or `lanes.<name>.restart_on`.
+    fn output_rule(&mut self, v: Value, path: &str) -> Option<DeviceFault> {
+        let f = self.take::<RawFault>(v, path, FAULT)?;
         for (i, p) in f.patterns.iter().enumerate() {
             if let Err(e) = regex::Regex::new(p) {
                 self.err(
-                    &format!("lock.device_fault.patterns[{i}]"),
+                    &format!("{path}.patterns[{i}]"),
                     format!("invalid regular expression: {e}"),
                 );
             }

@@ -14,7 +14,7 @@ pub mod remote;
 pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
-pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, Variant};
+pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant};
 pub use paths::expand_vars;
 
 use std::collections::{BTreeMap, HashMap};

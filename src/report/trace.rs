@@ -240,21 +240,36 @@ pub fn device_events(report: &Report, fallback_start: f64) -> Vec<Value> {
             ));
         }
     }
-    // Lane processes' start-ups, from each process's start.
+    ev.extend(lane_events(report, inner_start, tid));
+    ev
+}
+
+/// Lane processes on their ids' tracks: each start-up, from the process's start, and
+/// each restart (a lane process ended so that a fresh one runs the rest) as an instant
+/// at the process's end.
+fn lane_events(report: &Report, inner_start: f64, tid: impl Fn(&str) -> u64) -> Vec<Value> {
+    let mut ev = Vec::new();
     for l in report.device.iter().flat_map(|d| &d.lanes) {
-        let Some(startup) = l.startup_secs else {
-            continue;
-        };
         for d in &l.devices {
-            ev.push(span(
-                DEVICE_PID,
-                tid(d),
-                &format!("{} start-up", l.lane),
-                "lane",
-                inner_start + l.start_secs,
-                startup,
-                json!({"lane": l.lane, "restarts": l.restarts}),
-            ));
+            if let Some(startup) = l.startup_secs {
+                ev.push(span(
+                    DEVICE_PID,
+                    tid(d),
+                    &format!("{} start-up", l.lane),
+                    "lane",
+                    inner_start + l.start_secs,
+                    startup,
+                    json!({"lane": l.lane, "restarts": l.restarts}),
+                ));
+            }
+            if let Some(why) = &l.restart_reason {
+                ev.push(json!({
+                    "ph": "i", "s": "t", "pid": DEVICE_PID, "tid": tid(d),
+                    "name": format!("{} restart", l.lane), "cat": "restart",
+                    "ts": us(inner_start + l.start_secs + l.duration_secs),
+                    "args": {"lane": l.lane, "reason": why, "restarts": l.restarts},
+                }));
+            }
         }
     }
     ev
@@ -389,7 +404,7 @@ mod tests {
                 "startup_secs": 1.5, "quarantined": [],
                 "lanes": [{"lane": "npu", "devices": ["5"], "start_secs": 0.5, "startup_secs": 1.5,
                            "duration_secs": 3.0, "restarts": 0, "scenes": ["b"],
-                           "ended": "exited with status 1", "log": "l"}]
+                           "ended": "restarted: r", "restart_reason": "r", "log": "l"}]
             },
             "scenes": [
                 scene("a", &["4"], 0.0, 3.0, "passed"),
@@ -438,6 +453,18 @@ mod tests {
             (lane[0]["ts"].as_i64(), lane[0]["tid"].as_u64()),
             (Some(102_500_000), Some(2))
         );
+        // Its restart, an instant on the same track at the process's end.
+        let restart: Vec<&Value> = ev.iter().filter(|e| e["cat"] == "restart").collect();
+        assert_eq!(restart.len(), 1);
+        assert_eq!(
+            (
+                restart[0]["ph"].as_str(),
+                restart[0]["ts"].as_i64(),
+                restart[0]["tid"].as_u64()
+            ),
+            (Some("i"), Some(105_500_000), Some(2))
+        );
+        assert_eq!(restart[0]["args"]["reason"], "r");
         let g = gantt(&ev);
         assert!(g.contains("section device 5\n"), "{g}");
         assert!(g.contains("    b :crit, 4000, 1000ms\n"), "{g}");

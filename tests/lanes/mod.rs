@@ -8,6 +8,7 @@ mod faults;
 mod order;
 mod protocol;
 mod pytest;
+mod restart;
 mod stop;
 mod variants;
 

@@ -63,7 +63,10 @@ fn a_results_line_reaches_the_terminal_escaped() {
         "version: 1\ncache:\n  dir: cache\nlanes:\n  l:\n    run: \"./lane.sh {scenes} {results}\"\nscenes:\n  - name: s0\n    device:\n      lane: l\n",
     );
     for colour in ["never", "always"] {
-        let o = run(&s, &["--color", colour, "device", "--no-lock", "--devices", "0"]);
+        let o = run(
+            &s,
+            &["--color", colour, "device", "--no-lock", "--devices", "0"],
+        );
         assert_eq!(code(&o), 1, "{}", show(&o));
         assert!(
             stderr(&o).contains("\\u001b[2J"),
@@ -80,10 +83,16 @@ fn a_results_line_reaches_the_terminal_escaped() {
 fn generator_output_reaches_the_terminal_escaped() {
     let s = Suite::with_logs();
     let quoted = shell_words::quote(HOSTILE).to_string();
-    s.script("fail.sh", &format!("#!/bin/sh\nprintf '%s\\n' {quoted} >&2\nexit 3\n"));
+    s.script(
+        "fail.sh",
+        &format!("#!/bin/sh\nprintf '%s\\n' {quoted} >&2\nexit 3\n"),
+    );
     s.script(
         "names.sh",
-        &format!("#!/bin/sh\nprintf -- '- name: %s\\n' {}\n", shell_words::quote(&serde_json::to_string(HOSTILE).unwrap())),
+        &format!(
+            "#!/bin/sh\nprintf -- '- name: %s\\n' {}\n",
+            shell_words::quote(&serde_json::to_string(HOSTILE).unwrap())
+        ),
     );
     for gen in ["./fail.sh", "./names.sh"] {
         s.manifest(&format!(
@@ -111,7 +120,10 @@ fn a_tampered_cache_record_reaches_the_terminal_escaped() {
     );
     assert_ne!(text, tampered, "a record names gen.sh: {text}");
     fs::write(&p, tampered).unwrap();
-    s.script("gen.sh", "#!/bin/sh\necho changed >> logs/gen.log\necho 21 > \"$1/input.txt\"\n");
+    s.script(
+        "gen.sh",
+        "#!/bin/sh\necho changed >> logs/gen.log\necho 21 > \"$1/input.txt\"\n",
+    );
     for args in [&["explain"][..], &["--color", "always", "explain"]] {
         let o = run(&s, args);
         assert_eq!(code(&o), 0, "{}", show(&o));

@@ -1,0 +1,224 @@
+//! Restarts of a poisoned device runtime (docs/lanes.md): a results line
+//! `{"event": "restart"}` or `restart_on` (exit codes, output patterns) ends the lane
+//! process and a fresh one runs the rest of the batch on the same ids; no id is
+//! quarantined; the scene that ended before keeps its outcome; a scene cut short reruns
+//! once; `max_restarts` bounds it. A shell runtime whose behaviour per scene comes from
+//! the scene's args, and a real pytest with the scenerun plugin.
+
+use super::*;
+
+/// `rt.sh`: per scene, what its first arg says. A scene whose behaviour ends in `_once`
+/// does it the first time only (a marker in logs/) and passes when it runs again.
+const RUNTIME: &str = r#"#!/bin/sh
+echo "start pid=$$ devices=$SCENERUN_DEVICES" >> logs/lane-starts.log
+emit() { printf '%s\n' "$1" >> "$SCENERUN_RESULTS"; }
+while IFS= read -r line; do
+    scene=$(printf '%s' "$line" | sed -n 's/.*"scene":"\([^"]*\)".*/\1/p')
+    what=$(printf '%s' "$line" | sed -n 's/.*"args":\["\([^"]*\)".*/\1/p')
+    echo "run $scene" >> logs/lane-runs.log
+    emit "{\"scene\":\"$scene\",\"event\":\"start\"}"
+    case $what in
+        *_once) if [ -e "logs/done-$scene" ]; then what=pass; else touch "logs/done-$scene"; fi ;;
+    esac
+    case $what in
+        pass) ;;
+        poison)
+            emit "{\"scene\":\"$scene\",\"event\":\"end\",\"outcome\":\"failed\",\"message\":\"runtime poisoned by $scene\"}"
+            emit '{"event":"restart","reason":"stream poisoned"}'
+            continue ;;
+        restart_mid*) emit '{"event":"restart","reason":"poisoned mid-scene"}'; sleep 600 ;;
+        exit75*) exit 75 ;;
+        say*) echo "E: RUNTIME POISONED in $scene"; sleep 600 ;;
+        *) emit "{\"scene\":\"$scene\",\"event\":\"end\",\"outcome\":\"failed\",\"message\":\"unknown $what\"}"; continue ;;
+    esac
+    emit "{\"scene\":\"$scene\",\"event\":\"end\",\"outcome\":\"passed\"}"
+done < "$SCENERUN_SCENES"
+"#;
+
+fn restart_suite(lane_keys: &str, list: &[(&str, &str)]) -> Suite {
+    let s = Suite::with_logs();
+    s.script("rt.sh", RUNTIME);
+    let scenes: String = list
+        .iter()
+        .map(|(n, b)| format!("  - name: {n}\n    device:\n      lane: rt\n      args: [{b}]\n"))
+        .collect();
+    s.manifest(&format!(
+        "version: 1\ncache:\n  dir: cache\nlock:\n  submit: \"{TASK_SUBMIT} --timeout 60 --device auto --device-num {{device_count}} --run {{run}}\"\n  grace: 2s\nlanes:\n  rt:\n    run: ./rt.sh\n    restarts: 0\n    timeout: 60s\n{lane_keys}scenes:\n{scenes}"
+    ));
+    s
+}
+
+fn attempts(r: &Value, name: &str) -> Vec<String> {
+    scene(r, name)["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Process start lines of the runtime, each with the ids it was given.
+fn start_ids(s: &Suite) -> Vec<String> {
+    s.read("logs/lane-starts.log")
+        .lines()
+        .map(|l| l.split("devices=").nth(1).unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn a_restart_line_gives_the_rest_a_fresh_process_on_the_same_ids() {
+    let s = restart_suite(
+        "",
+        &[
+            ("a", "pass"),
+            ("b", "poison"),
+            ("c", "restart_mid_once"),
+            ("d", "pass"),
+        ],
+    );
+    let pool = Pool::new("0-3");
+    let mut cmd = s.cmd(&["device"]);
+    pool.apply(&mut cmd);
+    let o = cmd.output().unwrap();
+    expect_code(&o, 1);
+    let r = report(&s);
+    assert_eq!(
+        outcome_list(&r),
+        pairs(&[
+            ("a", "passed"),
+            ("b", "failed"),
+            ("c", "passed"),
+            ("d", "passed")
+        ]),
+        "{}",
+        show(&o)
+    );
+    // The scene before the restart keeps its own outcome and message.
+    assert_eq!(message(&r, "b"), "runtime poisoned by b");
+    // The scene cut short reran once, not counted as a retry (no flaky pass).
+    assert_eq!(attempts(&r, "c"), ["cut_short", "passed"]);
+    assert_eq!(
+        attempts(&r, "b"),
+        ["failed"],
+        "the poisoned scene is not rerun"
+    );
+    // Three processes, all on the one id the batch got; nothing quarantined.
+    let ids = start_ids(&s);
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
+    assert_eq!(r["device"]["quarantined"], serde_json::json!([]));
+    let lanes = r["device"]["lanes"].as_array().unwrap();
+    let reasons: Vec<&str> = lanes
+        .iter()
+        .map(|l| l["restart_reason"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "it asked for one: stream poisoned",
+            "it asked for one: poisoned mid-scene",
+            "-"
+        ]
+    );
+    let counts: Vec<u64> = lanes
+        .iter()
+        .map(|l| l["restarts"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [0, 1, 2]);
+    // One lock acquisition for all of it; the trace shows both restarts.
+    assert_eq!(
+        pool.events().iter().filter(|e| e.kind == "acquire").count(),
+        1
+    );
+    let trace = s.record("trace.json").expect("trace.json");
+    let restarts = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "restart")
+        .count();
+    assert_eq!(restarts, 2, "{trace:#}");
+}
+
+#[test]
+fn max_restarts_bounds_the_restarts_then_the_rest_fail_with_the_reason() {
+    let s = restart_suite(
+        "    max_restarts: 1\n",
+        &[("a", "poison"), ("b", "poison"), ("c", "pass")],
+    );
+    let o = no_lock(&s, "0");
+    expect_code(&o, 1);
+    let r = report(&s);
+    assert_eq!(
+        outcome_list(&r),
+        pairs(&[("a", "failed"), ("b", "failed"), ("c", "not_run")]),
+        "{}",
+        show(&o)
+    );
+    let c = message(&r, "c");
+    assert!(
+        c.contains("asked for a restart (it asked for one: stream poisoned)")
+            && c.contains("max_restarts (1)"),
+        "{c}"
+    );
+    assert_eq!(starts(&s), 2);
+}
+
+#[test]
+fn restart_on_exit_codes_and_output_patterns() {
+    let s = restart_suite(
+        "    restart_on:\n      exit_codes: [75]\n      patterns: [\"RUNTIME POISONED\"]\n",
+        &[
+            ("a", "pass"),
+            ("b", "exit75_once"),
+            ("c", "say_once"),
+            ("d", "pass"),
+        ],
+    );
+    let o = no_lock(&s, "3,5");
+    expect_code(&o, 0);
+    let r = report(&s);
+    assert!(outcomes(&r).values().all(|o| o == "passed"), "{}", show(&o));
+    assert_eq!(attempts(&r, "b"), ["cut_short", "passed"]);
+    assert_eq!(attempts(&r, "c"), ["cut_short", "passed"]);
+    let cut = &scene(&r, "c")["attempts"][0]["message"];
+    assert!(
+        cut.as_str()
+            .unwrap()
+            .contains("matches the restart pattern `RUNTIME POISONED`"),
+        "{cut}"
+    );
+    assert_eq!(r["device"]["quarantined"], serde_json::json!([]));
+    // Each batch's restarts stay on its own id.
+    let runs = s.read("logs/lane-starts.log");
+    for id in ["3", "5"] {
+        let n = start_ids(&s).iter().filter(|i| *i == id).count();
+        assert!(n >= 1, "{runs}");
+    }
+    assert_eq!(starts(&s), 2 + 2, "two batches, two restarts: {runs}");
+}
+
+#[test]
+fn restart_keys_are_validated() {
+    let s = restart_suite("    max_restarts: -1\n", &[("a", "pass")]);
+    let o = s.cmd(&["plan"]).output().unwrap();
+    expect_code(&o, 4);
+    let err = stderr(&o);
+    assert!(
+        err.contains("scenes.yaml:12:19: lanes.rt.max_restarts: expected a non-negative integer"),
+        "{err}"
+    );
+    let s = restart_suite(
+        "    restart_on:\n      exit_codes: [75]\n      patterns: [\"(\"]\n      signals: [9]\n",
+        &[("a", "pass")],
+    );
+    let o = s.cmd(&["plan"]).output().unwrap();
+    expect_code(&o, 4);
+    let err = stderr(&o);
+    for want in [
+        "scenes.yaml:14:18: lanes.rt.restart_on.patterns[0]: invalid regular expression",
+        "scenes.yaml:15:7: lanes.rt.restart_on.signals: unknown field `signals`",
+    ] {
+        assert!(err.contains(want), "missing `{want}` in:\n{err}");
+    }
+}
