@@ -49,7 +49,7 @@ fn restart_suite(lane_keys: &str, list: &[(&str, &str)]) -> Suite {
 }
 
 fn attempts(r: &Value, name: &str) -> Vec<String> {
-    scene(r, name)["attempts"]
+    scene_in(r, name)["attempts"]
         .as_array()
         .unwrap()
         .iter()
@@ -181,7 +181,7 @@ fn restart_on_exit_codes_and_output_patterns() {
     assert!(outcomes(&r).values().all(|o| o == "passed"), "{}", show(&o));
     assert_eq!(attempts(&r, "b"), ["cut_short", "passed"]);
     assert_eq!(attempts(&r, "c"), ["cut_short", "passed"]);
-    let cut = &scene(&r, "c")["attempts"][0]["message"];
+    let cut = &scene_in(&r, "c")["attempts"][0]["message"];
     assert!(
         cut.as_str()
             .unwrap()
