@@ -222,3 +222,109 @@ fn restart_keys_are_validated() {
         assert!(err.contains(want), "missing `{want}` in:\n{err}");
     }
 }
+
+/// A real pytest lane with the scenerun plugin: a test that poisons the device runtime
+/// (an exception type the suite names, or its conftest hook's say-so) fails on its own,
+/// and the tests after it run in a fresh process, where the runtime is healthy again.
+#[test]
+fn a_pytest_suite_maps_a_poisoned_runtime_to_a_restart() {
+    let py = super::pytest::venv_python();
+    let s = Suite::with_logs();
+    s.write(
+        "pytest.ini",
+        "[pytest]\nscenerun_restart_on = devrt.RuntimePoisoned\n",
+    );
+    s.write(
+        "tests/devrt.py",
+        "class RuntimePoisoned(RuntimeError):\n    pass\n\nclass Runtime:\n    poisoned = False\n\n    def run(self):\n        assert not self.poisoned, 'the runtime is poisoned by an earlier test'\n",
+    );
+    s.write(
+        "tests/conftest.py",
+        r#"import os, sys
+import pytest
+sys.path.insert(0, os.path.dirname(__file__))
+import devrt
+
+def pytest_sessionstart(session):
+    with open("logs/lane-starts.log", "a") as f:
+        f.write("pytest %d devices=%s\n" % (os.getpid(), os.environ.get("SCENERUN_DEVICES")))
+
+@pytest.fixture(scope="session")
+def runtime():
+    return devrt.Runtime()
+
+def pytest_scenerun_restart(item, excinfo):
+    if "NPU context lost" in str(excinfo.value):
+        return "the NPU context is gone"
+"#,
+    );
+    s.write(
+        "tests/test_rt.py",
+        r#"import devrt
+
+def test_a(runtime):
+    runtime.run()
+
+def test_poison_type(runtime):
+    runtime.poisoned = True
+    raise devrt.RuntimePoisoned("stream 3 poisoned")
+
+def test_b(runtime):
+    runtime.run()
+
+def test_poison_hook(runtime):
+    runtime.poisoned = True
+    raise RuntimeError("NPU context lost")
+
+def test_c(runtime):
+    runtime.run()
+"#,
+    );
+    let names = ["a", "poison_type", "b", "poison_hook", "c"];
+    let scenes: String = names
+        .iter()
+        .map(|n| {
+            format!("  - name: {n}\n    device:\n      lane: py\n      args: [\"tests/test_rt.py::test_{n}\"]\n")
+        })
+        .collect();
+    s.manifest(&format!(
+        "version: 1\ncache:\n  dir: cache\nlanes:\n  py:\n    run: \"{} -m pytest -p no:cacheprovider -q {{args}}\"\n    timeout: 120s\nscenes:\n{scenes}",
+        py.display()
+    ));
+    let o = no_lock(&s, "0");
+    expect_code(&o, 1);
+    let r = report(&s);
+    assert_eq!(
+        outcome_list(&r),
+        pairs(&[
+            ("a", "passed"),
+            ("poison_type", "failed"),
+            ("b", "passed"),
+            ("poison_hook", "failed"),
+            ("c", "passed"),
+        ]),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        message(&r, "poison_type").contains("stream 3 poisoned"),
+        "{r:#}"
+    );
+    let reasons: Vec<String> = r["device"]["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["restart_reason"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].contains("devrt.RuntimePoisoned: stream 3 poisoned"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("the NPU context is gone"),
+        "{reasons:?}"
+    );
+    let ids = start_ids(&s);
+    assert_eq!(ids, ["0", "0", "0"], "three sessions on the same id");
+}

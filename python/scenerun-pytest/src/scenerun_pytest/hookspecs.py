@@ -16,6 +16,13 @@ def pytest_scenerun_scene(item, case):
 
 
 @pytest.hookspec(firstresult=True)
+def pytest_scenerun_restart(item, excinfo):
+    """Inside a scenerun lane: a reason (a string, or True) when this failure of ``item``
+    left the device runtime poisoned, so that a fresh process on the same card runs the
+    rest of the batch; None otherwise (see :mod:`scenerun_pytest.restart`)."""
+
+
+@pytest.hookspec(firstresult=True)
 def pytest_scenerun_save(obj, path):
     """Write ``obj`` (what ``generate_args`` or ``compute_golden`` produced) into the
     existing directory ``path`` and return True, or return None for the built-in codec."""

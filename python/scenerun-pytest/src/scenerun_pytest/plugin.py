@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from . import SceneTest, codec, hookspecs, protocol
+from . import SceneTest, codec, hookspecs, protocol, restart
 
 _STATE = "_scenerun_state"
 CASE_OPTION = "--scenerun-case"
@@ -55,6 +55,7 @@ def pytest_addoption(parser):
     )
     for key, default in protocol.DEFAULTS.items():
         parser.addini(f"scenerun_{key}", f"attribute name of a scene class's {default}", default="")
+    restart.addini(parser)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -100,6 +101,8 @@ class _State:
         self.started = {}  # scene -> time
         self.ended = set()
         self.current = None  # the entry whose case runs now
+        self.restart = None  # why the runtime is poisoned: the lane restarts after this scene
+        self.restart_said = False
 
     def write(self, record):
         if not self.results:
@@ -127,7 +130,8 @@ class _State:
         """One more item of the scene is done; the last one ends the scene."""
         name = entry["scene"]
         self.left[name] -= 1
-        if self.left[name] > 0 or name in self.ended:
+        # A poisoned runtime ends the scene now: its other items will not run here.
+        if (self.left[name] > 0 and not self.restart) or name in self.ended:
             return
         outcome, message = self.outcome.get(name, ("passed", ""))
         self.ended.add(name)
@@ -140,6 +144,20 @@ class _State:
                 "message": message,
             }
         )
+        if self.restart and not self.restart_said:
+            self.restart_said = True
+            self.write({"event": "restart", "reason": self.restart})
+
+    def poisoned(self, item, excinfo):
+        """Whether this failure poisoned the runtime (inside a lane): if so, the session
+        stops after the current item and the lane restarts after its scene ends."""
+        if self.mode != "lane" or self.restart:
+            return bool(self.restart)
+        why = restart.reason(item, excinfo)
+        if why:
+            self.restart = why
+            item.session.shouldstop = f"scenerun: the device runtime is poisoned ({why})"
+        return bool(why)
 
 
 _RANK = {"passed": 0, "skipped": 1, "failed": 2}
@@ -301,14 +319,18 @@ def pytest_pyfunc_call(pyfuncitem):
             state.note(entry, "skipped", str(e) or "skipped")
             skips.append(entry["case"])
         except (Exception, pytest.fail.Exception) as e:  # noqa: BLE001 -- the case's result
-            message = _message("call", pytest.ExceptionInfo.from_exception(e))
+            excinfo = pytest.ExceptionInfo.from_exception(e)
+            message = _message("call", excinfo)
             state.note(entry, "failed", message)
             failures.append(f"case {entry['case']}: {message}")
             errors.append(e)
+            state.poisoned(pyfuncitem, excinfo)
         finally:
             state.current = None
             setattr(cls, names.cases, batch)
         state.finish(entry)
+        if state.restart:
+            break  # the cases after it run in the fresh process
     if len(errors) == 1:
         raise errors[0]  # the suite's own traceback
     if failures:
@@ -316,6 +338,17 @@ def pytest_pyfunc_call(pyfuncitem):
     if skips and len(skips) == len(entries):
         pytest.skip(f"every case skipped: {', '.join(skips)}")
     return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failure that poisoned the device runtime (the suite's exception types, or its
+    ``pytest_scenerun_restart`` hook) restarts the lane after this scene."""
+    yield
+    state = getattr(item.config, _STATE, None)
+    if state is not None and call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
+        if item.nodeid in state.scene_of:
+            state.poisoned(item, call.excinfo)
 
 
 def pytest_runtest_logstart(nodeid, location):
