@@ -149,7 +149,7 @@ fn process_lines(
     };
     match &pr.lane {
         None => head(&plan.scenes[pr.scenes[0]].name),
-        Some(_) => {
+        Some(lane) => {
             let mut out = head(&process_name(plan, pr));
             out.push_str(&format!(
                 "      one process, start-up {}: {}\n",
@@ -162,9 +162,41 @@ fn process_lines(
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
+            if let Some(notes) = lane_notes(plan, lane) {
+                out.push_str(&format!("      {notes}\n"));
+            }
             out
         }
     }
+}
+
+/// What a lane does besides running its batch, for the preview: when it restarts a
+/// poisoned runtime and what it sends before SIGTERM.
+fn lane_notes(plan: &Plan, lane: &str) -> Option<String> {
+    let cfg = plan.manifest.lanes.get(lane)?;
+    let mut notes = Vec::new();
+    if let Some(r) = &cfg.restart_on {
+        let on: Vec<String> = r
+            .exit_codes
+            .iter()
+            .map(|c| format!("exit status {c}"))
+            .chain(r.patterns.iter().map(|p| format!("output /{p}/")))
+            .chain(["a restart line".to_string()])
+            .collect();
+        notes.push(format!(
+            "restarts (same ids, at most {}): {}",
+            cfg.max_restarts,
+            on.join(", ")
+        ));
+    }
+    if let Some(stop) = &cfg.stop {
+        notes.push(format!(
+            "stop: {}, {}, then SIGTERM",
+            stop.signal_name(),
+            crate::units::short_duration(stop.wait)
+        ));
+    }
+    (!notes.is_empty()).then(|| notes.join("; "))
 }
 
 pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {

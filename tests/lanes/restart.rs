@@ -328,3 +328,64 @@ def test_c(runtime):
     let ids = start_ids(&s);
     assert_eq!(ids, ["0", "0", "0"], "three sessions on the same id");
 }
+
+/// The demo (a copy of `fixtures/demo`): its plan shows the runtime lane's restart
+/// settings and the `order: last` scene; a poisoned runtime restarts on the same id.
+#[test]
+fn the_demo_shows_a_restart_and_an_order() {
+    let s = Suite::new();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    copy_tree(&repo.join("fixtures/demo"), &s.path("demo"), &["build"]);
+    copy_tree(&repo.join("fixtures/bin"), &s.path("bin"), &[]);
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = scenerun();
+        c.current_dir(s.path("demo"))
+            .args(["--manifest", "scenes.yaml"])
+            .args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let plan = run(&["plan"], &[]);
+    expect_code(&plan, 0);
+    let text = stdout(&plan);
+    assert!(
+        text.contains("restarts (same ids, at most 3): exit status 75")
+            && text.contains("stop: SIGUSR1, 1.0s, then SIGTERM"),
+        "{text}"
+    );
+    let last = text
+        .lines()
+        .find(|l| l.contains("vector_small") && l.contains("slots"))
+        .unwrap_or_default();
+    assert!(last.contains("order last"), "{text}");
+    expect_code(&run(&["warm", "--tag", "lane", "-q"], &[]), 0);
+    let o = run(
+        &["device", "--no-lock", "--devices", "0", "--tag", "lane"],
+        &[
+            ("DEMO_RUNTIME_POISON", "lane_vector_1"),
+            ("DEMO_RUNTIME_STARTUP_MS", "100"),
+        ],
+    );
+    expect_code(&o, 1);
+    let r = read_json(&s.path("demo/build/scenerun/report.json")).expect("report.json");
+    assert_eq!(
+        outcome_list(&r),
+        pairs(&[
+            ("lane_vector_1", "failed"),
+            ("lane_vector_2", "passed"),
+            ("lane_vector_3", "passed"),
+            ("lane_vector_4", "passed"),
+        ]),
+        "{}",
+        show(&o)
+    );
+    let lanes = r["device"]["lanes"].as_array().unwrap();
+    assert_eq!(lanes.len(), 2, "{lanes:#?}");
+    assert!(lanes[0]["restart_reason"]
+        .as_str()
+        .unwrap_or("")
+        .contains("stream poisoned by lane_vector_1"));
+    assert_eq!(lanes[0]["devices"], lanes[1]["devices"]);
+}

@@ -356,12 +356,39 @@ sleep 300 &
 wait
 "#;
 
+/// A real pytest lane whose conftest's SIGTERM handler needs 1.5 s, as a device
+/// runtime's teardown does.
+const SLOW_TERM_CONFTEST: &str = r#"import os, signal, time
+
+def _cleanup(signum, frame):
+    time.sleep(1.5)
+    open("cleaned-pytest", "w").write("done")
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, _cleanup)
+"#;
+
+/// The test virtualenv's python (pytest in it), or a failure saying how to make it.
+fn venv_python() -> PathBuf {
+    let py = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/python");
+    assert!(
+        StdCommand::new(&py)
+            .args(["-c", "import pytest"])
+            .status()
+            .is_ok_and(|s| s.success()),
+        "needs {} with pytest: run `bash .ci/deps.sh`",
+        py.display()
+    );
+    py
+}
+
 /// A cancel through a lock tool that forwards SIGTERM to its run's whole process group
-/// (as Slurm does) or to its run's leader only: a plain step and a lane process whose
-/// SIGTERM handlers need 1.5 s both finish their cleanup (`lock.grace` is 5 s), and no
+/// (as Slurm does) or to its run's leader only: a plain step, a shell lane process and a
+/// real pytest lane whose SIGTERM handlers need 1.5 s all finish their cleanup
+/// (`lock.grace` is 5 s), and no
 /// step process is alive 0.5 s after the lock tool released. Before the inner run was
 /// the lock tool's run itself (`exec`) and a stopped group's leader exit stopped ending
-/// the grace, neither handler got to finish.
+/// the grace, no handler got to finish.
 #[test]
 fn a_cancel_gives_steps_the_grace_whatever_the_lock_tool_forwards() {
     for (forward, sig) in [("group", libc::SIGTERM), ("leader", libc::SIGINT)] {
@@ -369,25 +396,30 @@ fn a_cancel_gives_steps_the_grace_whatever_the_lock_tool_forwards() {
         let s = Suite::new();
         s.script("slow.sh", SLOW_TERM);
         s.script("lane.sh", SLOW_TERM_LANE);
+        s.write("tests/conftest.py", SLOW_TERM_CONFTEST);
+        s.write("tests/test_rt.py", "import time\n\ndef test_runs():\n    open('up-pytest', 'w').close()\n    while True:\n        time.sleep(0.05)\n");
         s.manifest(&format!(
-            "version: 1\nenv:\n  CANCEL_TOKEN: {token}\nlock:\n  submit: {}\n  device_count: 2\n  grace: 5s\nlanes:\n  l:\n    run: ./lane.sh\nscenes:\n  - name: plain\n    device:\n      run: ./slow.sh plain\n  - name: laned\n    device:\n      lane: l\n",
+            "version: 1\nenv:\n  CANCEL_TOKEN: {token}\nlock:\n  submit: {}\n  device_count: 3\n  grace: 5s\nlanes:\n  l:\n    run: ./lane.sh\n  py:\n    run: {}\nscenes:\n  - name: plain\n    device:\n      run: ./slow.sh plain\n  - name: laned\n    device:\n      lane: l\n  - name: pytested\n    device:\n      lane: py\n      args: [tests/test_rt.py]\n",
             yq(&format!(
                 "{TASK_SUBMIT} --timeout 60 --device auto --device-num {{device_count}} --run {{run}}"
-            ))
+            )),
+            yq(&format!("{} -m pytest -p no:cacheprovider -q {{args}}", venv_python().display()))
         ));
         let mut cmd = sr(&s, &["device"]);
         cmd.env("TASK_SUBMIT_GRACE", "8")
             .env("TASK_SUBMIT_FORWARD", forward);
         let (child, cap) = start(cmd);
         let up = wait_until(secs(60), || {
-            s.path("up-plain").exists() && s.path("up-lane").exists()
+            ["up-plain", "up-lane", "up-pytest"]
+                .iter()
+                .all(|f| s.path(f).exists())
         });
         unsafe { libc::kill(child.id() as i32, sig) };
         let run = finish(child, cap, LIMIT);
         let what = format!("{forward} forwarding, signal {sig}");
         assert!(up, "{what}: the steps never started: {}", run.desc());
         assert!(run.is(2), "{what}: expected exit 2: {}", run.desc());
-        for f in ["cleaned-plain", "cleaned-lane"] {
+        for f in ["cleaned-plain", "cleaned-lane", "cleaned-pytest"] {
             assert!(
                 s.path(f).exists(),
                 "{what}: a SIGTERM handler did not get to finish ({f} missing)\n{}\n--- lock.log\n{}",
@@ -407,7 +439,7 @@ fn a_cancel_gives_steps_the_grace_whatever_the_lock_tool_forwards() {
             "{what}: step processes alive 0.5 s after the release: {left:?}"
         );
         let rep = s.record("report.json").expect("report.json");
-        for name in ["plain", "laned"] {
+        for name in ["plain", "laned", "pytested"] {
             let sc = report_scene(&rep, name).expect("scene in report");
             assert_eq!(sc["outcome"], "interrupted", "{what}: {sc:#}");
         }
