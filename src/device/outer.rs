@@ -365,7 +365,12 @@ fn lock_failure(
             LockEnding::Exited(c) => !matches!(c, 0 | 1),
             LockEnding::Signaled(_) => true,
         };
-    let still_running = !end.inner_ended || results.is_some_and(|r| r.ended > ran.returned_at);
+    // The inner's own verdict decides, not the two clocks: its watcher can see the lock
+    // tool gone (and stop its steps) before this process's poll sees the tool return.
+    let still_running = !end.inner_ended
+        || results.is_some_and(|r| {
+            r.ended > ran.returned_at || r.scenes.iter().any(|s| s.infra == Some(Infra::LockLost))
+        });
     if end.interrupted {
         Some((
             Exit::Interrupted,
