@@ -15,10 +15,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use crate::cache::history::{History, HistoryId};
 use crate::device::pack::{self, LaneSpec, SceneSpec};
+use crate::device::report::{Report, StepReport};
 use crate::record::{Outcome as WarmOutcome, WarmRecord};
 use crate::stepid::StepId;
 
@@ -157,51 +156,6 @@ pub enum ReadError {
     },
     #[error("{dir}: the report lists no scenes")]
     Empty { dir: PathBuf },
-}
-
-/// The parts of report.json (docs/reports.md) the shapes read.
-#[derive(Debug, Deserialize)]
-struct Report {
-    #[serde(default)]
-    manifest: String,
-    #[serde(default)]
-    scenes: Vec<ReportScene>,
-    device: Option<ReportDevice>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ReportScene {
-    name: String,
-    #[serde(default)]
-    devices: Vec<String>,
-    #[serde(default)]
-    duration_secs: f64,
-    lane: Option<String>,
-    #[serde(default)]
-    steps: Vec<ReportStep>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ReportStep {
-    kind: String,
-    name: String,
-    key: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct ReportDevice {
-    #[serde(default)]
-    granted: Vec<String>,
-    #[serde(default)]
-    lanes: Vec<ReportLane>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ReportLane {
-    lane: String,
-    #[serde(default)]
-    devices: Vec<String>,
-    startup_secs: Option<f64>,
 }
 
 /// What a run's manifest adds to its report: which scenes run exclusive, where its job
@@ -352,7 +306,7 @@ pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
 /// kernel build it once; a flow without a cache builds it for each).
 struct BuiltTimes<'a> {
     history: &'a History,
-    by_id: BTreeMap<(String, String, String), f64>,
+    by_id: BTreeMap<StepId, f64>,
     by_key: BTreeMap<&'a str, f64>,
 }
 
@@ -366,14 +320,7 @@ impl<'a> BuiltTimes<'a> {
                 .estimate(HistoryId::Step(&id))
                 .or((r.outcome == WarmOutcome::Built).then_some(r.duration_secs));
             if let Some(secs) = built {
-                by_id.insert(
-                    (
-                        id.kind.name().to_string(),
-                        id.scene.clone(),
-                        id.name.clone(),
-                    ),
-                    secs,
-                );
+                by_id.insert(id, secs);
                 by_key.entry(r.key.as_str()).or_insert(secs);
             }
         }
@@ -384,19 +331,12 @@ impl<'a> BuiltTimes<'a> {
         }
     }
 
-    fn secs(&self, scene: &str, step: &ReportStep) -> f64 {
-        let id = (step.kind.clone(), scene.to_string(), step.name.clone());
-        let recorded = || {
-            let kind = crate::stepid::Kind::ALL
-                .into_iter()
-                .find(|k| k.name() == step.kind)?;
-            self.history
-                .estimate(HistoryId::Step(&StepId::new(kind, scene, &step.name)))
-        };
+    fn secs(&self, scene: &str, step: &StepReport) -> f64 {
+        let id = StepId::new(step.kind, scene, &step.name);
         self.by_id
             .get(&id)
             .copied()
-            .or_else(recorded)
+            .or_else(|| self.history.estimate(HistoryId::Step(&id)))
             .or_else(|| self.by_key.get(step.key.as_str()).copied())
             .unwrap_or(0.0)
     }
