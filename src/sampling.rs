@@ -6,6 +6,19 @@
 
 use std::fmt;
 
+/// Why an `--arrival` or `--hold` value was refused (clap prints it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error("`{text}`: expected {forms}")]
+    UnknownForm { text: String, forms: &'static str },
+    #[error("`{value}` is not {what}")]
+    NotANumber { value: String, what: &'static str },
+    #[error("`{value}`: {what} must be more than 0")]
+    NotPositive { value: String, what: &'static str },
+    #[error("`{value}`: {what} must not be negative")]
+    Negative { value: String, what: &'static str },
+}
+
 /// A seeded pseudo-random generator (xoshiro256++).
 #[derive(Debug, Clone)]
 pub struct Rng {
@@ -63,8 +76,8 @@ pub enum Arrival {
 }
 
 impl Arrival {
-    pub fn parse(text: &str) -> Result<Arrival, String> {
-        let forms = "expected poisson:RATE_PER_S or fixed:SECS";
+    pub fn parse(text: &str) -> Result<Arrival, SpecError> {
+        let forms = "poisson:RATE_PER_S or fixed:SECS";
         match split(text) {
             Some(("poisson", v)) => Ok(Arrival::Poisson {
                 rate: positive(v, "a rate per second")?,
@@ -72,7 +85,10 @@ impl Arrival {
             Some(("fixed", v)) => Ok(Arrival::Fixed {
                 secs: non_negative(v, "an interval in seconds")?,
             }),
-            _ => Err(format!("`{text}`: {forms}")),
+            _ => Err(SpecError::UnknownForm {
+                text: text.to_string(),
+                forms,
+            }),
         }
     }
 
@@ -112,8 +128,8 @@ pub enum Hold {
 }
 
 impl Hold {
-    pub fn parse(text: &str) -> Result<Hold, String> {
-        let forms = "expected exp:MEAN_S or fixed:SECS";
+    pub fn parse(text: &str) -> Result<Hold, SpecError> {
+        let forms = "exp:MEAN_S or fixed:SECS";
         match split(text) {
             Some(("exp", v)) => Ok(Hold::Exp {
                 mean: positive(v, "a mean in seconds")?,
@@ -121,7 +137,10 @@ impl Hold {
             Some(("fixed", v)) => Ok(Hold::Fixed {
                 secs: non_negative(v, "a time in seconds")?,
             }),
-            _ => Err(format!("`{text}`: {forms}")),
+            _ => Err(SpecError::UnknownForm {
+                text: text.to_string(),
+                forms,
+            }),
         }
     }
 
@@ -154,24 +173,33 @@ fn split(text: &str) -> Option<(&str, &str)> {
     Some((kind.trim(), value.trim()))
 }
 
-fn number(v: &str, what: &str) -> Result<f64, String> {
+fn number(v: &str, what: &'static str) -> Result<f64, SpecError> {
     match v.parse::<f64>() {
         Ok(x) if x.is_finite() => Ok(x),
-        _ => Err(format!("`{v}` is not {what}")),
+        _ => Err(SpecError::NotANumber {
+            value: v.to_string(),
+            what,
+        }),
     }
 }
 
-fn positive(v: &str, what: &str) -> Result<f64, String> {
+fn positive(v: &str, what: &'static str) -> Result<f64, SpecError> {
     match number(v, what)? {
         x if x > 0.0 => Ok(x),
-        _ => Err(format!("`{v}`: {what} must be more than 0")),
+        _ => Err(SpecError::NotPositive {
+            value: v.to_string(),
+            what,
+        }),
     }
 }
 
-fn non_negative(v: &str, what: &str) -> Result<f64, String> {
+fn non_negative(v: &str, what: &'static str) -> Result<f64, SpecError> {
     match number(v, what)? {
         x if x >= 0.0 => Ok(x),
-        _ => Err(format!("`{v}`: {what} must not be negative")),
+        _ => Err(SpecError::Negative {
+            value: v.to_string(),
+            what,
+        }),
     }
 }
 
@@ -191,19 +219,32 @@ mod tests {
         );
         assert_eq!(Hold::parse("exp:115"), Ok(Hold::Exp { mean: 115.0 }));
         assert_eq!(Hold::parse("fixed:0.036"), Ok(Hold::Fixed { secs: 0.036 }));
-        for bad in [
-            "poisson:0",
-            "poisson:-1",
-            "poisson:x",
-            "poisson:inf",
-            "uniform:3",
-            "3",
-            "fixed:-2",
+        let refused = |r: Result<_, SpecError>| match r {
+            Err(SpecError::UnknownForm { .. }) => "form",
+            Err(SpecError::NotANumber { .. }) => "number",
+            Err(SpecError::NotPositive { .. }) => "positive",
+            Err(SpecError::Negative { .. }) => "negative",
+            Ok(()) => "accepted",
+        };
+        for (bad, why) in [
+            ("poisson:0", "positive"),
+            ("poisson:-1", "positive"),
+            ("poisson:x", "number"),
+            ("poisson:inf", "number"),
+            ("uniform:3", "form"),
+            ("3", "form"),
+            ("fixed:-2", "negative"),
         ] {
-            assert!(Arrival::parse(bad).is_err(), "{bad}");
+            assert_eq!(refused(Arrival::parse(bad).map(|_| ())), why, "{bad}");
         }
-        for bad in ["exp:0", "exp:NaN", "fixed:", "normal:3:1", "poisson:2"] {
-            assert!(Hold::parse(bad).is_err(), "{bad}");
+        for (bad, why) in [
+            ("exp:0", "positive"),
+            ("exp:NaN", "number"),
+            ("fixed:", "number"),
+            ("normal:3:1", "form"),
+            ("poisson:2", "form"),
+        ] {
+            assert_eq!(refused(Hold::parse(bad).map(|_| ())), why, "{bad}");
         }
         assert_eq!(Arrival::Poisson { rate: 0.25 }.to_string(), "poisson:0.25");
         assert_eq!(Hold::Exp { mean: 115.0 }.to_string(), "exp:115");

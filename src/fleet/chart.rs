@@ -81,8 +81,12 @@ fn tick(v: f64, span: f64) -> String {
     }
 }
 
+/// What plotters' SVG backend can fail with (it writes into a string, so in practice
+/// only a drawing mistake of ours).
+pub type ChartError = plotters::drawing::DrawingAreaErrorKind<std::io::Error>;
+
 /// The chart as SVG text.
-pub fn svg(setup: &Setup, results: &[FlowResult]) -> Result<String, String> {
+pub fn svg(setup: &Setup, results: &[FlowResult]) -> Result<String, ChartError> {
     let end = results
         .iter()
         .map(|r| r.stats.makespan_secs)
@@ -102,7 +106,7 @@ pub fn svg(setup: &Setup, results: &[FlowResult]) -> Result<String, String> {
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        root.fill(&WHITE)?;
         let (top, bottom) = root.split_vertically(SIZE.1 / 2);
         let title = format!(
             "{} jobs on {} cards, arrivals {}, seed {}: jobs queued for the lock",
@@ -127,8 +131,7 @@ pub fn svg(setup: &Setup, results: &[FlowResult]) -> Result<String, String> {
                 .margin(12)
                 .x_label_area_size(40)
                 .y_label_area_size(60)
-                .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-                .map_err(|e| e.to_string())?;
+                .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
             chart
                 .configure_mesh()
                 .x_desc(format!("time ({unit})"))
@@ -136,14 +139,12 @@ pub fn svg(setup: &Setup, results: &[FlowResult]) -> Result<String, String> {
                 .x_label_formatter(&|v| tick(*v, x_max))
                 .y_label_formatter(&|v| tick(*v, y_max))
                 .light_line_style(WHITE.mix(0.0))
-                .draw()
-                .map_err(|e| e.to_string())?;
+                .draw()?;
             for (r, values) in results.iter().zip(series.iter()) {
                 let c = color(r.flow);
                 let line = values.iter().enumerate().map(|(k, &v)| (centre(k), v));
                 chart
-                    .draw_series(LineSeries::new(line, c.stroke_width(2)))
-                    .map_err(|e| e.to_string())?
+                    .draw_series(LineSeries::new(line, c.stroke_width(2)))?
                     .label(label(r.flow))
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
@@ -157,10 +158,9 @@ pub fn svg(setup: &Setup, results: &[FlowResult]) -> Result<String, String> {
                 .position(SeriesLabelPosition::UpperLeft)
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK.mix(0.4))
-                .draw()
-                .map_err(|e| e.to_string())?;
+                .draw()?;
         }
-        root.present().map_err(|e| e.to_string())?;
+        root.present()?;
     }
     Ok(out)
 }
