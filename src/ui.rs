@@ -163,6 +163,34 @@ fn unsafe_char(c: char) -> bool {
         )
 }
 
+/// Whether a byte can start an `unsafe_char`: a C0 control other than newline and tab,
+/// DEL, or the lead byte of a C1 control (0xc2), of U+061C (0xd8) or of the bidi marks
+/// (0xe2). Every such byte is a char boundary (none is a continuation byte).
+fn suspect(b: u8) -> bool {
+    (b < 0x20 && b != b'\n' && b != b'\t') | (b == 0x7f) | (b == 0xc2) | (b == 0xd8) | (b == 0xe2)
+}
+
+/// Whether `text` holds an `unsafe_char`. Most text has none, and a plan's text is
+/// megabytes: blocks of 32 bytes are tested without a branch per byte (the compiler
+/// makes that a few vector compares), and only a block with a suspect byte is looked
+/// at char by char, from its suspect bytes.
+fn needs_escape(text: &str) -> bool {
+    const BLOCK: usize = 32;
+    let bytes = text.as_bytes();
+    let suspect_at =
+        |i: usize| suspect(bytes[i]) && text[i..].chars().next().is_some_and(unsafe_char);
+    let mut blocks = bytes.chunks_exact(BLOCK);
+    for (k, block) in blocks.by_ref().enumerate() {
+        if block.iter().fold(false, |any, &b| any | suspect(b))
+            && (k * BLOCK..(k + 1) * BLOCK).any(suspect_at)
+        {
+            return true;
+        }
+    }
+    let tail = bytes.len() - blocks.remainder().len();
+    (tail..bytes.len()).any(suspect_at)
+}
+
 /// Text from outside scenerun as a terminal may be given it: each `unsafe_char` becomes
 /// `\uXXXX` (which is also how JSON writes it, so JSON stays JSON and means the same).
 pub fn escape(text: &str) -> Cow<'_, str> {
@@ -171,11 +199,7 @@ pub fn escape(text: &str) -> Cow<'_, str> {
 
 /// `escape`, keeping `OWN_COLOURS` when `colours` is on.
 fn escape_keeping(text: &str, colours: bool) -> Cow<'_, str> {
-    // Most text has nothing to escape: every such char starts with one of these bytes.
-    let suspect = |b: &u8| {
-        (*b < 0x20 && *b != b'\n' && *b != b'\t') || matches!(*b, 0x7f | 0xc2 | 0xd8 | 0xe2)
-    };
-    if !text.as_bytes().iter().any(suspect) || !text.chars().any(unsafe_char) {
+    if !needs_escape(text) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
@@ -210,6 +234,19 @@ mod tests {
             "a\\u001b[2Jb\\u009bc\\u000dd\\u202ee\\u2066f\\u007fg\n\th"
         );
         assert!(matches!(escape("plain é ✓ text\n"), Cow::Borrowed(_)));
+        // Found wherever it sits: in a block, across blocks, in the tail; and not found
+        // in a long text of suspect lead bytes that start only safe chars.
+        let long = "─✓ é é ".repeat(40);
+        assert!(matches!(escape(&long), Cow::Borrowed(_)));
+        for at in [0, 31, 32, 33, 95, long.len()] {
+            let at = (at..=long.len())
+                .find(|&i| long.is_char_boundary(i))
+                .unwrap();
+            let mut t = long.clone();
+            t.insert(at, '\u{202e}');
+            assert!(needs_escape(&t), "at {at}");
+            assert_eq!(escape(&t).matches("\\u202e").count(), 1, "at {at}");
+        }
         let painted = "\x1b[31mred\x1b[0m \x1b[7m";
         assert_eq!(
             escape_keeping(painted, true),
