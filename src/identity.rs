@@ -73,14 +73,17 @@ fn run_once(
         why: e.to_string(),
     };
     let (mut reader, writer) = std::io::pipe().map_err(start_err)?;
-    let mut cmd = crate::proc::sh(command, dir, env);
-    cmd.stdout(writer.try_clone().map_err(start_err)?)
-        .stderr(writer)
+    let cmd = crate::proc::sh(command, dir, env)
+        .stderr_to_stdout()
+        .stdout_file(writer)
         // Its own process group: a timeout kills everything it started.
-        .process_group(0);
+        .before_spawn(|c| {
+            c.process_group(0);
+            Ok(())
+        });
     let deadline = Instant::now() + timeout;
-    let mut child = cmd.spawn().map_err(start_err)?;
-    // The write ends now live only in the child (and what it starts).
+    let child = cmd.start().map_err(start_err)?;
+    // The write end now lives only in the child (and what it starts).
     drop(cmd);
     STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (tx, rx) = mpsc::channel();
@@ -89,9 +92,8 @@ fn run_once(
         let _ = reader.read_to_end(&mut out);
         let _ = tx.send(out);
     });
-    let kill = |child: &mut std::process::Child| {
-        // SAFETY: killpg on the group this child leads; no memory is touched.
-        crate::proc::signal_group(child.id() as libc::pid_t, libc::SIGKILL);
+    let kill = |child: &duct::Handle| {
+        crate::proc::signal_group(crate::proc::leader(child), libc::SIGKILL);
         let _ = child.wait();
     };
     let timed_out = || IdentityError::TimedOut {
@@ -106,7 +108,7 @@ fn run_once(
     let output = match rx.recv_timeout(left) {
         Ok(out) => out,
         Err(_) => {
-            kill(&mut child);
+            kill(&child);
             return Err(timed_out());
         }
     };
@@ -115,9 +117,9 @@ fn run_once(
     let mut nap = Duration::from_millis(1);
     let status = loop {
         match child.try_wait().map_err(start_err)? {
-            Some(status) => break status,
+            Some(out) => break out.status,
             None if Instant::now() >= deadline => {
-                kill(&mut child);
+                kill(&child);
                 return Err(timed_out());
             }
             None => {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, BufRead, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Stdio};
+use std::process::{ChildStdin, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -426,30 +426,36 @@ fn hidden_except(given: &BTreeMap<String, String>) -> Vec<String> {
 /// The one builder of the `sh -c` children scenerun starts for the manifest's commands
 /// (steps, lanes, generators, identity and lock commands): run in `dir` with the
 /// inherited environment (less what `hide_from_children` named) and `env` on top, stdin
-/// from /dev/null, and the signal state a program expects: scenerun ignores SIGXFSZ (to
-/// get EFBIG) and blocks SIGINT/SIGTERM in its threads, a child gets the defaults.
-pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> std::process::Command {
-    let mut c = std::process::Command::new("sh");
-    c.arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .envs(env)
-        .stdin(Stdio::null());
+/// from /dev/null, any exit status a result rather than an error (`unchecked`), and the
+/// signal state a program expects: scenerun ignores SIGXFSZ (to get EFBIG) and blocks
+/// SIGINT/SIGTERM in its threads, a child gets the defaults. Callers add where its output
+/// goes and, through `before_spawn`, its process group.
+pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
+    let mut e = duct::cmd("sh", ["-c", command])
+        .dir(dir)
+        .stdin_null()
+        .unchecked();
+    for (k, v) in env {
+        e = e.env(k, v);
+    }
+    // Never one of `env`'s names (`hidden_except`): the order of the two cannot matter.
     for n in hidden_except(env) {
-        c.env_remove(n);
+        e = e.env_remove(n);
     }
-    // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-    // (signal, sigemptyset, pthread_sigmask) on a stack value.
-    unsafe {
-        c.pre_exec(|| {
-            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            Ok(())
-        });
-    }
-    c
+    e.before_spawn(|c| {
+        // SAFETY: between fork and exec the closure calls only async-signal-safe
+        // functions (signal, sigemptyset, pthread_sigmask) on a stack value.
+        unsafe {
+            c.pre_exec(|| {
+                libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+        Ok(())
+    })
 }
 
 /// What to run.
@@ -512,18 +518,22 @@ fn with_group(pgid: i32, f: fn(&mut Group, i32, Instant)) {
 pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Finished> {
     // The caller started the log in a real directory (`fsutil::start_log`).
     let log = crate::fsutil::append_log(spec.log)?;
-    let mut cmd = sh(spec.command, spec.dir, spec.env);
-    cmd.stdout(log.try_clone()?).stderr(log);
+    // duct applies the outer redirection first: join stderr to stdout *after* stdout
+    // points at the log (`>log 2>&1`), or stderr leaks to our stdout.
+    let cmd = sh(spec.command, spec.dir, spec.env)
+        .stderr_to_stdout()
+        .stdout_file(log);
     let group = |deadline| Group::new(deadline, spec.stop, Some(spec.log));
-    let Some(mut child) = start(cmd, spec.timeout, group)? else {
+    let Some(child) = start(cmd, spec.timeout, group)? else {
         return Ok(Finished {
             ended: Ended::Interrupted,
             stopped_at: None,
         });
     };
-    started(child.id() as i32);
-    let waited = child.wait();
-    finish(child.id() as i32, waited)
+    let pgid = leader(&child);
+    started(pgid);
+    let waited = child.wait().map(|o| o.status);
+    finish(pgid, waited)
 }
 
 /// What `capture` saw of a command.
@@ -557,13 +567,12 @@ pub fn capture(
     let deadline = Instant::now() + timeout;
     let (mut out_r, out_w) = io::pipe()?;
     let (mut err_r, err_w) = io::pipe()?;
-    let mut cmd = sh(command, dir, env);
-    cmd.stdout(out_w).stderr(err_w);
+    let cmd = sh(command, dir, env).stdout_file(out_w).stderr_file(err_w);
     let started = start(cmd, Some(timeout), |deadline| {
         Group::new(deadline, None, None)
     })?;
-    // `cmd` held the write ends: only the child has them now.
-    let Some(mut child) = started else {
+    // `cmd` held the write ends (`start` took it and dropped it): only the child has them now.
+    let Some(child) = started else {
         return Ok(Captured {
             ended: Ended::Interrupted,
             stdout: Vec::new(),
@@ -571,7 +580,7 @@ pub fn capture(
             stderr: Vec::new(),
         });
     };
-    let pgid = child.id() as i32;
+    let pgid = leader(&child);
     let (tx, rx) = std::sync::mpsc::channel();
     let out_tx = tx.clone();
     std::thread::spawn(move || {
@@ -599,7 +608,7 @@ pub fn capture(
         let keep = tail.len().saturating_sub(STDERR_TAIL);
         let _ = tx.send((false, tail.split_off(keep), false));
     });
-    let waited = child.wait();
+    let waited = child.wait().map(|o| o.status);
     let mut ended = finish(pgid, waited)?.ended;
     let mut got = Captured {
         ended: Ended::Exited(0),
@@ -632,42 +641,50 @@ fn kill_registered(pgid: i32) {
 
 /// Start `cmd` (made by `sh`) in a process group of its own, registered (timeout,
 /// interrupt, the watchdog) before it runs a single instruction of its own. None: the
-/// run is interrupted (or the spawn gate closed), nothing started.
+/// run is interrupted (or the spawn gate closed), nothing started. `cmd` is consumed:
+/// the files it was given are open in the child only once this returns.
 fn start(
-    mut cmd: std::process::Command,
+    cmd: duct::Expression,
     timeout: Option<Duration>,
     group: impl FnOnce(Option<Instant>) -> Group,
-) -> io::Result<Option<Child>> {
+) -> io::Result<Option<duct::Handle>> {
     if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
         return Ok(None);
     }
     let watchdog_fd = ensure_watchdog();
-    // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-    // (setpgid, write via register_self, prctl) on stack values; it allocates nothing
-    // and takes no lock. (`sh` made `cmd`: its signal state is restored already.)
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::setpgid(0, 0);
-            if let Some(fd) = watchdog_fd {
-                register_self(fd);
-            }
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    let cmd = cmd.before_spawn(move |c| {
+        // SAFETY: between fork and exec the closure calls only async-signal-safe
+        // functions (setpgid, write via register_self, prctl) on stack values; it
+        // allocates nothing and takes no lock. (`sh` made `cmd`: its own hook restores
+        // the signal state.)
+        unsafe {
+            c.pre_exec(move || {
+                libc::setpgid(0, 0);
+                if let Some(fd) = watchdog_fd {
+                    register_self(fd);
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        Ok(())
+    });
     let r = registry();
     // Register under the lock so a concurrent interrupt cannot miss this group.
     let mut groups = r.groups.lock().expect("registry");
     if interrupted() {
         return Ok(None);
     }
-    let child = cmd.spawn()?;
-    groups.insert(
-        child.id() as i32,
-        group(timeout.map(|t| Instant::now() + t)),
-    );
+    let child = cmd.start()?;
+    drop(cmd);
+    groups.insert(leader(&child), group(timeout.map(|t| Instant::now() + t)));
     r.changed.notify_all();
     Ok(Some(child))
+}
+
+/// The process group a started `sh` leads (one command: one pid).
+pub fn leader(child: &duct::Handle) -> i32 {
+    child.pids()[0] as i32
 }
 
 /// The group's leader has been waited for: kill what it left running in its group, forget
@@ -777,7 +794,8 @@ mod tests {
             Path::new("/"),
             &BTreeMap::new(),
         )
-        .output()
+        .stdout_capture()
+        .run()
         .expect("sh runs");
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let mask = |name: &str| {

@@ -12,7 +12,6 @@
 use crate::proc::group_alive;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use super::ProcId;
@@ -78,13 +77,17 @@ pub fn run(
         .open(log)?;
     // `sh` gives the lock tool the default signal state (scenerun's own threads block
     // SIGINT/SIGTERM and it ignores SIGXFSZ).
-    let mut cmd = crate::proc::sh(command, dir, env);
-    cmd.stdout(Stdio::from(out.try_clone()?))
-        .stderr(Stdio::from(out))
-        .process_group(0);
+    let cmd = crate::proc::sh(command, dir, env)
+        .stderr_to_stdout()
+        .stdout_file(out)
+        .before_spawn(|c| {
+            c.process_group(0);
+            Ok(())
+        });
     let called_at = super::unix_now();
-    let mut child = cmd.spawn()?;
-    let pgid = child.id() as i32;
+    let child = cmd.start()?;
+    drop(cmd);
+    let pgid = crate::proc::leader(&child);
     if let Err(e) = record(ProcId::of(pgid)) {
         crate::proc::signal_group(pgid, libc::SIGKILL);
         let _ = child.wait();
@@ -98,7 +101,7 @@ pub fn run(
     let mut status = None;
     loop {
         if status.is_none() {
-            status = child.try_wait()?;
+            status = child.try_wait()?.map(|o| o.status);
         }
         if let Some(st) = status {
             // The leader returned. Its group normally ends with it; after a forwarded
