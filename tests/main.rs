@@ -17,4 +17,5 @@ mod reliability;
 mod remote;
 mod trust;
 mod warm;
+mod wheel;
 mod workflows;

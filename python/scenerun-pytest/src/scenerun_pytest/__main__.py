@@ -57,6 +57,12 @@ def main(argv=None) -> int:
         print(USAGE, file=sys.stderr)
         return 4 if argv and argv[0] not in ("-h", "--help") else 0
     command, rest = argv[0], argv[1:]
+    from . import install
+
+    clash = install.conflict()
+    if clash:
+        print(f"scenerun_pytest {command}: {clash}", file=sys.stderr)
+        return 4
     if command == "collect":
         from . import collect
 

@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from . import SceneTest, codec, hookspecs, protocol, restart
+from . import SceneTest, codec, hookspecs, install, protocol, restart
 
 _STATE = "_scenerun_state"
 CASE_OPTION = "--scenerun-case"
@@ -189,6 +189,9 @@ def _load_state(config):
 
 
 def pytest_configure(config):
+    clash = install.conflict()
+    if clash:
+        raise pytest.UsageError(clash)
     setattr(config, _STATE, _load_state(config))
 
 
