@@ -10,6 +10,9 @@
 #    then run it a second time and check README's claim that warm is then all hits.
 # 4. The test command is not run again here: .ci/run itself runs it in a fresh clone.
 #    Check instead that .ci/run runs exactly the README's command, and print it.
+# 5. `pip install .` as a user runs it (build isolation: maturin from PyPI, the release
+#    profile) into a new virtualenv, then the demo through the `scenerun` it put on PATH.
+#    tests/wheel.rs covers the wheel's contents and the pytest demo with a faster build.
 #
 # Speed: the clone's target/ is a symlink to this checkout's target dir (or
 # $CARGO_TARGET_DIR), so `cargo build` in the clone reuses the compiled
@@ -101,3 +104,31 @@ if ! grep -qxF -- "$tests" "$clone/.ci/run"; then
     exit 1
 fi
 echo "fresh-clone: test command \`$tests\` is what .ci/run runs (in its own fresh clone)"
+
+# ---- `pip install .` into a new virtualenv, and the demo through what it installed
+venv="$tmp/venv"
+python3 -m venv "$venv"
+start=$(date +%s)
+if ! (cd "$clone" && unset CARGO_TARGET_DIR && "$venv/bin/pip" install -q --disable-pip-version-check .) >"$tmp/pip.log" 2>&1; then
+    tail -n 40 "$tmp/pip.log" | sed 's/^/    | /' >&2
+    echo "fresh-clone: FAILED: \`pip install .\` in a fresh clone" >&2
+    exit 1
+fi
+echo "fresh-clone: pip install . took $(($(date +%s) - start)) s"
+export TASK_SUBMIT_LOG="$tmp/task-submit-pip.log"
+if ! (
+    cd "$clone"
+    unset CARGO_TARGET_DIR SCENERUN_MANIFEST SCENERUN_CACHE_DIR GITHUB_ACTIONS GITHUB_STEP_SUMMARY
+    export PATH="$venv/bin:$PATH"
+    [ "$(command -v scenerun)" = "$venv/bin/scenerun" ] || { echo "scenerun is not the venv's: $(command -v scenerun)"; exit 1; }
+    "$venv/bin/python" -c "import scenerun_pytest.plugin"
+    scenerun --manifest fixtures/demo/scenes.yaml warm && scenerun --manifest fixtures/demo/scenes.yaml device
+) >"$tmp/demo-pip.log" 2>&1; then
+    tail -n 40 "$tmp/demo-pip.log" | sed 's/^/    | /' >&2
+    echo "fresh-clone: FAILED: the demo through the pip-installed scenerun" >&2
+    exit 1
+fi
+grep -q '"exit_code": *0' "$report" || { echo "fresh-clone: $report does not say exit_code 0" >&2; exit 1; }
+acquired=$(grep -c '^acquire ' "$TASK_SUBMIT_LOG" || true)
+[ "$acquired" = 1 ] || { echo "fresh-clone: the lock was acquired $acquired times, want 1" >&2; exit 1; }
+echo "fresh-clone: pip install . OK: its scenerun and plugin ran the demo"
