@@ -45,24 +45,23 @@ impl Generator {
 }
 
 #[derive(Deserialize)]
-struct RawGenerator {
+pub(super) struct RawGenerator {
     run: String,
     #[serde(default)]
     inputs: Vec<String>,
     timeout: Option<super::raw::Scalar>,
 }
-const GENERATOR: &[&str] = &["run", "inputs", "timeout"];
 
 impl Ctx {
     /// Validate `scenes_from:` (commands and inputs); nothing runs here.
     pub(super) fn generators(&mut self, v: Value, platform: &str) -> Vec<Generator> {
-        let Some(list) = self.take::<Vec<Value>>(v, "scenes_from", &[]) else {
+        let Some(list) = self.take::<Vec<Value>>(v, "scenes_from") else {
             return Vec::new();
         };
         let mut out = Vec::new();
         for (i, v) in list.into_iter().enumerate() {
             let path = format!("scenes_from[{i}]");
-            let Some(g) = self.take::<RawGenerator>(v, &path, GENERATOR) else {
+            let Some(g) = self.take::<RawGenerator>(v, &path) else {
                 continue;
             };
             let run = self.templ(&g.run, &format!("{path}.run"), &[Ph::Platform]);

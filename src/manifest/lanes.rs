@@ -150,7 +150,7 @@ impl Variant {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawLane {
+pub(super) struct RawLane {
     run: String,
     devices: Option<u32>,
     restarts: Option<u32>,
@@ -162,18 +162,6 @@ struct RawLane {
     restart_on: Option<Value>,
     max_restarts: Option<u32>,
 }
-const LANE: &[&str] = &[
-    "run",
-    "devices",
-    "restarts",
-    "timeout",
-    "env",
-    "stop_signal",
-    "stop_wait",
-    "restart_on",
-    "max_restarts",
-];
-
 /// Which steps a scene has as written: they decide which placeholders its device
 /// command may use.
 #[derive(Debug, Clone, Copy)]
@@ -185,20 +173,18 @@ pub(super) struct Steps {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawFault {
+pub(super) struct RawFault {
     #[serde(default)]
     exit_codes: Vec<i32>,
     #[serde(default)]
     patterns: Vec<String>,
 }
-const FAULT: &[&str] = &["exit_codes", "patterns"];
-
 impl Ctx {
     /// `lanes:`: every lane, keyed by name.
     pub(super) fn lanes(&mut self, v: Option<Value>) -> BTreeMap<String, LaneConfig> {
         let mut out = BTreeMap::new();
         let Some(v) = v else { return out };
-        let Some(map) = self.take::<BTreeMap<String, Value>>(v, "lanes", &[]) else {
+        let Some(map) = self.take::<BTreeMap<String, Value>>(v, "lanes") else {
             return out;
         };
         for (name, v) in map {
@@ -208,7 +194,7 @@ impl Ctx {
             }
             // Known even when broken: its scenes are not told "unknown lane" on top.
             self.lane_devices.insert(name.clone(), None);
-            let Some(l) = self.take::<RawLane>(v, &path, LANE) else {
+            let Some(l) = self.take::<RawLane>(v, &path) else {
                 continue;
             };
             // The process reports into `{results}`, as a placeholder or through
@@ -289,7 +275,7 @@ impl Ctx {
     /// A scene's `device:` step: its command or lane, the ids it holds, its timeout,
     /// retries and stop signal.
     pub(super) fn device_step(&mut self, v: Value, dp: &str, steps: Steps) -> Option<DeviceStep> {
-        let d = self.take::<raw::DeviceStep>(v, dp, raw::DEVICE_STEP)?;
+        let d = self.take::<raw::DeviceStep>(v, dp)?;
         let ok: Vec<Ph> = allowed::DEVICE
             .iter()
             .copied()
@@ -363,7 +349,7 @@ impl Ctx {
     /// `exit_codes` and `patterns` (regular expressions over a process's output) at
     /// `path`: `lock.device_fault` or `lanes.<name>.restart_on`.
     fn output_rule(&mut self, v: Value, path: &str) -> Option<DeviceFault> {
-        let f = self.take::<RawFault>(v, path, FAULT)?;
+        let f = self.take::<RawFault>(v, path)?;
         for (i, p) in f.patterns.iter().enumerate() {
             if let Err(e) = regex::Regex::new(p) {
                 self.err(

@@ -16,6 +16,7 @@ pub mod yaml;
 pub use crate::error::{Diag, ManifestErrors};
 pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant};
 pub use paths::expand_vars;
+pub use raw::{keys, Mapping};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -530,9 +531,15 @@ impl Ctx {
         *entries = keep;
     }
 
-    /// Deserialize a mapping into `T`, first reporting every unknown or repeated key.
-    /// `known` empty: a free-form mapping (env, toolchains), no field check.
-    fn take<T: DeserializeOwned>(&mut self, mut v: Value, path: &str, known: &[&str]) -> Option<T> {
+    /// Deserialize a mapping into `T`, first reporting every unknown or repeated key: the
+    /// keys `T` accepts are its own fields (`raw::fields_of`). `T` not a struct: a
+    /// free-form mapping (env, toolchains) or a list, no field check.
+    fn take<T: DeserializeOwned>(&mut self, mut v: Value, path: &str) -> Option<T> {
+        let known = raw::fields_of::<T>().unwrap_or_default();
+        debug_assert!(
+            known.is_empty() || keys().iter().any(|m| m.keys == known),
+            "{path}: a mapping the manifest accepts is missing from `keys()` (and the docs)"
+        );
         self.check_keys(&mut v, path, known);
         match T::deserialize(v) {
             Ok(t) => Some(t),
@@ -609,7 +616,11 @@ impl Ctx {
             );
             return None;
         }
-        self.check_keys(&mut top, "", raw::TOP);
+        self.check_keys(
+            &mut top,
+            "",
+            raw::fields_of::<raw::Top>().unwrap_or_default(),
+        );
         let mut field = |name: &str| top.remove(name);
 
         match field("version") {
@@ -626,10 +637,10 @@ impl Ctx {
         }
         let platform = match field("platform") {
             None => "default".to_string(),
-            Some(v) => self.take::<String>(v, "platform", &[]).unwrap_or_default(),
+            Some(v) => self.take::<String>(v, "platform").unwrap_or_default(),
         };
         let env_raw = field("env")
-            .and_then(|v| self.take::<BTreeMap<String, raw::Scalar>>(v, "env", &[]))
+            .and_then(|v| self.take::<BTreeMap<String, raw::Scalar>>(v, "env"))
             .unwrap_or_default();
         let env = self.env(env_raw, "env");
 
@@ -672,7 +683,7 @@ impl Ctx {
     /// `cache:`, resolved against the manifest's directory, with its defaults.
     fn cache_config(&mut self, v: Option<Value>) -> CacheConfig {
         let cache_raw = v
-            .and_then(|v| self.take::<raw::Cache>(v, "cache", raw::CACHE))
+            .and_then(|v| self.take::<raw::Cache>(v, "cache"))
             .unwrap_or_default();
         CacheConfig {
             dir: cache_raw.dir.as_deref().map(|d| self.dir.join(d)),
@@ -692,13 +703,13 @@ impl Ctx {
     fn toolchains(&mut self, v: Option<Value>) -> BTreeMap<String, Toolchain> {
         let mut toolchains = BTreeMap::new();
         if let Some(v) = v {
-            if let Some(map) = self.take::<BTreeMap<String, Value>>(v, "toolchains", &[]) {
+            if let Some(map) = self.take::<BTreeMap<String, Value>>(v, "toolchains") {
                 for (name, v) in map {
                     let path = format!("toolchains.{name}");
                     if !valid_name(&name) {
                         self.err(&path, bad_name("toolchain", &name));
                     }
-                    let Some(t) = self.take::<raw::Toolchain>(v, &path, raw::TOOLCHAIN) else {
+                    let Some(t) = self.take::<raw::Toolchain>(v, &path) else {
                         self.broken_toolchains.push(name);
                         continue;
                     };
@@ -736,7 +747,7 @@ impl Ctx {
 
     /// `lock:`, checked: `{run}` in its command, its counts, its variable name.
     fn lock(&mut self, v: Option<Value>) -> Option<LockConfig> {
-        v.and_then(|v| self.take::<raw::Lock>(v, "lock", raw::LOCK))
+        v.and_then(|v| self.take::<raw::Lock>(v, "lock"))
             .and_then(|l| {
                 let submit = self.templ(&l.submit, "lock.submit", allowed::LOCK)?;
                 if !submit.uses(Ph::Run) {
@@ -786,7 +797,7 @@ impl Ctx {
         toolchains: &BTreeMap<String, Toolchain>,
     ) -> Vec<Scene> {
         let mut scenes = Vec::new();
-        if let Some(list) = self.take::<Vec<Value>>(v, "scenes", &[]) {
+        if let Some(list) = self.take::<Vec<Value>>(v, "scenes") {
             if list.is_empty() && !generated {
                 self.err("scenes", "the manifest has no scenes");
             }
@@ -820,7 +831,7 @@ impl Ctx {
         top_env: &BTreeMap<String, String>,
         toolchains: &BTreeMap<String, Toolchain>,
     ) -> Option<Scene> {
-        let s = self.take::<raw::Scene>(v, path, raw::SCENE)?;
+        let s = self.take::<raw::Scene>(v, path)?;
         if !valid_name(&s.name) {
             self.err(&format!("{path}.name"), bad_name("scene", &s.name));
         }
@@ -837,7 +848,7 @@ impl Ctx {
         let mut kernel_names: HashMap<String, usize> = HashMap::new();
         for (i, kv) in s.kernels.into_iter().enumerate() {
             let kp = format!("{path}.kernels[{i}]");
-            let Some(k) = self.take::<raw::Kernel>(kv, &kp, raw::KERNEL) else {
+            let Some(k) = self.take::<raw::Kernel>(kv, &kp) else {
                 continue;
             };
             if !valid_name(&k.name) {
@@ -999,12 +1010,12 @@ impl Ctx {
     fn prepare_steps(&mut self, v: Option<Value>) -> Vec<Prepare> {
         let mut out: Vec<Prepare> = Vec::new();
         let mut seen: Vec<String> = Vec::new();
-        let Some(list) = v.and_then(|v| self.take::<Vec<Value>>(v, "prepare", &[])) else {
+        let Some(list) = v.and_then(|v| self.take::<Vec<Value>>(v, "prepare")) else {
             return out;
         };
         for (i, v) in list.into_iter().enumerate() {
             let path = format!("prepare[{i}]");
-            let Some(p) = self.take::<raw::Prepare>(v, &path, raw::PREPARE) else {
+            let Some(p) = self.take::<raw::Prepare>(v, &path) else {
                 continue;
             };
             if !valid_name(&p.name) {
@@ -1036,7 +1047,7 @@ impl Ctx {
     }
 
     fn gen_step(&mut self, v: Value, path: &str, allowed: &[Ph]) -> Option<GenStep> {
-        let g = self.take::<raw::GenStep>(v, path, raw::GEN_STEP)?;
+        let g = self.take::<raw::GenStep>(v, path)?;
         self.gen_fields(g, path, allowed)
     }
 

@@ -28,18 +28,22 @@ impl Scalar {
     }
 }
 
-pub const TOP: &[&str] = &[
-    "version",
-    "platform",
-    "env",
-    "cache",
-    "toolchains",
-    "lock",
-    "scenes",
-    "lanes",
-    "scenes_from",
-    "prepare",
-];
+/// The top-level mapping's keys (each taken apart on its own in `mod.rs`; this struct
+/// only names them, for `check_keys` and the docs).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+pub struct Top {
+    version: Value,
+    platform: Value,
+    env: Value,
+    cache: Value,
+    toolchains: Value,
+    lock: Value,
+    scenes: Value,
+    lanes: Value,
+    scenes_from: Value,
+    prepare: Value,
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,7 +53,6 @@ pub struct Cache {
     pub max_age: Option<Scalar>,
     pub remote: Option<Value>,
 }
-pub const CACHE: &[&str] = &["dir", "max_size", "max_age", "remote"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,13 +63,6 @@ pub struct Toolchain {
     pub depfile: Option<String>,
     pub include_flag: Option<String>,
 }
-pub const TOOLCHAIN: &[&str] = &[
-    "compile",
-    "identity",
-    "identity_timeout",
-    "depfile",
-    "include_flag",
-];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,14 +74,6 @@ pub struct Lock {
     pub grace: Option<Scalar>,
     pub device_fault: Option<Value>,
 }
-pub const LOCK: &[&str] = &[
-    "submit",
-    "device_env",
-    "device_count",
-    "release_timeout",
-    "grace",
-    "device_fault",
-];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,9 +90,6 @@ pub struct Scene {
     pub golden: Option<Value>,
     pub device: Option<Value>,
 }
-pub const SCENE: &[&str] = &[
-    "name", "platform", "tags", "env", "kernels", "fixture", "golden", "device",
-];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,7 +102,6 @@ pub struct Kernel {
     #[serde(default)]
     pub flags: Vec<String>,
 }
-pub const KERNEL: &[&str] = &["name", "toolchain", "source", "include_dirs", "flags"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,9 +115,6 @@ pub struct GenStep {
     pub timeout: Option<Scalar>,
     pub identity: Option<String>,
 }
-pub const GEN_STEP: &[&str] = &[
-    "run", "inputs", "persist", "memory", "threads", "timeout", "identity",
-];
 
 /// A top-level `prepare:` step: a named fixture-like step shared by every scene.
 #[derive(Debug, Deserialize)]
@@ -149,9 +130,6 @@ pub struct Prepare {
     pub timeout: Option<Scalar>,
     pub identity: Option<String>,
 }
-pub const PREPARE: &[&str] = &[
-    "name", "run", "inputs", "persist", "memory", "threads", "timeout", "identity",
-];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -169,17 +147,114 @@ pub struct DeviceStep {
     pub lane_args: Option<Vec<String>>,
     pub lane_env: Option<BTreeMap<String, Scalar>>,
 }
-pub const DEVICE_STEP: &[&str] = &[
-    "run",
-    "devices",
-    "exclusive",
-    "timeout",
-    "lane",
-    "args",
-    "retries",
-    "stop_signal",
-    "stop_wait",
-    "order",
-    "lane_args",
-    "lane_env",
-];
+
+/// One kind of mapping the manifest has, where it is, and the keys it accepts.
+#[derive(Debug)]
+pub struct Mapping {
+    /// Where it is written, as docs/manifest.md heads its section: `cache.remote`,
+    /// `scenes[].device`, `toolchains.<name>`; several places with the same keys are
+    /// joined by `, `.
+    pub path: &'static str,
+    pub keys: &'static [&'static str],
+}
+
+/// Every kind of mapping the loader checks keys of, with its keys from its own struct.
+/// `take` asserts (in debug builds) that a struct it deserializes is listed here, and a
+/// test asserts every key here is in docs/manifest.md.
+pub fn keys() -> &'static [Mapping] {
+    use super::{generated::RawGenerator, lanes::RawFault, lanes::RawLane};
+    static KEYS: std::sync::OnceLock<Vec<Mapping>> = std::sync::OnceLock::new();
+    fn m<T: serde::de::DeserializeOwned>(path: &'static str) -> Mapping {
+        let keys = fields_of::<T>().expect("a struct");
+        Mapping { path, keys }
+    }
+    KEYS.get_or_init(|| {
+        vec![
+            m::<Top>("top level"),
+            m::<Cache>("cache"),
+            m::<super::remote::Raw>("cache.remote"),
+            m::<Toolchain>("toolchains.<name>"),
+            m::<Lock>("lock"),
+            m::<RawFault>("lock.device_fault, lanes.<name>.restart_on"),
+            m::<Prepare>("prepare[]"),
+            m::<RawGenerator>("scenes_from[]"),
+            m::<RawLane>("lanes.<name>"),
+            m::<Scene>("scenes[]"),
+            m::<Kernel>("scenes[].kernels[]"),
+            m::<GenStep>("scenes[].fixture, scenes[].golden"),
+            m::<DeviceStep>("scenes[].device"),
+        ]
+    })
+}
+
+/// The keys a mapping deserialized into `T` accepts, as serde's derive tells its
+/// deserializer (`deserialize_struct`'s field list): from the struct itself, never a
+/// second list. None: `T` is not a struct (a free-form mapping, a list, a scalar).
+pub fn fields_of<T: serde::de::DeserializeOwned>() -> Option<&'static [&'static str]> {
+    match T::deserialize(FieldsProbe) {
+        Err(Probe::Fields(f)) => Some(f),
+        _ => None,
+    }
+}
+
+/// A deserializer that deserializes nothing: it only catches the field list.
+struct FieldsProbe;
+
+#[derive(Debug)]
+enum Probe {
+    Fields(&'static [&'static str]),
+    NotAStruct,
+}
+
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a probe for field names")
+    }
+}
+
+impl std::error::Error for Probe {}
+
+impl serde::de::Error for Probe {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Probe::NotAStruct
+    }
+}
+
+impl<'de> serde::Deserializer<'de> for FieldsProbe {
+    type Error = Probe;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Probe> {
+        Err(Probe::NotAStruct)
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Probe> {
+        Err(Probe::Fields(fields))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+        identifier ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_structs_fields_are_its_keys_and_other_types_have_none() {
+        assert_eq!(
+            fields_of::<Kernel>(),
+            Some(&["name", "toolchain", "source", "include_dirs", "flags"][..])
+        );
+        assert_eq!(fields_of::<BTreeMap<String, Value>>(), None);
+        assert_eq!(fields_of::<Vec<Value>>(), None);
+        assert_eq!(fields_of::<String>(), None);
+    }
+}

@@ -27,15 +27,6 @@ pub struct Raw {
     pub verify_key: Option<String>,
     pub sign_key_env: Option<String>,
 }
-pub const FIELDS: &[&str] = &[
-    "url",
-    "write",
-    "token_env",
-    "max_upload",
-    "timeout",
-    "verify_key",
-    "sign_key_env",
-];
 
 /// `cache.remote` as the manifest says it (before `--remote` and friends).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,7 +90,7 @@ impl std::fmt::Display for BadKey {
 
 impl Ctx {
     pub(super) fn remote(&mut self, v: Value) -> Option<RemoteConfig> {
-        let r = self.take::<Raw>(v, "cache.remote", FIELDS)?;
+        let r = self.take::<Raw>(v, "cache.remote")?;
         let mut c = RemoteConfig::default();
         if let Some(u) = r.url {
             let url = self.expand(&u).trim().to_string();
