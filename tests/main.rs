@@ -3,6 +3,7 @@
 mod common;
 
 mod device;
+mod docs;
 mod explain;
 mod fleet;
 mod generated;
