@@ -16,6 +16,9 @@ use crate::units::{parse_age, parse_size};
 
 /// Where the options every subcommand takes are listed in `--help`.
 const GLOBAL: &str = "Global options";
+/// Where the remote cache's options are listed in `--help`: global too, but after a
+/// subcommand's own options, not among them.
+const REMOTE: &str = "Remote cache options";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -110,7 +113,8 @@ pub struct RemoteFlags {
         long = "remote",
         value_name = "URL",
         global = true,
-        env = "SCENERUN_REMOTE_URL"
+        env = "SCENERUN_REMOTE_URL",
+        help_heading = REMOTE
     )]
     pub url: Option<String>,
     /// Upload what this run builds to the remote cache.
@@ -119,14 +123,15 @@ pub struct RemoteFlags {
         global = true,
         env = "SCENERUN_REMOTE_WRITE",
         action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new()
+        value_parser = clap::builder::BoolishValueParser::new(),
+        help_heading = REMOTE
     )]
     pub write: bool,
     /// Ignore the remote cache (wins over --remote, the environment and the manifest).
-    #[arg(long = "no-remote", global = true)]
+    #[arg(long = "no-remote", global = true, help_heading = REMOTE)]
     pub off: bool,
     /// Exit 3 when the remote cannot be reached, times out, fails (5xx) or refuses (401/403).
-    #[arg(long = "remote-required", global = true)]
+    #[arg(long = "remote-required", global = true, help_heading = REMOTE)]
     pub required: bool,
 }
 

@@ -96,6 +96,50 @@ fn readme_subcommands_exist() {
     }
 }
 
+/// A subcommand's `--help` lists its own options first; the global ones and the remote
+/// cache's (global too) come after, each under a heading of its own.
+#[test]
+fn a_subcommands_help_shows_its_own_options_first() {
+    for sub in ["warm", "device", "run", "plan", "list", "explain"] {
+        let out = scenerun().args([sub, "--help"]).output().unwrap();
+        let text = stdout(&out);
+        let heading = |h: &str| {
+            text.lines()
+                .position(|l| l == h)
+                .unwrap_or_else(|| panic!("`{sub} --help` has no `{h}`:\n{text}"))
+        };
+        let (own, global, remote) = (
+            heading("Options:"),
+            heading("Global options:"),
+            heading("Remote cache options:"),
+        );
+        assert!(own < global && global < remote, "`{sub} --help`:\n{text}");
+        let section = |from: usize| {
+            text.lines()
+                .skip(from + 1)
+                .take_while(|l| !l.ends_with("options:"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(
+            !section(own).contains("--remote"),
+            "`{sub} --help`:\n{text}"
+        );
+        assert!(
+            !section(own).contains("--manifest"),
+            "`{sub} --help`:\n{text}"
+        );
+        for flag in [
+            "--remote ",
+            "--remote-write",
+            "--no-remote",
+            "--remote-required",
+        ] {
+            assert!(section(remote).contains(flag), "`{sub} --help`:\n{text}");
+        }
+    }
+}
+
 #[test]
 fn readme_is_a_short_guide_with_working_links() {
     let all = pages();
