@@ -34,5 +34,14 @@ if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog, numpy" 2>/dev/null
     .ci/venv/bin/pip install -q --disable-pip-version-check "pytest==9.2.0" "pytest-reportlog==1.0.0" "numpy==2.4.6" "maturin==1.16.0"
 fi
 # The pytest plugin of this checkout (python/scenerun-pytest) into the same venv, for
-# tests/pytest_suite.rs and fixtures/pytest-demo: reinstalled every time, as it changes.
-.ci/venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python/scenerun-pytest
+# tests/pytest_suite.rs and fixtures/pytest-demo: reinstalled when its sources changed
+# (a hash of them, paths included, stamped in the venv; what pip itself writes there,
+# build/ and *.egg-info, is left out).
+plugin=python/scenerun-pytest
+sources=$(find "$plugin" -type f -not -path "$plugin/build/*" -not -path '*.egg-info/*' \
+    -not -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum)
+stamp=.ci/venv/.scenerun-pytest.sources
+if [ "$(cat "$stamp" 2>/dev/null)" != "$sources" ] || ! .ci/venv/bin/python -c "import scenerun_pytest" 2>/dev/null; then
+    .ci/venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps "./$plugin"
+    echo "$sources" > "$stamp"
+fi

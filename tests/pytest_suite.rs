@@ -996,3 +996,40 @@ fn collect_fails_on_a_collection_error_unless_told_to_continue() {
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert_eq!(scenes.len(), 4, "{}", show(&o));
 }
+
+/// `.ci/deps.sh` run again with nothing changed is a no-op: it does not reinstall the
+/// plugin (it did every time, rewriting the installed files under running tests).
+#[test]
+fn ci_deps_does_not_reinstall_an_unchanged_plugin() {
+    let deps = || {
+        let out = std::process::Command::new("bash")
+            .arg(Path::new(REPO).join(".ci/deps.sh"))
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "{}", show(&out));
+    };
+    let installed = || {
+        let o = std::process::Command::new(Path::new(REPO).join(".ci/venv/bin/python"))
+            .args([
+                "-c",
+                "import scenerun_pytest; print(scenerun_pytest.__file__)",
+            ])
+            .output()
+            .expect("the venv's python runs");
+        let file = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+        let meta = fs::metadata(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        (
+            std::os::unix::fs::MetadataExt::ino(&meta),
+            meta.modified().unwrap(),
+        )
+    };
+    // Up to date first (a no-op already when .ci/run ran it before the tests).
+    deps();
+    let before = installed();
+    deps();
+    assert_eq!(
+        installed(),
+        before,
+        "deps.sh reinstalled an unchanged plugin"
+    );
+}
