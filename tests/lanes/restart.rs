@@ -8,7 +8,10 @@
 use super::*;
 
 /// `rt.sh`: per scene, what its first arg says. A scene whose behaviour ends in `_once`
-/// does it the first time only (a marker in logs/) and passes when it runs again.
+/// does it the first time only (a marker in logs/) and passes when it runs again. After
+/// asking for a restart it waits to be stopped: had it gone on to the next scene, that
+/// scene's lines could reach scenerun in the same poll as the restart line (a race the
+/// tests lost under load).
 const RUNTIME: &str = r#"#!/bin/sh
 echo "start pid=$$ devices=$SCENERUN_DEVICES" >> logs/lane-starts.log
 emit() { printf '%s\n' "$1" >> "$SCENERUN_RESULTS"; }
@@ -25,7 +28,8 @@ while IFS= read -r line; do
         poison)
             emit "{\"scene\":\"$scene\",\"event\":\"end\",\"outcome\":\"failed\",\"message\":\"runtime poisoned by $scene\"}"
             emit '{"event":"restart","reason":"stream poisoned"}'
-            continue ;;
+            # As a real runtime (the pytest plugin) does: nothing more after asking.
+            sleep 600; continue ;;
         restart_mid*) emit '{"event":"restart","reason":"poisoned mid-scene"}'; sleep 600 ;;
         exit75*) exit 75 ;;
         say*) echo "E: RUNTIME POISONED in $scene"; sleep 600 ;;
