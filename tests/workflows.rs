@@ -1,29 +1,28 @@
 //! Integration tests: the workflows in workflows/ run against the demo.
 //!
 //! Every file in `workflows/` is loaded and checked for the shape CI relies on (triggers,
-//! jobs, steps, every `uses:` pinned to at least a major version, cache restore keys that
-//! really are prefixes of the key, reports uploaded also when the job failed). Then each
-//! job is run the way a runner would run it, for every combination of its matrix: every
-//! `run:` step that calls scenerun, with its `${{ … }}` expressions replaced by test values,
-//! in `bash -eo pipefail`, in a fresh copy of `fixtures/` as the workspace, with this
-//! build's scenerun first on PATH and the stand-in lock tool from `fixtures/bin`. It must
-//! succeed; the lock tool's log must show exactly one acquisition per `scenerun device`
-//! (none for `--no-lock`); the paths the workflow uploads and caches must hold the
-//! reports and the cache that scenerun really wrote; and the shards of a job together
-//! must run every demo scene exactly once. One cache (`runner.temp`) is shared by all
-//! runs, as `actions/cache` would restore it.
+//! jobs, steps, every `uses:` pinned to at least a major version, the scene tests through
+//! this repository's action with a manifest that exists, no cache key or report path kept
+//! in sync by hand). Then each job is run the way a runner would run it
+//! (tests/runner.rs), for every combination of its matrix: its steps, and the action's
+//! steps behind `uses: ./`, in a fresh copy of `fixtures/` as the workspace, with the
+//! stand-in lock tool. It must succeed; the lock tool's log must show exactly one
+//! acquisition per job that takes the lock (none without it); the reports must be
+//! uploaded; and the shards of a job together must run every demo scene exactly once.
+//! One runner temp dir and one cache store are shared by all runs of a workflow, as a
+//! runner's disk and GitHub's cache are.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_yaml::{Mapping, Value};
 
+use crate::action::Bench;
 use crate::common::*;
+use crate::runner::*;
 
 const WORKFLOWS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/workflows");
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
 
 struct Workflow {
     file: String,
@@ -48,24 +47,6 @@ fn workflows() -> Vec<Workflow> {
             Workflow { file, doc }
         })
         .collect()
-}
-
-fn map<'a>(v: &'a Value, what: &str) -> &'a Mapping {
-    v.as_mapping()
-        .unwrap_or_else(|| panic!("{what}: expected a mapping, got {v:?}"))
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        other => panic!("expected a scalar, got {other:?}"),
-    }
-}
-
-fn get_str(m: &Mapping, key: &str) -> Option<String> {
-    m.get(key).map(text)
 }
 
 /// `on:` is the string "on" to a YAML 1.2 parser, but `true` to a YAML 1.1 one.
@@ -97,7 +78,7 @@ fn steps<'a>(file: &str, job: &str, j: &'a Mapping) -> Vec<&'a Mapping> {
 
 /// `owner/repo[/path]@ref` with ref a major version (`v4`), a fuller version (`v4.1.7`)
 /// or a full commit SHA; `./local` actions and `docker://image:tag` pass too.
-fn pinned(uses: &str) -> bool {
+pub fn pinned(uses: &str) -> bool {
     if uses.starts_with("./") {
         return true;
     }
@@ -123,198 +104,6 @@ fn pinned(uses: &str) -> bool {
                 .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     });
     sha || version
-}
-
-/// The simple commands of a shell script (split at newlines, `&&`, `||`, `;`, `|`), each
-/// as its words with leading keywords and `VAR=value` assignments dropped;
-/// `${{ … }}` expressions keep their spaces out, so each stays inside one word.
-fn commands(script: &str) -> Vec<Vec<String>> {
-    let joined = collapse_expressions(&script.replace("\\\n", " "));
-    let mut out = Vec::new();
-    for line in joined.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Ok(words) = shell_words::split(line) else {
-            continue;
-        };
-        let mut cur: Vec<String> = Vec::new();
-        for w in words.into_iter().chain([";".to_string()]) {
-            let separator = matches!(w.as_str(), "&&" | "||" | "|") || w.ends_with(';');
-            let w = w.trim_end_matches(';');
-            if !w.is_empty() && !matches!(w, "&&" | "||" | "|") {
-                let keyword = cur.is_empty()
-                    && (matches!(w, "then" | "do" | "else" | "time" | "exec" | "!" | "(")
-                        || (w.contains('=') && !w.starts_with('=') && !w.starts_with('-')));
-                if !keyword {
-                    cur.push(w.to_string());
-                }
-            }
-            if separator && !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-            }
-        }
-    }
-    out
-}
-
-/// `${{ matrix.shard }}` -> `${{matrix.shard}}`.
-fn collapse_expressions(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find("${{") {
-        out.push_str(&rest[..i]);
-        let Some(j) = rest[i..].find("}}") else { break };
-        out.extend(rest[i..i + j].chars().filter(|c| !c.is_whitespace()));
-        out.push_str("}}");
-        rest = &rest[i + j + 2..];
-    }
-    out.push_str(rest);
-    out
-}
-
-fn scenerun_commands(script: &str) -> Vec<Vec<String>> {
-    commands(script)
-        .into_iter()
-        .filter(|c| {
-            Path::new(&c[0])
-                .file_name()
-                .is_some_and(|n| n == "scenerun")
-        })
-        .collect()
-}
-
-/// A scenerun command that takes the fleet lock: `device` or `run`, without `--no-lock`
-/// and without a flag that runs nothing.
-fn takes_lock(cmd: &[String]) -> bool {
-    let sub = cmd
-        .iter()
-        .skip(1)
-        .find(|w| matches!(w.as_str(), "device" | "run" | "warm" | "plan" | "cache"));
-    matches!(sub.map(String::as_str), Some("device" | "run"))
-        && !cmd
-            .iter()
-            .any(|w| matches!(w.as_str(), "--no-lock" | "--plan" | "--dry-run"))
-}
-
-/// The values a runner would give the expressions, for one run of one job.
-#[derive(Clone)]
-struct Ctx {
-    file: String,
-    workspace: PathBuf,
-    temp: PathBuf,
-    matrix: BTreeMap<String, String>,
-    env: BTreeMap<String, String>,
-}
-
-impl Ctx {
-    fn value(&self, expr: &str) -> String {
-        let e = expr.trim();
-        // `a == 'x'`, `a && b || c` (GitHub's semantics: the first truthy alternative).
-        if e.contains("||") || e.contains("&&") || e.contains("==") {
-            return self.logic(e);
-        }
-        if let Some(lit) = e.strip_prefix('\'').and_then(|l| l.strip_suffix('\'')) {
-            return lit.to_string();
-        }
-        if let Some(k) = e.strip_prefix("matrix.") {
-            return self
-                .matrix
-                .get(k)
-                .unwrap_or_else(|| panic!("{}: `${{{{ {e} }}}}`: no matrix key {k}", self.file))
-                .clone();
-        }
-        if let Some(k) = e.strip_prefix("env.") {
-            return self
-                .env
-                .get(k)
-                .unwrap_or_else(|| {
-                    panic!(
-                        "{}: `${{{{ {e} }}}}`: {k} is not set in any env:",
-                        self.file
-                    )
-                })
-                .clone();
-        }
-        if e.starts_with("steps.") && e.contains(".outputs.") {
-            return format!("out-{}", e.rsplit('.').next().unwrap());
-        }
-        if e.starts_with("secrets.") || e.starts_with("vars.") {
-            return String::new();
-        }
-        if e.starts_with("hashFiles(") {
-            return "hash0123456789ab".into();
-        }
-        match e {
-            "github.workspace" => self.workspace.display().to_string(),
-            "runner.temp" => self.temp.display().to_string(),
-            "runner.os" => "Linux".into(),
-            "runner.arch" => "X64".into(),
-            "github.sha" => "0123456789abcdef0123456789abcdef01234567".into(),
-            "github.ref" => "refs/heads/main".into(),
-            "github.ref_name" => "main".into(),
-            "github.run_id" => "1001".into(),
-            "github.run_attempt" => "1".into(),
-            "github.repository" => "example/scenerun".into(),
-            "github.event_name" => "push".into(),
-            _ => panic!(
-                "{}: no test value for `${{{{ {e} }}}}` (used where the test needs it): add one to Ctx::value",
-                self.file
-            ),
-        }
-    }
-
-    /// The small part of the expression language the workflows use: `||` of `&&` of
-    /// operands, an operand being `x == 'lit'` or a value. Falsy is "" or "false".
-    fn logic(&self, e: &str) -> String {
-        let truthy = |v: &str| !v.is_empty() && v != "false";
-        let mut last = String::new();
-        for alt in e.split("||") {
-            let mut v = String::new();
-            for op in alt.split("&&") {
-                v = match op.split_once("==") {
-                    Some((a, b)) => (self.value(a) == self.value(b)).to_string(),
-                    None => self.value(op),
-                };
-                if !truthy(&v) {
-                    break;
-                }
-            }
-            if truthy(&v) {
-                return v;
-            }
-            last = v;
-        }
-        last
-    }
-
-    /// `s` with every `${{ … }}` replaced by its test value.
-    fn subst(&self, s: &str) -> String {
-        let mut out = String::new();
-        let mut rest = s;
-        while let Some(i) = rest.find("${{") {
-            out.push_str(&rest[..i]);
-            let after = &rest[i + 3..];
-            let j = after
-                .find("}}")
-                .unwrap_or_else(|| panic!("{}: unterminated `${{{{` in {s:?}", self.file));
-            out.push_str(&self.value(&after[..j]));
-            rest = &after[j + 2..];
-        }
-        out.push_str(rest);
-        out
-    }
-
-    /// Merge an `env:` mapping (workflow, job or step level) over the current env.
-    fn add_env(&mut self, m: &Mapping, level: &str) {
-        if let Some(env) = m.get("env") {
-            for (k, v) in map(env, &format!("{}: {level}.env", self.file)) {
-                let v = self.subst(&text(v));
-                self.env.insert(text(k), v);
-            }
-        }
-    }
 }
 
 /// Every combination of a job's `strategy.matrix` (lists only: include/exclude are not used).
@@ -349,32 +138,6 @@ fn matrix_runs(file: &str, job: &str, j: &Mapping) -> Vec<BTreeMap<String, Strin
     runs
 }
 
-fn uses_of(step: &Mapping) -> String {
-    get_str(step, "uses").unwrap_or_default()
-}
-
-fn action_is(step: &Mapping, name: &str) -> bool {
-    uses_of(step).split('@').next() == Some(name)
-}
-
-fn with_str(step: &Mapping, key: &str) -> Option<String> {
-    step.get("with")
-        .and_then(Value::as_mapping)
-        .and_then(|w| get_str(w, key))
-}
-
-fn always_if(step: &Mapping) -> bool {
-    get_str(step, "if").is_some_and(|c| c.contains("always()") || c.contains("!cancelled()"))
-}
-
-fn lines(s: &str) -> Vec<String> {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect()
-}
-
 fn demo_scenes() -> BTreeSet<String> {
     let doc: Value =
         serde_yaml::from_str(&fs::read_to_string(format!("{DEMO}/scenes.yaml")).unwrap()).unwrap();
@@ -384,6 +147,21 @@ fn demo_scenes() -> BTreeSet<String> {
         .iter()
         .map(|s| text(&s["name"]))
         .collect()
+}
+
+fn always_if(step: &Mapping) -> bool {
+    get_str(step, "if").is_some_and(|c| c.contains("always()") || c.contains("!cancelled()"))
+}
+
+/// The step of a job that runs this repository's action.
+fn action_step<'a>(f: &str, job: &str, steps: &[&'a Mapping]) -> &'a Mapping {
+    let found: Vec<&&Mapping> = steps.iter().filter(|s| uses_of(s) == "./").collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{f}: jobs.{job}: one step runs the scene tests through the action (`uses: ./`)"
+    );
+    found[0]
 }
 
 #[test]
@@ -408,8 +186,22 @@ fn every_workflow_has_the_structure_ci_relies_on() {
             _ => true,
         };
         assert!(!on_empty, "{f}: `on:` names no event");
+        // Nothing kept in sync by hand: the action derives the cache key and the report
+        // dir from the manifest it is given.
+        let raw: String = fs::read_to_string(Path::new(WORKFLOWS).join(f))
+            .unwrap()
+            .lines()
+            .map(|l| l.split(" #").next().unwrap())
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for by_hand in ["hashFiles(", "SCENE_DIR", "build/scenerun", "cargo install"] {
+            assert!(
+                !raw.contains(by_hand),
+                "{f}: `{by_hand}` (the action does it)"
+            );
+        }
 
-        let mut scenerun_steps = 0;
         for (job, j) in jobs(wf) {
             assert!(j.get("runs-on").is_some(), "{f}: jobs.{job}: no `runs-on:`");
             let steps = steps(f, &job, j);
@@ -418,7 +210,6 @@ fn every_workflow_has_the_structure_ci_relies_on() {
                 action_is(steps[0], "actions/checkout"),
                 "{f}: jobs.{job}: the first step must check the repository out"
             );
-            let mut job_scenerun = 0;
             for (i, s) in steps.iter().enumerate() {
                 let at = format!("{f}: jobs.{job}.steps[{i}]");
                 let (uses, run) = (s.get("uses"), s.get("run"));
@@ -430,81 +221,39 @@ fn every_workflow_has_the_structure_ci_relies_on() {
                     let u = text(u);
                     assert!(pinned(&u), "{at}: `uses: {u}` is not pinned to a version (owner/repo@vN or a commit SHA)");
                 }
-                if let Some(r) = run {
-                    if let Some(sh) = get_str(s, "shell") {
-                        assert_eq!(sh, "bash", "{at}: the test runs scripts with bash only");
-                    }
-                    job_scenerun += scenerun_commands(&text(r)).len();
+            }
+            let act = action_step(f, &job, &steps);
+            let manifest = with_str(act, "manifest")
+                .unwrap_or_else(|| panic!("{f}: jobs.{job}: the action step names no manifest"));
+            assert!(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join(&manifest)
+                    .is_file(),
+                "{f}: jobs.{job}: manifest {manifest} does not exist"
+            );
+            if matrix_runs(f, &job, j).len() > 1 {
+                let part = with_str(act, "partition").unwrap_or_default();
+                assert!(
+                    part.contains("${{ matrix."),
+                    "{f}: jobs.{job}: a matrix job gives each run its partition"
+                );
+                // The default artifact name carries the partition; a given one must differ too.
+                if let Some(name) = with_str(act, "artifact-name") {
+                    assert!(
+                        name.contains("${{ matrix."),
+                        "{f}: jobs.{job}: artifact names must differ per matrix run"
+                    );
                 }
             }
-            scenerun_steps += job_scenerun;
-            if job_scenerun == 0 {
-                continue;
-            }
-
-            // A job that runs scenerun restores the cache with a fallback, saves it, and
-            // uploads the reports also when it failed.
-            let restore: Vec<&&Mapping> = steps
-                .iter()
-                .filter(|s| action_is(s, "actions/cache") || action_is(s, "actions/cache/restore"))
-                .collect();
-            assert_eq!(
-                restore.len(),
-                1,
-                "{f}: jobs.{job}: one actions/cache(/restore) step"
-            );
-            assert!(
-                with_str(restore[0], "key").is_some(),
-                "{f}: jobs.{job}: cache step without `key:`"
-            );
-            assert!(
-                with_str(restore[0], "restore-keys").is_some_and(|k| !lines(&k).is_empty()),
-                "{f}: jobs.{job}: cache step without `restore-keys:` (a new commit would start cold)"
-            );
-            if action_is(restore[0], "actions/cache/restore") {
-                let save = steps.iter().find(|s| action_is(s, "actions/cache/save"));
-                let save =
-                    save.unwrap_or_else(|| panic!("{f}: jobs.{job}: cache restored, never saved"));
-                assert_eq!(
-                    with_str(save, "path"),
-                    with_str(restore[0], "path"),
-                    "{f}: jobs.{job}: save another path"
-                );
-                assert!(
-                    get_str(save, "if")
-                        .is_some_and(|c| c.contains("!cancelled()") || c.contains("always()")),
-                    "{f}: jobs.{job}: save the cache also when a scene failed (`if: !cancelled()`)"
-                );
-            }
-            let upload: Vec<&&Mapping> = steps
-                .iter()
-                .filter(|s| action_is(s, "actions/upload-artifact"))
-                .collect();
-            assert_eq!(
-                upload.len(),
-                1,
-                "{f}: jobs.{job}: one actions/upload-artifact step"
-            );
-            assert!(
-                always_if(upload[0]),
-                "{f}: jobs.{job}: upload the reports with `if: always()`"
-            );
-            let paths = with_str(upload[0], "path").unwrap_or_default();
-            for want in ["report.json", "junit.xml", "logs"] {
-                assert!(
-                    paths.contains(&format!("build/scenerun/{want}")),
-                    "{f}: jobs.{job}: the artifact does not include build/scenerun/{want}"
-                );
-            }
-            if matrix_runs(f, &job, j).len() > 1 {
-                let name = with_str(upload[0], "name").unwrap_or_default();
-                assert!(
-                    name.contains("${{ matrix."),
-                    "{f}: jobs.{job}: artifact names must differ per matrix run"
-                );
+            for s in &steps {
+                if action_is(s, "mikepenz/action-junit-report") {
+                    assert!(
+                        always_if(s),
+                        "{f}: jobs.{job}: publish the test report with `if: always()`"
+                    );
+                }
             }
         }
-        assert!(scenerun_steps > 0, "{f}: no step runs scenerun");
     }
 
     // The two workflows this repository promises.
@@ -523,24 +272,17 @@ fn every_workflow_has_the_structure_ci_relies_on() {
         ["1", "2"],
         "scene-tests.yml: matrix.shard must be [1, 2]"
     );
-    let script: String = steps(&lock.file, &job, j)
-        .iter()
-        .filter_map(|s| get_str(s, "run"))
-        .collect();
-    let cmds = scenerun_commands(&script);
-    for sub in ["warm", "device"] {
-        let c = cmds
-            .iter()
-            .find(|c| c.contains(&sub.to_string()))
-            .unwrap_or_else(|| panic!("scene-tests.yml: no `scenerun {sub}`"));
-        let at = c.iter().position(|w| w == "--partition");
-        assert_eq!(
-            at.map(|i| c[i + 1].as_str()),
-            Some("${{matrix.shard}}/2"),
-            "scene-tests.yml: `scenerun {sub}` must take --partition ${{{{ matrix.shard }}}}/2"
-        );
-    }
-    assert!(script.contains("scenerun warm") && script.contains("&& scenerun device"));
+    let act = action_step(&lock.file, &job, &steps(&lock.file, &job, j));
+    assert_eq!(
+        with_str(act, "partition").as_deref(),
+        Some("${{ matrix.shard }}/2"),
+        "scene-tests.yml: each shard runs --partition ${{{{ matrix.shard }}}}/2"
+    );
+    assert_eq!(
+        with_str(act, "devices"),
+        None,
+        "scene-tests.yml takes the lock"
+    );
 
     let sim = wfs
         .iter()
@@ -551,267 +293,118 @@ fn every_workflow_has_the_structure_ci_relies_on() {
         !format!("{:?}", j["runs-on"]).contains("self-hosted"),
         "scene-tests-sim.yml: jobs.{job} runs on a GitHub-hosted runner"
     );
-    let script: String = steps(&sim.file, &job, j)
-        .iter()
-        .filter_map(|s| get_str(s, "run"))
-        .collect();
-    assert!(
-        scenerun_commands(&script)
-            .iter()
-            .any(|c| c[1..] == ["run", "--no-lock", "--devices", "0-15"]),
-        "scene-tests-sim.yml: must run `scenerun run --no-lock --devices 0-15`"
+    let act = action_step(&sim.file, &job, &steps(&sim.file, &job, j));
+    assert_eq!(
+        with_str(act, "devices").as_deref(),
+        Some("0-15"),
+        "scene-tests-sim.yml: runs without the lock on ids 0-15"
     );
 }
 
 #[test]
-fn pinned_and_commands_helpers() {
+fn pinned_helper() {
     assert!(pinned("actions/checkout@v4"));
     assert!(pinned("actions/cache/restore@v4.2.0"));
     assert!(pinned(
         "mikepenz/action-junit-report@0123456789abcdef0123456789abcdef01234567"
     ));
+    assert!(pinned("./"));
     assert!(!pinned("actions/checkout"));
     assert!(!pinned("actions/checkout@main"));
     assert!(!pinned("dtolnay/rust-toolchain@stable"));
     assert!(!pinned("actions/checkout@v"));
-    let c = commands("FOO=1 scenerun warm --partition ${{ matrix.shard }}/2 && scenerun device\necho \"x && y\" | tee f; then ./target/debug/scenerun run");
-    assert_eq!(
-        c,
-        vec![
-            vec!["scenerun", "warm", "--partition", "${{matrix.shard}}/2"],
-            vec!["scenerun", "device"],
-            vec!["echo", "x && y"],
-            vec!["tee", "f"],
-            vec!["./target/debug/scenerun", "run"],
-        ]
-    );
-    assert!(takes_lock(&c[1]));
-    assert!(!takes_lock(&c[0]));
-    assert!(!takes_lock(&[
-        "scenerun".into(),
-        "run".into(),
-        "--no-lock".into()
-    ]));
 }
 
-/// What one run of one job left behind.
-struct JobRun {
-    scenes: BTreeSet<String>,
-}
-
-fn acquires(log: &Path) -> usize {
-    fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with("acquire "))
-        .count()
-}
-
-/// Run one job of `wf` for one matrix combination, in a fresh workspace; `temp` is the
-/// runner's temp dir (shared: it holds the scene cache that actions/cache would restore).
+/// Run one job of `wf` for one matrix combination, in a fresh workspace; the scenes its
+/// report says ran.
 fn run_job(
     wf: &Workflow,
     job: &str,
     j: &Mapping,
     matrix: BTreeMap<String, String>,
-    temp: &Path,
-) -> JobRun {
+    bench: &Bench,
+    run_id: u32,
+) -> BTreeSet<String> {
     let f = &wf.file;
     let label = format!("{f}: jobs.{job} {matrix:?}");
-    let ws_tmp = tempfile::tempdir().unwrap();
-    let workspace = ws_tmp.path().join("workspace");
-    // build/ holds a developer's own cache and reports: not part of a checkout.
-    copy_tree(Path::new(FIXTURES), &workspace.join("fixtures"), &["build"]);
-    let gh = ws_tmp.path().join("github");
-    fs::create_dir_all(&gh).unwrap();
-    let lock_log = gh.join("task-submit.log");
-    let summary = gh.join("step-summary.md");
-
-    let mut ctx = Ctx {
-        file: f.clone(),
-        workspace: workspace.clone(),
-        temp: temp.to_path_buf(),
+    let pool = Pool::new("0-15");
+    let mut r = bench.runner(run_id, &pool);
+    let mut scope = Scope {
         matrix,
-        env: BTreeMap::new(),
+        ..Scope::default()
     };
-    ctx.add_env(map(&wf.doc, f), "workflow");
-    ctx.add_env(j, &format!("jobs.{job}"));
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_scenerun"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let path = format!(
-        "{}:{}:{}",
-        bin_dir.display(),
-        workspace.join("fixtures/bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let default_wd = j
-        .get("defaults")
-        .and_then(|d| d.get("run"))
-        .and_then(|r| r.get("working-directory"))
-        .map(text);
-
-    // The cache path the workflow saves must be the cache this run's warm wrote: take away
-    // the record of the last warm (the cache is shared with earlier runs) and expect it back.
-    let restore = steps(f, job, j)
-        .into_iter()
-        .find(|s| action_is(s, "actions/cache") || action_is(s, "actions/cache/restore"))
-        .unwrap_or_else(|| panic!("{label}: no cache step"));
-    let cache = PathBuf::from(ctx.subst(&with_str(restore, "path").unwrap()));
-    let _ = fs::remove_file(cache.join("last-warm.json"));
-
-    let mut expected_locks = 0;
-    let mut warms = 0;
-    let mut ran = 0;
-    for (i, s) in steps(f, job, j).into_iter().enumerate() {
-        let Some(run) = get_str(s, "run") else {
-            continue; // a pure `uses:` action: nothing of ours to run
-        };
-        let cmds = scenerun_commands(&run);
-        if cmds.is_empty() {
-            continue; // installs, identity probes: the test brings its own scenerun
+    for level in [map(&wf.doc, f), j] {
+        if let Some(env) = level.get("env").and_then(Value::as_mapping) {
+            for (k, v) in env {
+                let v = r.subst(&scope, &text(v));
+                scope.env.insert(text(k), v);
+            }
         }
-        let mut sctx = ctx.clone();
-        sctx.add_env(s, &format!("jobs.{job}.steps[{i}]"));
-        let script = sctx.subst(&run);
-        expected_locks += cmds.iter().filter(|c| takes_lock(c)).count();
-        warms += cmds
-            .iter()
-            .filter(|c| c.iter().any(|w| w == "warm" || w == "run"))
-            .count();
-        let wd = get_str(s, "working-directory").or(default_wd.clone());
-        let cwd = wd
-            .map(|d| workspace.join(sctx.subst(&d)))
-            .unwrap_or(workspace.clone());
-
-        let mut cmd = Command::new("bash");
-        cmd.args(["--noprofile", "--norc", "-eo", "pipefail", "-c", &script])
-            .current_dir(&cwd)
-            .env_clear()
-            .env("PATH", &path)
-            .env(
-                "HOME",
-                std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
-            )
-            .env("LANG", "C.UTF-8")
-            .env("CI", "true")
-            .env("NO_COLOR", "1")
-            .env("GITHUB_ACTIONS", "true")
-            .env("GITHUB_WORKSPACE", &workspace)
-            .env("GITHUB_STEP_SUMMARY", &summary)
-            .env("GITHUB_OUTPUT", gh.join("output"))
-            .env("GITHUB_ENV", gh.join("env"))
-            .env("GITHUB_PATH", gh.join("path"))
-            .env("RUNNER_TEMP", temp)
-            .env("RUNNER_OS", "Linux")
-            .env("TASK_SUBMIT_POOL", gh.join("pool"))
-            .env("TASK_SUBMIT_LOG", &lock_log)
-            .envs(&sctx.env);
-        if let Ok(t) = std::env::var("TMPDIR") {
-            cmd.env("TMPDIR", t);
-        }
-        let out = cmd.output().expect("bash runs");
-        assert!(
-            out.status.success(),
-            "{label}: step {i} failed ({}):\n$ {script}\n--- stdout\n{}\n--- stderr\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        ran += 1;
     }
-    assert!(ran > 0, "{label}: no step ran scenerun");
+    let job_steps: Vec<Value> = j["steps"].as_sequence().unwrap().clone();
+    r.run_steps(&mut scope, &job_steps, None);
+    assert!(r.finish(), "{label}: the job failed: {:#?}", r.events.ran);
 
-    // One `scenerun device` = exactly one lock acquisition; --no-lock takes none.
+    let act = action_step(f, job, &steps(f, job, j));
+    let takes_lock = with_str(act, "devices").is_none();
     assert_eq!(
-        acquires(&lock_log),
-        expected_locks,
-        "{label}: lock acquisitions in {}:\n{}",
-        lock_log.display(),
-        fs::read_to_string(&lock_log).unwrap_or_default()
+        pool.acquisitions(),
+        usize::from(takes_lock),
+        "{label}: lock acquisitions"
     );
     assert!(
-        fs::read_to_string(&summary).is_ok_and(|t| !t.trim().is_empty()),
+        fs::read_to_string(r.summary()).is_ok_and(|t| !t.trim().is_empty()),
         "{label}: nothing was appended to $GITHUB_STEP_SUMMARY"
     );
-
-    let steps = steps(f, job, j);
-    // The artifact uploads what scenerun wrote.
-    let upload = steps
-        .iter()
-        .find(|s| action_is(s, "actions/upload-artifact"))
-        .unwrap();
-    let mut report = None;
-    for p in lines(&with_str(upload, "path").unwrap()) {
-        let p = workspace.join(ctx.subst(&p));
+    let id = get_str(act, "id").unwrap_or_else(|| panic!("{label}: the action step has no id"));
+    let reports = PathBuf::from(&scope.steps[&id]["report-dir"]);
+    assert_eq!(reports, r.workspace.join("fixtures/demo/build/scenerun"));
+    let (_, uploaded) = r
+        .events
+        .uploads
+        .first()
+        .unwrap_or_else(|| panic!("{label}: no upload"));
+    for want in ["report.json", "junit.xml", "logs"] {
         assert!(
-            p.exists(),
-            "{label}: the artifact path {} does not exist after the run",
-            p.display()
+            uploaded.contains(&reports.join(want)),
+            "{label}: {want} not uploaded"
         );
-        if p.ends_with("report.json") {
-            report = Some(p);
+    }
+    for s in steps(f, job, j) {
+        if let Some(p) = with_str(s, "report_paths") {
+            let p = r.workspace.join(r.subst(&scope, &p));
+            assert!(
+                p.is_file(),
+                "{label}: the test report {} does not exist",
+                p.display()
+            );
         }
     }
-    let report: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(report.expect("report.json uploaded")).unwrap())
-            .unwrap();
+    let report = json_file(&reports.join("report.json"));
     assert_eq!(report["exit_code"], 0, "{label}: report.json: {report:#}");
     let mut scenes = BTreeSet::new();
-    for s in report["scenes"].as_array().unwrap() {
-        assert_eq!(s["outcome"], "passed", "{label}: {s:#}");
-        scenes.insert(s["name"].as_str().unwrap().to_string());
+    for (name, outcome) in outcomes(&report) {
+        assert_eq!(outcome, "passed", "{label}: {name}");
+        scenes.insert(name);
     }
-    if expected_locks > 0 {
-        assert!(
-            report["lock"]["queue_wait_secs"].is_number(),
-            "{label}: no lock timings: {report:#}"
-        );
-    }
-
-    // The cache the workflow saves is the one scenerun used; its keys fall back by prefix.
-    assert!(
-        cache.join("scenerun-cache.json").is_file(),
-        "{label}: the cached path {} is not a scene cache",
-        cache.display()
-    );
-    if warms > 0 {
-        assert!(
-            cache.join("last-warm.json").is_file(),
-            "{label}: this run's warm did not use the cached path {} (SCENERUN_CACHE_DIR or --cache-dir elsewhere?)",
-            cache.display()
-        );
-    }
-    let key = ctx.subst(&with_str(restore, "key").unwrap());
-    for rk in lines(&with_str(restore, "restore-keys").unwrap()) {
-        let rk = ctx.subst(&rk);
-        assert!(
-            key.starts_with(&rk),
-            "{label}: restore key {rk:?} is not a prefix of the key {key:?}"
-        );
-    }
-    JobRun { scenes }
+    scenes
 }
 
 #[test]
 fn every_workflow_runs_against_the_demo() {
-    let temp = tempfile::tempdir().unwrap(); // runner.temp, shared: one scene cache for all runs
     let all = demo_scenes();
     for wf in workflows() {
+        let bench = Bench::new(); // one runner disk and one cache store per workflow
+        bench.seed_build();
+        let mut run_id = 0;
         for (job, j) in jobs(&wf) {
-            let runs_scenerun = steps(&wf.file, &job, j)
-                .iter()
-                .any(|s| get_str(s, "run").is_some_and(|r| !scenerun_commands(&r).is_empty()));
-            if !runs_scenerun {
-                continue;
-            }
             let mut seen = BTreeSet::new();
             let mut total = 0;
             for m in matrix_runs(&wf.file, &job, j) {
-                let r = run_job(&wf, &job, j, m, temp.path());
-                total += r.scenes.len();
-                seen.extend(r.scenes);
+                run_id += 1;
+                let scenes = run_job(&wf, &job, j, m, &bench, run_id);
+                total += scenes.len();
+                seen.extend(scenes);
             }
             // Shards are disjoint and together run every scene.
             assert_eq!(
