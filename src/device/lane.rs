@@ -291,6 +291,10 @@ pub struct Batch {
     clean: bool,
     /// Output of the process at crash time, for the crashed scene's message.
     pub fault_scene: Option<usize>,
+    /// The process asked for a restart: what it writes after that is not read (its
+    /// runtime said it is poisoned, and when the request and a later line are read in
+    /// one look must not decide a scene's outcome).
+    restart_asked: bool,
 }
 
 impl Batch {
@@ -313,6 +317,7 @@ impl Batch {
             first_result: None,
             clean: false,
             fault_scene: None,
+            restart_asked: false,
         }
     }
 
@@ -409,7 +414,7 @@ impl Batch {
     /// Read one line written by the process at `now`.
     pub fn feed(&mut self, text: &str, now: f64) -> Vec<Effect> {
         let mut out = Vec::new();
-        if text.trim().is_empty() {
+        if text.trim().is_empty() || self.restart_asked {
             return out;
         }
         match parse_line(text) {
@@ -419,7 +424,10 @@ impl Batch {
             ))),
             Line::Other => {}
             Line::SessionFinish => self.clean = true,
-            Line::Restart { reason } => out.push(Effect::Restart { reason }),
+            Line::Restart { reason } => {
+                self.restart_asked = true;
+                out.push(Effect::Restart { reason });
+            }
             Line::Fault { devices, scene } => {
                 self.fault_scene = scene
                     .and_then(|s| self.by_name.get(&s).copied())

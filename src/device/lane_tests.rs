@@ -468,6 +468,26 @@ fn a_restart_cuts_the_running_scene_short_once() {
     assert_eq!(again, [1]);
 }
 
+/// What a process writes after its restart line is not read: the scene it went on to
+/// run is cut short and reruns in the fresh process, however the lines were batched.
+#[test]
+fn lines_after_a_restart_line_are_not_read() {
+    let mut b = batch(&[("a", &[], None), ("b", &[], None)]);
+    b.feed(r#"{"scene": "a", "event": "start"}"#, 0.5);
+    b.feed(r#"{"event": "restart", "reason": "r"}"#, 1.0);
+    for line in [
+        r#"{"scene": "a", "event": "end", "outcome": "passed"}"#,
+        r#"{"scene": "b", "event": "start"}"#,
+        r#"{"scene": "b", "event": "end", "outcome": "passed"}"#,
+        r#"{"event": "device_fault", "devices": [0]}"#,
+    ] {
+        assert_eq!(b.feed(line, 1.1), [], "{line}");
+    }
+    let (e, again) = b.finish(&ProcessEnd::Restart("r".into()), 2.0, "");
+    assert_eq!(verdicts(&e), [(0, AttemptOutcome::CutShort)]);
+    assert_eq!(again, [0, 1]);
+}
+
 /// Without start events, the scene of the last reports keeps what they said.
 #[test]
 fn a_restart_after_reportlog_lines_keeps_the_reported_scene() {
