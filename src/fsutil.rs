@@ -81,7 +81,9 @@ pub fn real_dirs(root: &Path, dir: &Path) -> io::Result<()> {
             Node::Dir => continue,
             Node::Missing => {}
             // Never followed, never written through: the link (or file) itself goes.
-            _ => fs::remove_file(&at)?,
+            // Steps of one scene start their logs in parallel: another may have
+            // removed it (and made the directory) since we looked.
+            _ => remove_file_if_there(&at)?,
         }
         match fs::create_dir(&at) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && node(&at)? == Node::Dir => {}
@@ -91,13 +93,23 @@ pub fn real_dirs(root: &Path, dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Remove a file or link; already gone, or already replaced by a directory (by a
+/// step starting its log beside ours), is fine.
+fn remove_file_if_there(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(_) if node(path)? == Node::Dir => Ok(()),
+        other => other,
+    }
+}
+
 /// Start a log at `path`, under `root` (`real_dirs`), with `header`: created or truncated,
 /// never through a link (one in its place is removed).
 pub fn start_log(root: &Path, path: &Path, header: &str) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     real_dirs(root, path.parent().unwrap_or(root))?;
     if node(path)? == Node::Symlink {
-        fs::remove_file(path)?;
+        remove_file_if_there(path)?;
     }
     let mut f = fs::File::options()
         .write(true)
@@ -386,5 +398,55 @@ pub fn ensure_real_dir(path: &Path) -> io::Result<()> {
             path.display(),
             other.describe()
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Steps of one scene start their logs at once; a link planted at the scene's log
+    /// directory is replaced by one of them, and none of them fails for it.
+    #[test]
+    fn logs_started_in_parallel_over_a_planted_link_all_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("job");
+        let victim = tmp.path().join("victim");
+        fs::create_dir_all(&victim).unwrap();
+        let mut failures = Vec::new();
+        for round in 0..200 {
+            let _ = remove_any(&root);
+            fs::create_dir_all(root.join("logs")).unwrap();
+            std::os::unix::fs::symlink(&victim, root.join("logs/s0")).unwrap();
+            let barrier = std::sync::Barrier::new(6);
+            std::thread::scope(|t| {
+                let handles: Vec<_> = (0..6)
+                    .map(|k| {
+                        let (root, barrier) = (&root, &barrier);
+                        t.spawn(move || {
+                            barrier.wait();
+                            let log = root.join(format!("logs/s0/step{k}.log"));
+                            start_log(root, &log, "header\n")
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    if let Err(e) = h.join().unwrap() {
+                        failures.push(format!("round {round}: {e}"));
+                    }
+                }
+            });
+        }
+        assert!(
+            failures.is_empty(),
+            "{} failed: {:?}",
+            failures.len(),
+            &failures[..failures.len().min(3)]
+        );
+        assert_eq!(
+            fs::read_dir(&victim).unwrap().count(),
+            0,
+            "written through the link"
+        );
     }
 }
