@@ -204,7 +204,7 @@ fn device_command(cli: &Cli, a: &crate::cli::DeviceArgs, ui: &Ui) -> Result<Exit
         return Ok(exit);
     }
     handle_signals();
-    do_device(&plan, &a.device, ui)
+    do_device(cli, &plan, &a.device, ui)
 }
 
 /// `scenerun run`: warm, then device on the same plan (or their preview).
@@ -225,11 +225,34 @@ fn run_command(cli: &Cli, a: &crate::cli::RunArgs, jobs: usize, ui: &Ui) -> Resu
     // The device phase reads the statuses warm produced: what it published or
     // failed, applied to the same plan.
     plan.apply_warm(&published);
-    let exit = do_device(&plan, &a.device, ui)?;
+    let exit = do_device(cli, &plan, &a.device, ui)?;
     Ok(exit.max(warm_exit))
 }
 
+/// The manifest to load, or why there is none: where the search upwards went when no
+/// `--manifest` was given, or what the given path is instead (exit 4).
+fn manifest_path(cli: &Cli) -> Result<&std::path::Path, Error> {
+    use crate::error::NoManifest;
+    match std::fs::metadata(&cli.manifest) {
+        Ok(m) if m.is_dir() => Err(Error::NoManifest(NoManifest::Directory(
+            cli.manifest.clone(),
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::NoManifest(match &cli.manifest_search {
+                Some(stopped) => NoManifest::NotFound {
+                    name: cli.manifest.clone(),
+                    from: std::env::current_dir().unwrap_or_default(),
+                    stopped: stopped.clone(),
+                },
+                None => NoManifest::Missing(cli.manifest.clone()),
+            }))
+        }
+        _ => Ok(&cli.manifest),
+    }
+}
+
 fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> {
+    manifest_path(cli)?;
     // The stat memo (a file beside the manifest, megabytes on a big suite) is read on
     // another thread while the manifest parses: its place is known before the manifest.
     // The identity commands start as soon as the manifest is in, while it still reads;
@@ -332,7 +355,7 @@ fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
     } else {
         None
     };
-    let m = manifest::load(&cli.manifest).map_err(Error::Manifest)?;
+    let m = manifest::load(manifest_path(cli)?).map_err(Error::Manifest)?;
     let selected = match crate::select::select(&m.scenes, &sel) {
         Ok(s) => s,
         Err(e)
@@ -422,7 +445,16 @@ fn report_dir(plan: &Plan, d: &DeviceFlags) -> PathBuf {
     crate::layout::report_dir(d.report_dir.as_deref(), &plan.job_dir)
 }
 
-fn do_device(plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
+/// Which setting chose the cache dir.
+fn cache_from(cli: &Cli, m: &manifest::Manifest) -> crate::layout::CacheFrom {
+    crate::layout::CacheFrom::of(
+        cli.cache_dir.as_deref(),
+        std::env::var_os("SCENERUN_CACHE_DIR").as_deref(),
+        m.cache.dir.is_some(),
+    )
+}
+
+fn do_device(cli: &Cli, plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
     let dir = report_dir(plan, d);
     let sink = crate::report::Writer {
         dir: dir.clone(),
@@ -433,6 +465,7 @@ fn do_device(plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
         devices: no_lock_ids(d),
         report_dir: dir.clone(),
         sink: &sink,
+        cache_from: cache_from(cli, &plan.manifest),
     };
     let called = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -447,11 +480,14 @@ fn do_device(plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
 }
 
 fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
-    let (root, cfg) = match manifest::load(&cli.manifest) {
+    let loaded = manifest_path(cli)
+        .map_err(anyhow::Error::new)
+        .and_then(|p| manifest::load(p).map_err(|e| Error::Manifest(e).into()));
+    let (root, cfg) = match loaded {
         Ok(m) => (plan::cache_dir(&m, cli.cache_dir.as_deref()), Some(m.cache)),
         Err(e) => match &cli.cache_dir {
             Some(d) => (std::path::absolute(d)?, None),
-            None => return Err(Error::Manifest(e).into()),
+            None => return Err(e),
         },
     };
     let store = Store::at(root);

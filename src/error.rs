@@ -16,6 +16,8 @@ pub enum Error {
     Usage(String),
     /// Every problem of a manifest (exit 4).
     Manifest(ManifestErrors),
+    /// No manifest to load (exit 4).
+    NoManifest(NoManifest),
     /// The selection is empty (exit 5).
     NoneSelected(String),
     /// Artifacts are missing: the lock was not taken (exit 6).
@@ -48,7 +50,7 @@ impl Error {
     /// The exit code this error calls for.
     pub fn code(&self) -> Exit {
         match self {
-            Error::Usage(_) | Error::Manifest(_) => Exit::Usage,
+            Error::Usage(_) | Error::Manifest(_) | Error::NoManifest(_) => Exit::Usage,
             Error::NoneSelected(_) => Exit::NoneSelected,
             Error::NotWarm(_) => Exit::NotWarm,
             Error::Infra(_)
@@ -62,7 +64,10 @@ impl Error {
     /// What to do about it, where that is clear.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
-            Error::NotWarm(_) => Some("run `scenerun warm` first"),
+            Error::NotWarm(_) => Some("run `scenerun warm` first, with the same cache dir"),
+            Error::NoManifest(_) => Some(
+                "pass --manifest FILE (or set SCENERUN_MANIFEST); a directory that holds a scenes.yaml will do",
+            ),
             Error::ReportDirBusy { .. } => {
                 Some("wait for it, or give each run its own --report-dir")
             }
@@ -86,6 +91,7 @@ impl fmt::Display for Error {
             | Error::Infra(m)
             | Error::Interrupted(m) => f.write_str(m),
             Error::Manifest(e) => write!(f, "{e}"),
+            Error::NoManifest(e) => write!(f, "{e}"),
             Error::ReportDirBusy { holder, dir } => write!(
                 f,
                 "another `scenerun device`{} is writing its report to {}; this run is refused so that the two reports never mix",
@@ -111,6 +117,47 @@ impl std::error::Error for Error {}
 impl From<ManifestErrors> for Error {
     fn from(e: ManifestErrors) -> Error {
         Error::Manifest(e)
+    }
+}
+
+/// Why there is no manifest to load.
+#[derive(Debug)]
+pub enum NoManifest {
+    /// Without `--manifest`, the search for `name` upwards from `from` ended without one,
+    /// `stopped` saying where and why (docs/cli.md).
+    NotFound {
+        name: PathBuf,
+        from: PathBuf,
+        stopped: String,
+    },
+    /// `--manifest` (or `$SCENERUN_MANIFEST`) names nothing.
+    Missing(PathBuf),
+    /// `--manifest` names a directory that holds no `scenes.yaml`.
+    Directory(PathBuf),
+}
+
+impl fmt::Display for NoManifest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoManifest::NotFound {
+                name,
+                from,
+                stopped,
+            } => write!(
+                f,
+                "no manifest: no {} in {} or the directories above it (searched upwards; the search stopped: {stopped})",
+                name.display(),
+                from.display()
+            ),
+            NoManifest::Missing(p) => {
+                write!(f, "no manifest: {} does not exist", p.display())
+            }
+            NoManifest::Directory(p) => write!(
+                f,
+                "no manifest: {} is a directory, and it holds no scenes.yaml",
+                p.display()
+            ),
+        }
     }
 }
 

@@ -34,6 +34,40 @@ pub fn cache_dir(manifest_dir: &Path, configured: Option<&Path>, flag: Option<&P
     }
 }
 
+/// Which setting chose the cache directory (named where a message shows the dir, so a
+/// warm into another one is told apart from no warm at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheFrom {
+    Flag,
+    Env,
+    Manifest,
+    Default,
+}
+
+impl CacheFrom {
+    /// `flag` is the value `--cache-dir` or `$SCENERUN_CACHE_DIR` gave, `env` the
+    /// variable's value: the same value is taken to come from the variable.
+    pub fn of(flag: Option<&Path>, env: Option<&std::ffi::OsStr>, configured: bool) -> CacheFrom {
+        match flag {
+            Some(f) if env == Some(f.as_os_str()) => CacheFrom::Env,
+            Some(_) => CacheFrom::Flag,
+            None if configured => CacheFrom::Manifest,
+            None => CacheFrom::Default,
+        }
+    }
+}
+
+impl std::fmt::Display for CacheFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CacheFrom::Flag => "--cache-dir",
+            CacheFrom::Env => "$SCENERUN_CACHE_DIR",
+            CacheFrom::Manifest => "the manifest's cache.dir",
+            CacheFrom::Default => "the default: build/cache beside the manifest",
+        })
+    }
+}
+
 /// Where `device` writes report.json, junit.xml and logs: `--report-dir` (relative to
 /// the current directory), else the job dir.
 pub fn report_dir(flag: Option<&Path>, job_dir: &Path) -> PathBuf {

@@ -47,6 +47,9 @@ pub fn parse_args() -> Result<Cli, clap::Error> {
             }
             cli.manifest_search = found.stopped;
         }
+    } else if cli.manifest.is_dir() && cli.manifest.join("scenes.yaml").is_file() {
+        // `--manifest DIR` means the manifest in it (docs/cli.md).
+        cli.manifest = cli.manifest.join("scenes.yaml");
     }
     Ok(cli)
 }
@@ -56,7 +59,10 @@ pub fn run(cli: Cli) -> Exit {
     let ui = ui::Ui::new(cli.quiet, cli.verbose, cli.color);
     if ui.verbose > 0 {
         if let Some(why) = &cli.manifest_search {
-            ui.info(why);
+            let name = cli.manifest.display();
+            ui.info(&format!(
+                "no {name} found here or above; the search stopped: {why}"
+            ));
         }
         let shown = std::path::absolute(&cli.manifest).unwrap_or(cli.manifest.clone());
         ui.info(&format!("manifest: {}", shown.display()));

@@ -1,4 +1,5 @@
-//! Sizes (`40GiB`, `512MiB`, `1.5GB`, bytes) and durations (`30m`, `90s`, `1h 30m`).
+//! Sizes (`40GiB`, `512MiB`, `1.5GB`, bytes), durations (`30m`, `90s`, `1h 30m`) and counts
+//! of things (`1 scene`, `2 scenes`).
 
 use std::fmt;
 use std::time::Duration;
@@ -108,6 +109,15 @@ pub fn short_size(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// `1 scene`, `2 scenes`: a count and its noun, plural by `s` (every noun scenerun
+/// counts takes one).
+pub fn count(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        _ => format!("{n} {noun}s"),
     }
 }
 

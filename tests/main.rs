@@ -13,6 +13,7 @@ mod lanes;
 mod layers;
 mod lock_standin;
 mod manifest;
+mod newcomer;
 mod plan;
 mod pytest_suite;
 mod readme;

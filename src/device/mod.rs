@@ -12,6 +12,7 @@ mod lane_proc;
 pub mod lanes;
 pub mod live;
 mod lockrun;
+pub mod not_warm;
 pub mod outer;
 pub mod pack;
 pub mod report;

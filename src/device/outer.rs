@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::lockrun::{self, Killed, LockEnding, LockRun};
+use super::not_warm::{self, Missing};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
 use super::{Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome};
@@ -26,10 +27,9 @@ pub struct Options<'a> {
     pub report_dir: PathBuf,
     /// Where every ending's report goes (written into `report_dir`).
     pub sink: &'a dyn Sink,
+    /// Which setting chose the cache dir (named when something is not warm).
+    pub cache_from: crate::layout::CacheFrom,
 }
-
-/// An artifact that is not warm: (scene index, what is missing).
-pub type Missing = (usize, String);
 
 /// Freeze the plan into `run_dir`, and list what is missing (the lock is never taken
 /// then).
@@ -50,16 +50,13 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
                         .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
                 }
                 (_, Some(_)) => {}
-                (_, None) => missing.push((
-                    scenes.len(),
-                    format!(
-                        "{}: {} {} (key {}) is not warm",
-                        ps.name,
-                        step.label(),
-                        step.name,
-                        &step.key[..12]
-                    ),
-                )),
+                (_, None) => missing.push(Missing {
+                    scene: scenes.len(),
+                    scene_name: ps.name.clone(),
+                    kind: step.label(),
+                    step: step.name.clone(),
+                    key: step.key.clone(),
+                }),
             }
         }
         for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
@@ -79,16 +76,13 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
                     files: e.meta.files.clone(),
                 })),
                 None => {
-                    missing.push((
-                        scenes.len(),
-                        format!(
-                            "{}: {} {} (key {}) is not warm",
-                            ps.name,
-                            step.label(),
-                            step.name,
-                            &step.key[..12]
-                        ),
-                    ));
+                    missing.push(Missing {
+                        scene: scenes.len(),
+                        scene_name: ps.name.clone(),
+                        kind: step.label(),
+                        step: step.name.clone(),
+                        key: step.key.clone(),
+                    });
                     arts.push(None);
                 }
             }
@@ -579,10 +573,10 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     if !missing.is_empty() {
         report.scenes = scene_reports(plan, None, &frozen);
         for (i, s) in report.scenes.iter_mut().enumerate() {
-            let what: Vec<&str> = missing
+            let what: Vec<String> = missing
                 .iter()
-                .filter(|(m, _)| *m == i)
-                .map(|(_, w)| w.as_str())
+                .filter(|m| m.scene == i)
+                .map(Missing::line)
                 .collect();
             if !what.is_empty() {
                 s.infra = Some(Infra::NotWarm);
@@ -593,16 +587,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
                     Some("not run: other scenes are not warm, the lock was not taken".into());
             }
         }
-        let msg = format!(
-            "not warm: {} artifact{} missing, the lock was not taken:\n  {}",
-            missing.len(),
-            if missing.len() == 1 { " is" } else { "s are" },
-            missing
-                .iter()
-                .map(|(_, w)| w.as_str())
-                .collect::<Vec<_>>()
-                .join("\n  ")
-        );
+        let msg = not_warm::summary(&missing, &plan.store.root, opts.cache_from);
         report.exit_code = Exit::NotWarm.code();
         report.error = Some(msg.clone());
         opts.sink.write(&report)?;

@@ -189,8 +189,8 @@ fn valid_env_name(name: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
-/// What `discover` found: the manifest to use, and why the search upwards ended where it
-/// did when that was not at the file (for `-v`).
+/// What `discover` found: the manifest to use, and where and why the search upwards
+/// ended when that was not at the file (for `-v` and the error that there is none).
 #[derive(Debug, Default)]
 pub struct Discovered {
     pub path: Option<PathBuf>,
@@ -248,10 +248,7 @@ pub fn discover(dir: &Path, name: &Path) -> Discovered {
         }
         at = parent;
     };
-    out.stopped = Some(format!(
-        "no {} found here or above; the search stopped: {stop}",
-        name.display()
-    ));
+    out.stopped = Some(stop);
     out
 }
 

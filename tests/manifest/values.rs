@@ -252,7 +252,7 @@ fn missing_manifest_file() {
         err.contains(&format!("{}", s.path("scenes.yaml").display())),
         "{err}"
     );
-    assert!(err.contains("cannot read"), "{err}");
+    assert!(err.contains("does not exist"), "{err}");
 
     // The default, `scenes.yaml` in the current directory.
     let out = scenerun()
@@ -264,7 +264,7 @@ fn missing_manifest_file() {
         .clone();
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
-        err.contains("scenes.yaml") && err.contains("cannot read"),
+        err.contains("scenes.yaml") && err.contains("searched upwards"),
         "{err}"
     );
 }

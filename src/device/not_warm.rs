@@ -1,0 +1,111 @@
+//! What `device` says when artifacts are missing (exit 6, the lock not taken): a summary
+//! that stays a few lines on a suite of thousands of steps — counts per kind, the first
+//! scenes and what each misses, the cache dir that was checked and which setting chose
+//! it. Every missing artifact is still listed per scene in report.json.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::layout::CacheFrom;
+
+/// An artifact that is not warm.
+#[derive(Debug, Clone)]
+pub struct Missing {
+    /// The scene's index in the frozen plan.
+    pub scene: usize,
+    pub scene_name: String,
+    /// The step's kind (`compile`, `fixture`, `golden`, `prepare`).
+    pub kind: &'static str,
+    pub step: String,
+    pub key: String,
+}
+
+impl Missing {
+    /// One line per artifact, as report.json's scene message lists them.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: {} {} (key {}) is not warm",
+            self.scene_name,
+            self.kind,
+            self.step,
+            &self.key[..self.key.len().min(12)]
+        )
+    }
+
+    /// `compile add`, or just `fixture` where the step is named after its kind.
+    fn short(&self) -> String {
+        match self.step == self.kind {
+            true => self.kind.to_string(),
+            false => format!("{} {}", self.kind, self.step),
+        }
+    }
+}
+
+/// Scenes named in full before "and N more scenes".
+const SCENES_SHOWN: usize = 3;
+
+/// The error's text: counts, the first scenes, the cache dir checked.
+pub fn summary(missing: &[Missing], cache: &Path, from: CacheFrom) -> String {
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut scenes: Vec<(&str, Vec<String>)> = Vec::new();
+    for m in missing {
+        *kinds.entry(m.kind).or_default() += 1;
+        match scenes.iter_mut().find(|(n, _)| *n == m.scene_name) {
+            Some((_, steps)) => steps.push(m.short()),
+            None => scenes.push((&m.scene_name, vec![m.short()])),
+        }
+    }
+    let counts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let mut out = format!(
+        "not warm: {} missing ({}) in {}; the lock was not taken",
+        crate::units::count(missing.len(), "artifact"),
+        counts.join(", "),
+        crate::units::count(scenes.len(), "scene")
+    );
+    for (name, steps) in scenes.iter().take(SCENES_SHOWN) {
+        out.push_str(&format!("\n  {name}: {}", steps.join(", ")));
+    }
+    if scenes.len() > SCENES_SHOWN {
+        let more = scenes.len() - SCENES_SHOWN;
+        let noun = if more == 1 { "scene" } else { "scenes" };
+        out.push_str(&format!(
+            "\n  and {more} more {noun} (each listed in report.json)"
+        ));
+    }
+    out.push_str(&format!(
+        "\n  cache dir checked: {} (from {from})",
+        cache.display()
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(scene: usize, kind: &'static str, step: &str) -> Missing {
+        Missing {
+            scene,
+            scene_name: format!("s{scene}"),
+            kind,
+            step: step.into(),
+            key: "0123456789abcdef".into(),
+        }
+    }
+
+    #[test]
+    fn a_thousand_missing_artifacts_are_a_few_lines() {
+        let missing: Vec<Missing> = (0..500)
+            .flat_map(|i| [m(i, "compile", "k"), m(i, "fixture", "fixture")])
+            .collect();
+        let text = summary(&missing, Path::new("/c"), CacheFrom::Env);
+        assert_eq!(text.lines().count(), 6, "{text}");
+        assert!(
+            text.contains("1000 artifacts missing (500 compile, 500 fixture) in 500 scenes"),
+            "{text}"
+        );
+        assert!(text.contains("s0: compile k, fixture\n"), "{text}");
+        assert!(text.contains("and 497 more scenes"), "{text}");
+        assert!(text.contains("/c (from $SCENERUN_CACHE_DIR)"), "{text}");
+    }
+}

@@ -1,0 +1,7 @@
+//! A newcomer's first day (issue 27): each friction met by trying scenerun as a new user
+//! would, pinned by a test that ran the same steps and failed before the fix.
+
+mod manifest_missing;
+mod not_warm;
+
+use super::common::*;

@@ -1,0 +1,65 @@
+//! Not warm (exit 6) on a suite of many scenes: a summary of a few lines, not one line
+//! per scene×step, naming the cache dir it checked and which setting chose it, so a warm
+//! into another cache dir is told apart from no warm at all.
+
+use super::*;
+
+/// 20 scenes × 3 steps missing: at most 8 lines of error, counts per kind, "and 17 more
+/// scenes", the cache dir checked and that `$SCENERUN_CACHE_DIR` chose it; with
+/// `--cache-dir` the flag is named instead.
+#[test]
+fn not_warm_is_a_summary_naming_the_cache_dir_checked() {
+    let s = basic_suite(20);
+    let pool = Pool::new("0-1");
+    let elsewhere = s.path("other-cache");
+    let mut c = s.cmd(&["device"]);
+    pool.apply(&mut c).env("SCENERUN_CACHE_DIR", &elsewhere);
+    let o = c.output().unwrap();
+    assert_eq!(code(&o), 6, "{}", show(&o));
+    let err = stderr(&o);
+    assert!(
+        err.lines().count() <= 8,
+        "a summary, not 60 lines: {}",
+        show(&o)
+    );
+    for want in [
+        "60 artifacts missing",
+        "20 compile, 20 fixture, 20 golden",
+        "in 20 scenes",
+        "and 17 more scenes",
+        "(from $SCENERUN_CACHE_DIR)",
+        "scenerun warm",
+    ] {
+        assert!(err.contains(want), "names {want:?}: {}", show(&o));
+    }
+    assert!(
+        err.contains(&elsewhere.display().to_string()),
+        "names the cache dir checked: {}",
+        show(&o)
+    );
+    // Every missing artifact is still in the report, under its scene.
+    let r = s.record("report.json").expect("report.json");
+    let listed: usize = r["scenes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sc| {
+            sc["message"]
+                .as_str()
+                .unwrap_or("")
+                .matches("is not warm")
+                .count()
+        })
+        .sum();
+    assert_eq!(listed, 60, "{r:#}");
+
+    let mut c = s.cmd(&["--cache-dir", "flag-cache", "device"]);
+    pool.apply(&mut c);
+    let o = c.output().unwrap();
+    assert_eq!(code(&o), 6, "{}", show(&o));
+    assert!(stderr(&o).contains("(from --cache-dir)"), "{}", show(&o));
+    assert!(
+        pool.events().iter().all(|e| e.kind != "acquire"),
+        "the lock was never taken"
+    );
+}
