@@ -152,7 +152,11 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
         let detail = if removed.is_empty() {
             "the manifest has no scenes".to_string()
         } else {
-            format!("of {} scenes: {}", scenes.len(), removed.join(", "))
+            format!(
+                "of {}: {}",
+                crate::units::count(scenes.len(), "scene"),
+                removed.join(", ")
+            )
         };
         return Err(crate::err!(NoneSelected, "no scene selected ({detail})"));
     }

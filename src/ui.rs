@@ -191,6 +191,13 @@ fn needs_escape(text: &str) -> bool {
     (tail..bytes.len()).any(suspect_at)
 }
 
+/// `[ 7/42]`: a progress counter, the count padded to the width of the total so that
+/// the lines below each other stay aligned.
+pub fn counter(done: usize, total: usize) -> String {
+    let w = total.to_string().len();
+    format!("[{done:>w$}/{total}]")
+}
+
 /// Text from outside scenerun as a terminal may be given it: each `unsafe_char` becomes
 /// `\uXXXX` (which is also how JSON writes it, so JSON stays JSON and means the same).
 pub fn escape(text: &str) -> Cow<'_, str> {

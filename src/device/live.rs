@@ -67,7 +67,10 @@ impl Reporter {
     /// A scene settled without running (failed in warm, no device step, not warm...).
     pub fn settled(&mut self, name: &str, word: &str, ok: bool, message: Option<&str>) {
         self.done += 1;
-        let mut text = format!("[{}/{}] {word:<11} {name}", self.done, self.total);
+        let mut text = format!(
+            "{} {word:<11} {name}",
+            crate::ui::counter(self.done, self.total)
+        );
         if let Some(m) = message.filter(|_| !ok) {
             for line in m.lines().take(TAIL) {
                 text.push_str(&format!("\n      {line}"));
@@ -136,10 +139,10 @@ impl Reporter {
 const TAIL: usize = 12;
 
 fn attempt_line(a: &Attempt, name: &str, done: usize, total: usize, follow: FollowUp) -> String {
-    let counter = if follow == FollowUp::Final {
-        format!("[{done}/{total}]")
-    } else {
-        " ".repeat(format!("[{done}/{total}]").len())
+    let counter = crate::ui::counter(done, total);
+    let counter = match follow {
+        FollowUp::Final => counter,
+        _ => " ".repeat(counter.len()),
     };
     let mut text = format!(
         "{counter} {:<11} {name} {:.2}s on {}",

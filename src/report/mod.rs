@@ -208,10 +208,10 @@ impl Report {
         if let Some(d) = &self.device {
             match &self.lock {
                 Some(l) => out.push_str(&format!(
-                    "lock: queued {:.2}s, held {:.2}s on {} ids; device busy {:.2}s; device-seconds used {:.2} of {:.2} held; efficiency {:.0}%\n",
+                    "lock: queued {:.2}s, held {:.2}s on {}; device busy {:.2}s; device-seconds used {:.2} of {:.2} held; efficiency {:.0}%\n",
                     l.queue_wait_secs.unwrap_or(0.0),
                     l.held_secs.unwrap_or(0.0),
-                    d.granted.len(),
+                    crate::units::count(d.granted.len(), "id"),
                     d.busy_secs,
                     d.device_secs_used,
                     d.device_secs_held,

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use crate::device::lanes::PreviewProcess;
 use crate::plan::{Fill, Plan, Status};
 use crate::ui::Ui;
+use crate::units::count;
 
 pub const PLAN_SCHEMA_VERSION: u32 = 1;
 
@@ -64,8 +65,12 @@ fn process_name(plan: &Plan, p: &PreviewProcess) -> String {
     match &p.lane {
         None => plan.scenes[p.scenes[0]].name.clone(),
         Some(l) => match variant_of(plan, p).filter(|v| !v.is_plain()) {
-            Some(v) => format!("lane {l} [{}] ({} scenes)", v.describe(), p.scenes.len()),
-            None => format!("lane {l} ({} scenes)", p.scenes.len()),
+            Some(v) => format!(
+                "lane {l} [{}] ({})",
+                v.describe(),
+                count(p.scenes.len(), "scene")
+            ),
+            None => format!("lane {l} ({})", count(p.scenes.len(), "scene")),
         },
     }
 }
@@ -202,10 +207,10 @@ fn lane_notes(plan: &Plan, lane: &str) -> Option<String> {
 pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
     let m = &plan.manifest;
     let mut out = format!(
-        "plan: {} — {} of {} scenes selected\ncache: {}\n",
+        "plan: {} — {} of {} selected\ncache: {}\n",
         m.file.display(),
         plan.scenes.len(),
-        m.scenes.len(),
+        count(m.scenes.len(), "scene"),
         plan.store.root.display()
     );
     if ui.verbose > 0 {

@@ -165,10 +165,14 @@ impl Accumulator {
             }
             UnitOutcome::Hit { entry } => {
                 self.summary.units_hit += 1;
+                // What building it took, recorded in the entry: once per key, however
+                // many steps share it, so never more than building them did take.
+                self.summary.saved_secs += entry.meta.duration_secs;
                 hit(0.0, entry)
             }
             UnitOutcome::Downloaded { secs, entry, .. } => {
                 self.summary.units_hit += 1;
+                self.summary.saved_secs += (entry.meta.duration_secs - secs).max(0.0);
                 hit(secs, entry)
             }
             UnitOutcome::Failed { cause, log } => {
@@ -211,7 +215,6 @@ impl Accumulator {
             Outcome::Hit => {
                 self.summary.hits += 1;
                 self.summary.remote_hits += usize::from(remote_hit);
-                self.summary.saved_secs += s.estimate.unwrap_or(0.0);
             }
             _ => {
                 self.summary.failed += 1;

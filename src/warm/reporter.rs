@@ -56,9 +56,12 @@ impl<'a> Reporter<'a> {
     /// on stderr (all but `keep: false` lines under -q).
     /// Whether `say` would print a line (one it would not is not even formatted: a
     /// no-op warm under -q has thousands).
-    fn shows(&self, keep: bool) -> bool {
+    /// A hit is a line only under `-v`, on a terminal or not: a no-op warm in a CI log
+    /// is its final line, not one line per step.
+    fn shows(&self, keep: bool, hit: bool) -> bool {
         match &self.bar {
             Some(_) => keep || self.ui.verbose > 0,
+            None if hit => keep || self.ui.verbose > 0,
             None => keep || !self.ui.quiet,
         }
     }
@@ -140,16 +143,16 @@ impl<'a> Reporter<'a> {
                     self.finished += 1;
                     let fails =
                         matches!(outcome, UnitOutcome::Failed { .. } | UnitOutcome::Infra(_));
-                    if !fails && !self.shows(n == 0 && note.is_some()) {
+                    let hit = matches!(outcome, UnitOutcome::Hit { .. });
+                    if !fails && !self.shows(n == 0 && note.is_some(), hit) {
                         if let Some(pb) = &self.bar {
                             pb.inc(1);
                         }
                         continue;
                     }
                     let line = format!(
-                        "[{}/{}] {} {} {word}",
-                        self.finished,
-                        self.total,
+                        "{} {} {} {word}",
+                        crate::ui::counter(self.finished, self.total),
                         s.id.labelled(),
                         short_duration(Duration::from_secs_f64(secs)),
                     );
@@ -183,9 +186,8 @@ impl<'a> Reporter<'a> {
                     let s = &plan.steps[si];
                     self.say(
                         &format!(
-                            "[{}/{}] {} skipped ({cause})",
-                            self.finished,
-                            self.total,
+                            "{} {} skipped ({cause})",
+                            crate::ui::counter(self.finished, self.total),
                             s.id.labelled()
                         ),
                         true,
@@ -268,7 +270,7 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
         String::new()
     };
     ui.always(&format!(
-        "warm: {} built, {} hit, {} failed{} in {:.1}s{shared}; hits saved ~{:.1}s of CPU time",
+        "warm: {} built, {} hit, {} failed{} in {:.1}s{shared}; hits saved ~{:.1}s of build time",
         s.built,
         s.hits,
         s.failed,

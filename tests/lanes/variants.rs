@@ -51,7 +51,7 @@ fn scenes_of_different_variants_never_share_a_process() {
     let text = stdout(&plan);
     assert!(
         text.contains("lane py [DFX_DUMP=args --enable-dep-gen] (2 scenes)")
-            && text.contains("lane py [DFX_DUMP=tensors] (1 scenes)")
+            && text.contains("lane py [DFX_DUMP=tensors] (1 scene)")
             && text.contains("lane py (2 scenes)"),
         "{text}"
     );

@@ -3,5 +3,7 @@
 
 mod manifest_missing;
 mod not_warm;
+mod text;
+mod warm_output;
 
 use super::common::*;

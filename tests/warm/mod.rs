@@ -275,14 +275,22 @@ fn staging_left(cache: &Path) -> Vec<String> {
         .collect()
 }
 
-/// One line per step on stderr, hits included; `-q` keeps only the summary (and would
-/// keep failures). The hit lines of a no-op warm are not even formatted under -q, so
-/// this pins what each mode prints.
+/// Under `-v` one line per step on stderr, hits included; without it, no hit line (a
+/// no-op warm in a CI log is its summary); `-q` keeps only the summary (and would keep
+/// failures). The hit lines of a no-op warm are not even formatted then, so this pins
+/// what each mode prints.
 #[test]
 fn every_step_has_its_line_and_quiet_keeps_only_the_summary() {
     let s = basic_suite(2);
     warm(&s, &[]);
-    let loud = warm(&s, &[]);
+    let plain = warm(&s, &[]);
+    assert!(
+        !stderr(&plain).lines().any(|l| l.starts_with('[')),
+        "no hit lines without -v: {}",
+        show(&plain)
+    );
+    let loud = s.cmd(&["-v", "warm"]).output().unwrap();
+    assert_eq!(code(&loud), 0, "{}", show(&loud));
     let err = stderr(&loud);
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[')).collect();
     // 2 scenes × (kernel, fixture, golden).
