@@ -3,6 +3,7 @@
 
 mod manifest_missing;
 mod not_warm;
+mod readme_lane;
 mod text;
 mod warm_output;
 

@@ -188,11 +188,34 @@ def _load_state(config):
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     clash = install.conflict()
     if clash:
         raise pytest.UsageError(clash)
-    setattr(config, _STATE, _load_state(config))
+    state = _load_state(config)
+    setattr(config, _STATE, state)
+    if state is not None and state.mode == "lane":
+        _own_the_results(config, state.results)
+
+
+def _own_the_results(config, results):
+    """Inside a lane the plugin writes the results file itself, one whole line per write.
+    A lane command that also asks pytest-reportlog to write there (``--report-log
+    {results}``, the recipe for suites without this plugin) would make two writers on one
+    file, reportlog's from its own offset over the plugin's lines: its report log is
+    turned off for that file (before reportlog's own ``pytest_configure`` opens it)."""
+    report_log = getattr(config.option, "report_log", None)
+    if not report_log or not results:
+        return
+    try:
+        same = os.path.samefile(report_log, results) if os.path.exists(report_log) else (
+            os.path.abspath(report_log) == os.path.abspath(results)
+        )
+    except OSError:
+        same = False
+    if same:
+        config.option.report_log = None
 
 
 def _cwd_id(item) -> str:
