@@ -355,7 +355,12 @@ fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
     } else {
         None
     };
-    let m = manifest::load(manifest_path(cli)?).map_err(Error::Manifest)?;
+    let mut m = manifest::load(manifest_path(cli)?).map_err(Error::Manifest)?;
+    // Generated scenes are scenes: listed as `plan` sees them (their generator runs only
+    // when its output is not cached yet).
+    let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
+    let files = plan::stat_memo(&m.dir);
+    plan::scenes_from::expand(&mut m, &cache, &files)?;
     let selected = match crate::select::select(&m.scenes, &sel) {
         Ok(s) => s,
         Err(e)
@@ -433,6 +438,12 @@ fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Pu
     let warmed = warm::run(plan, &opts, ui)?;
     let summary = &warmed.summary;
     warm::print_summary(summary, ui);
+    say_where(
+        ui,
+        "warm records",
+        &plan.job_dir,
+        &["warm.json", "trace.json"],
+    );
     let exit = if w.strict && (summary.failed + summary.skipped) > 0 {
         Exit::Failed
     } else {
@@ -476,7 +487,26 @@ fn do_device(cli: &Cli, plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
     if let Err(e) = crate::report::trace::write_device(&dir, called, ui.github) {
         ui.info(&format!("warning: cannot write the trace: {e}"));
     }
+    let files = ["report.json", "junit.xml", "trace.json", "logs/"];
+    say_where(ui, "reports", &dir, &files);
     result
+}
+
+/// Where a phase left its reports, one line on stderr (not under `-q`): they are beside
+/// the manifest (or in `--report-dir`), not in the current directory.
+fn say_where(ui: &Ui, what: &str, dir: &std::path::Path, files: &[&str]) {
+    let present: Vec<&str> = files
+        .iter()
+        .copied()
+        .filter(|f| dir.join(f).exists())
+        .collect();
+    if !present.is_empty() {
+        ui.info(&format!(
+            "{what}: {}/ ({})",
+            dir.display(),
+            present.join(", ")
+        ));
+    }
 }
 
 fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {

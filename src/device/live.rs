@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::events::{Attempt, AttemptOutcome, Event, FollowUp};
+use super::report::Cause;
 use crate::ui::Ui;
 
 /// One line of the live file.
@@ -156,15 +157,11 @@ fn attempt_line(a: &Attempt, name: &str, done: usize, total: usize, follow: Foll
         FollowUp::Final => {}
     }
     if !matches!(a.outcome, AttemptOutcome::Passed | AttemptOutcome::Skipped) {
-        let mut lines: Vec<&str> = Vec::new();
-        if let Some(m) = &a.message {
-            lines.extend(m.lines().take(TAIL));
-        }
-        if let Some(t) = &a.output_tail {
-            let out: Vec<&str> = t.lines().filter(|l| !lines.contains(l)).collect();
-            lines.extend(&out[out.len().saturating_sub(TAIL)..]);
-        }
-        for l in lines {
+        let c = Cause::of(a.message.as_deref(), a.output_tail.as_deref(), TAIL);
+        for l in std::iter::once(&c.verdict)
+            .filter(|v| !v.is_empty())
+            .chain(&c.last)
+        {
             text.push_str(&format!("\n      {l}"));
         }
     }

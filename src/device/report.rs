@@ -109,3 +109,88 @@ impl Report {
         }
     }
 }
+
+/// What a failed scene's reader needs first: its verdict and the last lines of what it
+/// printed, where the error is (the summary table, the live line and the GitHub
+/// annotations all show this, so a long output never pushes the cause out of view).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// The message's first line ("exited with status 1", "crashed the lane process ...").
+    pub verdict: String,
+    /// The last lines of the output: the log tail's lines, then the message's further
+    /// lines; without scenerun's `$ command` echo.
+    pub last: Vec<String>,
+}
+
+impl Cause {
+    pub fn of(message: Option<&str>, tail: Option<&str>, lines: usize) -> Cause {
+        let mut m = message.unwrap_or("").lines();
+        let verdict = m.next().unwrap_or("").to_string();
+        let rest = without_echo(m.collect());
+        // The process's output first, then the message's own lines (a crash's message
+        // ends with that output; a test's, with its assertion).
+        let tail = tail.map(|t| {
+            t.lines()
+                .filter(|l| !rest.contains(l) && *l != verdict)
+                .collect()
+        });
+        let mut out = without_echo(tail.unwrap_or_default());
+        out.extend(rest);
+        while out.last().is_some_and(|l| l.trim().is_empty()) {
+            out.pop();
+        }
+        let from = out.len().saturating_sub(lines);
+        Cause {
+            verdict,
+            last: out[from..].iter().map(|l| l.to_string()).collect(),
+        }
+    }
+
+    /// Verdict and last lines, one a line (for an annotation).
+    pub fn text(&self) -> String {
+        std::iter::once(self.verdict.as_str())
+            .chain(self.last.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// A log starts with the command scenerun ran; it is not what went wrong.
+fn without_echo(mut lines: Vec<&str>) -> Vec<&str> {
+    if lines.first().is_some_and(|l| l.starts_with("$ ")) {
+        lines.remove(0);
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_is_the_last_lines_without_the_command_echo() {
+        let noise: Vec<String> = (0..30).map(|i| format!("line {i}")).collect();
+        let msg = format!(
+            "crashed the lane process (it exited with status 137)\n$ ./run.sh\n{}\nfatal error in scene a",
+            noise.join("\n")
+        );
+        let c = Cause::of(Some(&msg), None, 5);
+        assert_eq!(
+            c.verdict,
+            "crashed the lane process (it exited with status 137)"
+        );
+        assert_eq!(c.last.len(), 5);
+        assert_eq!(c.last.last().unwrap(), "fatal error in scene a");
+
+        let c = Cause::of(
+            Some("exited with status 1"),
+            Some("$ ./device.sh k f g 0\nstarting\nmismatch: 41 != 42\n"),
+            5,
+        );
+        assert_eq!(c.last, ["starting", "mismatch: 41 != 42"]);
+        assert_eq!(
+            c.text(),
+            "exited with status 1\nstarting\nmismatch: 41 != 42"
+        );
+    }
+}

@@ -23,13 +23,16 @@ pub fn render(scenes: &[&Scene], format: Format) -> String {
                         )
                     })
                     .unwrap_or_else(|| "no device step".into());
+                let lane = lane_of(s)
+                    .map(|l| format!("  lane {l}"))
+                    .unwrap_or_default();
                 let tags = if s.tags.is_empty() {
                     String::new()
                 } else {
                     format!("  [{}]", s.tags.join(", "))
                 };
                 out.push_str(&format!(
-                    "{:<w$}  {}  {devices}{tags}\n",
+                    "{:<w$}  {}  {devices}{lane}{tags}\n",
                     s.name, s.platform
                 ));
             }
@@ -45,7 +48,7 @@ pub fn render(scenes: &[&Scene], format: Format) -> String {
                         "tags": s.tags,
                         "devices": s.device.as_ref().map(|d| d.devices),
                         "exclusive": s.device.as_ref().is_some_and(|d| d.exclusive),
-                        "lane": serde_json::Value::Null,
+                        "lane": lane_of(s),
                         "kernels": s.kernels.len(),
                         "fixture": s.fixture.is_some(),
                         "golden": s.golden.is_some(),
@@ -58,4 +61,9 @@ pub fn render(scenes: &[&Scene], format: Format) -> String {
             )
         }
     }
+}
+
+/// The lane a scene's device step runs in, if it runs in one.
+fn lane_of(s: &Scene) -> Option<&str> {
+    s.device.as_ref().and_then(|d| d.run.lane())
 }

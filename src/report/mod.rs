@@ -11,9 +11,28 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::device::report::{Report, SceneReport, Sink};
+use crate::device::report::{Cause, Report, SceneReport, Sink};
 use crate::device::SceneOutcome;
 use crate::ui::Ui;
+
+/// Lines of a failed scene's output shown under it in the summary table and its
+/// annotation.
+const CAUSE_LINES: usize = 10;
+
+/// A failed scene's verdict and the last lines of its output.
+fn cause(s: &SceneReport) -> Cause {
+    Cause::of(s.message.as_deref(), s.log_tail.as_deref(), CAUSE_LINES)
+}
+
+/// The step summary's one-line note: the verdict, and for a failure the output's last
+/// line (the error, usually).
+fn note(s: &SceneReport) -> String {
+    let c = cause(s);
+    match (s.outcome.passed(), c.last.last()) {
+        (false, Some(last)) => format!("{}: {last}", c.verdict),
+        _ => c.verdict,
+    }
+}
 
 /// Where a device phase's report goes: `dir`, and the terminal `ui`.
 pub struct Writer<'a> {
@@ -72,11 +91,17 @@ impl Report {
             .iter()
             .filter(|s| !s.outcome.passed() && s.outcome != SceneOutcome::NotRun)
         {
-            // A message may come from a lane or a step: escaped as for the terminal.
+            // A message may come from a lane or a step: escaped as for the terminal. The
+            // verdict alone ("exited with status 1") says nothing: the output's last
+            // lines, where the error is, come with it.
+            let text = match s.message {
+                Some(_) => cause(s).text(),
+                None => "failed".to_string(),
+            };
             println!(
                 "::error title={}::{}",
                 gh_escape_property(&format!("scenerun: {} {}", s.name, s.outcome.word())),
-                gh_escape_data(&crate::ui::escape(s.message.as_deref().unwrap_or("failed")))
+                gh_escape_data(&crate::ui::escape(&text))
             );
         }
         if let Some(e) = &self.error {
@@ -99,13 +124,7 @@ impl Report {
                 s.outcome.word(),
                 s.devices.join(","),
                 s.duration_secs,
-                s.message
-                    .as_deref()
-                    .unwrap_or("")
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .replace('|', "\\|")
+                note(s).replace('|', "\\|")
             ));
         }
         if let (Some(l), Some(d)) = (&self.lock, &self.device) {
@@ -157,20 +176,14 @@ impl Report {
                 s.duration_secs,
                 s.devices.join(",")
             ));
-            if let Some(m) = &s.message {
-                if !s.outcome.passed() {
-                    for line in m.lines().take(6) {
-                        out.push_str(&format!("{:<w$}    {line}\n", ""));
-                    }
-                    if let Some(t) = &s.log_tail {
-                        let lines: Vec<&str> = t.lines().filter(|l| !m.contains(l)).collect();
-                        for line in &lines[lines.len().saturating_sub(10)..] {
-                            out.push_str(&format!("{:<w$}    | {line}\n", ""));
-                        }
-                    }
-                    if let Some(log) = &s.log {
-                        out.push_str(&format!("{:<w$}    log: {}\n", "", log.display()));
-                    }
+            if s.message.is_some() && !s.outcome.passed() {
+                let c = cause(s);
+                out.push_str(&format!("{:<w$}    {}\n", "", c.verdict));
+                for line in &c.last {
+                    out.push_str(&format!("{:<w$}    | {line}\n", ""));
+                }
+                if let Some(log) = &s.log {
+                    out.push_str(&format!("{:<w$}    log: {}\n", "", log.display()));
                 }
             }
         }

@@ -55,8 +55,14 @@ fn a_no_op_warm_in_a_ci_log_is_one_line_and_counters_align() {
     let o = s.cmd(&["warm"]).output().unwrap();
     assert_eq!(code(&o), 0, "{}", show(&o));
     let noop = stderr(&o);
-    assert_eq!(noop.lines().count(), 1, "only the final line: {noop}");
-    assert!(noop.starts_with("warm: 0 built, 10 hit"), "{noop}");
+    let lines: Vec<&str> = noop.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "the final line and where the records are: {noop}"
+    );
+    assert!(lines[0].starts_with("warm: 0 built, 10 hit"), "{noop}");
+    assert!(lines[1].starts_with("warm records: "), "{noop}");
 
     let o = s.cmd(&["-v", "warm"]).output().unwrap();
     assert_eq!(
