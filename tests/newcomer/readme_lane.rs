@@ -2,8 +2,6 @@
 //! plugin installed beside pytest-reportlog, as `.ci/deps.sh` installs them: one writer
 //! of the results file, real durations, no "ignored a results line".
 
-use std::path::PathBuf;
-
 use super::*;
 
 /// The `yaml` block under README's "Lanes" heading, exactly as a newcomer copies it.
@@ -21,17 +19,6 @@ fn readme_lane_recipe() -> String {
 
 #[test]
 fn readmes_lane_recipe_works_with_the_plugin_installed() {
-    let bin = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/venv/bin"));
-    let has = |module: &str| {
-        std::process::Command::new(bin.join("python"))
-            .args(["-c", &format!("import {module}")])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    assert!(
-        has("pytest_reportlog") && has("scenerun_pytest"),
-        "needs .ci/venv with pytest-reportlog and the scenerun plugin: run `bash .ci/deps.sh`"
-    );
     let recipe = readme_lane_recipe();
     assert!(recipe.contains("--report-log {results}"), "{recipe}");
     let s = Suite::new();
@@ -40,11 +27,7 @@ fn readmes_lane_recipe_works_with_the_plugin_installed() {
         "tests/st/test_vadd.py",
         "import time\n\nclass TestVadd:\n    def test_a(self):\n        time.sleep(0.3)\n\n    def test_b(self):\n        time.sleep(0.3)\n\n    def test_c(self):\n        time.sleep(0.3)\n",
     );
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = venv_path();
     let o = s
         .cmd(&["device", "--no-lock", "--devices", "0"])
         .env("PATH", path)

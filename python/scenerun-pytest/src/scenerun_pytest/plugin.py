@@ -380,7 +380,10 @@ def pytest_runtest_makereport(item, call):
 def pytest_runtest_logstart(nodeid, location):
     state = _state_of_session()
     entry = state and state.scene_of.get(nodeid)
-    if entry:
+    # The process's first test builds the session's fixtures in its setup (a device
+    # runtime's init, seconds): that is the lane's start-up, not the scene's time, so
+    # the first scene starts once its setup is done (pytest_runtest_logreport).
+    if entry and state.started:
         state.start(entry)
 
 
@@ -401,6 +404,8 @@ def pytest_runtest_logreport(report):
         return
     entry = state.scene_of.get(report.nodeid)
     if entry:
+        if report.when == "setup":
+            state.start(entry)
         state.note(entry, *_outcome(report))
 
 
