@@ -54,6 +54,38 @@ pub fn parse_args() -> Result<Cli, clap::Error> {
     Ok(cli)
 }
 
+/// What to do about a command-line error where clap's own tip says nothing: a
+/// subcommand's option (`-k`, `--tag`, `--format`, ...) given before the subcommand,
+/// where only the global options go (docs/cli.md).
+pub fn usage_hint(e: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(flag)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let flag = flag.split('=').next().unwrap_or(flag);
+    let cmd = Cli::command();
+    let at = args
+        .iter()
+        .position(|a| a == flag || a.starts_with(&format!("{flag}=")))?;
+    let sub = args[at..]
+        .iter()
+        .find_map(|a| cmd.get_subcommands().find(|s| s.get_name() == a))?;
+    let takes = sub.get_arguments().any(|a| {
+        a.get_short().is_some_and(|c| flag == format!("-{c}"))
+            || a.get_long().is_some_and(|l| flag == format!("--{l}"))
+    });
+    takes.then(|| {
+        format!(
+            "hint: `{flag}` is an option of `{0}`: put it after the subcommand, e.g. `scenerun {0} {flag} ...`",
+            sub.get_name()
+        )
+    })
+}
+
 /// Run one command line to completion and say how the process should exit.
 pub fn run(cli: Cli) -> Exit {
     let ui = ui::Ui::new(cli.quiet, cli.verbose, cli.color);

@@ -4,6 +4,12 @@ fn main() {
     // which means "interrupted" here; --help and --version still exit 0.
     let cli = scenerun::parse_args().unwrap_or_else(|e| {
         let _ = e.print();
+        let args: Vec<String> = std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        if let Some(hint) = scenerun::usage_hint(&e, &args) {
+            eprintln!("{hint}");
+        }
         let code = if e.use_stderr() {
             scenerun::exit::Exit::Usage.code()
         } else {

@@ -191,6 +191,39 @@ fn needs_escape(text: &str) -> bool {
     (tail..bytes.len()).any(suspect_at)
 }
 
+/// Columns of the terminal on stderr: what the terminal says, else `$COLUMNS`, else 80.
+pub fn columns() -> usize {
+    // SAFETY: a zeroed winsize is a valid value; TIOCGWINSZ writes one into it, which
+    // lives through the call.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    if unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0
+    {
+        return usize::from(ws.ws_col);
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse().ok())
+        .filter(|&c: &usize| c > 0)
+        .unwrap_or(80)
+}
+
+/// Columns a progress line keeps for its message (the running steps) at least.
+const MESSAGE_ROOM: usize = 20;
+
+/// Warm's progress bar for a terminal `columns` wide with `total` steps: the bar (at
+/// most 30 columns) shrinks so that `warm [bar] pos/len` leaves the message room, and
+/// goes when it would be under 8; the message takes what is left (indicatif cuts it).
+pub fn warm_bar_template(columns: usize, total: usize) -> String {
+    let digits = total.to_string().len();
+    // "warm " + "[" + "] " + "pos/len" + " "
+    let fixed = 5 + 3 + 2 * digits + 1 + 1;
+    let bar = columns.saturating_sub(fixed + MESSAGE_ROOM).min(30);
+    match bar {
+        0..=7 => "warm {pos}/{len} {wide_msg}".to_string(),
+        n => format!("warm [{{bar:{n}}}] {{pos}}/{{len}} {{wide_msg}}"),
+    }
+}
+
 /// `[ 7/42]`: a progress counter, the count padded to the width of the total so that
 /// the lines below each other stay aligned.
 pub fn counter(done: usize, total: usize) -> String {
@@ -232,6 +265,36 @@ fn escape_keeping(text: &str, colours: bool) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bar is drawn only where the line's fixed part and the message's room fit the
+    /// terminal, and is at most 30 columns; a narrow terminal gets no bar.
+    #[test]
+    fn the_warm_bar_fits_the_terminal() {
+        for columns in [30, 40, 50, 60, 80, 120, 300] {
+            for total in [9, 42, 20_000] {
+                let t = warm_bar_template(columns, total);
+                let bar = t
+                    .split("{bar:")
+                    .nth(1)
+                    .map_or(0, |r| r[..r.find('}').unwrap()].parse::<usize>().unwrap());
+                let pos_len = 2 * total.to_string().len() + 1;
+                let fixed = "warm ".len() + if bar > 0 { bar + 3 } else { 0 } + pos_len + 1;
+                assert!(bar <= 30, "{columns}: {t}");
+                if bar > 0 {
+                    assert!(fixed + MESSAGE_ROOM <= columns, "{columns}, {total}: {t}");
+                }
+            }
+        }
+        assert_eq!(
+            warm_bar_template(80, 42),
+            "warm [{bar:30}] {pos}/{len} {wide_msg}"
+        );
+        assert_eq!(warm_bar_template(30, 42), "warm {pos}/{len} {wide_msg}");
+        assert_eq!(
+            warm_bar_template(60, 42),
+            "warm [{bar:26}] {pos}/{len} {wide_msg}"
+        );
+    }
 
     #[test]
     fn controls_and_bidi_are_escaped_own_colours_kept() {

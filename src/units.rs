@@ -9,6 +9,9 @@ use std::time::Duration;
 pub enum BadValue {
     Size(String),
     Duration(String),
+    /// A duration of zero where only a positive one means something (a timeout, a
+    /// grace): there is no "0 = none" value.
+    ZeroDuration(String),
 }
 
 impl fmt::Display for BadValue {
@@ -21,6 +24,10 @@ impl fmt::Display for BadValue {
             BadValue::Duration(t) => write!(
                 f,
                 "bad duration `{t}` (write e.g. `90s`, `30m`, `1h 30m`, `14d`)"
+            ),
+            BadValue::ZeroDuration(t) => write!(
+                f,
+                "bad duration `{t}`: it must be longer than zero (leave the key out for its default)"
             ),
         }
     }
@@ -71,7 +78,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, BadValue> {
     }
     match humantime::parse_duration(t) {
         Ok(d) if !d.is_zero() => Ok(d),
-        _ => Err(BadValue::Duration(text.to_string())),
+        Ok(_) => Err(BadValue::ZeroDuration(text.to_string())),
+        Err(_) if t.parse::<u64>() == Ok(0) => Err(BadValue::ZeroDuration(text.to_string())),
+        Err(_) => Err(BadValue::Duration(text.to_string())),
     }
 }
 
@@ -146,6 +155,10 @@ mod tests {
         );
         assert_eq!(parse_duration("12").unwrap(), Duration::from_secs(12));
         assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("0s").is_err());
+        assert_eq!(
+            parse_duration("0s"),
+            Err(BadValue::ZeroDuration("0s".into()))
+        );
+        assert_eq!(parse_duration("0"), Err(BadValue::ZeroDuration("0".into())));
     }
 }

@@ -415,6 +415,8 @@ fn fail(
     }
     let command = lock.command.clone();
     report.lock = Some(lock);
+    // An interrupted run, or one whose scenes got somewhere, still ends with its table.
+    let show = exit == Exit::Interrupted || results.is_some();
     let msg = format!("the lock command {what}; lock command: {command}");
     let cause = if exit == Exit::Interrupted {
         Infra::Interrupted
@@ -434,6 +436,9 @@ fn fail(
     report.exit_code = exit.code();
     report.error = Some(format!("{msg}\n{tail}"));
     let _ = opts.sink.write(report);
+    if show {
+        opts.sink.show(report);
+    }
     let msg = match tail.trim().is_empty() {
         true => msg,
         false => format!(

@@ -36,8 +36,11 @@ impl<'a> Reporter<'a> {
         let bar = ui.bars.then(|| {
             let pb = indicatif::ProgressBar::new(total as u64);
             pb.set_style(
-                indicatif::ProgressStyle::with_template("warm [{bar:30}] {pos}/{len} {wide_msg}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                indicatif::ProgressStyle::with_template(&crate::ui::warm_bar_template(
+                    crate::ui::columns(),
+                    total,
+                ))
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             ui.bar.set(Some(pb.clone()));
             pb

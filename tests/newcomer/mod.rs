@@ -2,6 +2,7 @@
 //! would, pinned by a test that ran the same steps and failed before the fix.
 
 mod cause;
+mod interrupted;
 mod list;
 mod manifest_missing;
 mod not_warm;
