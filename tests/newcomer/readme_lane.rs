@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// The `yaml` block under README's "Lanes" heading, exactly as a newcomer copies it.
+/// The first `yaml` block under README's "Lanes" heading, exactly as a newcomer copies it.
 fn readme_lane_recipe() -> String {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
@@ -12,7 +12,8 @@ fn readme_lane_recipe() -> String {
         .find("\n## Lanes")
         .expect("README has a Lanes section");
     let rest = &readme[from..];
-    let start = rest.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+    let fence = rest.find("```yaml").expect("a yaml block");
+    let start = fence + rest[fence..].find('\n').unwrap() + 1;
     let end = start + rest[start..].find("```").unwrap();
     rest[start..end].to_string()
 }
