@@ -54,3 +54,51 @@ fn a_pytest_lanes_runtime_init_is_start_up_not_the_first_scene() {
         "busy {busy} s counts start-up {startup} s: {r:#}"
     );
 }
+
+/// The bundled pytest demo (its runtime takes DEMO_RUNTIME_STARTUP_SECS to start, in the
+/// `scene_device` fixture that SceneTest cases use): in one lane process on one id, the
+/// start-up holds the runtime's 1 s and no scene does.
+#[test]
+fn the_pytest_demos_runtime_start_up_is_not_in_its_first_scene() {
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = tmp.path().join("pytest-demo");
+    copy_tree(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/pytest-demo")),
+        &demo,
+        &["build"],
+    );
+    let run = |args: &[&str]| {
+        let mut c = scenerun();
+        c.current_dir(&demo)
+            .env("PATH", venv_path())
+            .env("DEMO_RUNTIME_STARTUP_SECS", "1.0")
+            .args(args);
+        c.output().unwrap()
+    };
+    let o = run(&["warm", "-k", "TestVectorAdd"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let o = run(&[
+        "device",
+        "-k",
+        "TestVectorAdd",
+        "--no-lock",
+        "--devices",
+        "0",
+    ]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let r = read_json(&demo.join("build/scenerun/report.json")).expect("report.json");
+    let lanes = r["device"]["lanes"].as_array().unwrap();
+    assert_eq!(lanes.len(), 1, "{r:#}");
+    let startup = lanes[0]["startup_secs"].as_f64().unwrap();
+    assert!(startup >= 1.0, "start-up {startup} s: {r:#}");
+    let scenes = r["scenes"].as_array().unwrap();
+    assert_eq!(scenes.len(), 3, "{r:#}");
+    for sc in scenes {
+        let secs = sc["duration_secs"].as_f64().unwrap();
+        assert!(
+            secs < startup - 0.5,
+            "{}: {secs} s holds the runtime's start-up ({startup} s): {r:#}",
+            sc["name"]
+        );
+    }
+}

@@ -478,9 +478,13 @@ def scene_device(scenerun_devices):
 
 @pytest.fixture
 def scene_run(request):
-    """Run one SceneTest case's device side with the artifacts scenerun built."""
+    """Run one SceneTest case's device side with the artifacts scenerun built. Under
+    scenerun the device (``scene_device``: a runtime that takes seconds to start) is set
+    up here, in the test's setup, so a process's first scene starts after it: its
+    start-up is the lane's, not the scene's time."""
     state = getattr(request.config, _STATE, None)
     entry = state and state.scene_of.get(request.node.nodeid)
+    device = request.getfixturevalue("scene_device") if entry else None
 
     def run(test: SceneTest, case):
         if not entry:
@@ -496,7 +500,6 @@ def scene_run(request):
         hook = request.config.hook
         args = codec.load(entry["fixture"], hook=hook)
         golden = codec.load(entry["golden"], hook=hook, base=entry["fixture"]) if entry.get("golden") else None
-        device = request.getfixturevalue("scene_device")
         outputs = test.run_device(device, kernels, args, params)
         if golden is not None:
             test.compare_outputs(outputs, golden, params)
