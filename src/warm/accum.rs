@@ -28,6 +28,10 @@ pub struct Summary {
     pub units_built: usize,
     pub units_hit: usize,
     pub wall_secs: f64,
+    /// What this warm's builds took, summed over its slots (once per key).
+    pub built_secs: f64,
+    /// What building the entries it hit took (once per key): never more than a warm
+    /// that built them spent.
     pub saved_secs: f64,
     /// Steps served by the remote cache (counted in `hits` too).
     pub remote_hits: usize,
@@ -158,6 +162,7 @@ impl Accumulator {
         match outcome {
             UnitOutcome::Built { secs, entry, .. } => {
                 self.summary.units_built += 1;
+                self.summary.built_secs += secs;
                 UnitEnd {
                     outcome: Outcome::Built,
                     ..hit(secs, entry)

@@ -273,7 +273,7 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
         String::new()
     };
     ui.always(&format!(
-        "warm: {} built, {} hit, {} failed{} in {:.1}s{shared}; hits saved ~{:.1}s of build time",
+        "warm: {} built, {} hit, {} failed{} in {:.1}s{}{shared}; hits saved ~{:.1}s of build time",
         s.built,
         s.hits,
         s.failed,
@@ -283,6 +283,10 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
             String::new()
         },
         s.wall_secs,
+        match s.built_secs {
+            b if b > 0.0 => format!(" ({b:.1}s of build time)"),
+            _ => String::new(),
+        },
         s.saved_secs
     ));
     if let Some(t) = &s.remote {
