@@ -210,18 +210,102 @@ pub fn columns() -> usize {
 /// Columns a progress line keeps for its message (the running steps) at least.
 const MESSAGE_ROOM: usize = 20;
 
-/// Warm's progress bar for a terminal `columns` wide with `total` steps: the bar (at
-/// most 30 columns) shrinks so that `warm [bar] pos/len` leaves the message room, and
-/// goes when it would be under 8; the message takes what is left (indicatif cuts it).
-pub fn warm_bar_template(columns: usize, total: usize) -> String {
+/// Warm's progress bar for a terminal `columns` wide with `total` steps: its template
+/// and the columns left for the message (the running steps). The bar (at most 30
+/// columns) shrinks so that `warm [bar] pos/len` leaves the message room, and goes when
+/// it would be under 8; one column stays free (a line that fills the last column wraps
+/// on some terminals). The message is cut to its room by the caller ([`fit`]): a wide
+/// element would be padded to what indicatif takes for the width, not the terminal's.
+pub fn warm_bar(columns: usize, total: usize) -> (String, usize) {
     let digits = total.to_string().len();
     // "warm " + "[" + "] " + "pos/len" + " "
     let fixed = 5 + 3 + 2 * digits + 1 + 1;
-    let bar = columns.saturating_sub(fixed + MESSAGE_ROOM).min(30);
-    match bar {
-        0..=7 => "warm {pos}/{len} {wide_msg}".to_string(),
-        n => format!("warm [{{bar:{n}}}] {{pos}}/{{len}} {{wide_msg}}"),
+    match columns.saturating_sub(fixed + MESSAGE_ROOM + 1).min(30) {
+        0..=7 => (
+            "warm {pos}/{len} {msg}".to_string(),
+            columns.saturating_sub(fixed - 3 + 1),
+        ),
+        n => (
+            format!("warm [{{bar:{n}}}] {{pos}}/{{len}} {{msg}}"),
+            columns.saturating_sub(fixed + n + 1),
+        ),
     }
+}
+
+/// stderr as the terminal a progress bar draws on, `columns` wide ([`columns`]):
+/// indicatif's own guess is 80 columns where the terminal reports no rows, and it pads
+/// each line to the width it believes.
+#[derive(Debug)]
+pub struct BarTerm {
+    columns: u16,
+}
+
+impl BarTerm {
+    pub fn new(columns: usize) -> BarTerm {
+        BarTerm {
+            columns: u16::try_from(columns).unwrap_or(u16::MAX),
+        }
+    }
+
+    fn put(&self, s: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        std::io::stderr().lock().write_all(s.as_bytes())
+    }
+
+    fn csi(&self, n: usize, code: char) -> std::io::Result<()> {
+        match n {
+            0 => Ok(()),
+            n => self.put(&format!("\x1b[{n}{code}")),
+        }
+    }
+}
+
+impl indicatif::TermLike for BarTerm {
+    fn width(&self) -> u16 {
+        self.columns
+    }
+
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.csi(n, 'A')
+    }
+
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.csi(n, 'B')
+    }
+
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.csi(n, 'C')
+    }
+
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.csi(n, 'D')
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.put(&format!("{s}\n"))
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.put(s)
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.put("\r\x1b[2K")
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        std::io::stderr().flush()
+    }
+}
+
+/// `text` cut to `room` columns (chars), ending in `…` when cut.
+pub fn fit(text: &str, room: usize) -> Cow<'_, str> {
+    if text.chars().count() <= room {
+        return Cow::Borrowed(text);
+    }
+    let kept: String = text.chars().take(room.saturating_sub(1)).collect();
+    Cow::Owned(format!("{kept}…"))
 }
 
 /// `[ 7/42]`: a progress counter, the count padded to the width of the total so that
@@ -266,13 +350,14 @@ fn escape_keeping(text: &str, colours: bool) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
-    /// A bar is drawn only where the line's fixed part and the message's room fit the
-    /// terminal, and is at most 30 columns; a narrow terminal gets no bar.
+    /// The bar line (fixed part + the message's room) never exceeds the terminal's
+    /// width where that leaves the message 20 columns; the bar is at most 30 columns and
+    /// goes on a narrow terminal.
     #[test]
     fn the_warm_bar_fits_the_terminal() {
-        for columns in [30, 40, 50, 60, 80, 120, 300] {
+        for columns in [40, 50, 60, 80, 120, 300] {
             for total in [9, 42, 20_000] {
-                let t = warm_bar_template(columns, total);
+                let (t, room) = warm_bar(columns, total);
                 let bar = t
                     .split("{bar:")
                     .nth(1)
@@ -280,20 +365,15 @@ mod tests {
                 let pos_len = 2 * total.to_string().len() + 1;
                 let fixed = "warm ".len() + if bar > 0 { bar + 3 } else { 0 } + pos_len + 1;
                 assert!(bar <= 30, "{columns}: {t}");
-                if bar > 0 {
-                    assert!(fixed + MESSAGE_ROOM <= columns, "{columns}, {total}: {t}");
-                }
+                assert_eq!(fixed + room + 1, columns, "{columns}, {total}: {t}");
+                assert!(room >= MESSAGE_ROOM, "{columns}, {total}: {t}");
             }
         }
-        assert_eq!(
-            warm_bar_template(80, 42),
-            "warm [{bar:30}] {pos}/{len} {wide_msg}"
-        );
-        assert_eq!(warm_bar_template(30, 42), "warm {pos}/{len} {wide_msg}");
-        assert_eq!(
-            warm_bar_template(60, 42),
-            "warm [{bar:26}] {pos}/{len} {wide_msg}"
-        );
+        assert_eq!(warm_bar(80, 42).0, "warm [{bar:30}] {pos}/{len} {msg}");
+        assert_eq!(warm_bar(30, 42).0, "warm {pos}/{len} {msg}");
+        assert_eq!(warm_bar(60, 42).0, "warm [{bar:25}] {pos}/{len} {msg}");
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abc", 4), "abc");
     }
 
     #[test]

@@ -28,19 +28,24 @@ pub struct Reporter<'a> {
     finished: usize,
     /// Bytes the remote cache moved so far (down, up), shown on the bar.
     moved: (u64, u64),
+    /// Columns the bar's message may take (the terminal's width less the bar's).
+    room: usize,
 }
 
 impl<'a> Reporter<'a> {
     pub fn new(plan: &Plan, ui: &'a Ui) -> Reporter<'a> {
         let total = plan.steps.len();
+        let columns = crate::ui::columns();
+        let (template, room) = crate::ui::warm_bar(columns, total);
         let bar = ui.bars.then(|| {
-            let pb = indicatif::ProgressBar::new(total as u64);
+            let term = Box::new(crate::ui::BarTerm::new(columns));
+            let pb = indicatif::ProgressBar::with_draw_target(
+                Some(total as u64),
+                indicatif::ProgressDrawTarget::term_like_with_hz(term, 20),
+            );
             pb.set_style(
-                indicatif::ProgressStyle::with_template(&crate::ui::warm_bar_template(
-                    crate::ui::columns(),
-                    total,
-                ))
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                indicatif::ProgressStyle::with_template(&template)
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             ui.bar.set(Some(pb.clone()));
             pb
@@ -52,6 +57,7 @@ impl<'a> Reporter<'a> {
             total,
             finished: 0,
             moved: (0, 0),
+            room,
         }
     }
 
@@ -90,14 +96,15 @@ impl<'a> Reporter<'a> {
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", ");
-            pb.set_message(match self.moved {
+            let text = match self.moved {
                 (0, 0) => running,
                 (down, up) => format!(
                     "remote {} down, {} up; {running}",
                     short_size(down),
                     short_size(up)
                 ),
-            });
+            };
+            pb.set_message(crate::ui::fit(&text, self.room).into_owned());
         }
     }
 

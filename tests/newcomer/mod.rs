@@ -5,6 +5,7 @@ mod cause;
 mod interrupted;
 mod list;
 mod manifest_missing;
+mod narrow;
 mod not_warm;
 mod readme_lane;
 mod report_paths;
