@@ -129,7 +129,12 @@ fn crash_safety_kill9_at_random_moments() {
         faults.check(left.is_empty(), || {
             format!("round {round}: processes outlived the kill -9: {left:?}")
         });
-        let held = held_locks(&cache);
+        // Polled like the processes above, for at most 5 s: once, in a loaded full
+        // suite, a key lock was still held at the first look although no process was
+        // left in the suite's directory (its holder was not found; a fork of another
+        // test thread holds this process's descriptors until it execs). A lock still
+        // held after 5 s would block the next warm: a fault.
+        let held = survivors(|| held_locks(&cache), secs(5));
         faults.check(held.is_empty(), || {
             format!("round {round}: locks still held after the kill: {held:?}")
         });
