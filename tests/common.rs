@@ -22,16 +22,23 @@ pub const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demo");
 /// files), with CI-like terminal settings and no inherited scenerun or GitHub env.
 pub fn scenerun_process() -> std::process::Command {
     let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("scenerun"));
-    c.env("CI", "true")
-        .env("NO_COLOR", "1")
-        .env_remove("SCENERUN_MANIFEST")
-        .env_remove("SCENERUN_CACHE_DIR")
-        .env_remove("SCENERUN_REMOTE_URL")
-        .env_remove("SCENERUN_REMOTE_WRITE")
-        .env_remove("GITHUB_ACTIONS")
-        .env_remove("GITHUB_STEP_SUMMARY");
+    c.env("CI", "true").env("NO_COLOR", "1");
+    for v in NOT_INHERITED {
+        c.env_remove(v);
+    }
     c
 }
+
+/// The scenerun and GitHub variables a test's own environment may carry and no
+/// scenerun a test starts may see.
+pub const NOT_INHERITED: [&str; 6] = [
+    "SCENERUN_MANIFEST",
+    "SCENERUN_CACHE_DIR",
+    "SCENERUN_REMOTE_URL",
+    "SCENERUN_REMOTE_WRITE",
+    "GITHUB_ACTIONS",
+    "GITHUB_STEP_SUMMARY",
+];
 
 /// The scenerun binary, with CI-like terminal settings and no inherited scenerun env.
 pub fn scenerun() -> Command {

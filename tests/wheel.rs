@@ -122,13 +122,10 @@ fn in_venv(venv: &Path, cwd: &Path, pool: &Pool, script: &str) -> Output {
         .env("CI", "true")
         .env("NO_COLOR", "1")
         .env("DEMO_RUNTIME_STARTUP_SECS", "0.05")
-        .env_remove("PYTHONPATH")
-        .env_remove("SCENERUN_MANIFEST")
-        .env_remove("SCENERUN_CACHE_DIR")
-        .env_remove("SCENERUN_REMOTE_URL")
-        .env_remove("SCENERUN_REMOTE_WRITE")
-        .env_remove("GITHUB_ACTIONS")
-        .env_remove("GITHUB_STEP_SUMMARY");
+        .env_remove("PYTHONPATH");
+    for v in NOT_INHERITED {
+        c.env_remove(v);
+    }
     pool.apply(&mut c);
     c.output().unwrap()
 }
