@@ -37,7 +37,8 @@ block() { # README N -> the lines of the N-th ```sh block under "## Two commands
         /^## / && !in_code { in_sec = ($0 == "## Two commands"); next }
         !in_sec { next }
         /^```/ && in_code { in_code = 0; next }
-        /^```sh[[:space:]]*$/ { in_code = 1; n++; next }
+        # `sh`, or `sh` with words after it (the docs test reads `sh no-run`)
+        /^```sh([[:space:]].*)?$/ { in_code = 1; n++; next }
         in_code && n == want { print }
     ' "$1"
 }
