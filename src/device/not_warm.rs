@@ -7,36 +7,45 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::layout::CacheFrom;
+use crate::plan::Step;
+use crate::stepid::StepId;
 
 /// An artifact that is not warm.
 #[derive(Debug, Clone)]
 pub struct Missing {
     /// The scene's index in the frozen plan.
     pub scene: usize,
-    pub scene_name: String,
-    /// The step's kind (`compile`, `fixture`, `golden`, `prepare`).
-    pub kind: &'static str,
-    pub step: String,
+    /// The step that would have built it (its scene, kind and name).
+    pub id: StepId,
     pub key: String,
 }
 
 impl Missing {
+    /// Step `step` of the frozen plan's scene `scene` is not warm.
+    pub fn of(scene: usize, step: &Step) -> Missing {
+        Missing {
+            scene,
+            id: step.id.clone(),
+            key: step.key.clone(),
+        }
+    }
+
     /// One line per artifact, as report.json's scene message lists them.
     pub fn line(&self) -> String {
         format!(
             "{}: {} {} (key {}) is not warm",
-            self.scene_name,
-            self.kind,
-            self.step,
+            self.id.scene,
+            self.id.label(),
+            self.id.name,
             &self.key[..self.key.len().min(12)]
         )
     }
 
     /// `compile add`, or just `fixture` where the step is named after its kind.
     fn short(&self) -> String {
-        match self.step == self.kind {
-            true => self.kind.to_string(),
-            false => format!("{} {}", self.kind, self.step),
+        match self.id.name == self.id.label() {
+            true => self.id.label().to_string(),
+            false => format!("{} {}", self.id.label(), self.id.name),
         }
     }
 }
@@ -49,10 +58,10 @@ pub fn summary(missing: &[Missing], cache: &Path, from: CacheFrom) -> String {
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     let mut scenes: Vec<(&str, Vec<String>)> = Vec::new();
     for m in missing {
-        *kinds.entry(m.kind).or_default() += 1;
-        match scenes.iter_mut().find(|(n, _)| *n == m.scene_name) {
+        *kinds.entry(m.id.label()).or_default() += 1;
+        match scenes.iter_mut().find(|(n, _)| *n == m.id.scene) {
             Some((_, steps)) => steps.push(m.short()),
-            None => scenes.push((&m.scene_name, vec![m.short()])),
+            None => scenes.push((&m.id.scene, vec![m.short()])),
         }
     }
     let counts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
@@ -82,13 +91,12 @@ pub fn summary(missing: &[Missing], cache: &Path, from: CacheFrom) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stepid::Kind;
 
-    fn m(scene: usize, kind: &'static str, step: &str) -> Missing {
+    fn m(scene: usize, kind: Kind, step: &str) -> Missing {
         Missing {
             scene,
-            scene_name: format!("s{scene}"),
-            kind,
-            step: step.into(),
+            id: StepId::new(kind, &format!("s{scene}"), step),
             key: "0123456789abcdef".into(),
         }
     }
@@ -96,7 +104,7 @@ mod tests {
     #[test]
     fn a_thousand_missing_artifacts_are_a_few_lines() {
         let missing: Vec<Missing> = (0..500)
-            .flat_map(|i| [m(i, "compile", "k"), m(i, "fixture", "fixture")])
+            .flat_map(|i| [m(i, Kind::Kernel, "k"), m(i, Kind::Fixture, "fixture")])
             .collect();
         let text = summary(&missing, Path::new("/c"), CacheFrom::Env);
         assert_eq!(text.lines().count(), 6, "{text}");

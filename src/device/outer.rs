@@ -50,13 +50,7 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
                         .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
                 }
                 (_, Some(_)) => {}
-                (_, None) => missing.push(Missing {
-                    scene: scenes.len(),
-                    scene_name: ps.name.clone(),
-                    kind: step.label(),
-                    step: step.name.clone(),
-                    key: step.key.clone(),
-                }),
+                (_, None) => missing.push(Missing::of(scenes.len(), step)),
             }
         }
         for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
@@ -76,13 +70,7 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
                     files: e.meta.files.clone(),
                 })),
                 None => {
-                    missing.push(Missing {
-                        scene: scenes.len(),
-                        scene_name: ps.name.clone(),
-                        kind: step.label(),
-                        step: step.name.clone(),
-                        key: step.key.clone(),
-                    });
+                    missing.push(Missing::of(scenes.len(), step));
                     arts.push(None);
                 }
             }
