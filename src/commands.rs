@@ -281,8 +281,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
             let copy = m.clone();
             s.spawn(move || kept.write(&copy));
         }
-        let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
-        plan::scenes_from::expand(&mut m, &cache, &files)?;
+        add_generated(cli, &mut m, &files)?;
         Plan::build(m, select, cli.cache_dir.as_deref(), files, mode)
     });
     let mut plan = plan?;
@@ -290,6 +289,14 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
     plan.remote =
         Remote::configure(&plan.manifest.cache.remote, &cli.remote.flags(), notes)?.map(Arc::new);
     Ok(plan)
+}
+
+/// Generated scenes are scenes: `scenes_from:` output joins the manifest's scenes, for
+/// `plan`, `warm`, `device` and `list` alike (a generator runs only when its output for
+/// these inputs is not cached yet).
+fn add_generated(cli: &Cli, m: &mut manifest::Manifest, files: &crate::key::Files) -> Result<()> {
+    let cache = plan::cache_dir(m, cli.cache_dir.as_deref());
+    plan::scenes_from::expand(m, &cache, files).map(drop)
 }
 
 /// The plan of the selection, narrowed to the affected scenes under `--changed` /
@@ -356,11 +363,8 @@ fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
         None
     };
     let mut m = manifest::load(manifest_path(cli)?).map_err(Error::Manifest)?;
-    // Generated scenes are scenes: listed as `plan` sees them (their generator runs only
-    // when its output is not cached yet).
-    let cache = plan::cache_dir(&m, cli.cache_dir.as_deref());
     let files = plan::stat_memo(&m.dir);
-    plan::scenes_from::expand(&mut m, &cache, &files)?;
+    add_generated(cli, &mut m, &files)?;
     let selected = match crate::select::select(&m.scenes, &sel) {
         Ok(s) => s,
         Err(e)
