@@ -52,6 +52,26 @@ fn started_at(log: &Path) -> i128 {
     }
 }
 
+/// Wait (a few ms at most) until the clock files are stamped by has ticked past now,
+/// probing with the step's log. That clock is coarse: a change is stamped with the
+/// last tick (1 to 10 ms) or, with multigrain timestamps, with the latest fine stamp
+/// handed out — which can be the one of the edit that made the step rerun. The rerun's
+/// log would then carry the edit's very stamp, and the edit count as made during the
+/// rerun too (`dep_changed_during`): seen as a rare "changed again on the rerun".
+fn next_tick(job_dir: &Path, log: &Path) {
+    let stamp = |log: &Path| {
+        let _ = crate::fsutil::start_log(job_dir, log, "rerun\n");
+        started_at(log)
+    };
+    let now = stamp(log);
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        if stamp(log) > now {
+            return;
+        }
+    }
+}
+
 /// The first file a step's depfile named (and its key does not commit to) that may have
 /// changed while the step ran, after the step read it: its hash, taken after the step,
 /// could then describe content the step never saw. Such a file was changed (ctime) at or
@@ -76,6 +96,8 @@ fn dep_changed_during(plan: &Plan, deps: &[Dep], started: i128) -> Option<PathBu
 /// Run the unit once more under a key recomputed from the files as they are now;
 /// `shown` names the input that changed.
 pub(super) fn rerun(plan: &Plan, unit: &Unit, shown: &str) -> Result<Done> {
+    let step = &plan.steps[unit.steps[0]];
+    next_tick(&plan.job_dir, &step.id.log_path(&plan.job_dir));
     let key = match plan.rekey(unit.steps[0]) {
         Ok(k) => k,
         Err(e) => {
@@ -91,4 +113,29 @@ pub(super) fn rerun(plan: &Plan, unit: &Unit, shown: &str) -> Result<Done> {
             crate::key::key_name(&plan.manifest.dir, &again),
         )),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file changed just before `next_tick` has a change time before the log's after
+    /// it, however coarse the clock: the rerun's start is after the edit that caused it.
+    #[test]
+    fn next_tick_stamps_the_log_after_every_earlier_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let (edited, log) = (dir.path().join("gen.h"), dir.path().join("logs/step.log"));
+        std::fs::write(&edited, "#define VALUE 1\n").unwrap();
+        for _ in 0..20 {
+            // The log last changed unobserved, the edit observed: on a kernel with
+            // multigrain timestamps the edit is stamped finely and the log's next change
+            // coarsely, which may be the very same stamp.
+            crate::fsutil::start_log(dir.path(), &log, "$ cc\n").unwrap();
+            let _ = started_at(&edited);
+            std::fs::write(&edited, "#define VALUE 2\n").unwrap();
+            let changed = started_at(&edited);
+            next_tick(dir.path(), &log);
+            assert!(started_at(&log) > changed);
+        }
+    }
 }

@@ -278,6 +278,7 @@ fn a_computed_include_edited_during_the_compile_is_not_published() {
     );
     let o = run(&s, &["warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(stderr(&o).contains("warm: 1 built"), "{}", show(&o));
     let printed = || {
         let k = only_entry(&s, "kernel").join("out");
         let o = std::process::Command::new(&k).output().unwrap();
