@@ -111,6 +111,9 @@ pub enum FollowUp {
     Retry,
     /// A device fault: once, on healthy ids, not counted against retries.
     FaultRerun,
+    /// Cut short by a restart of its lane process: the lane itself runs it again in the
+    /// fresh process (the scheduler has nothing to requeue).
+    InLane,
 }
 
 pub fn follow_up(attempts: &[Attempt], retries: u32) -> FollowUp {
@@ -129,6 +132,7 @@ pub fn follow_up(attempts: &[Attempt], retries: u32) -> FollowUp {
                 FollowUp::Final
             }
         }
+        AttemptOutcome::CutShort => FollowUp::InLane,
         o if o.scene_failed() => {
             let failed = attempts.iter().filter(|a| a.outcome.scene_failed()).count();
             if failed as u32 <= retries {
@@ -274,6 +278,11 @@ mod tests {
         assert_eq!(outcome(&[a(DeviceFault), a(Passed)]), SceneOutcome::Passed);
         // The fault rerun does not use up retries.
         assert_eq!(follow_up(&[a(DeviceFault), a(Failed)], 1), FollowUp::Retry);
+        // A cut-short scene reruns in its lane, whatever the retries; its rerun's end
+        // is what counts.
+        assert_eq!(follow_up(&[a(CutShort)], 0), FollowUp::InLane);
+        assert_eq!(follow_up(&[a(CutShort)], 2), FollowUp::InLane);
+        assert_eq!(follow_up(&[a(CutShort), a(Passed)], 0), FollowUp::Final);
     }
 
     #[test]

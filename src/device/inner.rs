@@ -323,7 +323,9 @@ impl<'a> Scheduler<'a> {
                     self.free.remove(s);
                 }
             }
-            Event::Attempt { scene, attempt } if follow != FollowUp::Final => {
+            Event::Attempt { scene, attempt }
+                if matches!(follow, FollowUp::Retry | FollowUp::FaultRerun) =>
+            {
                 let avoid: Vec<usize> = attempt
                     .devices
                     .iter()
@@ -531,7 +533,9 @@ impl<'a> Run<'a> {
         if let Event::Attempt { scene, .. } = &ev {
             let s = &self.frozen.scenes[*scene];
             follow = events::follow_up(&self.acc.attempts[*scene], s.device().retries);
-            if follow != FollowUp::Final && proc::interrupted() {
+            // A cut-short scene's lane reports it again either way (its rerun, or "not
+            // run: interrupted").
+            if matches!(follow, FollowUp::Retry | FollowUp::FaultRerun) && proc::interrupted() {
                 follow = FollowUp::Final;
             }
             name = s.name.as_str();

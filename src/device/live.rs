@@ -154,6 +154,7 @@ fn attempt_line(a: &Attempt, name: &str, done: usize, total: usize, follow: Foll
     match follow {
         FollowUp::Retry => text.push_str(" (will retry)"),
         FollowUp::FaultRerun => text.push_str(" (device quarantined; rerun on a healthy id)"),
+        FollowUp::InLane => text.push_str(" (runs again in the fresh lane process)"),
         FollowUp::Final => {}
     }
     if !matches!(a.outcome, AttemptOutcome::Passed | AttemptOutcome::Skipped) {

@@ -101,6 +101,21 @@ fn a_restart_line_gives_the_rest_a_fresh_process_on_the_same_ids() {
     assert_eq!(message(&r, "b"), "runtime poisoned by b");
     // The scene cut short reran once, not counted as a retry (no flaky pass).
     assert_eq!(attempts(&r, "c"), ["cut_short", "passed"]);
+    // The live counter counts it once, at its rerun's end.
+    let err = stderr(&o);
+    let cut = err
+        .lines()
+        .find(|l| l.contains("cut short") && l.contains(" c "))
+        .unwrap_or_else(|| panic!("no cut-short line: {}", show(&o)));
+    assert!(
+        cut.contains("(runs again in the fresh lane process)") && !cut.contains('/'),
+        "{cut}"
+    );
+    let counters: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix('[')?.split(']').next())
+        .collect();
+    assert_eq!(counters, ["1/4", "2/4", "3/4", "4/4"], "{}", show(&o));
     assert_eq!(
         attempts(&r, "b"),
         ["failed"],
