@@ -103,6 +103,11 @@ pub struct Cli {
     /// that parses the command line, not a flag).
     #[arg(skip)]
     pub manifest_search: Option<String>,
+
+    /// `cache_dir` came from `$SCENERUN_CACHE_DIR`, not the flag (set by the same glue,
+    /// from clap's record of where each value came from).
+    #[arg(skip)]
+    pub cache_dir_from_env: bool,
 }
 
 /// The shared remote cache (docs/remote-cache.md); global, like `--cache-dir`.

@@ -464,7 +464,7 @@ fn report_dir(plan: &Plan, d: &DeviceFlags) -> PathBuf {
 fn cache_from(cli: &Cli, m: &manifest::Manifest) -> crate::layout::CacheFrom {
     crate::layout::CacheFrom::of(
         cli.cache_dir.as_deref(),
-        std::env::var_os("SCENERUN_CACHE_DIR").as_deref(),
+        cli.cache_dir_from_env,
         m.cache.dir.is_some(),
     )
 }

@@ -45,11 +45,11 @@ pub enum CacheFrom {
 }
 
 impl CacheFrom {
-    /// `flag` is the value `--cache-dir` or `$SCENERUN_CACHE_DIR` gave, `env` the
-    /// variable's value: the same value is taken to come from the variable.
-    pub fn of(flag: Option<&Path>, env: Option<&std::ffi::OsStr>, configured: bool) -> CacheFrom {
-        match flag {
-            Some(f) if env == Some(f.as_os_str()) => CacheFrom::Env,
+    /// `given`: the value `--cache-dir` or `$SCENERUN_CACHE_DIR` gave, `from_env` when
+    /// it was the variable; `configured`: the manifest sets `cache.dir`.
+    pub fn of(given: Option<&Path>, from_env: bool, configured: bool) -> CacheFrom {
+        match given {
+            Some(_) if from_env => CacheFrom::Env,
             Some(_) => CacheFrom::Flag,
             None if configured => CacheFrom::Manifest,
             None => CacheFrom::Default,

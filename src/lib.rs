@@ -39,6 +39,8 @@ pub fn parse_args() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let matches = Cli::command().try_get_matches()?;
     let mut cli = Cli::from_arg_matches(&matches)?;
+    cli.cache_dir_from_env =
+        matches.value_source("cache_dir") == Some(clap::parser::ValueSource::EnvVariable);
     if matches.value_source("manifest") == Some(clap::parser::ValueSource::DefaultValue) {
         if let Ok(d) = std::env::current_dir() {
             let found = manifest::discover(&d, &cli.manifest);

@@ -58,6 +58,12 @@ fn not_warm_is_a_summary_naming_the_cache_dir_checked() {
     let o = c.output().unwrap();
     assert_eq!(code(&o), 6, "{}", show(&o));
     assert!(stderr(&o).contains("(from --cache-dir)"), "{}", show(&o));
+    // The flag wins over the variable, and is named even when both say the same dir.
+    let mut c = s.cmd(&["--cache-dir", elsewhere.to_str().unwrap(), "device"]);
+    pool.apply(&mut c).env("SCENERUN_CACHE_DIR", &elsewhere);
+    let o = c.output().unwrap();
+    assert_eq!(code(&o), 6, "{}", show(&o));
+    assert!(stderr(&o).contains("(from --cache-dir)"), "{}", show(&o));
     assert!(
         pool.events().iter().all(|e| e.kind != "acquire"),
         "the lock was never taken"
