@@ -59,14 +59,11 @@ fn started_at(log: &Path) -> i128 {
 /// log would then carry the edit's very stamp, and the edit count as made during the
 /// rerun too (`dep_changed_during`): seen as a rare "changed again on the rerun".
 fn next_tick(job_dir: &Path, log: &Path) {
-    let stamp = |log: &Path| {
-        let _ = crate::fsutil::start_log(job_dir, log, "rerun\n");
-        started_at(log)
-    };
-    let now = stamp(log);
+    let stamp = || start_log(job_dir, log, "(waiting for the file clock to tick)");
+    let now = stamp();
     for _ in 0..100 {
         std::thread::sleep(std::time::Duration::from_millis(1));
-        if stamp(log) > now {
+        if stamp() > now {
             return;
         }
     }
