@@ -116,6 +116,14 @@ pub enum FollowUp {
     InLane,
 }
 
+impl FollowUp {
+    /// The scheduler queues the scene again (a retry, a fault rerun); a scene cut short
+    /// reruns inside its lane instead.
+    pub fn requeues(self) -> bool {
+        matches!(self, FollowUp::Retry | FollowUp::FaultRerun)
+    }
+}
+
 pub fn follow_up(attempts: &[Attempt], retries: u32) -> FollowUp {
     let Some(last) = attempts.last() else {
         return FollowUp::Final;

@@ -323,9 +323,7 @@ impl<'a> Scheduler<'a> {
                     self.free.remove(s);
                 }
             }
-            Event::Attempt { scene, attempt }
-                if matches!(follow, FollowUp::Retry | FollowUp::FaultRerun) =>
-            {
+            Event::Attempt { scene, attempt } if follow.requeues() => {
                 let avoid: Vec<usize> = attempt
                     .devices
                     .iter()
@@ -535,7 +533,7 @@ impl<'a> Run<'a> {
             follow = events::follow_up(&self.acc.attempts[*scene], s.device().retries);
             // A cut-short scene's lane reports it again either way (its rerun, or "not
             // run: interrupted").
-            if matches!(follow, FollowUp::Retry | FollowUp::FaultRerun) && proc::interrupted() {
+            if follow.requeues() && proc::interrupted() {
                 follow = FollowUp::Final;
             }
             name = s.name.as_str();
