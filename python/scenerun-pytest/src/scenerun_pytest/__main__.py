@@ -29,7 +29,29 @@ def _collect_parser():
         help="lane: device steps share lane processes; process: one pytest per scene",
     )
     c.add_argument("--identity", default=None, help="identity command of fixture and golden steps")
+    c.add_argument("--worker", default=None, metavar="NAME", help="fixture and golden steps run in this warm worker")
+    c.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="NODE=REASON",
+        help="keep a node (or every node under a prefix) out of scenerun, with the reason",
+    )
     return c
+
+
+def split_exclude(spec: str) -> tuple[str, str] | None:
+    """``NODE=REASON``, split at the first ``=`` outside a parameter's brackets."""
+    depth = 0
+    for i, ch in enumerate(spec):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(0, depth - 1)
+        elif ch == "=" and depth == 0:
+            node, reason = spec[:i].strip(), spec[i + 1 :].strip()
+            return (node, reason) if node and reason else None
+    return None
 
 
 def _phase_parser(phase):
@@ -66,16 +88,31 @@ def main(argv=None) -> int:
     if command == "collect":
         from . import collect
 
-        opts, pytest_args = _collect_parser().parse_known_args(rest)
+        parsed, pytest_args = _collect_parser().parse_known_args(rest)
         lanes = {}
-        for spec in opts.lane_for:
+        for spec in parsed.lane_for:
             n, _, name = spec.partition("=")
             if not n.isdigit() or not name:
                 print(f"--lane-for {spec!r}: write N=LANE", file=sys.stderr)
                 return 4
             lanes[int(n)] = name
-        opts.lanes = lanes
-        opts.pytest_args = pytest_args
+        excludes = {}
+        for spec in parsed.exclude:
+            pair = split_exclude(spec)
+            if pair is None:
+                print(f"--exclude {spec!r}: write NODE=REASON", file=sys.stderr)
+                return 4
+            excludes[pair[0]] = pair[1]
+        opts = collect.Options(
+            python=parsed.python,
+            lane=parsed.lane,
+            lanes=lanes,
+            device_mode=parsed.device_mode,
+            identity=parsed.identity,
+            worker=parsed.worker,
+            excludes=excludes,
+            pytest_args=pytest_args,
+        )
         return collect.main(opts)
     from . import phases
 

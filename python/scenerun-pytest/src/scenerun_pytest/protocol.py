@@ -3,9 +3,11 @@
 ``compute_golden(args, params)`` is a scene class. No base class is needed; scenerun's
 own :class:`~scenerun_pytest.SceneTest` is one too.
 
-The three attribute names can be changed in ``[tool.scenerun]`` of ``pyproject.toml``
-(``cases``, ``generate``, ``golden``) or the pytest ini (``scenerun_cases``,
-``scenerun_generate``, ``scenerun_golden``; the ini wins).
+The attribute names can be changed in ``[tool.scenerun]`` of ``pyproject.toml``
+(``cases``, ``generate``, ``golden``, and ``runner``: the test that runs a class's cases,
+``test_run`` by default) or the pytest ini (``scenerun_cases``, ``scenerun_generate``,
+``scenerun_golden``, ``scenerun_runner``; the ini wins). ``[tool.scenerun] exclude`` (a
+table of node id or prefix to reason) names the nodes a project keeps out of scenerun.
 
 Case fields read (all optional but ``name``): ``params`` (passed to both functions),
 ``platforms`` (the case runs only on these), ``manual`` (true, a platform or a list of
@@ -20,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-DEFAULTS = {"cases": "CASES", "generate": "generate_args", "golden": "compute_golden"}
+DEFAULTS = {"cases": "CASES", "generate": "generate_args", "golden": "compute_golden", "runner": "test_run"}
 MANUAL_MODES = ("exclude", "include", "only")
 
 
@@ -29,6 +31,8 @@ class Names:
     cases: str = DEFAULTS["cases"]
     generate: str = DEFAULTS["generate"]
     golden: str = DEFAULTS["golden"]
+    #: The class's test that runs its cases one after the other (upstream: ``test_run``).
+    runner: str = DEFAULTS["runner"]
 
 
 def _pyproject(rootpath) -> dict:
@@ -46,6 +50,11 @@ def _pyproject(rootpath) -> dict:
         return tomllib.load(f).get("tool", {}).get("scenerun", {})
 
 
+def pyproject_table(config) -> dict:
+    """``[tool.scenerun]`` of the suite's ``pyproject.toml`` (empty when absent)."""
+    return _pyproject(config.rootpath)
+
+
 def names(config) -> Names:
     """The protocol's attribute names for this pytest session."""
     found = dict(DEFAULTS)
@@ -57,6 +66,14 @@ def names(config) -> Names:
         if value:
             found[key] = value
     return Names(**found)
+
+
+def excludes(config) -> dict[str, str]:
+    """``[tool.scenerun] exclude``: node id (or a prefix: a file, ``path::Class``) -> reason."""
+    table = _pyproject(config.rootpath).get("exclude", {})
+    if not isinstance(table, dict):
+        return {}
+    return {str(k): str(v) for k, v in table.items() if isinstance(v, str) and v.strip()}
 
 
 def is_scene_class(cls, n: Names) -> bool:

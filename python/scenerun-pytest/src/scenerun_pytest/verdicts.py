@@ -1,0 +1,105 @@
+"""Record every test node's verdict of a plain pytest run, to compare it with scenerun's
+report node for node: ``-p scenerun_pytest.verdicts`` with ``SCENERUN_VERDICTS=FILE``.
+
+Each process appends one JSON line per node (``{"nodeid", "verdict", "pid"}``) as the
+node finishes, in pytest's own words (:mod:`scenerun_pytest.outcome`). Suites that run
+their tests in child pytest processes (simpler's dispatcher) pass the option on through
+``PYTEST_ADDOPTS``; under pytest-xdist only the controller records (it sees every
+worker's reports), so a node is written once per run of it. When a node runs twice (a
+suite's own retry in a fresh process), :func:`read` keeps the last.
+
+Invariant: a line is one ``write`` of a whole record, so processes appending at once
+never interleave inside a line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .outcome import Verdict, of_report
+
+ENV = "SCENERUN_VERDICTS"
+
+
+class _Recorder:
+    def __init__(self, path: str):
+        self.path = path
+        self.verdicts: dict[str, Verdict] = {}
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        verdict = of_report(report)
+        old = self.verdicts.get(report.nodeid)
+        if old is None or verdict.outcome.rank > old.outcome.rank:
+            self.verdicts[report.nodeid] = verdict
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        verdict = self.verdicts.pop(nodeid, None)
+        if verdict is None:
+            return
+        line = json.dumps({"nodeid": nodeid, "verdict": verdict.outcome.value, "pid": os.getpid()}) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def pytest_configure(config: Any) -> None:
+    path = os.environ.get(ENV)
+    if not path or hasattr(config, "workerinput"):
+        return  # not asked, or an xdist worker (its controller records)
+    config.pluginmanager.register(_Recorder(path), "scenerun-verdicts")
+
+
+def read(path: str) -> dict[str, str]:
+    """nodeid -> verdict, the last run of each node winning."""
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                out[record["nodeid"]] = str(record["verdict"])
+    return out
+
+
+def node_verdicts_of_report(report: dict[str, Any]) -> dict[str, str]:
+    """nodeid -> pytest's word, from a scenerun report.json's ``nodes``."""
+    return {n["nodeid"]: n["pytest"] for n in report.get("nodes", [])}
+
+
+def compare(upstream: dict[str, str], scenerun: dict[str, str]) -> list[str]:
+    """One line per node whose verdicts differ (a node missing on one side included)."""
+    lines = []
+    for nodeid in sorted(set(upstream) | set(scenerun)):
+        a, b = upstream.get(nodeid, "(not run)"), scenerun.get(nodeid, "(not run)")
+        if a != b:
+            lines.append(f"{nodeid}: pytest {a}, scenerun {b}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """``python -m scenerun_pytest.verdicts PYTEST_VERDICTS.jsonl REPORT.json``: the
+    differences, one a line; exit 1 when there is any."""
+    if len(argv) != 2:
+        print("usage: python -m scenerun_pytest.verdicts VERDICTS.jsonl report.json")
+        return 4
+    with open(argv[1], encoding="utf-8") as f:
+        report = json.load(f)
+    upstream, ours = read(argv[0]), node_verdicts_of_report(report)
+    diff = compare(upstream, ours)
+    for line in diff:
+        print(line)
+    counts: dict[str, int] = {}
+    for v in upstream.values():
+        counts[v] = counts.get(v, 0) + 1
+    summary = ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
+    print(f"{len(upstream)} pytest nodes ({summary}); {len(ours)} scenerun nodes; {len(diff)} differences")
+    return 1 if diff else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,1 +1,0 @@
-from _standin import module_getattr as __getattr__  # noqa: F401
