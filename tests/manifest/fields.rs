@@ -298,3 +298,76 @@ fn shell_variables_pass_and_double_braces_are_literal() {
         "{text}"
     );
 }
+
+/// `suite_args:` reaches every command that says `{suite_args}`: the `prepare:` step, a
+/// fixture and a lane alike, quoted word by word, with `{platform}` filled.
+#[test]
+fn suite_args_are_written_once_and_reach_every_command() {
+    let s = Suite::new();
+    let yaml = |words: &str| {
+        format!(
+            r#"version: 1
+platform: sim
+suite_args: [{words}]
+prepare:
+  - {{name: kernels, run: "echo prepare {{suite_args}} > {{out}}/x"}}
+lanes:
+  rt: {{run: "echo lane {{args}} {{suite_args}} --device {{devices}}"}}
+scenes:
+  - name: a
+    fixture: {{run: "echo fix {{suite_args}} > {{out}}/x"}}
+    device: {{lane: rt, args: [t.py]}}
+"#
+        )
+    };
+    s.manifest(&yaml(
+        r#"--platform, "{platform}", --manual, include, -m, "not sdma""#,
+    ));
+    let o = s.cmd(&["run", "--dry-run", "--no-lock"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let out = stdout(&o);
+    let words = "--platform sim --manual include -m 'not sdma'";
+    for cmd in [
+        format!("echo prepare {words} > <out>/x"),
+        format!("echo fix {words} > <out>/x"),
+        format!("echo lane t.py {words} --device <devices>"),
+    ] {
+        assert!(out.contains(&cmd), "{cmd:?} in:\n{out}");
+    }
+    // The words are part of the keys of the steps that use them.
+    let keys = |s: &Suite| {
+        let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["warm"]["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|st| st["key"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let before = keys(&s);
+    s.manifest(&yaml(r#"--platform, "{platform}", --manual, exclude"#));
+    let after = keys(&s);
+    assert!(
+        before.iter().zip(&after).all(|(a, b)| a != b),
+        "{before:?} {after:?}"
+    );
+
+    // A placeholder other than {platform} in a word, and {suite_args} without suite_args.
+    s.manifest(&yaml(r#"--device, "{devices}""#));
+    let o = s.cmd(&["plan"]).output().unwrap();
+    assert_eq!(code(&o), 4, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("only `{platform}` is filled"),
+        "{}",
+        show(&o)
+    );
+    s.manifest(&yaml("x").replace("suite_args: [x]\n", ""));
+    let o = s.cmd(&["plan"]).output().unwrap();
+    assert_eq!(code(&o), 4, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("the manifest has no top-level `suite_args:`"),
+        "{}",
+        show(&o)
+    );
+}
