@@ -102,6 +102,10 @@ impl Ui {
         self.paint("32", t)
     }
 
+    pub fn yellow(&self, t: &str) -> String {
+        self.paint("33", t)
+    }
+
     pub fn dim(&self, t: &str) -> String {
         self.paint("2", t)
     }

@@ -17,6 +17,15 @@ pub enum AttemptOutcome {
     Passed,
     Failed,
     Skipped,
+    /// A test marked `xfail` that failed, as expected (pytest's word).
+    Xfailed,
+    /// A test marked `xfail` that passed (non-strict: not a failure, as in pytest).
+    Xpassed,
+    /// A failure outside the test itself: its setup or teardown (pytest's `error`).
+    Error,
+    /// The suite's own runner would not reach it: an earlier case of its node ended the
+    /// node first (docs/pytest.md).
+    NotReached,
     TimedOut,
     DeviceFault,
     Interrupted,
@@ -31,6 +40,10 @@ impl AttemptOutcome {
             AttemptOutcome::Passed => "passed",
             AttemptOutcome::Failed => "failed",
             AttemptOutcome::Skipped => "skipped",
+            AttemptOutcome::Xfailed => "xfailed",
+            AttemptOutcome::Xpassed => "xpassed",
+            AttemptOutcome::Error => "error",
+            AttemptOutcome::NotReached => "not reached",
             AttemptOutcome::TimedOut => "timed out",
             AttemptOutcome::DeviceFault => "device fault",
             AttemptOutcome::Interrupted => "interrupted",
@@ -41,7 +54,23 @@ impl AttemptOutcome {
 
     /// A failure of the scene itself (what `retries` reruns).
     pub fn scene_failed(self) -> bool {
-        matches!(self, AttemptOutcome::Failed | AttemptOutcome::TimedOut)
+        matches!(
+            self,
+            AttemptOutcome::Failed | AttemptOutcome::Error | AttemptOutcome::TimedOut
+        )
+    }
+
+    /// The scene's own verdict, whatever it was, and not a failure (a pass, a skip, an
+    /// expected failure, a case its node did not reach).
+    pub fn not_a_failure(self) -> bool {
+        matches!(
+            self,
+            AttemptOutcome::Passed
+                | AttemptOutcome::Skipped
+                | AttemptOutcome::Xfailed
+                | AttemptOutcome::Xpassed
+                | AttemptOutcome::NotReached
+        )
     }
 }
 
@@ -168,6 +197,10 @@ pub fn outcome(attempts: &[Attempt]) -> SceneOutcome {
             }
         }
         AttemptOutcome::Skipped => SceneOutcome::Skipped,
+        AttemptOutcome::Xfailed => SceneOutcome::Xfailed,
+        AttemptOutcome::Xpassed => SceneOutcome::Xpassed,
+        AttemptOutcome::Error => SceneOutcome::Error,
+        AttemptOutcome::NotReached => SceneOutcome::NotReached,
         AttemptOutcome::Failed | AttemptOutcome::DeviceFault | AttemptOutcome::CutShort => {
             SceneOutcome::Failed
         }
@@ -241,8 +274,13 @@ impl Accumulator {
             .iter()
             .flatten()
             .map(|a| a.devices.len() as f64 * a.duration_secs)
-            .sum();
-        let startup = self.lanes.iter().filter_map(|l| l.startup_secs).sum();
+            .fold(0.0, |s, x| s + x);
+        // `fold` from 0.0, not `sum`: an empty float sum is -0.0, printed "-0.00s".
+        let startup = self
+            .lanes
+            .iter()
+            .filter_map(|l| l.startup_secs)
+            .fold(0.0, |s, x| s + x);
         (union_secs(spans), used, startup)
     }
 }

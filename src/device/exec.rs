@@ -238,6 +238,9 @@ fn scene_env(
     if let Some(g) = &s.golden {
         env.insert("SCENERUN_GOLDEN".into(), g.out.display().to_string());
     }
+    if let Some(stop) = s.device.as_ref().and_then(|d| d.stop) {
+        env.insert("SCENERUN_STOP_SIGNAL".into(), stop.signal_name());
+    }
     env
 }
 

@@ -49,13 +49,34 @@ pub enum Line {
     Garbage(String),
 }
 
+/// An end event's `outcome`: pytest's words, and `not_reached` (docs/lanes.md).
 fn outcome_word(v: Option<&Value>) -> Option<AttemptOutcome> {
     match v?.as_str()? {
         "passed" => Some(AttemptOutcome::Passed),
-        "failed" | "error" => Some(AttemptOutcome::Failed),
+        "failed" => Some(AttemptOutcome::Failed),
+        "error" => Some(AttemptOutcome::Error),
         "skipped" => Some(AttemptOutcome::Skipped),
+        "xfailed" => Some(AttemptOutcome::Xfailed),
+        "xpassed" => Some(AttemptOutcome::Xpassed),
+        "not_reached" => Some(AttemptOutcome::NotReached),
         _ => None,
     }
+}
+
+/// A reportlog `TestReport`'s verdict, as pytest words it: a failed setup or teardown is
+/// an error; `wasxfail` turns a skip into xfailed and a pass into xpassed.
+fn report_verdict(v: &Value) -> Option<AttemptOutcome> {
+    let when = v.get("when").and_then(Value::as_str).unwrap_or("call");
+    let xfail = v.get("wasxfail").is_some();
+    Some(match v.get("outcome")?.as_str()? {
+        "failed" if when != "call" => AttemptOutcome::Error,
+        "failed" => AttemptOutcome::Failed,
+        "skipped" if xfail => AttemptOutcome::Xfailed,
+        "skipped" => AttemptOutcome::Skipped,
+        "passed" if xfail && when == "call" => AttemptOutcome::Xpassed,
+        "passed" => AttemptOutcome::Passed,
+        _ => return None,
+    })
 }
 
 /// Text of a reportlog `longrepr`: a string, a `[path, line, reason]` skip triple, or a
@@ -100,10 +121,9 @@ pub fn parse_line(text: &str) -> Line {
     if let Some(kind) = v.get("$report_type").and_then(Value::as_str) {
         return match kind {
             "TestReport" => {
-                let (Some(nodeid), Some(verdict)) = (
-                    v.get("nodeid").and_then(Value::as_str),
-                    outcome_word(v.get("outcome")),
-                ) else {
+                let (Some(nodeid), Some(verdict)) =
+                    (v.get("nodeid").and_then(Value::as_str), report_verdict(&v))
+                else {
                     return Line::Garbage("a TestReport without nodeid or outcome".into());
                 };
                 Line::Report {
@@ -134,7 +154,7 @@ pub fn parse_line(text: &str) -> Line {
             };
             let Some(verdict) = outcome_word(v.get("outcome")) else {
                 return Line::Garbage(format!(
-                    "end event of `{scene}`: `outcome` must be passed, failed or skipped"
+                    "end event of `{scene}`: `outcome` must be passed, failed, skipped, xfailed, xpassed, error or not_reached"
                 ));
             };
             Line::End {
@@ -169,6 +189,21 @@ pub fn parse_line(text: &str) -> Line {
     }
 }
 
+/// Which of two reportlog verdicts of one scene wins: a failure of any phase over a
+/// passed test, a passed test over an expected failure or a skip (a scene of several
+/// tests passes when one ran and the others skipped, as pytest's own exit code says).
+fn reportlog_rank(o: AttemptOutcome) -> u8 {
+    match o {
+        AttemptOutcome::Error => 6,
+        AttemptOutcome::Failed => 5,
+        AttemptOutcome::Passed => 4,
+        AttemptOutcome::Xpassed => 3,
+        AttemptOutcome::Xfailed => 2,
+        AttemptOutcome::Skipped => 1,
+        _ => 0,
+    }
+}
+
 /// One scene of a batch, as the lane process receives it.
 #[derive(Debug, Clone)]
 pub struct BatchScene {
@@ -189,8 +224,8 @@ enum State {
     /// Reportlog records came; more may follow until a later scene reports.
     Reporting {
         since: f64,
-        failed: bool,
-        passed: bool,
+        /// The verdict of its reports so far (`reportlog_rank` decides between two).
+        verdict: Option<AttemptOutcome>,
         duration: f64,
         message: Option<String>,
     },
@@ -374,22 +409,14 @@ impl Batch {
     fn close_reporting(&mut self, i: usize, out: &mut Vec<Effect>) {
         if let State::Reporting {
             since,
-            failed,
-            passed,
+            verdict,
             duration,
             message,
         } = std::mem::replace(&mut self.state[i], State::Done)
         {
-            let verdict = if failed {
-                AttemptOutcome::Failed
-            } else if passed {
-                AttemptOutcome::Passed
-            } else {
-                AttemptOutcome::Skipped
-            };
             out.push(Effect::Scene {
                 scene: i,
-                verdict,
+                verdict: verdict.unwrap_or(AttemptOutcome::Skipped),
                 started: since,
                 duration,
                 message,
@@ -488,24 +515,30 @@ impl Batch {
                     let prev = self.last_result;
                     self.result_seen(now);
                     self.close_others(i, &mut out);
-                    let (since, f0, p0, d0, m0) = match std::mem::replace(&mut self.state[i], State::Done) {
+                    let (since, v0, d0, m0) = match std::mem::replace(&mut self.state[i], State::Done) {
                         State::Reporting {
                             since,
-                            failed,
-                            passed,
+                            verdict,
                             duration,
                             message,
-                        } => (since, failed, passed, duration, message),
-                        State::Running { since } => (since, false, false, 0.0, None),
-                        _ => (prev, false, false, 0.0, None),
+                        } => (since, verdict, duration, message),
+                        State::Running { since } => (since, None, 0.0, None),
+                        _ => (prev, None, 0.0, None),
                     };
-                    let failed = verdict == AttemptOutcome::Failed;
+                    // A setup or teardown that passed says nothing of the test's verdict.
+                    let counts = when == "call" || verdict != AttemptOutcome::Passed;
+                    let mine = counts.then_some(verdict);
+                    let worse = match (v0, mine) {
+                        (Some(a), Some(b)) if reportlog_rank(b) > reportlog_rank(a) => Some(b),
+                        (Some(a), _) => Some(a),
+                        (None, b) => b,
+                    };
+                    let telling = !matches!(verdict, AttemptOutcome::Passed | AttemptOutcome::Xpassed);
                     self.state[i] = State::Reporting {
                         since,
-                        failed: f0 || failed,
-                        passed: p0 || (verdict == AttemptOutcome::Passed && when == "call"),
+                        verdict: worse,
                         duration: d0 + duration,
-                        message: m0.or(if failed || verdict == AttemptOutcome::Skipped {
+                        message: m0.or(if telling {
                             message.map(|m| format!("{nodeid} ({when}): {m}"))
                         } else {
                             None

@@ -328,6 +328,11 @@ impl<'a> LaneProcess<'a> {
         let results = self.results_file.display().to_string();
         env.insert("SCENERUN_RESULTS".into(), results);
         env.insert("SCENERUN_LANE".into(), self.lane.to_string());
+        if let Some(stop) = cfg.stop {
+            // The scenerun-pytest plugin routes this signal's stack dump past pytest's
+            // capture, into the lane's log (docs/pytest.md).
+            env.insert("SCENERUN_STOP_SIGNAL".into(), stop.signal_name());
+        }
         (command, env)
     }
 
@@ -619,10 +624,7 @@ impl<'a> LaneProcess<'a> {
             } => {
                 let outcome = *verdict;
                 let mut output = output_since(&self.log, &mut self.mark);
-                let quiet = matches!(
-                    outcome,
-                    AttemptOutcome::Passed | AttemptOutcome::Skipped | AttemptOutcome::NotRun
-                );
+                let quiet = outcome.not_a_failure() || outcome == AttemptOutcome::NotRun;
                 let mut message = message.clone();
                 // The scene a stop signal was sent for gets what followed it.
                 let stop = self.cx.frozen.lanes[self.lane].stop;

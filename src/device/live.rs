@@ -95,10 +95,7 @@ impl Reporter {
                     self.done += 1;
                 }
                 let text = attempt_line(attempt, name, self.done, self.total, follow);
-                let ok = matches!(
-                    attempt.outcome,
-                    AttemptOutcome::Passed | AttemptOutcome::Skipped
-                );
+                let ok = attempt.outcome.not_a_failure();
                 self.write(Live {
                     done: self.done,
                     total: self.total,
@@ -157,7 +154,7 @@ fn attempt_line(a: &Attempt, name: &str, done: usize, total: usize, follow: Foll
         FollowUp::InLane => text.push_str(" (runs again in the fresh lane process)"),
         FollowUp::Final => {}
     }
-    if !matches!(a.outcome, AttemptOutcome::Passed | AttemptOutcome::Skipped) {
+    if !a.outcome.not_a_failure() || a.outcome == AttemptOutcome::NotReached {
         let c = Cause::of(a.message.as_deref(), a.output_tail.as_deref(), TAIL);
         for l in std::iter::once(&c.verdict)
             .filter(|v| !v.is_empty())
@@ -253,6 +250,30 @@ fn follow(path: &Path, ui: &Ui, queued: bool, stop: &AtomicBool) {
     }
 }
 
+/// A settled line's outcome word in its colour: a pass green, a skip of any kind yellow
+/// (a skip is never shown as a pass).
+fn paint_word(ui: &Ui, line: &str) -> String {
+    const WORDS: [(&str, bool); 5] = [
+        ("passed", true),
+        ("xpassed", true),
+        ("skipped", false),
+        ("xfailed", false),
+        ("not reached", false),
+    ];
+    for (word, pass) in WORDS {
+        let padded = format!(" {word} ");
+        if line.contains(&padded) {
+            let painted = if pass {
+                ui.green(word)
+            } else {
+                ui.yellow(word)
+            };
+            return line.replacen(&padded, &format!(" {painted} "), 1);
+        }
+    }
+    line.to_string()
+}
+
 fn show(ui: &Ui, bar: Option<&indicatif::ProgressBar>, l: &Live) {
     if ui.quiet && !l.loud {
         return;
@@ -260,7 +281,7 @@ fn show(ui: &Ui, bar: Option<&indicatif::ProgressBar>, l: &Live) {
     let mut lines = l.text.lines();
     let first = lines.next().unwrap_or("");
     let first = match l.ok {
-        Some(true) => first.replacen(" passed ", &format!(" {} ", ui.green("passed")), 1),
+        Some(true) => paint_word(ui, first),
         Some(false) => ui.red(first),
         None => first.to_string(),
     };

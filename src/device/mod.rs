@@ -159,6 +159,9 @@ pub struct FrozenDevice {
     pub stop: Option<crate::proc::Stop>,
     #[serde(default)]
     pub order: crate::manifest::Order,
+    /// The test node it runs: scenes of one node and lane share one lane process.
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 impl FrozenDevice {
@@ -174,6 +177,7 @@ impl FrozenDevice {
             estimate,
             stop: d.stop,
             order: d.order,
+            node: d.node.clone(),
         }
     }
 
@@ -199,6 +203,7 @@ impl FrozenDevice {
             lane: self.lane().map(str::to_string),
             order: self.order,
             variant: self.run.variant().cloned().unwrap_or_default(),
+            node: self.node.clone(),
         }
     }
 }
@@ -206,6 +211,11 @@ impl FrozenDevice {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FrozenScene {
     pub name: String,
+    /// The test node it runs and its case (reports name both).
+    #[serde(default)]
+    pub nodeid: Option<String>,
+    #[serde(default)]
+    pub case: Option<String>,
     pub platform: String,
     pub env: BTreeMap<String, String>,
     /// None: the scene has no device step (it passes once warm).
@@ -279,7 +289,16 @@ pub enum SceneOutcome {
     /// Passed on a retry after failing (docs/lanes.md).
     Flaky,
     Skipped,
+    /// Marked `xfail` and failed, as expected: not a failure (pytest's word).
+    Xfailed,
+    /// Marked `xfail` and passed (non-strict): not a failure.
+    Xpassed,
+    /// Not run because the suite's own runner would have stopped before it: an earlier
+    /// case of the same node ended the node (docs/pytest.md). Not a failure of its own.
+    NotReached,
     Failed,
+    /// Its setup or teardown failed (pytest's `error`).
+    Error,
     TimedOut,
     Interrupted,
     FailedInWarm,
@@ -292,7 +311,11 @@ impl SceneOutcome {
             SceneOutcome::Passed => "passed",
             SceneOutcome::Flaky => "flaky",
             SceneOutcome::Skipped => "skipped",
+            SceneOutcome::Xfailed => "xfailed",
+            SceneOutcome::Xpassed => "xpassed",
+            SceneOutcome::NotReached => "not reached",
             SceneOutcome::Failed => "failed",
+            SceneOutcome::Error => "error",
             SceneOutcome::TimedOut => "timed out",
             SceneOutcome::Interrupted => "interrupted",
             SceneOutcome::FailedInWarm => "failed in warm",
@@ -300,12 +323,109 @@ impl SceneOutcome {
         }
     }
 
-    /// Counts as a pass for the exit code.
+    /// Not a failure: exit 0 as far as this scene goes (pytest: skips, xfails and
+    /// xpasses alone exit 0).
     pub fn passed(self) -> bool {
         matches!(
             self,
-            SceneOutcome::Passed | SceneOutcome::Flaky | SceneOutcome::Skipped
+            SceneOutcome::Passed
+                | SceneOutcome::Flaky
+                | SceneOutcome::Skipped
+                | SceneOutcome::Xfailed
+                | SceneOutcome::Xpassed
+                | SceneOutcome::NotReached
         )
+    }
+
+    /// Which count of the summary it goes into ("6 passed, 4 skipped, 1 failed").
+    pub fn tally(self) -> Tally {
+        match self {
+            SceneOutcome::Passed | SceneOutcome::Flaky => Tally::Passed,
+            SceneOutcome::Skipped => Tally::Skipped,
+            SceneOutcome::Xfailed => Tally::Xfailed,
+            SceneOutcome::Xpassed => Tally::Xpassed,
+            SceneOutcome::NotReached => Tally::NotReached,
+            SceneOutcome::Error => Tally::Error,
+            SceneOutcome::Failed
+            | SceneOutcome::TimedOut
+            | SceneOutcome::Interrupted
+            | SceneOutcome::FailedInWarm
+            | SceneOutcome::NotRun => Tally::Failed,
+        }
+    }
+
+    /// pytest's word for the node verdict this outcome gives (what a comparison with
+    /// pytest's own run reads): a timeout or a crash is `failed`, as pytest-timeout and
+    /// a dead worker report it.
+    pub fn pytest_word(self) -> &'static str {
+        match self.tally() {
+            Tally::Passed => "passed",
+            Tally::Skipped => "skipped",
+            Tally::Xfailed => "xfailed",
+            Tally::Xpassed => "xpassed",
+            Tally::NotReached => "not_reached",
+            Tally::Error => "error",
+            Tally::Failed => "failed",
+        }
+    }
+}
+
+/// The counts a summary line shows, in pytest's order of words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tally {
+    Failed,
+    Passed,
+    Skipped,
+    Xfailed,
+    Xpassed,
+    Error,
+    NotReached,
+}
+
+impl Tally {
+    pub fn word(self) -> &'static str {
+        match self {
+            Tally::Failed => "failed",
+            Tally::Passed => "passed",
+            Tally::Skipped => "skipped",
+            Tally::Xfailed => "xfailed",
+            Tally::Xpassed => "xpassed",
+            Tally::Error => "error",
+            Tally::NotReached => "not reached",
+        }
+    }
+
+    /// "55 passed, 8 skipped, 4 failed": passed and failed always, the others when any.
+    pub fn line(counts: impl Iterator<Item = Tally>) -> String {
+        let mut n = std::collections::BTreeMap::new();
+        for t in counts {
+            *n.entry(t).or_insert(0usize) += 1;
+        }
+        let order = [
+            Tally::Passed,
+            Tally::Skipped,
+            Tally::Xfailed,
+            Tally::Xpassed,
+            Tally::NotReached,
+            Tally::Failed,
+            Tally::Error,
+        ];
+        order
+            .into_iter()
+            .filter_map(|t| {
+                let k = n.get(&t).copied().unwrap_or(0);
+                let always = matches!(t, Tally::Passed | Tally::Failed);
+                (k > 0 || always).then(|| {
+                    let word = if t == Tally::Error && k != 1 {
+                        "errors"
+                    } else {
+                        t.word()
+                    };
+                    format!("{k} {word}")
+                })
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 

@@ -85,6 +85,8 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
         let golden = ps.golden.and_then(|_| it.next().flatten());
         scenes.push(FrozenScene {
             name: ps.name.clone(),
+            nodeid: scene.nodeid.clone(),
+            case: scene.case.clone(),
             platform: scene.platform.clone(),
             env: scene.env.clone(),
             device: ps
@@ -505,6 +507,8 @@ fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec
             let r = results.and_then(|r| r.scenes.iter().find(|s| s.name == fs.name));
             SceneReport {
                 name: fs.name.clone(),
+                nodeid: fs.nodeid.clone(),
+                case: fs.case.clone(),
                 outcome: match (r, &fs.warm_failure) {
                     (Some(r), _) => r.outcome,
                     (None, Some(_)) => SceneOutcome::FailedInWarm,

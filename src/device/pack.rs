@@ -51,6 +51,8 @@ pub struct SceneSpec {
     pub order: Order,
     /// The lane process it needs (`device.lane_args` / `lane_env`).
     pub variant: Variant,
+    /// Its test node: the scenes of one node share a lane process, in their order.
+    pub node: Option<String>,
 }
 
 /// A lane as the unit builder sees it.
@@ -123,7 +125,7 @@ pub fn units(
         let groups: Vec<Vec<usize>> = variants.into_values().collect();
         let shares = process_shares(&groups, slots, est);
         for (members, procs) in groups.iter().zip(shares) {
-            for batch in split_batches(members, procs, est) {
+            for batch in split_nodes(members, procs, |i| scenes[i].node.as_deref(), est) {
                 let work: f64 = batch.iter().map(|&i| est(i)).sum();
                 jobs.push(Job {
                     devices: spec.devices,
@@ -193,6 +195,44 @@ pub fn split_batches(
         .map(|mut b| {
             b.sort_unstable();
             b.into_iter().map(|p| members[p]).collect()
+        })
+        .collect()
+}
+
+/// `split_batches` over whole nodes: the scenes of one test node (the cases its own
+/// runner runs one after the other) go to one batch, in manifest order. `members` are
+/// ascending scene indices.
+pub fn split_nodes<'a>(
+    members: &[usize],
+    procs: usize,
+    node: impl Fn(usize) -> Option<&'a str>,
+    est: impl Fn(usize) -> f64,
+) -> Vec<Vec<usize>> {
+    let mut atoms: Vec<Vec<usize>> = Vec::new();
+    let mut atom_of: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for &m in members {
+        match node(m) {
+            Some(n) => match atom_of.get(n) {
+                Some(&a) => atoms[a].push(m),
+                None => {
+                    atom_of.insert(n, atoms.len());
+                    atoms.push(vec![m]);
+                }
+            },
+            None => atoms.push(vec![m]),
+        }
+    }
+    if atoms.len() == members.len() {
+        return split_batches(members, procs, est);
+    }
+    let weight = |a: usize| atoms[a].iter().map(|&m| est(m)).sum::<f64>();
+    let ids: Vec<usize> = (0..atoms.len()).collect();
+    split_batches(&ids, procs, weight)
+        .into_iter()
+        .map(|b| {
+            let mut scenes: Vec<usize> = b.into_iter().flat_map(|a| atoms[a].clone()).collect();
+            scenes.sort_unstable(); // members are ascending scene indices: manifest order
+            scenes
         })
         .collect()
 }
@@ -510,6 +550,34 @@ mod tests {
         assert_eq!(p.len(), 4);
         let makespan = p.iter().map(|p| p.end).fold(0.0, f64::max);
         assert!((makespan - 3.0).abs() < 1e-9, "{p:?}");
+    }
+
+    #[test]
+    fn the_scenes_of_one_node_share_a_process_in_order() {
+        let mut specs: Vec<SceneSpec> = (0..6).map(|_| scene(1, false, 1.0, Some("l"))).collect();
+        for i in [1, 3, 4] {
+            specs[i].node = Some("t.py::T::test_run".into());
+        }
+        let lanes = BTreeMap::from([(
+            "l".to_string(),
+            LaneSpec {
+                devices: 1,
+                startup: None,
+            },
+        )]);
+        let (units, _) = units(&specs, &lanes, 3);
+        let batch = units
+            .iter()
+            .map(Unit::scenes)
+            .find(|b| b.contains(&1))
+            .unwrap();
+        let node: Vec<usize> = batch
+            .iter()
+            .copied()
+            .filter(|i| [1, 3, 4].contains(i))
+            .collect();
+        assert_eq!(node, [1, 3, 4], "one process, manifest order: {units:?}");
+        assert_eq!(units.len(), 3, "the others still spread: {units:?}");
     }
 
     fn scene(devices: usize, exclusive: bool, estimate: f64, lane: Option<&str>) -> SceneSpec {

@@ -34,6 +34,11 @@ pub struct StepReport {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SceneReport {
     pub name: String,
+    /// The test node it ran (a pytest node id) and its case, when the manifest says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodeid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case: Option<String>,
     pub outcome: SceneOutcome,
     pub message: Option<String>,
     pub devices: Vec<String>,
@@ -95,7 +100,64 @@ pub struct Report {
     pub device: Option<DeviceReport>,
 }
 
+/// One test node's verdict, from the scenes that ran it (docs/reports.md).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodeReport {
+    pub nodeid: String,
+    /// The outcome of the scene that decided it.
+    pub outcome: SceneOutcome,
+    /// pytest's word for it: what the suite's own run would say of the node.
+    pub pytest: String,
+    /// Its scenes, in order.
+    pub scenes: Vec<String>,
+}
+
+/// The verdict of a node whose scenes (its cases, in order) ended with `outcomes`: as
+/// the node's own runner goes case by case and stops at the first that does not pass,
+/// the first such outcome is the node's; else xpassed when one xpassed, else passed.
+pub fn node_outcome(outcomes: impl Iterator<Item = SceneOutcome>) -> SceneOutcome {
+    let mut verdict = SceneOutcome::Passed;
+    for o in outcomes {
+        match o {
+            SceneOutcome::Passed | SceneOutcome::Flaky => {}
+            SceneOutcome::Xpassed => verdict = SceneOutcome::Xpassed,
+            other => return other,
+        }
+    }
+    verdict
+}
+
 impl Report {
+    /// Every test node the scenes name, in first-scene order, with its verdict.
+    pub fn nodes(&self) -> Vec<NodeReport> {
+        let mut order: Vec<&str> = Vec::new();
+        let mut members: std::collections::HashMap<&str, Vec<&SceneReport>> =
+            std::collections::HashMap::new();
+        for s in &self.scenes {
+            let Some(n) = s.nodeid.as_deref() else {
+                continue;
+            };
+            let list = members.entry(n).or_default();
+            if list.is_empty() {
+                order.push(n);
+            }
+            list.push(s);
+        }
+        order
+            .into_iter()
+            .map(|n| {
+                let scenes = &members[n];
+                let outcome = node_outcome(scenes.iter().map(|s| s.outcome));
+                NodeReport {
+                    nodeid: n.to_string(),
+                    outcome,
+                    pytest: outcome.pytest_word().to_string(),
+                    scenes: scenes.iter().map(|s| s.name.clone()).collect(),
+                }
+            })
+            .collect()
+    }
+
     pub fn new(manifest: &Path) -> Report {
         Report {
             version: REPORT_VERSION,
@@ -166,6 +228,19 @@ fn without_echo(mut lines: Vec<&str>) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_ends_as_its_first_case_that_did_not_pass() {
+        use SceneOutcome::*;
+        let v = |o: &[SceneOutcome]| node_outcome(o.iter().copied());
+        assert_eq!(v(&[Passed, Flaky, Passed]), Passed);
+        assert_eq!(v(&[Passed, Failed, NotReached]), Failed);
+        assert_eq!(v(&[Skipped, NotReached]), Skipped);
+        assert_eq!(v(&[Passed, Xpassed]), Xpassed);
+        assert_eq!(v(&[Passed, TimedOut, Failed]), TimedOut);
+        assert_eq!(TimedOut.pytest_word(), "failed");
+        assert_eq!(Error.pytest_word(), "error");
+    }
 
     #[test]
     fn the_cause_is_the_last_lines_without_the_command_echo() {

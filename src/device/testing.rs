@@ -30,6 +30,8 @@ pub fn in_lane(name: &str, lane: &str, estimate: f64) -> FrozenScene {
 fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> FrozenScene {
     FrozenScene {
         name: name.into(),
+        nodeid: None,
+        case: None,
         platform: "p".into(),
         env: BTreeMap::new(),
         device: Some(FrozenDevice {
@@ -41,6 +43,7 @@ fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> Froz
             estimate: Some(est),
             stop: None,
             order: Default::default(),
+            node: None,
         }),
         kernels: Vec::new(),
         fixture: None,

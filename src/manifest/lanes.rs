@@ -318,6 +318,7 @@ impl Ctx {
             retries: d.retries.unwrap_or(0),
             stop,
             order,
+            node: None,
         })
     }
 

@@ -11,6 +11,7 @@ mod memo;
 mod paths;
 mod raw;
 pub mod remote;
+mod suite_args;
 pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
@@ -35,6 +36,9 @@ pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
 /// The most device ids a scene or the lock may ask for (as many as `--devices 0-4095`
 /// grants): the packer keeps one slot per id.
 pub const MAX_DEVICES: u32 = 4096;
+
+/// The longest `nodeid` or `case` a scene may carry, in bytes.
+pub const MAX_LABEL: usize = 4096;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -95,6 +99,13 @@ pub struct LockConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Scene {
     pub name: String,
+    /// The test node the scene runs (a pytest node id), for reports that are compared
+    /// with the suite's own run node for node (docs/reports.md).
+    #[serde(default)]
+    pub nodeid: Option<String>,
+    /// Which case of that node it runs, when the node runs several.
+    #[serde(default)]
+    pub case: Option<String>,
     pub platform: String,
     pub tags: Vec<String>,
     /// Top-level env with the scene's env merged over it.
@@ -169,6 +180,10 @@ pub struct DeviceStep {
     /// `device.order`: before, among or after every other scene of the run.
     #[serde(default)]
     pub order: Order,
+    /// The scene's `nodeid`: scenes of one node and lane run in one process, in
+    /// manifest order (the node's own runner would run its cases one after the other).
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 /// Names of scenes, kernels and toolchains: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..`
@@ -439,6 +454,8 @@ struct Ctx {
     broken_toolchains: Vec<String>,
     /// Lanes by name with their `devices` (None: the lane itself is invalid).
     lane_devices: BTreeMap<String, Option<u32>>,
+    /// What `{suite_args}` expands to in a command (None: no `suite_args:`).
+    suite_args: Option<String>,
 }
 
 impl Ctx {
@@ -454,6 +471,7 @@ impl Ctx {
             probes: Default::default(),
             broken_toolchains: Vec::new(),
             lane_devices: Default::default(),
+            suite_args: None,
         }
     }
 
@@ -558,6 +576,19 @@ impl Ctx {
     }
 
     fn templ(&mut self, text: &str, path: &str, allowed: &[Ph]) -> Option<Template> {
+        let expanded = match suite_args::substitute(text, self.suite_args.as_deref()) {
+            None => None,
+            Some(Ok(t)) => Some(t),
+            Some(Err(e)) => {
+                self.err(path, e);
+                return None;
+            }
+        };
+        let text = expanded.as_deref().unwrap_or(text);
+        if text.contains('\0') {
+            self.err(path, "the command contains a NUL byte");
+            return None;
+        }
         match Template::parse(text, allowed) {
             Ok(t) => Some(t),
             Err(errs) => {
@@ -640,6 +671,14 @@ impl Ctx {
             .and_then(|v| self.take::<BTreeMap<String, raw::Scalar>>(v, "env"))
             .unwrap_or_default();
         let env = self.env(env_raw, "env");
+        if let Some(words) =
+            field("suite_args").and_then(|v| self.take::<Vec<String>>(v, "suite_args"))
+        {
+            match suite_args::expansion(&words) {
+                Ok(e) => self.suite_args = Some(e),
+                Err(e) => self.err("suite_args", e),
+            }
+        }
 
         let cache = self.cache_config(field("cache"));
 
@@ -883,9 +922,17 @@ impl Ctx {
             fixture: has_fixture,
             golden: has_golden,
         };
-        let device = s
+        let mut device = s
             .device
             .and_then(|v| self.device_step(v, &format!("{path}.device"), steps));
+        for (key, value) in [("nodeid", &s.nodeid), ("case", &s.case)] {
+            if let Some(v) = value {
+                self.check_label(&format!("{path}.{key}"), v);
+            }
+        }
+        if let Some(d) = device.as_mut() {
+            d.node = s.nodeid.clone();
+        }
         if !has_kernels && !has_fixture && !has_golden && !has_device {
             self.err(
                 path,
@@ -897,6 +944,8 @@ impl Ctx {
         }
         Some(Scene {
             name: s.name,
+            nodeid: s.nodeid,
+            case: s.case,
             platform: s.platform.unwrap_or_else(|| platform.to_string()),
             tags: s.tags,
             env,
@@ -905,6 +954,19 @@ impl Ctx {
             golden,
             device,
         })
+    }
+
+    /// A label a report carries as it is (`nodeid`, `case`): at most 4096 bytes, no
+    /// control characters (a NUL or a newline would break junit and the terminal).
+    fn check_label(&mut self, at: &str, value: &str) {
+        if value.is_empty() || value.len() > MAX_LABEL {
+            self.err(at, format!("must be 1 to {MAX_LABEL} bytes long"));
+        } else if value.chars().any(char::is_control) {
+            self.err(
+                at,
+                "must not contain control characters (NUL, newline, ...)",
+            );
+        }
     }
 
     /// One kernel at `kp`: its toolchain (defined), its source (a file) and its include

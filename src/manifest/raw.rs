@@ -36,6 +36,7 @@ pub struct Top {
     version: Value,
     platform: Value,
     env: Value,
+    suite_args: Value,
     cache: Value,
     toolchains: Value,
     lock: Value,
@@ -79,6 +80,8 @@ pub struct Lock {
 #[serde(deny_unknown_fields)]
 pub struct Scene {
     pub name: String,
+    pub nodeid: Option<String>,
+    pub case: Option<String>,
     pub platform: Option<String>,
     #[serde(default)]
     pub tags: Vec<String>,

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::device::report::{Cause, Report, SceneReport, Sink};
-use crate::device::SceneOutcome;
+use crate::device::report::{Cause, NodeReport, Report, SceneReport, Sink};
+use crate::device::{SceneOutcome, Tally};
 use crate::ui::Ui;
 
 /// Lines of a failed scene's output shown under it in the summary table and its
@@ -54,7 +54,19 @@ impl Report {
     /// Write report.json and junit.xml into `dir`, and the GitHub outputs when asked.
     pub fn write(&self, dir: &Path, github: bool) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let json = serde_json::to_vec_pretty(self).expect("report serializes");
+        /// report.json: the report, and the verdict of every test node its scenes name.
+        #[derive(serde::Serialize)]
+        struct Full<'a> {
+            #[serde(flatten)]
+            report: &'a Report,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            nodes: Vec<NodeReport>,
+        }
+        let full = Full {
+            report: self,
+            nodes: self.nodes(),
+        };
+        let json = serde_json::to_vec_pretty(&full).expect("report serializes");
         crate::fsutil::write_atomic(&dir.join("report.json"), &json)
             .with_context(|| format!("writing {}", dir.join("report.json").display()))?;
         crate::fsutil::write_atomic(&dir.join("junit.xml"), self.junit().as_bytes())
@@ -73,6 +85,12 @@ impl Report {
             let status = junit_status(s);
             let mut case = TestCase::new(s.name.as_str(), status);
             case.set_classname("scenerun");
+            // The test node and case it ran, so a junit reader can match pytest's own.
+            for (name, value) in [("nodeid", &s.nodeid), ("case", &s.case)] {
+                if let Some(v) = value {
+                    case.add_property(quick_junit::Property::new(name, v.as_str()));
+                }
+            }
             case.set_time(std::time::Duration::from_secs_f64(s.duration_secs.max(0.0)));
             if !s.outcome.passed() {
                 if let Some(t) = s.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
@@ -89,7 +107,8 @@ impl Report {
         for s in self
             .scenes
             .iter()
-            .filter(|s| !s.outcome.passed() && s.outcome != SceneOutcome::NotRun)
+            .filter(|s| s.outcome.tally() == Tally::Failed || s.outcome == SceneOutcome::Error)
+            .filter(|s| s.outcome != SceneOutcome::NotRun)
         {
             // A message may come from a lane or a step: escaped as for the terminal. The
             // verdict alone ("exited with status 1") says nothing: the output's last
@@ -120,13 +139,14 @@ impl Report {
             md.push_str(&format!(
                 "| {} | {} {} | {} | {:.2}s | {} |\n",
                 s.name,
-                if s.outcome.passed() { "✅" } else { "❌" },
+                icon(s.outcome),
                 s.outcome.word(),
                 s.devices.join(","),
                 s.duration_secs,
                 note(s).replace('|', "\\|")
             ));
         }
+        md.push_str(&format!("\n{}\n", self.counts_lines().join("  \n")));
         if let (Some(l), Some(d)) = (&self.lock, &self.device) {
             md.push_str(&format!(
                 "\nlock: queued {:.1}s, held {:.1}s, device busy {:.1}s, efficiency {:.0}%{}\n",
@@ -165,10 +185,10 @@ impl Report {
         );
         for s in &self.scenes {
             let word = format!("{:<15}", s.outcome.word());
-            let word = if s.outcome.passed() {
-                ui.green(&word)
-            } else {
-                ui.red(&word)
+            let word = match s.outcome.tally() {
+                Tally::Passed | Tally::Xpassed => ui.green(&word),
+                Tally::Skipped | Tally::Xfailed | Tally::NotReached => ui.yellow(&word),
+                Tally::Failed | Tally::Error => ui.red(&word),
             };
             out.push_str(&format!(
                 "{:<w$}  {word} {:>7.2}s  {}\n",
@@ -176,7 +196,8 @@ impl Report {
                 s.duration_secs,
                 s.devices.join(",")
             ));
-            if s.message.is_some() && !s.outcome.passed() {
+            let explain = !s.outcome.passed() || s.outcome == SceneOutcome::NotReached;
+            if s.message.is_some() && explain {
                 let c = cause(s);
                 out.push_str(&format!("{:<w$}    {}\n", "", c.verdict));
                 for line in &c.last {
@@ -187,21 +208,10 @@ impl Report {
                 }
             }
         }
-        let passed = self.scenes.iter().filter(|s| s.outcome.passed()).count();
-        let flaky = self
-            .scenes
-            .iter()
-            .filter(|s| s.outcome == SceneOutcome::Flaky)
-            .count();
-        out.push_str(&format!(
-            "{passed} passed{}, {} failed\n",
-            if flaky > 0 {
-                format!(" ({flaky} flaky)")
-            } else {
-                String::new()
-            },
-            self.scenes.len() - passed
-        ));
+        for line in self.counts_lines() {
+            out.push_str(&line);
+            out.push('\n');
+        }
         if let Some(d) = &self.device {
             if !d.lanes.is_empty() {
                 out.push_str(&format!(
@@ -243,6 +253,42 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The summary's count lines: the scenes ("6 passed, 4 skipped, 1 failed", flaky
+    /// ones noted), then, when scenes name test nodes, the nodes the same way, which is
+    /// what the suite's own pytest run would count.
+    pub fn counts_lines(&self) -> Vec<String> {
+        let flaky = self
+            .scenes
+            .iter()
+            .filter(|s| s.outcome == SceneOutcome::Flaky)
+            .count();
+        let mut scenes = Tally::line(self.scenes.iter().map(|s| s.outcome.tally()));
+        if flaky > 0 {
+            scenes = scenes.replacen(" passed", &format!(" passed ({flaky} flaky)"), 1);
+        }
+        let mut lines = vec![scenes];
+        let nodes = self.nodes();
+        if !nodes.is_empty() {
+            lines.push(format!(
+                "{}: {}",
+                crate::units::count(nodes.len(), "test node"),
+                Tally::line(nodes.iter().map(|n| n.outcome.tally()))
+            ));
+        }
+        lines
+    }
+}
+
+/// A scene's mark in the step summary: a pass, a skip of some kind, or a failure.
+fn icon(o: SceneOutcome) -> &'static str {
+    match o.tally() {
+        Tally::Passed | Tally::Xpassed => "✅",
+        Tally::Skipped | Tally::Xfailed | Tally::NotReached => "⏭️",
+        Tally::Failed | Tally::Error => "❌",
+    }
+}
+
 /// A scene's junit status: failures carry the message and the output's tail; a flaky
 /// scene passes with one `<flakyFailure>` per failed attempt.
 fn junit_status(s: &SceneReport) -> quick_junit::TestCaseStatus {
@@ -264,7 +310,7 @@ fn junit_status(s: &SceneReport) -> quick_junit::TestCaseStatus {
         return st;
     }
     match s.outcome {
-        SceneOutcome::Passed | SceneOutcome::Flaky => {
+        SceneOutcome::Passed | SceneOutcome::Flaky | SceneOutcome::Xpassed => {
             let mut st = TestCaseStatus::success();
             for a in s.attempts.iter().filter(|a| a.outcome.scene_failed()) {
                 let mut r = TestRerun::new(NonSuccessKind::Failure);
@@ -278,11 +324,17 @@ fn junit_status(s: &SceneReport) -> quick_junit::TestCaseStatus {
             }
             st
         }
-        SceneOutcome::Skipped => {
+        SceneOutcome::Skipped | SceneOutcome::Xfailed | SceneOutcome::NotReached => {
+            // As pytest writes them: a skip, an expected failure and a case its node did
+            // not reach are <skipped>, never a pass or a failure.
             let mut st = TestCaseStatus::skipped();
-            if let Some(m) = &s.message {
-                st.set_message(m.as_str());
-            }
+            let word = s.outcome.word();
+            st.set_type(word);
+            st.set_message(match &s.message {
+                Some(m) if s.outcome == SceneOutcome::Skipped => m.clone(),
+                Some(m) => format!("{word}: {m}"),
+                None => word.to_string(),
+            });
             st
         }
         other => {
