@@ -12,7 +12,7 @@ use crate::common::*;
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The virtualenv, checked: it exists and holds this checkout's plugin, unchanged.
-fn venv() -> PathBuf {
+pub(crate) fn venv() -> PathBuf {
     let dir = std::env::var_os("SCENERUN_TEST_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(REPO).join(".ci/venv"));
@@ -425,6 +425,7 @@ fn the_device_side_runs_warmed_artifacts_and_only_the_failing_case_fails() {
         .filter(|(_, o)| o.as_str() != "passed")
         .map(|(n, _)| n)
         .collect();
+    // Each case is its own node here (SceneTest): the cases after a failing one run.
     assert_eq!(failed, ["TestClamp.saturate"], "{outcomes:#?}");
     // One runtime start-up per lane process, not one per scene.
     let procs = report["device"]["lanes"]
@@ -548,7 +549,14 @@ fn a_class_style_suite_warms_each_case_once_and_its_device_phase_runs_none() {
         .filter(|(_, o)| o.as_str() != "passed")
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(failed, ["TestClamp.saturate"], "{outcomes:#?}");
+    // The case after the failing one is not reached, as the class's own test_run would
+    // stop there.
+    assert_eq!(
+        failed,
+        ["TestClamp.bytes", "TestClamp.saturate"],
+        "{outcomes:#?}"
+    );
+    assert_eq!(outcomes["TestClamp.bytes"], "not_reached", "{outcomes:#?}");
     let sat = report_scene(&report, "TestClamp.saturate").unwrap();
     assert!(
         sat["message"]
@@ -571,7 +579,7 @@ fn a_class_style_suite_warms_each_case_once_and_its_device_phase_runs_none() {
 }
 
 #[test]
-fn a_failing_case_names_itself_and_the_cases_after_it_still_run() {
+fn a_failing_case_names_itself_and_the_cases_after_it_are_not_reached() {
     let d = Demo::classes();
     let o = d.scenerun(&["warm"]).output().unwrap();
     assert_eq!(code(&o), 0, "{}", show(&o));
@@ -587,14 +595,38 @@ fn a_failing_case_names_itself_and_the_cases_after_it_still_run() {
     let command = log.lines().next().unwrap();
     let at = |case: &str| command.find(&format!("--scenerun-case={case}")).unwrap();
     assert!(at("saturate") < at("bytes"), "{command}");
+    // test_run stops at its first failing case: the cases after it are not run, and
+    // say why; the node is failed, as pytest's own run of it is.
     for (name, want) in [
         ("TestClamp.unit", "passed"),
         ("TestClamp.saturate", "failed"),
-        ("TestClamp.bytes", "passed"),
+        ("TestClamp.bytes", "not_reached"),
     ] {
         let s = report_scene(&report, name).expect(name);
         assert_eq!(s["outcome"], want, "{name}: {report:#}");
     }
+    let bytes = report_scene(&report, "TestClamp.bytes").unwrap();
+    assert!(
+        bytes["message"]
+            .as_str()
+            .unwrap()
+            .contains("not run: case saturate ended test_run before it"),
+        "{bytes:#}"
+    );
+    assert_eq!(
+        report["nodes"],
+        serde_json::json!([{
+            "nodeid": "tests/elementwise/test_axpy_clamp.py::TestClamp::test_run",
+            "outcome": "failed",
+            "pytest": "failed",
+            "scenes": ["TestClamp.unit", "TestClamp.saturate", "TestClamp.bytes"]
+        }])
+    );
+    assert!(
+        stdout(&o).contains("1 test node: 0 passed, 1 failed"),
+        "{}",
+        show(&o)
+    );
     assert_eq!(d.suite.count("logs/runtime.log"), 1);
     assert_eq!(d.calls().len(), 16, "warm's calls only");
 }
@@ -667,150 +699,6 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-// ---------------------------------------------------------------------------------------
-// Adoption check on a checkout of hw-native-sys/simpler (not part of this repository, and
-// CI cannot fetch it): `SCENERUN_SIMPLER_TREE=/path/to/simpler cargo test --test main
-// pytest_suite::simpler -- --ignored`. What this machine cannot install (simpler's C++
-// extension, torch, cloudpickle) comes from the stand-ins in tests/standins/simpler.
-// ---------------------------------------------------------------------------------------
-
-#[test]
-#[ignore = "needs SCENERUN_SIMPLER_TREE: a checkout of hw-native-sys/simpler (docs/adopting.md)"]
-fn simpler_collect_emits_a_scene_per_case_for_the_scene_classes_pytest_collects() {
-    let tree = std::env::var_os("SCENERUN_SIMPLER_TREE")
-        .map(PathBuf::from)
-        .expect("set SCENERUN_SIMPLER_TREE to a checkout of hw-native-sys/simpler");
-    assert!(
-        tree.join("simpler_setup/scene_test.py").is_file(),
-        "{} is not a simpler checkout",
-        tree.display()
-    );
-    let venv = venv();
-    let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("simpler");
-    copy_tree(&tree, &root, &[".git", "build", "__pycache__"]);
-    let standins = Path::new(REPO).join("tests/standins/simpler");
-    let pythonpath = format!(
-        "{}:{}:{}",
-        standins.display(),
-        root.join("python").display(),
-        root.display()
-    );
-    // The stand-in git: simpler's conftest gives up its PTO-ISA clone at once.
-    let path_env = format!(
-        "{}:{}:{}",
-        standins.join("bin").display(),
-        venv.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let python = |args: &[&str]| {
-        let mut c = std::process::Command::new(venv.join("bin/python"));
-        c.current_dir(&root)
-            .env("PYTHONPATH", &pythonpath)
-            .env("PATH", &path_env)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args(args);
-        c
-    };
-    let selection = ["examples", "tests/st", "--platform", "a2a3sim"];
-
-    // pytest's own view: the classes upstream's conftest treats as scene classes (a
-    // `CASES` list) among the items it keeps for this platform.
-    let own_script = "import sys, pytest\nclass P:\n    def pytest_collection_finish(self, session):\n        for i in session.items:\n            c = getattr(i, 'cls', None)\n            if c is not None and isinstance(getattr(c, 'CASES', None), list):\n                print('CLASS', i.nodeid.split('::')[0] + '::' + c.__name__, file=sys.stderr)\nsys.exit(pytest.main(['--collect-only', '-qq', '-p', 'no:cacheprovider', *sys.argv[1:]], plugins=[P()]))\n";
-    let mut args = vec!["-c", own_script];
-    args.extend(selection);
-    let o = python(&args).output().unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    let own: BTreeSet<String> = stderr(&o)
-        .lines()
-        .filter_map(|l| l.strip_prefix("CLASS ").map(str::to_string))
-        .collect();
-    assert!(own.len() >= 10, "pytest collected only {own:?}");
-
-    let mut args = vec!["-m", "scenerun_pytest", "collect"];
-    args.extend(selection);
-    let t = std::time::Instant::now();
-    let o = python(&args).output().unwrap();
-    let secs = t.elapsed().as_secs_f64();
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON on stdout");
-    let scenes = doc["scenes"].as_array().unwrap();
-    let class_of = |s: &serde_json::Value| -> String {
-        let node = s["device"]["args"][0].as_str().unwrap();
-        let parts: Vec<&str> = node.split("::").collect();
-        format!("{}::{}", parts[0], parts[1])
-    };
-    let ours: BTreeSet<String> = scenes.iter().map(class_of).collect();
-    let covered = own.intersection(&ours).count();
-    let share = covered as f64 / own.len() as f64;
-    eprintln!(
-        "simpler: pytest collects {} scene classes for a2a3sim; collect emitted {} scenes for {} of them ({:.1} %) in {secs:.2}s; missing: {:?}",
-        own.len(),
-        scenes.len(),
-        covered,
-        100.0 * share,
-        own.difference(&ours).collect::<Vec<_>>()
-    );
-    assert!(share >= 0.95, "{covered} of {}", own.len());
-    // A fixture step per (class, case), each naming its class and case.
-    let mut pairs = BTreeSet::new();
-    for s in scenes {
-        let run = s["fixture"]["run"].as_str().unwrap();
-        let case = s["device"]["args"][1]
-            .as_str()
-            .and_then(|a| a.strip_prefix("--scenerun-case="))
-            .expect("a case word");
-        let class = class_of(s);
-        assert!(
-            run.contains(&format!(" fixture {class} --case {case} "))
-                || run.contains(&format!(" fixture {class} --case '{case}' ")),
-            "{run}"
-        );
-        assert!(
-            pairs.insert((class, case.to_string())),
-            "two scenes for one case: {s}"
-        );
-    }
-
-    // The output is a valid scenes_from generator for scenerun, lanes per device count.
-    let mut lanes = String::new();
-    for s in scenes {
-        let lane = s["device"]["lane"].as_str().unwrap();
-        let n = s["device"]["devices"].as_u64().unwrap();
-        if !lanes.contains(&format!("  {lane}:\n")) {
-            lanes.push_str(&format!(
-                "  {lane}:\n    run: \"python -m pytest {{args}} --platform {{platform}} --device {{devices}}\"\n    devices: {n}\n"
-            ));
-        }
-    }
-    fs::write(
-        root.join("scenes.yaml"),
-        format!(
-            "version: 1\nplatform: a2a3sim\ncache:\n  dir: build/scenerun-cache\nlanes:\n{lanes}scenes_from:\n  - run: \"python -m scenerun_pytest collect examples tests/st --platform {{platform}}\"\n    inputs: [\"examples/**/*.py\", \"tests/st/**/*.py\", conftest.py]\n"
-        ),
-    )
-    .unwrap();
-    let o = scenerun()
-        .current_dir(&root)
-        .env("PYTHONPATH", &pythonpath)
-        .env("PATH", &path_env)
-        .args(["plan", "--format", "json"])
-        .output()
-        .unwrap();
-    assert_eq!(code(&o), 0, "{}", show(&o));
-    let plan: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let fixtures = plan["warm"]["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["kind"] == "fixture")
-        .count();
-    assert_eq!(fixtures, scenes.len());
-}
-
-/// The codec's own tests (python/scenerun-pytest/tests), with the virtualenv's pytest
-/// and numpy: dtype, shape, order, scalars and aliasing survive; loads are mapped; a
-/// golden stores only what it changed; the save/load hooks replace it all.
 #[test]
 fn the_codec_round_trips_what_a_suite_generates() {
     let venv = venv();
@@ -850,11 +738,11 @@ def pytest_configure(config):
 
 def pytest_scenerun_scene(item, case):
     flavor = item.config.getoption("--flavor")
-    if case["name"] == "dropped":
+    if case.get("name") == "dropped":
         return {"skip": "not for scenerun"}
     if item.get_closest_marker("sdma"):
         return {"lane": f"sdma_{flavor}", "order": "last", "tags": ["late"]}
-    if case["name"] == "pair":
+    if case.get("name") == "pair":
         return {"persist": False}
     return None
 "#,
@@ -963,13 +851,30 @@ fn collect_passes_the_suites_own_options_to_pytest_and_honours_its_selection() {
         ]
     );
     assert_eq!(scenes[4]["device"]["lane"], "sdma_x");
+    // No case of any class is selected: each class's node still runs as pytest would
+    // run it (a node scene: no fixture, no golden), and nothing is left uncovered.
     let (o, scenes) = collect_in(
         &s,
         &venv,
         &["tests", "--platform", "hw", "--manual", "only"],
     );
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(scenes.is_empty(), "{scenes:#?}");
+    assert_eq!(
+        names_of(&scenes),
+        [
+            "TestPlain.test_run",
+            "TestSlow.test_run",
+            "TestSdma.test_run"
+        ]
+    );
+    assert!(scenes
+        .iter()
+        .all(|s| s.get("fixture").is_none() && s.get("case").is_none()));
+    assert!(
+        stderr(&o).contains("3 of 3 pytest nodes covered"),
+        "{}",
+        show(&o)
+    );
 }
 
 #[test]
@@ -977,7 +882,7 @@ fn collect_fails_on_a_collection_error_unless_told_to_continue() {
     let (s, venv) = selection_suite();
     s.write("tests/test_broken.py", "import no_such_module\n");
     let (o, _) = collect_in(&s, &venv, &["tests", "--platform", "sim"]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(o.status.code(), Some(4), "{}", show(&o));
     assert!(
         stderr(&o).contains("pytest collection failed"),
         "{}",
@@ -1032,4 +937,51 @@ fn ci_deps_does_not_reinstall_an_unchanged_plugin() {
         before,
         "deps.sh reinstalled an unchanged plugin"
     );
+}
+
+/// The plugin's install command, as docs/adopting.md gives it, into a virtualenv of its
+/// own: pip builds it with build isolation (the backend fetched for the build) and the
+/// plugin's source tree gains nothing (no build/, no *.egg-info).
+#[test]
+fn the_plugin_installs_into_any_venv_and_writes_nothing_into_its_tree() {
+    fn files(dir: &Path, out: &mut BTreeSet<PathBuf>) {
+        for e in fs::read_dir(dir).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                if e.file_name() != "__pycache__" {
+                    files(&e.path(), out);
+                }
+            } else {
+                out.insert(e.path());
+            }
+        }
+    }
+    let plugin = Path::new(REPO).join("python/scenerun-pytest");
+    let mut before = BTreeSet::new();
+    files(&plugin, &mut before);
+    let tmp = tempfile::tempdir().unwrap();
+    let env = tmp.path().join("venv");
+    let o = std::process::Command::new(venv().join("bin/python"))
+        .args(["-m", "venv"])
+        .arg(&env)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let o = std::process::Command::new(env.join("bin/python"))
+        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+        .arg(&plugin)
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let mut after = BTreeSet::new();
+    files(&plugin, &mut after);
+    assert_eq!(after, before, "pip install wrote into {}", plugin.display());
+    let o = std::process::Command::new(env.join("bin/python"))
+        .args([
+            "-c",
+            "import scenerun_pytest.plugin, scenerun_pytest.verdicts",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
 }

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# bench/simpler-sim.sh — hw-native-sys/simpler's real suite on its CPU simulator, the same
+# selection both ways, side by side in one run:
+#   upstream: task-submit --device-num N --run "python -m pytest SEL --platform a2a3sim
+#             --device $TASK_DEVICE --manual exclude"   (the stand-in lock, fixtures/bin)
+#   scenerun: scenerun warm && scenerun device           (examples/simpler's files)
+# Scenarios: kernel cache warm + scene cache cold (what CI sees on a new commit), nothing
+# changed (both caches warm), kernel cache cold. Per run: job wall, lock held, CPU seconds
+# (user + system of everything the job started), compiles inside and outside the lock
+# (every g++-15/gcc-15 start, counted by a shim first on PATH, placed by its time against
+# the lock's acquire/release in the stand-in's log), and verdict differences per pytest node
+# against upstream's run of the same scenario (must be 0).
+#
+# Env: SCENERUN_SIMPLER_TREE (required: a tree built by the realsuite setup script, its
+# env.sh beside it), SEL (default "examples tests/st"), DEVICES (default 0-1),
+# SCENARIOS (default "warm-kernels unchanged cold-kernels"), SCENERUN_EXTRA (words added
+# to both scenerun commands, e.g. --no-workers).
+source "$(dirname "$0")/lib.sh"
+TREE=${SCENERUN_SIMPLER_TREE:?set SCENERUN_SIMPLER_TREE to a simpler tree built by the realsuite setup script}
+ENV_SH=$(dirname "$TREE")/env.sh
+[ -f "$ENV_SH" ] || { log "no env.sh beside $TREE: build it with the realsuite setup script"; exit 1; }
+SEL=${SEL:-examples tests/st}
+DEVICES=${DEVICES:-0-1}
+SCENARIOS=${SCENARIOS:-warm-kernels unchanged cold-kernels}
+need_tools
+need_scenerun
+make_tmp simpler-sim
+# shellcheck disable=SC1090
+source "$ENV_SH"
+NDEV=$(python3 -c "import sys; a,_,b=sys.argv[1].partition('-'); print(int(b or a)-int(a)+1)" "$DEVICES")
+
+log "copying $TREE"
+cp -a "$TREE" "$BENCH_TMP/simpler"
+W=$BENCH_TMP/simpler
+cp "$ROOT/examples/simpler/scenes.yaml" "$ROOT/examples/simpler/scenerun_simpler.py" "$W/"
+sed -i "s|examples tests/st|$SEL|g" "$W/scenes.yaml"
+python -m pip install -q --disable-pip-version-check "$ROOT/python/scenerun-pytest" >&2
+
+# Compiler starts, with their time: a shim per compiler name first on PATH.
+SHIMS=$BENCH_TMP/shims
+mkdir -p "$SHIMS"
+export COMPILE_LOG=$BENCH_TMP/compiles.log
+for cc in g++-15 gcc-15; do
+    real=$(command -v "$cc")
+    printf '#!/bin/sh\necho "$(date +%%s.%%N) %s" >> "$COMPILE_LOG"\nexec %s "$@"\n' "$cc" "$real" > "$SHIMS/$cc"
+    chmod +x "$SHIMS/$cc"
+done
+export PATH=$SHIMS:$(dirname "$SCENERUN"):$ROOT/fixtures/bin:$PATH
+
+export TASK_SUBMIT_DEVICES=$DEVICES
+export TASK_SUBMIT_POOL=$BENCH_TMP/pool
+mkdir -p "$TASK_SUBMIT_POOL"
+
+# Run "$@" as one job: wall and CPU of it and its children, the lock events it made, the
+# compiles it started. Prints "wall cpu held compiles_in compiles_out acquisitions".
+job() {
+    local name=$1; shift
+    export TASK_SUBMIT_LOG=$BENCH_TMP/$name.events
+    : > "$TASK_SUBMIT_LOG"
+    : > "$COMPILE_LOG"
+    /usr/bin/time -f "%e %U %S" -o "$BENCH_TMP/$name.time" bash -c "$*" > "$BENCH_TMP/$name.log" 2>&1 || true
+    python3 - "$BENCH_TMP/$name.time" "$TASK_SUBMIT_LOG" "$COMPILE_LOG" <<'PY'
+import sys
+wall, user, system = open(sys.argv[1]).read().split()[-3:]
+spans, open_ = [], {}
+for line in open(sys.argv[2]):
+    w = line.split()
+    f = dict(x.split("=", 1) for x in w[1:] if "=" in x)
+    if w[0] == "acquire":
+        open_[f["pid"]] = float(f["t"])
+    elif w[0] == "release" and f["pid"] in open_:
+        spans.append((open_.pop(f["pid"]), float(f["t"])))
+held = sum(b - a for a, b in spans)
+inside = outside = 0
+for line in open(sys.argv[3]):
+    t = float(line.split()[0])
+    if any(a <= t <= b for a, b in spans):
+        inside += 1
+    else:
+        outside += 1
+print(f"{float(wall):.1f} {float(user) + float(system):.1f} {held:.1f} {inside} {outside} {len(spans)}")
+PY
+}
+
+upstream() {
+    job "$1" "cd '$W' && SCENERUN_VERDICTS='$BENCH_TMP/$1.verdicts' PYTEST_ADDOPTS='-p scenerun_pytest.verdicts' \
+        task-submit --timeout 3600 --max-time 3600 --device auto --device-num $NDEV \
+        --run \"python -m pytest $SEL --platform a2a3sim --device \\\$TASK_DEVICE --manual exclude\""
+}
+
+flow() {
+    job "$1" "cd '$W' && scenerun ${SCENERUN_EXTRA:-} warm && scenerun ${SCENERUN_EXTRA:-} device"
+    cp "$W/build/scenerun/report.json" "$BENCH_TMP/$1.report.json" 2>/dev/null || true
+}
+
+diffs() { # upstream-name scenerun-name
+    python -m scenerun_pytest.verdicts "$BENCH_TMP/$1.verdicts" "$BENCH_TMP/$2.report.json" > "$BENCH_TMP/$2.diff" || true
+    tail -n 1 "$BENCH_TMP/$2.diff" | sed -n 's/.*; \([0-9]*\) differences/\1/p'
+}
+
+row() { # scenario, upstream stats, scenerun stats, differences
+    read -r uw uc uh ui uo ua <<< "$2"
+    read -r sw sc sh si so sa <<< "$3"
+    python3 - "$1" "$uw" "$sw" "$uh" "$sh" "$uc" "$sc" "$ui" "$si" "$uo" "$so" "$ua" "$sa" "$4" <<'PY'
+import sys
+n, uw, sw, uh, sh, uc, sc, ui, si, uo, so, ua, sa, d = sys.argv[1:]
+r = lambda a, b: f"{float(b) / float(a):.2f}×" if float(a) > 0 else "—"
+print(f"| {n} | {uw}s | {sw}s ({r(uw, sw)}) | {uh}s | {sh}s ({r(uh, sh)}) | {uc}s | {sc}s | {ui} / {uo} | {si} / {so} | {ua} / {sa} | {d} |")
+PY
+}
+
+echo "| scenario ($SEL, $NDEV ids) | job wall upstream | job wall scenerun | lock held upstream | lock held scenerun | CPU upstream | CPU scenerun | compiles in/out of lock, upstream | compiles in/out, scenerun | acquisitions | verdict differences |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for s in $SCENARIOS; do
+    case $s in
+    warm-kernels)
+        log "$s: upstream (kernel cache as the tree has it)"
+        u=$(upstream "$s-up")
+        rm -rf "$W/build/scenerun-cache" "$W/build/scenerun"
+        log "$s: scenerun (scene cache cold)"
+        f=$(flow "$s-sr")
+        ;;
+    unchanged)
+        log "$s: upstream again"
+        u=$(upstream "$s-up")
+        log "$s: scenerun again (nothing changed)"
+        f=$(flow "$s-sr")
+        ;;
+    cold-kernels)
+        rm -rf "$W/build/cache"
+        log "$s: upstream (kernel cache removed)"
+        u=$(upstream "$s-up")
+        rm -rf "$W/build/cache" "$W/build/scenerun-cache" "$W/build/scenerun"
+        log "$s: scenerun (kernel and scene caches removed)"
+        f=$(flow "$s-sr")
+        ;;
+    *) log "unknown scenario $s"; exit 1 ;;
+    esac
+    row "$s" "$u" "$f" "$(diffs "$s-up" "$s-sr")"
+done
+log "logs and reports: $BENCH_TMP (BENCH_KEEP=1 keeps them)"
