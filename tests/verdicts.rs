@@ -224,12 +224,36 @@ fn every_node_gets_the_verdict_plain_pytest_gives_it() {
 
     let o = n.scenerun(&["warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
-    let o = n.scenerun(&["device", "--no-lock", "--devices", "0"]);
+    let summary = n.suite.path("step-summary.md");
+    let o = n
+        .suite
+        .cmd(&["device", "--no-lock", "--devices", "0"])
+        .env("PATH", n.path_env())
+        .env_remove("PYTHONPATH")
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .unwrap();
     assert_eq!(
         code(&o),
         1,
         "a failed node fails the run, as in pytest: {}",
         show(&o)
+    );
+    // Annotations for the two failures and the error only; the step summary marks skips
+    // as skips and counts them apart.
+    let out = stdout(&o);
+    let annotations: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("::error title=scenerun%3A "))
+        .collect();
+    assert_eq!(annotations.len(), 3, "{annotations:#?}");
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert!(md.contains("| test_skipped | ⏭️ skipped |"), "{md}");
+    assert!(md.contains("| test_xfail | ⏭️ xfailed |"), "{md}");
+    assert!(
+        md.contains("9 test nodes: 4 passed, 1 skipped, 1 xfailed, 2 failed, 1 error"),
+        "{md}"
     );
     let cmp = n.compare(&verdicts);
     assert_eq!(code(&cmp), 0, "{}\n{}", show(&cmp), show(&o));
@@ -240,7 +264,6 @@ fn every_node_gets_the_verdict_plain_pytest_gives_it() {
     );
     // Skips are counted on their own, never as passes; the cases after the failing one
     // are not reached.
-    let out = stdout(&o);
     assert!(
         out.contains("9 test nodes: 4 passed, 1 skipped, 1 xfailed, 2 failed, 1 error"),
         "{out}"
