@@ -44,6 +44,8 @@ pub fn render(scenes: &[&Scene], format: Format) -> String {
                 .map(|s| {
                     json!({
                         "name": s.name,
+                        "nodeid": s.nodeid,
+                        "case": s.case,
                         "platform": s.platform,
                         "tags": s.tags,
                         "devices": s.device.as_ref().map(|d| d.devices),
