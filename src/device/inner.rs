@@ -584,7 +584,8 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
         granted: &granted,
         t0: run.t0,
         faults: FaultRules::new(frozen.device_fault.as_ref()),
-        lane_procs: Default::default(),
+        lane_procs: frozen.prestarted.len().into(),
+        prestarted: super::adopt::Pool::claim(frozen),
     };
     let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|scope| loop {
@@ -610,7 +611,20 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
             Wait::Closed => break,
         }
     });
+    for w in cx.prestarted.stop_unused() {
+        run.reporter.event(&Event::Warning(w), "", FollowUp::Final);
+    }
     run.results("interrupted")
+}
+
+/// The jobs the scheduler starts at once when `frozen` runs on `ids` ids, as it will
+/// start them: the lane processes among them are those `scenerun device` starts before
+/// the lock (docs/lanes.md).
+pub(super) fn first_wave(frozen: &Frozen, ids: usize) -> Vec<Unit> {
+    let granted: Vec<String> = (0..ids).map(|i| i.to_string()).collect();
+    let admitted = admit(frozen, &granted);
+    let mut sched = Scheduler::new(frozen, &granted, &admitted.runnable);
+    sched.start_ready().into_iter().map(|s| s.unit).collect()
 }
 
 fn not_run(t0: Instant, why: &str) -> Attempt {

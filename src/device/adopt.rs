@@ -1,0 +1,199 @@
+//! The inner run's side of lanes started before the lock (docs/lanes.md). Invariant:
+//! from its claim on, the inner run owns every such process it could claim — its claim
+//! file's `flock` is held for the inner run's life, so `scenerun device` never stops a
+//! process the inner run handed ids to, and the inner run never hands ids to one
+//! `scenerun device` is stopping — and each is in the inner run's registry of groups, so
+//! a cancel, a lost lock and the inner run's own death reach it as they reach its own
+//! lane processes. A process no batch took is stopped before the inner run ends.
+
+use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::lane_proc::LaneFiles;
+use super::prestart::Prestarted;
+use super::Frozen;
+use crate::proc;
+
+/// How long a leader that is gone may take to have its status written (the outer reaps
+/// it at once; longer means the outer is gone, and with it the lock).
+const STATUS_WAIT: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(10);
+
+/// The processes started before the lock, as the inner run found them.
+#[derive(Default)]
+pub struct Pool {
+    entries: Mutex<Vec<Entry>>,
+}
+
+struct Entry {
+    rec: Prestarted,
+    files: LaneFiles,
+    /// Held while this inner run owns it; None: `scenerun device` stopped it first.
+    claim: Option<File>,
+    /// A batch took it (or found it gone).
+    taken: bool,
+}
+
+/// A process started before the lock, owned by this inner run, for one batch.
+pub struct Adopted {
+    rec: Prestarted,
+    files: LaneFiles,
+}
+
+/// The raw wait status `scenerun device` wrote for a leader that ended.
+fn status(path: &Path) -> Option<ExitStatus> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.trim().parse().ok().map(ExitStatus::from_raw)
+}
+
+fn describe(st: ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => "ended".into(),
+    }
+}
+
+impl Pool {
+    /// Claim every process `scenerun device` started before the lock, and take each
+    /// claimed one whose group still lives into the registry (with its lane's stop).
+    pub fn claim(frozen: &Frozen) -> Pool {
+        let entries = frozen
+            .prestarted
+            .iter()
+            .map(|rec| {
+                let files = LaneFiles::of(frozen, &rec.lane, rec.n);
+                let claim = crate::fsutil::open_lock_file(&files.claim)
+                    .ok()
+                    .filter(|f| f.try_lock().is_ok());
+                if claim.is_some() && rec.leader.group_alive() {
+                    let stop = frozen.lanes.get(&rec.lane).and_then(|l| l.stop);
+                    proc::adopt(rec.leader.pid, stop, Some(&files.log));
+                }
+                Entry {
+                    rec: rec.clone(),
+                    files,
+                    claim,
+                    taken: false,
+                }
+            })
+            .collect();
+        Pool {
+            entries: Mutex::new(entries),
+        }
+    }
+
+    /// The process started before the lock for the first process of `lane`'s `batch`
+    /// (frozen scene indices, in batch order): None when none was; Err(why) when it
+    /// cannot be used (it ended before its ids came, or `scenerun device` stopped it).
+    pub fn take(&self, lane: &str, batch: &[usize]) -> Option<Result<Adopted, String>> {
+        let mut entries = self.entries.lock().expect("prestarted");
+        let e = entries
+            .iter_mut()
+            .find(|e| !e.taken && e.rec.lane == lane && e.rec.scenes == batch)?;
+        e.taken = true;
+        let pid = e.rec.leader.pid;
+        if e.claim.is_none() {
+            return Some(Err(format!(
+                "the process started before the lock (pid {pid}) was being stopped by scenerun device"
+            )));
+        }
+        let ended = status(&e.files.status)
+            .map(describe)
+            .or_else(|| (!e.rec.leader.alive()).then(|| "it is gone".to_string()));
+        if let Some(how) = ended {
+            return Some(Err(format!(
+                "the process started before the lock (pid {pid}) ended before its ids came ({how}; its output: {})",
+                e.files.log.display(),
+            )));
+        }
+        Some(Ok(Adopted {
+            rec: e.rec.clone(),
+            files: e.files.clone(),
+        }))
+    }
+
+    /// Stop every process no batch took (the packing inside the lock differed, or the
+    /// run was cut short) and wait for them; a warning for each that was still waiting.
+    pub fn stop_unused(&self) -> Vec<String> {
+        let mut entries = self.entries.lock().expect("prestarted");
+        let mut warnings = Vec::new();
+        let mut waits = Vec::new();
+        for e in entries.iter_mut().filter(|e| !e.taken && e.claim.is_some()) {
+            e.taken = true;
+            let pgid = e.rec.leader.pid;
+            if e.rec.leader.group_alive() {
+                if !proc::interrupted() && !super::watch::lock_lost() {
+                    warnings.push(format!(
+                        "lane `{}`: the process started before the lock for its batch of {} scene{} (pid {pgid}) was not used: the packing inside the lock differed; it was stopped",
+                        e.rec.lane,
+                        e.rec.scenes.len(),
+                        if e.rec.scenes.len() == 1 { "" } else { "s" }
+                    ));
+                }
+                proc::terminate(pgid);
+            }
+            waits.push(Adopted {
+                rec: e.rec.clone(),
+                files: e.files.clone(),
+            });
+        }
+        drop(entries);
+        for a in waits {
+            let _ = a.wait();
+        }
+        warnings
+    }
+}
+
+impl Adopted {
+    /// Its number among the run's lane processes (its files are named by it).
+    pub fn n(&self) -> usize {
+        self.rec.n
+    }
+
+    pub fn pgid(&self) -> i32 {
+        self.rec.leader.pid
+    }
+
+    /// Where its own output starts in its log.
+    pub fn log_mark(&self) -> u64 {
+        self.rec.log_mark
+    }
+
+    /// When it started (Unix seconds).
+    pub fn started_at(&self) -> f64 {
+        self.rec.started_at
+    }
+
+    /// Hand it its ids: one JSON line in its go file, which appears whole (a rename).
+    pub fn go(&self, devices: &str) -> std::io::Result<()> {
+        let line = serde_json::json!({ "devices": devices }).to_string() + "\n";
+        crate::fsutil::write_atomic(&self.files.go, line.as_bytes())
+    }
+
+    /// Wait until its leader has ended (`scenerun device` reaps it and writes its
+    /// status), then end its group as a group of our own ends (`proc::finish_adopted`).
+    /// A leader gone whose status never comes (the outer died too: the lock is lost)
+    /// counts as killed.
+    pub fn wait(&self) -> std::io::Result<proc::Finished> {
+        let pgid = self.pgid();
+        let mut gone: Option<Instant> = None;
+        loop {
+            if let Some(st) = status(&self.files.status) {
+                return proc::finish_adopted(pgid, Ok(st));
+            }
+            if gone.is_none() && !self.rec.leader.alive() {
+                gone = Some(Instant::now());
+            }
+            if gone.is_some_and(|t| t.elapsed() >= STATUS_WAIT) {
+                return proc::finish_adopted(pgid, Ok(ExitStatus::from_raw(libc::SIGKILL)));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
