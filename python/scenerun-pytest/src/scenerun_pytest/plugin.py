@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from . import SceneTest, codec, hookspecs, install, protocol, restart
+from . import SceneTest, codec, hookspecs, install, prestart, protocol, restart
 
 _STATE = "_scenerun_state"
 CASE_OPTION = "--scenerun-case"
@@ -436,6 +436,14 @@ def pytest_sessionfinish(session, exitstatus):
     collected.update(e["scene"] for es in state.cases_of.values() for e in es)
     if int(exitstatus) == 1 and collected and collected <= state.ended:
         session.exitstatus = 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """A lane process started before the lock waits here for its device ids: after
+    collection, before any test or session fixture runs (:mod:`scenerun_pytest.prestart`)."""
+    if not session.config.option.collectonly:
+        prestart.wait_for_ids(session.config)
 
 
 _CONFIG = []
