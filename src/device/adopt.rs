@@ -34,6 +34,9 @@ struct Entry {
     files: LaneFiles,
     /// Held while this inner run owns it; None: `scenerun device` stopped it first.
     claim: Option<File>,
+    /// Its group was alive when claimed, and is in the registry (only such a group is
+    /// ever signalled: the id of one gone before may be another's by now).
+    registered: bool,
     /// A batch took it (or found it gone).
     taken: bool,
 }
@@ -58,6 +61,30 @@ fn describe(st: ExitStatus) -> String {
     }
 }
 
+/// How a process started before the lock ended before its ids came, if it did. A
+/// leader that is not there and whose status does not come was never visible here: the
+/// lock tool ran the inner run on another host, or in another PID namespace.
+fn ended_before(rec: &Prestarted, files: &LaneFiles) -> Option<String> {
+    if let Some(st) = status(&files.status) {
+        return Some(describe(st));
+    }
+    if rec.leader.alive() {
+        return None;
+    }
+    let t = Instant::now();
+    while t.elapsed() < STATUS_WAIT {
+        if let Some(st) = status(&files.status) {
+            return Some(describe(st));
+        }
+        std::thread::sleep(POLL);
+    }
+    Some(
+        "no such process here: a lock tool must run its command on the host that runs \
+         scenerun device for lanes started before the lock"
+            .into(),
+    )
+}
+
 impl Pool {
     /// Claim every process `scenerun device` started before the lock, and take each
     /// claimed one whose group still lives into the registry (with its lane's stop).
@@ -70,7 +97,8 @@ impl Pool {
                 let claim = crate::fsutil::open_lock_file(&files.claim)
                     .ok()
                     .filter(|f| f.try_lock().is_ok());
-                if claim.is_some() && rec.leader.group_alive() {
+                let registered = claim.is_some() && rec.leader.group_alive();
+                if registered {
                     let stop = frozen.lanes.get(&rec.lane).and_then(|l| l.stop);
                     proc::adopt(rec.leader.pid, stop, Some(&files.log));
                 }
@@ -78,6 +106,7 @@ impl Pool {
                     rec: rec.clone(),
                     files,
                     claim,
+                    registered,
                     taken: false,
                 }
             })
@@ -102,10 +131,10 @@ impl Pool {
                 "the process started before the lock (pid {pid}) was being stopped by scenerun device"
             )));
         }
-        let ended = status(&e.files.status)
-            .map(describe)
-            .or_else(|| (!e.rec.leader.alive()).then(|| "it is gone".to_string()));
-        if let Some(how) = ended {
+        if let Some(how) = ended_before(&e.rec, &e.files).or_else(|| {
+            // Alive now, so alive when claimed: registered; never otherwise.
+            (!e.registered).then(|| "it was not there when the inner run started".to_string())
+        }) {
             return Some(Err(format!(
                 "the process started before the lock (pid {pid}) ended before its ids came ({how}; its output: {})",
                 e.files.log.display(),
@@ -123,7 +152,7 @@ impl Pool {
         let mut entries = self.entries.lock().expect("prestarted");
         let mut warnings = Vec::new();
         let mut waits = Vec::new();
-        for e in entries.iter_mut().filter(|e| !e.taken && e.claim.is_some()) {
+        for e in entries.iter_mut().filter(|e| !e.taken && e.registered) {
             e.taken = true;
             let pgid = e.rec.leader.pid;
             if e.rec.leader.group_alive() {
