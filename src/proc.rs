@@ -976,6 +976,41 @@ mod tests {
         );
     }
 
+    /// A group this process did not put in the registry, adopted: `terminate` reaches
+    /// it (SIGTERM), and `finish_adopted` ends it with the status its leader had and
+    /// kills what the leader left in it.
+    #[test]
+    fn an_adopted_group_is_stopped_as_our_own() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "(trap '' TERM; echo up; exec sleep 30) & wait"])
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let pgid = child.id() as i32;
+        // The leader has started the member that ignores SIGTERM.
+        let mut up = String::new();
+        io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut up)
+            .expect("up");
+        assert_eq!(up, "up\n");
+        assert!(adopt(pgid, None, None), "not interrupted, no gate");
+        terminate(pgid);
+        let status = child.wait();
+        let f = finish_adopted(pgid, status).expect("finished");
+        assert_eq!(f.ended, Ended::Signaled(libc::SIGTERM));
+        assert!(!registry().groups.lock().unwrap().contains_key(&pgid));
+        let t = Instant::now();
+        while group_alive(pgid) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !group_alive(pgid),
+            "the sleep left in the group was killed too"
+        );
+    }
+
     #[test]
     fn stop_signals_by_name() {
         assert_eq!(Stop::signal_named("USR1"), Some(libc::SIGUSR1));

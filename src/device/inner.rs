@@ -989,6 +989,33 @@ mod tests {
     }
 
     #[test]
+    fn the_first_wave_is_what_the_scheduler_starts_at_once() {
+        let t = tempfile::tempdir().unwrap();
+        let mut f = frozen(
+            t.path(),
+            vec![
+                in_lane("x", "l", 1.0),
+                in_lane("y", "l", 1.0),
+                in_lane("z", "l", 1.0),
+                plain("p", 1, false, 0.5),
+            ],
+        );
+        f.device_count = 2;
+        let lane = |scenes: &[usize]| Unit::Lane {
+            lane: "l".into(),
+            scenes: scenes.to_vec(),
+        };
+        // Two lane processes fill both ids; the plain scene waits for one of them.
+        assert_eq!(first_wave(&f, 2), [lane(&[0, 2]), lane(&[1])]);
+        let granted = ids(2);
+        let mut s = Scheduler::new(&f, &granted, &[0, 1, 2, 3]);
+        let started: Vec<Unit> = s.start_ready().into_iter().map(|st| st.unit).collect();
+        assert_eq!(first_wave(&f, 2), started);
+        // On one id, one process runs the lane's whole batch.
+        assert_eq!(first_wave(&f, 1), [lane(&[0, 1, 2])]);
+    }
+
+    #[test]
     fn a_frozen_plan_of_another_version_is_refused() {
         let t = tempfile::tempdir().unwrap();
         let f = frozen(t.path(), vec![plain("a", 1, false, 1.0)]);

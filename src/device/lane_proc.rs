@@ -154,8 +154,8 @@ impl Slot<'_> {
             }
         };
         let now = p.t.elapsed().as_secs_f64();
-        if p.prestart.is_some() && p.machine.silent() && p.killing.is_none() && !proc::interrupted()
-        {
+        let unready = p.prestart.is_some() && p.machine.silent() && p.killing.is_none();
+        if unready && !proc::interrupted() && !super::watch::lock_lost() {
             p.unready(&ended);
             return None;
         }
