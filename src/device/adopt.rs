@@ -13,6 +13,7 @@ use std::process::ExitStatus;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::lane::{parse_line, Line};
 use super::lane_proc::LaneFiles;
 use super::prestart::Prestarted;
 use super::Frozen;
@@ -39,6 +40,8 @@ struct Entry {
     registered: bool,
     /// A batch took it (or found it gone).
     taken: bool,
+    /// A batch found it unusable (said so then): stopped and forgotten with the unused.
+    unusable: bool,
 }
 
 /// A process started before the lock, owned by this inner run, for one batch.
@@ -85,6 +88,20 @@ fn ended_before(rec: &Prestarted, files: &LaneFiles) -> Option<String> {
     )
 }
 
+/// The process wrote something besides its ready line to its results file (looked at
+/// up to its first 64 KiB).
+fn wrote_results(path: &Path) -> bool {
+    use std::io::Read;
+    let mut text = Vec::new();
+    if let Ok(f) = crate::fsutil::open_regular_nofollow(path) {
+        let _ = f.take(64 << 10).read_to_end(&mut text);
+    }
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .any(|l| !matches!(parse_line(l), Line::Ready { .. }))
+}
+
 impl Pool {
     /// Claim every process `scenerun device` started before the lock, and take each
     /// claimed one whose group still lives into the registry (with its lane's stop).
@@ -108,6 +125,7 @@ impl Pool {
                     claim,
                     registered,
                     taken: false,
+                    unusable: false,
                 }
             })
             .collect();
@@ -131,23 +149,34 @@ impl Pool {
                 "the process started before the lock (pid {pid}) was being stopped by scenerun device"
             )));
         }
-        if let Some(how) = ended_before(&e.rec, &e.files).or_else(|| {
-            // Alive now, so alive when claimed: registered; never otherwise.
-            (!e.registered).then(|| "it was not there when the inner run started".to_string())
-        }) {
-            return Some(Err(format!(
+        let why = if wrote_results(&e.files.results) {
+            // Its command does not wait for its ids: whatever it reported ran on none.
+            if e.registered {
+                proc::terminate(pid);
+            }
+            format!("the process started before the lock (pid {pid}) reported results before it had its ids (does the lane command wait for $SCENERUN_GO?); it is stopped")
+        } else if let Some(how) = ended_before(&e.rec, &e.files) {
+            format!(
                 "the process started before the lock (pid {pid}) ended before its ids came ({how}; its output: {})",
                 e.files.log.display(),
-            )));
-        }
-        Some(Ok(Adopted {
-            rec: e.rec.clone(),
-            files: e.files.clone(),
-        }))
+            )
+        } else if !e.registered {
+            // Alive now, so alive when claimed: registered; never otherwise.
+            format!("the process started before the lock (pid {pid}) was not there when the inner run started")
+        } else {
+            return Some(Ok(Adopted {
+                rec: e.rec.clone(),
+                files: e.files.clone(),
+            }));
+        };
+        // `stop_unused` stops it if it lives, and forgets it, without a word more.
+        (e.taken, e.unusable) = (false, true);
+        Some(Err(why))
     }
 
     /// Stop every process no batch took (the packing inside the lock differed, or the
-    /// run was cut short) and wait for them; a warning for each that was still waiting.
+    /// run was cut short) or found unusable, and wait for them; a warning for each that
+    /// was still waiting unused. A group already gone is forgotten, never signalled.
     pub fn stop_unused(&self) -> Vec<String> {
         let mut entries = self.entries.lock().expect("prestarted");
         let mut warnings = Vec::new();
@@ -155,17 +184,19 @@ impl Pool {
         for e in entries.iter_mut().filter(|e| !e.taken && e.registered) {
             e.taken = true;
             let pgid = e.rec.leader.pid;
-            if e.rec.leader.group_alive() {
-                if !proc::interrupted() && !super::watch::lock_lost() {
-                    warnings.push(format!(
-                        "lane `{}`: the process started before the lock for its batch of {} scene{} (pid {pgid}) was not used: the packing inside the lock differed; it was stopped",
-                        e.rec.lane,
-                        e.rec.scenes.len(),
-                        if e.rec.scenes.len() == 1 { "" } else { "s" }
-                    ));
-                }
-                proc::terminate(pgid);
+            if !e.rec.leader.group_alive() {
+                proc::disown(pgid);
+                continue;
             }
+            if !e.unusable && !proc::interrupted() && !super::watch::lock_lost() {
+                warnings.push(format!(
+                    "lane `{}`: the process started before the lock for its batch of {} scene{} (pid {pgid}) was not used: the packing inside the lock differed; it was stopped",
+                    e.rec.lane,
+                    e.rec.scenes.len(),
+                    if e.rec.scenes.len() == 1 { "" } else { "s" }
+                ));
+            }
+            proc::terminate(pgid);
             waits.push(Adopted {
                 rec: e.rec.clone(),
                 files: e.files.clone(),

@@ -19,11 +19,11 @@ use super::*;
 /// ready, waits for its go file and takes the ids from it (the protocol of
 /// docs/lanes.md), then runs each scene as its first arg says (pass, crash, hang).
 /// `LANE_REFUSES_SENTINEL`: exit 3 at once on the sentinel; `LANE_SILENT_GO`: say
-/// nothing, wait for the ids, exit 3.
+/// nothing, wait for the ids, exit 3; `LANE_IGNORES_GO`: run at once, on the sentinel.
 const PRESTART_LANE: &str = r#"#!/bin/bash
 scenes=$1 results=$2 devices=$3
 echo "start pid=$$ devices=$devices env=$SCENERUN_DEVICES t=$EPOCHREALTIME" >> logs/lane-starts.log
-if [ -n "${SCENERUN_GO:-}" ]; then
+if [ -n "${SCENERUN_GO:-}" ] && [ -z "${LANE_IGNORES_GO:-}" ]; then
     if [ -n "${LANE_REFUSES_SENTINEL:-}" ]; then echo "bad device id: $devices" >&2; exit 3; fi
     if [ -z "${LANE_SILENT_GO:-}" ]; then
         printf '{"event":"ready","unix_secs":%s}\n' "$EPOCHREALTIME" >> "$results"
@@ -534,6 +534,51 @@ fn a_lane_that_ends_before_it_is_ready_runs_its_batch_in_a_fresh_process() {
         );
         assert!(lanes_alive(&s).is_empty());
     }
+}
+
+/// A lane command that does not wait for its ids runs its batch before the lock, on the
+/// sentinel: what it reported is not taken, it is stopped, and its batch runs in a process
+/// started inside the lock.
+#[test]
+fn results_written_before_the_ids_came_are_not_taken() {
+    let pool = Pool::new("5");
+    let s = prestart_suite(
+        true,
+        1,
+        "LANE_IGNORES_GO: \"1\"",
+        &[("a", "pass"), ("b", "pass")],
+    );
+    let release = s.path("release");
+    let mut blocker = holder(&pool, "5", &release);
+    let child = device(&s, &pool);
+    assert!(wait_until(Duration::from_secs(60), || s
+        .count("logs/lane-runs.log")
+        == 2));
+    fs::write(&release, "").unwrap();
+    let o = output_of(child);
+    expect_code(&o, 0);
+    assert!(wait_bounded(&mut blocker, Duration::from_secs(30)).is_some());
+    let err = stderr(&o);
+    assert_eq!(
+        err.matches("reported results before it had its ids")
+            .count(),
+        1,
+        "{err}"
+    );
+    let runs: Vec<String> = fields(&s, "logs/lane-runs.log")
+        .iter()
+        .map(|f| f["devices"].clone())
+        .collect();
+    assert_eq!(
+        runs,
+        ["__scenerun_devices__", "__scenerun_devices__", "5", "5"]
+    );
+    let r = report(&s);
+    for name in ["a", "b"] {
+        assert_eq!(scene_in(&r, name)["outcome"], "passed");
+        assert_eq!(scene_in(&r, name)["devices"], serde_json::json!(["5"]));
+    }
+    assert!(lanes_alive(&s).is_empty());
 }
 
 /// `scenerun device` wrote the exit status of a lane process it started (it ended).
