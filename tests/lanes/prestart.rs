@@ -45,6 +45,9 @@ while IFS= read -r line; do
         pass) emit "{\"scene\":\"$scene\",\"event\":\"end\",\"outcome\":\"passed\"}" ;;
         crash) kill -9 $$ ;;
         hang) sleep 600 ;;
+        slow_term)
+            trap 'sleep 0.5; echo "cleaned pid=$$" >> logs/lane-cleaned.log; exit 143' TERM
+            while :; do sleep 0.05; done ;;
     esac
 done < "$scenes"
 "#;
@@ -442,6 +445,43 @@ fn a_lost_lock_stops_the_lanes_waiting_or_running() {
         }
         assert!(lanes_alive(&s).is_empty());
     }
+}
+
+/// A cancel inside the lock reaches the adopted lanes as it reaches any lane: SIGTERM
+/// to their groups, their handlers get the grace, the scenes are interrupted, and no
+/// lane process is alive 0.5 s after the lock tool released.
+#[test]
+fn a_cancel_inside_the_lock_gives_the_adopted_lanes_their_grace() {
+    let pool = Pool::new("5,6");
+    let scenes = [
+        ("a", "slow_term"),
+        ("b", "slow_term"),
+        ("c", "pass"),
+        ("d", "pass"),
+    ];
+    let s = prestart_suite(true, 2, "", &scenes);
+    let child = device(&s, &pool);
+    assert!(wait_until(Duration::from_secs(60), || s
+        .count("logs/lane-runs.log")
+        == 2));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = output_of(child);
+    expect_code(&o, 2);
+    assert_eq!(s.count("logs/lane-cleaned.log"), 2, "{}", show(&o));
+    let release = pool
+        .events()
+        .iter()
+        .find(|e| e.kind == "release" && e.get("devices") == "5,6")
+        .map(Event::t)
+        .expect("released");
+    let wait = release + 0.5 - unix_secs();
+    if wait > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(wait));
+    }
+    assert!(lanes_alive(&s).is_empty(), "{:?}", lanes_alive(&s));
+    let r = report(&s);
+    assert_eq!(scene_in(&r, "a")["outcome"], "interrupted", "{r:#}");
+    assert_eq!(scene_in(&r, "c")["outcome"], "not_run", "{r:#}");
 }
 
 /// The pid of scenerun's lock tool, once it has asked for the ids.
