@@ -447,6 +447,56 @@ fn a_lost_lock_stops_the_lanes_waiting_or_running() {
     }
 }
 
+/// `scenerun device` itself SIGKILLed while its lanes wait in the queue, and while they
+/// run: none of them is alive 0.5 s later (its watchdog, and inside the lock the inner
+/// run's watch over it, kill them), and the lock tool still releases the ids.
+#[test]
+fn a_killed_device_leaves_no_lane_waiting_or_running() {
+    for case in ["queued", "running"] {
+        let pool = Pool::new("5,6");
+        let hang = [("a", "hang"), ("b", "hang"), ("c", "pass"), ("d", "pass")];
+        let s = prestart_suite(true, 2, "", &hang);
+        let release = s.path("release");
+        let blocker = (case == "queued").then(|| holder(&pool, "5,6", &release));
+        let mut child = device(&s, &pool);
+        let ready = match case {
+            "queued" => "logs/lane-ready.log",
+            _ => "logs/lane-runs.log",
+        };
+        assert!(wait_until(Duration::from_secs(60), || s.count(ready) == 2));
+        assert!(lock_tool_pid(&pool).is_some());
+        let killed = unix_secs();
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        let wait = killed + 0.5 - unix_secs();
+        if wait > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(wait));
+        }
+        assert!(
+            lanes_alive(&s).is_empty(),
+            "{case}: lanes alive 0.5 s after the kill: {:?}",
+            lanes_alive(&s)
+        );
+        if let Some(mut b) = blocker {
+            fs::write(&release, "").unwrap();
+            assert!(wait_bounded(&mut b, Duration::from_secs(30)).is_some());
+        }
+        // The lock tool got (or had) the ids, its inner run found scenerun gone: released.
+        assert!(
+            wait_until(Duration::from_secs(60), || pool.count("release")
+                == pool.acquisitions()
+                && pool.acquisitions() == 1 + usize::from(case == "queued")),
+            "{case}: {:?}",
+            pool.events()
+        );
+        assert_eq!(
+            s.count("logs/lane-go.log"),
+            if case == "queued" { 0 } else { 2 }
+        );
+        assert!(lanes_alive(&s).is_empty());
+    }
+}
+
 /// A cancel inside the lock reaches the adopted lanes as it reaches any lane: SIGTERM
 /// to their groups, their handlers get the grace, the scenes are interrupted, and no
 /// lane process is alive 0.5 s after the lock tool released.
