@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
@@ -65,9 +64,12 @@ fn prestart_suite(prestart: bool, ids: usize, lane_env: &str, scenes: &[(&str, &
     s
 }
 
-/// `scenerun device` on the pool, as a process.
-fn device(s: &Suite, pool: &Pool) -> Child {
-    scenerun_process()
+/// `scenerun device` on the pool, running; cancelled (SIGTERM) and waited for if the test
+/// fails before it ends, so that no lane is left behind.
+struct Device(Option<Child>);
+
+fn device(s: &Suite, pool: &Pool) -> Device {
+    let c = scenerun_process()
         .current_dir(s.dir())
         .arg("--manifest")
         .arg(s.path("scenes.yaml"))
@@ -80,11 +82,44 @@ fn device(s: &Suite, pool: &Pool) -> Child {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start scenerun device")
+        .expect("start scenerun device");
+    Device(Some(c))
 }
 
-/// Another holder of `ids`, until `release` exists.
-fn holder(pool: &Pool, ids: &str, release: &Path) -> Child {
+impl Device {
+    fn signal(&self, sig: i32) {
+        let pid = self.0.as_ref().expect("running").id();
+        unsafe { libc::kill(pid as i32, sig) };
+    }
+
+    /// Wait for it to end: what it printed.
+    fn output(mut self) -> Output {
+        let child = self.0.take().expect("running");
+        let pid = child.id();
+        let o = child.wait_with_output().expect("scenerun device ends");
+        assert!(!pid_alive(pid));
+        o
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = wait_bounded(&mut c, Duration::from_secs(60));
+        }
+    }
+}
+
+/// Another job holding `ids` in the pool until `release`d (or dropped: a failed test
+/// leaves no holder behind).
+struct Holder {
+    child: Option<Child>,
+    release: std::path::PathBuf,
+}
+
+fn holder(pool: &Pool, ids: &str) -> Holder {
+    let release = pool.path(&format!("release-{ids}"));
     let wait = format!(
         "while [ ! -e '{}' ]; do sleep 0.02; done",
         release.display()
@@ -95,15 +130,29 @@ fn holder(pool: &Pool, ids: &str, release: &Path) -> Child {
         "the holder never got the ids: {}",
         fs::read_to_string(pool.log()).unwrap_or_default()
     );
-    c
+    Holder {
+        child: Some(c),
+        release,
+    }
 }
 
-/// Wait for a child; its output, or a failure with what it printed.
-fn output_of(child: Child) -> Output {
-    let pid = child.id();
-    let o = child.wait_with_output().expect("scenerun device ends");
-    assert!(!pid_alive(pid));
-    o
+impl Holder {
+    /// Let go of the ids, and wait until it has.
+    fn release(&mut self) {
+        let _ = fs::write(&self.release, "");
+        if let Some(mut c) = self.child.take() {
+            assert!(wait_bounded(&mut c, Duration::from_secs(30)).is_some());
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = fs::write(&self.release, "");
+        if let Some(mut c) = self.child.take() {
+            let _ = wait_bounded(&mut c, Duration::from_secs(30));
+        }
+    }
 }
 
 /// The suite's lane processes alive now (pid: command), found by their token.
@@ -182,17 +231,15 @@ const FOUR: [(&str, &str); 4] = [("a", "pass"), ("b", "pass"), ("c", "pass"), ("
 fn lanes_started_before_the_lock_start_none_inside_it_and_get_their_ids() {
     let pool = Pool::new("5,6");
     let s = prestart_suite(true, 2, "", &FOUR);
-    let release = s.path("release");
-    let mut blocker = holder(&pool, "5,6", &release);
+    let mut blocker = holder(&pool, "5,6");
     let child = device(&s, &pool);
     // Both lane processes get ready while another job holds the ids.
     assert!(wait_until(Duration::from_secs(60), || s
         .count("logs/lane-ready.log")
         == 2));
-    fs::write(&release, "").unwrap();
-    let o = output_of(child);
+    blocker.release();
+    let o = child.output();
     expect_code(&o, 0);
-    assert!(wait_bounded(&mut blocker, Duration::from_secs(30)).is_some());
     let lock = window(&pool).expect("scenerun took the lock");
     assert_eq!(s.count("logs/lane-starts.log"), 2, "{}", show(&o));
     assert_eq!(
@@ -237,7 +284,7 @@ fn lanes_started_before_the_lock_start_none_inside_it_and_get_their_ids() {
     // lane process started inside the window (so the count above can fail).
     let pool = Pool::new("5,6");
     let s = prestart_suite(false, 2, "", &FOUR);
-    let o = output_of(device(&s, &pool));
+    let o = device(&s, &pool).output();
     expect_code(&o, 0);
     let lock = window(&pool).expect("scenerun took the lock");
     assert_eq!(
@@ -254,7 +301,7 @@ fn lanes_started_before_the_lock_start_none_inside_it_and_get_their_ids() {
 fn a_crash_inside_the_lock_restarts_the_lane_the_normal_way() {
     let pool = Pool::new("5");
     let s = prestart_suite(true, 1, "", &[("a", "pass"), ("b", "crash"), ("c", "pass")]);
-    let o = output_of(device(&s, &pool));
+    let o = device(&s, &pool).output();
     expect_code(&o, 1);
     assert_eq!(
         sorted_outcomes(&s),
@@ -315,16 +362,14 @@ def runtime(pytestconfig):
         "version: 1\ncache:\n  dir: cache\nlock:\n  submit: \"{TASK_SUBMIT} --timeout 60 --device auto --device-num {{device_count}} --run {{run}}\"\nlanes:\n  py:\n    run: \"{} -m pytest -p no:cacheprovider -q {{args}} --device {{devices}}\"\n    prestart: true\nscenes:\n  - name: one\n    device:\n      lane: py\n      args: [\"tests/test_rt.py::test_one\"]\n  - name: two\n    device:\n      lane: py\n      args: [\"tests/test_rt.py::test_two\"]\n",
         py.display()
     ));
-    let release = s.path("release");
-    let mut blocker = holder(&pool, "5", &release);
+    let mut blocker = holder(&pool, "5");
     let child = device(&s, &pool);
     assert!(wait_until(Duration::from_secs(60), || s
         .read("logs/events.log")
         .contains("collected")));
-    fs::write(&release, "").unwrap();
-    let o = output_of(child);
+    blocker.release();
+    let o = child.output();
     expect_code(&o, 0);
-    assert!(wait_bounded(&mut blocker, Duration::from_secs(30)).is_some());
     let (acquire, _) = window(&pool).expect("scenerun took the lock");
     let ev = fields(&s, "logs/events.log");
     let text = s.read("logs/events.log");
@@ -354,20 +399,18 @@ def runtime(pytestconfig):
 fn a_cancel_while_queued_stops_the_waiting_lanes_and_takes_no_lock() {
     let pool = Pool::new("5,6");
     let s = prestart_suite(true, 2, "", &FOUR);
-    let release = s.path("release");
-    let mut blocker = holder(&pool, "5,6", &release);
+    let mut blocker = holder(&pool, "5,6");
     let child = device(&s, &pool);
     assert!(wait_until(Duration::from_secs(60), || s
         .count("logs/lane-ready.log")
         == 2));
     assert!(!lanes_alive(&s).is_empty(), "they wait");
     assert!(lock_tool_pid(&pool).is_some(), "queued");
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let o = output_of(child);
+    child.signal(libc::SIGTERM);
+    let o = child.output();
     expect_code(&o, 2);
     assert!(lanes_alive(&s).is_empty(), "{:?}", lanes_alive(&s));
-    fs::write(&release, "").unwrap();
-    assert!(wait_bounded(&mut blocker, Duration::from_secs(30)).is_some());
+    blocker.release();
     assert_eq!(
         pool.acquisitions(),
         1,
@@ -410,8 +453,7 @@ fn a_lost_lock_stops_the_lanes_waiting_or_running() {
         let pool = Pool::new("5,6");
         let hang = [("a", "hang"), ("b", "hang"), ("c", "pass"), ("d", "pass")];
         let s = prestart_suite(true, 2, "", &hang);
-        let release = s.path("release");
-        let blocker = (case == "queued").then(|| holder(&pool, "5,6", &release));
+        let mut blocker = (case == "queued").then(|| holder(&pool, "5,6"));
         let child = device(&s, &pool);
         let ready = match case {
             "queued" => "logs/lane-ready.log",
@@ -437,11 +479,10 @@ fn a_lost_lock_stops_the_lanes_waiting_or_running() {
             "{case}: lanes alive 0.5 s after the kill: {:?}",
             lanes_alive(&s)
         );
-        let o = output_of(child);
+        let o = child.output();
         expect_code(&o, 3);
-        if let Some(mut b) = blocker {
-            fs::write(&release, "").unwrap();
-            assert!(wait_bounded(&mut b, Duration::from_secs(30)).is_some());
+        if let Some(b) = blocker.as_mut() {
+            b.release();
         }
         assert!(lanes_alive(&s).is_empty());
     }
@@ -456,9 +497,8 @@ fn a_killed_device_leaves_no_lane_waiting_or_running() {
         let pool = Pool::new("5,6");
         let hang = [("a", "hang"), ("b", "hang"), ("c", "pass"), ("d", "pass")];
         let s = prestart_suite(true, 2, "", &hang);
-        let release = s.path("release");
-        let blocker = (case == "queued").then(|| holder(&pool, "5,6", &release));
-        let mut child = device(&s, &pool);
+        let mut blocker = (case == "queued").then(|| holder(&pool, "5,6"));
+        let child = device(&s, &pool);
         let ready = match case {
             "queued" => "logs/lane-ready.log",
             _ => "logs/lane-runs.log",
@@ -466,8 +506,8 @@ fn a_killed_device_leaves_no_lane_waiting_or_running() {
         assert!(wait_until(Duration::from_secs(60), || s.count(ready) == 2));
         assert!(lock_tool_pid(&pool).is_some());
         let killed = unix_secs();
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        let _ = child.wait();
+        child.signal(libc::SIGKILL);
+        let _ = child.output();
         let wait = killed + 0.5 - unix_secs();
         if wait > 0.0 {
             std::thread::sleep(Duration::from_secs_f64(wait));
@@ -477,9 +517,8 @@ fn a_killed_device_leaves_no_lane_waiting_or_running() {
             "{case}: lanes alive 0.5 s after the kill: {:?}",
             lanes_alive(&s)
         );
-        if let Some(mut b) = blocker {
-            fs::write(&release, "").unwrap();
-            assert!(wait_bounded(&mut b, Duration::from_secs(30)).is_some());
+        if let Some(b) = blocker.as_mut() {
+            b.release();
         }
         // The lock tool got (or had) the ids, its inner run found scenerun gone: released.
         assert!(
@@ -514,8 +553,8 @@ fn a_cancel_inside_the_lock_gives_the_adopted_lanes_their_grace() {
     assert!(wait_until(Duration::from_secs(60), || s
         .count("logs/lane-runs.log")
         == 2));
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let o = output_of(child);
+    child.signal(libc::SIGTERM);
+    let o = child.output();
     expect_code(&o, 2);
     assert_eq!(s.count("logs/lane-cleaned.log"), 2, "{}", show(&o));
     let release = pool
@@ -592,8 +631,7 @@ fn a_lane_that_ends_before_it_is_ready_runs_its_batch_in_a_fresh_process() {
             &format!("{mode}: \"1\""),
             &[("a", "pass"), ("b", "pass")],
         );
-        let release = s.path("release");
-        let mut blocker = holder(&pool, "5", &release);
+        let mut blocker = holder(&pool, "5");
         let child = device(&s, &pool);
         // The lock comes once the first process has ended and been reaped (or waits,
         // silent).
@@ -601,10 +639,9 @@ fn a_lane_that_ends_before_it_is_ready_runs_its_batch_in_a_fresh_process() {
             "LANE_SILENT_GO" => s.count("logs/lane-ready.log") == 1,
             _ => status_written(&s),
         }));
-        fs::write(&release, "").unwrap();
-        let o = output_of(child);
+        blocker.release();
+        let o = child.output();
         expect_code(&o, 0);
-        assert!(wait_bounded(&mut blocker, Duration::from_secs(30)).is_some());
         let err = stderr(&o);
         assert_eq!(err.matches(warning).count(), 1, "{mode}: {err}");
         assert!(
@@ -638,16 +675,14 @@ fn results_written_before_the_ids_came_are_not_taken() {
         "LANE_IGNORES_GO: \"1\"",
         &[("a", "pass"), ("b", "pass")],
     );
-    let release = s.path("release");
-    let mut blocker = holder(&pool, "5", &release);
+    let mut blocker = holder(&pool, "5");
     let child = device(&s, &pool);
     assert!(wait_until(Duration::from_secs(60), || s
         .count("logs/lane-runs.log")
         == 2));
-    fs::write(&release, "").unwrap();
-    let o = output_of(child);
+    blocker.release();
+    let o = child.output();
     expect_code(&o, 0);
-    assert!(wait_bounded(&mut blocker, Duration::from_secs(30)).is_some());
     let err = stderr(&o);
     assert_eq!(
         err.matches("reported results before it had its ids")
