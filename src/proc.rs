@@ -651,8 +651,26 @@ fn start(
     if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
         return Ok(None);
     }
+    let cmd = own_group(cmd);
+    let r = registry();
+    // Register under the lock so a concurrent interrupt cannot miss this group.
+    let mut groups = r.groups.lock().expect("registry");
+    if interrupted() {
+        return Ok(None);
+    }
+    let child = cmd.start()?;
+    drop(cmd);
+    groups.insert(leader(&child), group(timeout.map(|t| Instant::now() + t)));
+    r.changed.notify_all();
+    Ok(Some(child))
+}
+
+/// `cmd` (made by `sh`) as the leader of a process group of its own, known to the
+/// watchdog before it runs a single instruction of its own, and killed when the thread
+/// that starts it ends (the parent-death signal follows the thread).
+fn own_group(cmd: duct::Expression) -> duct::Expression {
     let watchdog_fd = ensure_watchdog();
-    let cmd = cmd.before_spawn(move |c| {
+    cmd.before_spawn(move |c| {
         // SAFETY: between fork and exec the closure calls only async-signal-safe
         // functions (setpgid, write via register_self, prctl) on stack values; it
         // allocates nothing and takes no lock. (`sh` made `cmd`: its own hook restores
@@ -668,18 +686,83 @@ fn start(
             });
         }
         Ok(())
-    });
-    let r = registry();
-    // Register under the lock so a concurrent interrupt cannot miss this group.
-    let mut groups = r.groups.lock().expect("registry");
-    if interrupted() {
+    })
+}
+
+/// Run `sh -c` as `run` does, in a process group of its own that another process takes
+/// over (a lane process started before the lock, which the inner run adopts:
+/// docs/lanes.md): its leader is waited for here and its exit status returned (None:
+/// interrupted before it started), but its group is not in the registry (an interrupt
+/// here does not stop it: whoever owns it then does, see `adopt`) and nothing it left in
+/// its group is killed when the leader exits (its owner may be giving it its grace). The
+/// watchdog kills it if this process dies; `disown` once the group is gone. Call it on a
+/// thread that lives until it returns.
+pub fn run_handed_over(
+    spec: &Spec,
+    started: impl FnOnce(i32),
+) -> io::Result<Option<std::process::ExitStatus>> {
+    let log = crate::fsutil::append_log(spec.log)?;
+    let cmd = sh(spec.command, spec.dir, spec.env)
+        .stderr_to_stdout()
+        .stdout_file(log);
+    if interrupted() || SPAWN_GATE.get().is_some_and(|gate| !gate()) {
         return Ok(None);
     }
+    let cmd = own_group(cmd);
     let child = cmd.start()?;
     drop(cmd);
-    groups.insert(leader(&child), group(timeout.map(|t| Instant::now() + t)));
+    started(leader(&child));
+    child.wait().map(|o| Some(o.status))
+}
+
+/// Take into the registry a process group this process did not start (a lane process
+/// `scenerun device` started before the lock): from now on `stop`, `terminate`, an
+/// interrupt and `kill_all_now` reach it as they reach a group of our own, and the
+/// watchdog kills it if this process dies. Its leader is not our child: the caller learns
+/// elsewhere how it ended, then calls `finish_adopted`. Adopted while the run is
+/// interrupted it is stopped at once, while the spawn gate is closed (the lock is lost)
+/// killed at once: false then, it is not to be used.
+pub fn adopt(pgid: i32, stop: Option<Stop>, log: Option<&Path>) -> bool {
+    // The gate looks at the lock first: it may kill every group, under the registry lock.
+    let gate_closed = SPAWN_GATE.get().is_some_and(|gate| !gate());
+    ensure_watchdog();
+    if let Some(stdin) = registry().watchdog.lock().expect("watchdog").as_mut() {
+        let _ = writeln!(stdin, "+{pgid}");
+    }
+    let r = registry();
+    let mut groups = r.groups.lock().expect("registry");
+    let mut grp = Group::new(None, stop, log);
+    let now = Instant::now();
+    let usable = if gate_closed {
+        signal_group(pgid, libc::SIGKILL);
+        grp.termed = Some(now);
+        false
+    } else if interrupted() {
+        grp.begin_stop(pgid, now);
+        false
+    } else {
+        true
+    };
+    groups.insert(pgid, grp);
     r.changed.notify_all();
-    Ok(Some(child))
+    usable
+}
+
+/// The leader of an adopted group has ended with `status`: as for a group of our own,
+/// what it left in its group gets the rest of its grace if it is being stopped, then is
+/// killed, and the group is forgotten.
+pub fn finish_adopted(
+    pgid: i32,
+    status: io::Result<std::process::ExitStatus>,
+) -> io::Result<Finished> {
+    finish(pgid, status)
+}
+
+/// Forget group `pgid` (gone, or another process's now) without signalling it: it
+/// leaves the registry and the watchdog.
+pub fn disown(pgid: i32) {
+    registry().groups.lock().expect("registry").remove(&pgid);
+    forget_group(pgid);
 }
 
 /// The process group a started `sh` leads (one command: one pid).
@@ -890,6 +973,41 @@ mod tests {
         assert_eq!(
             g.grace_end(grace),
             Some(t0 + Duration::from_millis(10) + grace)
+        );
+    }
+
+    /// A group this process did not put in the registry, adopted: `terminate` reaches
+    /// it (SIGTERM), and `finish_adopted` ends it with the status its leader had and
+    /// kills what the leader left in it.
+    #[test]
+    fn an_adopted_group_is_stopped_as_our_own() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "(trap '' TERM; echo up; exec sleep 30) & wait"])
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let pgid = child.id() as i32;
+        // The leader has started the member that ignores SIGTERM.
+        let mut up = String::new();
+        io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut up)
+            .expect("up");
+        assert_eq!(up, "up\n");
+        assert!(adopt(pgid, None, None), "not interrupted, no gate");
+        terminate(pgid);
+        let status = child.wait();
+        let f = finish_adopted(pgid, status).expect("finished");
+        assert_eq!(f.ended, Ended::Signaled(libc::SIGTERM));
+        assert!(!registry().groups.lock().unwrap().contains_key(&pgid));
+        let t = Instant::now();
+        while group_alive(pgid) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !group_alive(pgid),
+            "the sleep left in the group was killed too"
         );
     }
 

@@ -114,6 +114,14 @@ pub struct LaneRecord {
     /// How it ended ("exited with status 0", "killed after a scene timeout", ...).
     pub ended: String,
     pub log: PathBuf,
+    /// It was started before the lock and adopted inside it (docs/lanes.md): its
+    /// `start_secs` and `startup_secs` count from when it was handed its ids.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prestarted: bool,
+    /// Its start-up before the lock: process start → its ready line, or → its ids when
+    /// those came first (or it wrote no ready line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_before_lock_secs: Option<f64>,
 }
 
 /// What the executor tells the scheduler, the accumulator and the reporter.

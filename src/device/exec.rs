@@ -60,8 +60,10 @@ pub struct Cx<'a> {
     pub granted: &'a [String],
     pub t0: Instant,
     pub faults: FaultRules,
-    /// Numbers lane processes in start order.
+    /// Numbers lane processes in start order (after those started before the lock).
     pub lane_procs: AtomicUsize,
+    /// The lane processes started before the lock, for their batches to adopt.
+    pub prestarted: super::adopt::Pool,
 }
 
 impl Cx<'_> {

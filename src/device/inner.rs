@@ -584,7 +584,8 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
         granted: &granted,
         t0: run.t0,
         faults: FaultRules::new(frozen.device_fault.as_ref()),
-        lane_procs: Default::default(),
+        lane_procs: frozen.prestarted.len().into(),
+        prestarted: super::adopt::Pool::claim(frozen),
     };
     let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|scope| loop {
@@ -610,7 +611,20 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
             Wait::Closed => break,
         }
     });
+    for w in cx.prestarted.stop_unused() {
+        run.reporter.event(&Event::Warning(w), "", FollowUp::Final);
+    }
     run.results("interrupted")
+}
+
+/// The jobs the scheduler starts at once when `frozen` runs on `ids` ids, as it will
+/// start them: the lane processes among them are those `scenerun device` starts before
+/// the lock (docs/lanes.md).
+pub(super) fn first_wave(frozen: &Frozen, ids: usize) -> Vec<Unit> {
+    let granted: Vec<String> = (0..ids).map(|i| i.to_string()).collect();
+    let admitted = admit(frozen, &granted);
+    let mut sched = Scheduler::new(frozen, &granted, &admitted.runnable);
+    sched.start_ready().into_iter().map(|s| s.unit).collect()
 }
 
 fn not_run(t0: Instant, why: &str) -> Attempt {
@@ -972,6 +986,33 @@ mod tests {
         // A snapshot writes the results file and clears the dirty mark.
         r.snapshot();
         assert!(!r.dirty && f.results.is_file());
+    }
+
+    #[test]
+    fn the_first_wave_is_what_the_scheduler_starts_at_once() {
+        let t = tempfile::tempdir().unwrap();
+        let mut f = frozen(
+            t.path(),
+            vec![
+                in_lane("x", "l", 1.0),
+                in_lane("y", "l", 1.0),
+                in_lane("z", "l", 1.0),
+                plain("p", 1, false, 0.5),
+            ],
+        );
+        f.device_count = 2;
+        let lane = |scenes: &[usize]| Unit::Lane {
+            lane: "l".into(),
+            scenes: scenes.to_vec(),
+        };
+        // Two lane processes fill both ids; the plain scene waits for one of them.
+        assert_eq!(first_wave(&f, 2), [lane(&[0, 2]), lane(&[1])]);
+        let granted = ids(2);
+        let mut s = Scheduler::new(&f, &granted, &[0, 1, 2, 3]);
+        let started: Vec<Unit> = s.start_ready().into_iter().map(|st| st.unit).collect();
+        assert_eq!(first_wave(&f, 2), started);
+        // On one id, one process runs the lane's whole batch.
+        assert_eq!(first_wave(&f, 1), [lane(&[0, 1, 2])]);
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub enum Line {
     },
     /// pytest-reportlog's `SessionFinish`: the process got to its normal end.
     SessionFinish,
+    /// `{"event": "ready", "unix_secs": T}`: a lane process started before the lock has
+    /// imported and collected and waits for its ids (docs/lanes.md); `unix_secs` when.
+    Ready {
+        unix_secs: Option<f64>,
+    },
     /// A record of a known kind that carries no result (SessionStart, CollectReport, ...).
     Other,
     /// Not a record this protocol knows: ignored with a warning.
@@ -175,6 +180,9 @@ pub fn parse_line(text: &str) -> Line {
                 .filter(|r| !r.trim().is_empty())
                 .unwrap_or("the lane process asked for it")
                 .to_string(),
+        },
+        Some("ready") => Line::Ready {
+            unix_secs: v.get("unix_secs").and_then(Value::as_f64),
         },
         Some("device_fault") => Line::Fault {
             devices: v
@@ -330,6 +338,10 @@ pub struct Batch {
     /// runtime said it is poisoned, and when the request and a later line are read in
     /// one look must not decide a scene's outcome).
     restart_asked: bool,
+    /// Lines read so far (any kind).
+    lines: usize,
+    /// When its ready line says it was ready (Unix seconds).
+    ready_unix: Option<f64>,
 }
 
 impl Batch {
@@ -353,6 +365,8 @@ impl Batch {
             clean: false,
             fault_scene: None,
             restart_asked: false,
+            lines: 0,
+            ready_unix: None,
         }
     }
 
@@ -369,6 +383,16 @@ impl Batch {
     /// Process start → first result or start event.
     pub fn startup(&self) -> Option<f64> {
         self.first_result
+    }
+
+    /// The process wrote nothing at all to its results file (yet).
+    pub fn silent(&self) -> bool {
+        self.lines == 0
+    }
+
+    /// When its ready line says it was ready (Unix seconds), if it wrote one with a time.
+    pub fn ready_unix(&self) -> Option<f64> {
+        self.ready_unix
     }
 
     /// The scene a report with this nodeid belongs to: the scene with the longest arg
@@ -444,12 +468,14 @@ impl Batch {
         if text.trim().is_empty() || self.restart_asked {
             return out;
         }
+        self.lines += 1;
         match parse_line(text) {
             Line::Garbage(why) => out.push(Effect::Warn(format!(
                 "ignored a results line: {why}: {}",
                 clip(text.trim(), 120)
             ))),
             Line::Other => {}
+            Line::Ready { unix_secs } => self.ready_unix = self.ready_unix.or(unix_secs),
             Line::SessionFinish => self.clean = true,
             Line::Restart { reason } => {
                 self.restart_asked = true;
@@ -504,57 +530,66 @@ impl Batch {
                     "ignored a result for scene `{scene}`, which is not in this lane process's batch"
                 ))),
             },
-            Line::Report {
-                nodeid,
-                when,
-                verdict,
-                duration,
-                message,
-            } => match self.owner(&nodeid) {
-                Some(i) if !matches!(self.state[i], State::Done) => {
-                    let prev = self.last_result;
-                    self.result_seen(now);
-                    self.close_others(i, &mut out);
-                    let (since, v0, d0, m0) = match std::mem::replace(&mut self.state[i], State::Done) {
-                        State::Reporting {
-                            since,
-                            verdict,
-                            duration,
-                            message,
-                        } => (since, verdict, duration, message),
-                        State::Running { since } => (since, None, 0.0, None),
-                        _ => (prev, None, 0.0, None),
-                    };
-                    // A setup or teardown that passed says nothing of the test's verdict.
-                    let counts = when == "call" || verdict != AttemptOutcome::Passed;
-                    let mine = counts.then_some(verdict);
-                    let worse = match (v0, mine) {
-                        (Some(a), Some(b)) if reportlog_rank(b) > reportlog_rank(a) => Some(b),
-                        (Some(a), _) => Some(a),
-                        (None, b) => b,
-                    };
-                    let telling = !matches!(verdict, AttemptOutcome::Passed | AttemptOutcome::Xpassed);
-                    self.state[i] = State::Reporting {
-                        since,
-                        verdict: worse,
-                        duration: d0 + duration,
-                        message: m0.or(if telling {
-                            message.map(|m| format!("{nodeid} ({when}): {m}"))
-                        } else {
-                            None
-                        }),
-                    };
-                }
-                Some(i) => out.push(Effect::Warn(format!(
-                    "ignored a report for `{nodeid}`: scene `{}` already ended",
-                    self.scenes[i].name
-                ))),
-                None => out.push(Effect::Warn(format!(
-                    "ignored a report for `{nodeid}`: no scene of this lane process's batch has it (or a prefix of it) in its args"
-                ))),
-            },
+            report @ Line::Report { .. } => self.report(report, now, &mut out),
         }
         out
+    }
+
+    /// A pytest-reportlog `TestReport` line: the scene that owns its node id collects it.
+    fn report(&mut self, line: Line, now: f64, out: &mut Vec<Effect>) {
+        let Line::Report {
+            nodeid,
+            when,
+            verdict,
+            duration,
+            message,
+        } = line
+        else {
+            return;
+        };
+        match self.owner(&nodeid) {
+            Some(i) if !matches!(self.state[i], State::Done) => {
+                let prev = self.last_result;
+                self.result_seen(now);
+                self.close_others(i, out);
+                let (since, v0, d0, m0) = match std::mem::replace(&mut self.state[i], State::Done) {
+                    State::Reporting {
+                        since,
+                        verdict,
+                        duration,
+                        message,
+                    } => (since, verdict, duration, message),
+                    State::Running { since } => (since, None, 0.0, None),
+                    _ => (prev, None, 0.0, None),
+                };
+                // A setup or teardown that passed says nothing of the test's verdict.
+                let counts = when == "call" || verdict != AttemptOutcome::Passed;
+                let mine = counts.then_some(verdict);
+                let worse = match (v0, mine) {
+                    (Some(a), Some(b)) if reportlog_rank(b) > reportlog_rank(a) => Some(b),
+                    (Some(a), _) => Some(a),
+                    (None, b) => b,
+                };
+                let telling = !matches!(verdict, AttemptOutcome::Passed | AttemptOutcome::Xpassed);
+                self.state[i] = State::Reporting {
+                    since,
+                    verdict: worse,
+                    duration: d0 + duration,
+                    message: m0.or(if telling {
+                        message.map(|m| format!("{nodeid} ({when}): {m}"))
+                    } else {
+                        None
+                    }),
+                };
+            }
+            Some(i) => out.push(Effect::Warn(format!(
+                "ignored a report for `{nodeid}`: scene `{}` already ended",
+                self.scenes[i].name
+            ))),
+            None => out.push(Effect::Warn(format!(
+                "ignored a report for `{nodeid}`: no scene of this lane process's batch has it (or a prefix of it) in its args"
+            ))),
+        }
     }
 
     /// The next deadline: the scene in progress (or the next one, counted from the last

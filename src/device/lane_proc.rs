@@ -15,7 +15,7 @@ use super::exec::{log_tail, tail_lines, Cx};
 use super::lane::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
 use super::restart::{OutputScan, RestartRules};
 use super::results_tail::Tail;
-use super::FrozenScene;
+use super::{Frozen, FrozenScene};
 use crate::proc::{self, Ended};
 use crate::template::{Ph, Val};
 
@@ -57,11 +57,16 @@ pub fn run_lane(
         crashes: 0,
         asked: 0,
         cut_once: HashSet::new(),
+        adopting: true,
     };
     let mut batch = scenes;
     let mut handback = Vec::new();
     while !batch.is_empty() {
-        let (end, rest) = slot.process(&batch);
+        // None: a process started before the lock ended before it was ready; the whole
+        // batch runs in a fresh one, no restart used.
+        let Some((end, rest)) = slot.process(&batch) else {
+            continue;
+        };
         if rest.is_empty() {
             break;
         }
@@ -104,27 +109,61 @@ struct Slot<'a> {
     /// Fresh processes the process asked for (`max_restarts`).
     asked: u32,
     cut_once: HashSet<usize>,
+    /// Its first process may be one started before the lock (docs/lanes.md); every
+    /// later one starts here, the normal way.
+    adopting: bool,
 }
 
 impl Slot<'_> {
-    /// One lane process: start it, attribute its results, report every scene it
-    /// settles. How it ended and the scenes it left to a fresh process.
-    fn process(&mut self, batch: &[usize]) -> (ProcessEnd, Vec<usize>) {
-        let n = self.cx.lane_procs.fetch_add(1, Ordering::SeqCst);
+    /// One lane process: start it (or adopt the one started before the lock for this
+    /// batch), attribute its results, report every scene it settles. How it ended and
+    /// the scenes it left to a fresh process; None when an adopted process ended before
+    /// it was ready (it wrote no results line at all and was not stopped): it is
+    /// reported, and the whole batch runs in a fresh process.
+    fn process(&mut self, batch: &[usize]) -> Option<(ProcessEnd, Vec<usize>)> {
+        let adopted = match std::mem::take(&mut self.adopting) {
+            true => self.cx.prestarted.take(self.lane, batch),
+            false => None,
+        };
+        let adopted = match adopted {
+            Some(Err(why)) => {
+                let _ = self.tx.send(Event::Warning(format!(
+                    "lane `{}`: {why}: its batch runs in a process started now",
+                    self.lane
+                )));
+                None
+            }
+            Some(Ok(a)) => Some(a),
+            None => None,
+        };
+        let n = match &adopted {
+            Some(a) => a.n(),
+            None => self.cx.lane_procs.fetch_add(1, Ordering::SeqCst),
+        };
         let mut p = LaneProcess::new(self.cx, self.lane, n, batch, self.slots, self.tx);
         for (k, i) in batch.iter().enumerate() {
             if self.cut_once.contains(i) {
                 p.machine.rerun_after_cut(k);
             }
         }
-        let (command, env) = p.command();
-        let ended = p.prepare(&command).and_then(|()| p.watch(&command, &env));
+        let ended = match adopted {
+            Some(a) => p.adopt(a),
+            None => {
+                let (command, env) = p.command();
+                p.prepare(&command).and_then(|()| p.run(&command, &env))
+            }
+        };
         let now = p.t.elapsed().as_secs_f64();
+        let unready = p.prestart.is_some() && p.machine.silent() && p.killing.is_none();
+        if unready && !proc::interrupted() && !super::watch::lock_lost() {
+            p.unready(&ended);
+            return None;
+        }
         let (end, how) = p.ending(&ended);
         let (rest, cut) = p.finish(&end, how, now, self.processes);
         self.cut_once.extend(cut);
         self.processes += 1;
-        (end, rest)
+        Some((end, rest))
     }
 
     fn next(&mut self, end: &ProcessEnd) -> Next {
@@ -186,8 +225,7 @@ struct LaneProcess<'a> {
     batch: &'a [usize],
     slots: &'a [usize],
     devices: Vec<String>,
-    scenes_file: PathBuf,
-    results_file: PathBuf,
+    files: LaneFiles,
     log: PathBuf,
     machine: Batch,
     /// Reads its results file.
@@ -207,6 +245,9 @@ struct LaneProcess<'a> {
     /// Its lane's `restart_on`, and the reader of its output those patterns scan.
     restart: RestartRules,
     scan: OutputScan,
+    /// Started before the lock and adopted here: when it started and when it was handed
+    /// its ids (Unix seconds).
+    prestart: Option<(f64, f64)>,
     tx: &'a Sender<Event>,
 }
 
@@ -220,7 +261,6 @@ impl<'a> LaneProcess<'a> {
         tx: &'a Sender<Event>,
     ) -> LaneProcess<'a> {
         let frozen = cx.frozen;
-        let dir = frozen.run_dir.join("lanes");
         let machine = Batch::new(
             batch
                 .iter()
@@ -236,6 +276,7 @@ impl<'a> LaneProcess<'a> {
                 .collect(),
             frozen.lanes[lane].timeout_secs,
         );
+        let files = LaneFiles::of(frozen, lane, n);
         LaneProcess {
             cx,
             lane,
@@ -243,14 +284,9 @@ impl<'a> LaneProcess<'a> {
             batch,
             slots,
             devices: cx.ids(slots),
-            scenes_file: dir.join(format!("{lane}.{n}.scenes.jsonl")),
-            tail: Tail::new(dir.join(format!("{lane}.{n}.results.jsonl"))),
-            results_file: dir.join(format!("{lane}.{n}.results.jsonl")),
-            log: frozen
-                .report_dir
-                .join("logs")
-                .join("lanes")
-                .join(format!("{lane}.{n}.log")),
+            tail: Tail::new(files.results.clone()),
+            log: files.log.clone(),
+            files,
             machine,
             start: cx.now(),
             t: Instant::now(),
@@ -260,6 +296,7 @@ impl<'a> LaneProcess<'a> {
             stopped_at: None,
             restart: RestartRules::new(frozen.lanes[lane].restart_on.as_ref()),
             scan: OutputScan::default(),
+            prestart: None,
             tx,
         }
     }
@@ -268,116 +305,85 @@ impl<'a> LaneProcess<'a> {
         self.batch.iter().map(|&i| &self.cx.frozen.scenes[i])
     }
 
-    /// The lane process variant its batch needs (every scene of a batch has the same).
+    /// The lane process variant its batch needs.
     fn variant(&self) -> crate::manifest::Variant {
-        let first = &self.cx.frozen.scenes[self.batch[0]];
-        first.device().run.variant().cloned().unwrap_or_default()
-    }
-
-    /// The `{scenes}` file: one JSON object per scene, in run order.
-    fn scenes_text(&self) -> String {
-        let run_dir = &self.cx.frozen.run_dir;
-        let mut text = String::new();
-        for s in self.members() {
-            let kernels = (!s.kernels.is_empty()).then(|| super::kernels_dir(run_dir, &s.name));
-            text.push_str(
-                &serde_json::json!({
-                    "scene": s.name,
-                    "args": s.device().args(),
-                    "kernels": kernels,
-                    "fixture": s.fixture.as_ref().map(|a| &a.out),
-                    "golden": s.golden.as_ref().map(|a| &a.out),
-                    "timeout_secs": s.device().timeout_secs,
-                })
-                .to_string(),
-            );
-            text.push('\n');
-        }
-        text
+        variant(self.cx.frozen, self.batch)
     }
 
     /// Its command, every placeholder filled, and its environment.
     fn command(&self) -> (String, std::collections::BTreeMap<String, String>) {
-        let cfg = &self.cx.frozen.lanes[self.lane];
         let ids = self.devices.join(",");
-        // The batch shares one variant: its words come first, then each scene's.
-        let variant = self.variant();
-        let args: Vec<String> = variant
-            .args
-            .iter()
-            .cloned()
-            .chain(
-                self.members()
-                    .flat_map(|s| s.device().args().iter().cloned()),
-            )
-            .collect();
-        let platform = &self.cx.frozen.scenes[self.batch[0]].platform;
-        let command = cfg.run.render(|ph| match ph {
-            Ph::Devices => Val::One(ids.as_str().into()),
-            Ph::Args => Val::Many(args.as_slice().into()),
-            Ph::Scenes => Val::One(self.scenes_file.display().to_string().into()),
-            Ph::Results => Val::One(self.results_file.display().to_string().into()),
-            Ph::Platform => Val::One(platform.as_str().into()),
-            _ => Val::Raw("".into()),
-        });
-        let mut env = cfg.env.clone();
-        env.extend(variant.env.clone());
-        env.insert("SCENERUN_DEVICES".into(), ids.clone());
-        let scenes = self.scenes_file.display().to_string();
-        env.insert("SCENERUN_SCENES".into(), scenes);
-        let results = self.results_file.display().to_string();
-        env.insert("SCENERUN_RESULTS".into(), results);
-        env.insert("SCENERUN_LANE".into(), self.lane.to_string());
-        if let Some(stop) = cfg.stop {
-            // The scenerun-pytest plugin routes this signal's stack dump past pytest's
-            // capture, into the lane's log (docs/pytest.md).
-            env.insert("SCENERUN_STOP_SIGNAL".into(), stop.signal_name());
-        }
-        (command, env)
+        lane_command(self.cx.frozen, self.lane, self.batch, &ids, &self.files)
     }
 
     /// Write its scenes file, clear an earlier results file, start its log with the
     /// command.
     fn prepare(&mut self, command: &str) -> std::io::Result<()> {
-        let dir = self.scenes_file.parent().expect("lane files have a dir");
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(&self.scenes_file, self.scenes_text())?;
-        match std::fs::remove_file(&self.results_file) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let reports = &self.cx.frozen.report_dir;
-        crate::fsutil::start_log(reports, &self.log, &format!("$ {command}\n"))?;
-        self.mark = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+        self.mark = prepare_files(self.cx.frozen, self.batch, &self.files, command)?;
         self.scan = OutputScan::from(self.mark);
         Ok(())
     }
 
-    /// Start it and watch it until it exits: its results attributed as they come, its
-    /// deadlines kept, and its process group stopped once `killing` is decided.
-    fn watch(
+    /// Start it and watch it (see `watch`).
+    fn run(
         &mut self,
         command: &str,
         env: &std::collections::BTreeMap<String, String>,
     ) -> std::io::Result<Ended> {
+        let stop = self.cx.frozen.lanes[self.lane].stop;
+        let (dir, log) = (&self.cx.frozen.manifest_dir, self.log.clone());
+        self.watch(move |pg_tx| {
+            let spec = proc::Spec {
+                command,
+                dir,
+                env,
+                log: &log,
+                timeout: None,
+                stop,
+            };
+            proc::run_observed(&spec, |pg| {
+                let _ = pg_tx.send(pg);
+            })
+        })
+    }
+
+    /// Adopt a process started before the lock for this batch (docs/lanes.md): its
+    /// files are this process's, its clocks start now, it gets its ids through its go
+    /// file and is watched until its leader has ended.
+    fn adopt(&mut self, a: super::adopt::Adopted) -> std::io::Result<Ended> {
+        self.mark = a.log_mark();
+        self.scan = OutputScan::from(self.mark);
+        self.start = self.cx.now();
+        self.t = Instant::now();
+        self.prestart = Some((a.started_at(), super::unix_now()));
+        let pgid = a.pgid();
+        if let Err(e) = a.go(&self.devices.join(",")) {
+            // It waits for ever otherwise; it ends before it was ready, and its batch
+            // runs in a fresh process.
+            let _ = self.tx.send(Event::Warning(format!(
+                "lane `{}`: cannot hand its ids to process {} started before the lock: {e}",
+                self.lane, self.n
+            )));
+            proc::terminate(pgid);
+        }
+        self.watch(move |pg_tx| {
+            let _ = pg_tx.send(pgid);
+            a.wait()
+        })
+    }
+
+    /// Watch it until it exits (`run` starts it, or waits for one adopted, and tells its
+    /// process group): its results attributed as they come, its deadlines kept, and its
+    /// process group stopped once `killing` is decided.
+    fn watch(
+        &mut self,
+        run: impl FnOnce(mpsc::Sender<i32>) -> std::io::Result<proc::Finished> + Send,
+    ) -> std::io::Result<Ended> {
         let (end_tx, end_rx) = mpsc::channel::<std::io::Result<proc::Finished>>();
         let (pg_tx, pg_rx) = mpsc::channel::<i32>();
-        let (dir, log) = (&self.cx.frozen.manifest_dir, self.log.clone());
-        let stop = self.cx.frozen.lanes[self.lane].stop;
         let finished = std::thread::scope(|scope| {
             scope.spawn(move || {
-                let spec = proc::Spec {
-                    command,
-                    dir,
-                    env,
-                    log: &log,
-                    timeout: None,
-                    stop,
-                };
-                let r = proc::run_observed(&spec, |pg| {
-                    let _ = pg_tx.send(pg);
-                });
-                let _ = end_tx.send(r);
+                let _ = end_tx.send(run(pg_tx));
             });
             let mut pgid: Option<i32> = None;
             let mut terminated = false;
@@ -574,9 +580,46 @@ impl<'a> LaneProcess<'a> {
             scenes,
             ended: how,
             log: self.log,
+            prestarted: self.prestart.is_some(),
+            startup_before_lock_secs: self.prestart.map(|(started, go)| {
+                let ready = self.machine.ready_unix().unwrap_or(go);
+                (ready.min(go) - started).max(0.0)
+            }),
         }));
         let rest = requeue.into_iter().map(|i| self.batch[i]).collect();
         (rest, cut)
+    }
+
+    /// An adopted process ended before it was ready (the suite refused the sentinel,
+    /// say): say so once, and record it; its scenes are not settled here.
+    fn unready(self, ended: &std::io::Result<Ended>) {
+        let how = match ended {
+            Ok(e) => e.describe(),
+            Err(e) => e.to_string(),
+        };
+        let names: Vec<String> = self.members().map(|s| s.name.clone()).collect();
+        let _ = self.tx.send(Event::Warning(format!(
+            "lane `{}`: the process started before the lock for {} ended before it was ready ({how}, nothing in its results file; its output: {}): its batch runs in a process started now",
+            self.lane,
+            names.join(", "),
+            self.log.display()
+        )));
+        let (started, go) = self.prestart.unwrap_or_default();
+        let _ = self.tx.send(Event::Lane(LaneRecord {
+            lane: self.lane.to_string(),
+            devices: self.devices,
+            start_secs: self.start,
+            startup_secs: None,
+            duration_secs: self.t.elapsed().as_secs_f64(),
+            restarts: 0,
+            restart_reason: None,
+            variant: Some(variant(self.cx.frozen, self.batch)).filter(|v| !v.is_plain()),
+            scenes: names,
+            ended: format!("ended before it was ready: {how}"),
+            log: self.log,
+            prestarted: true,
+            startup_before_lock_secs: Some((go - started).max(0.0)),
+        }));
     }
 
     /// Quarantine the ids a lane named (only its own; none named: all of them). A fault
@@ -656,6 +699,135 @@ impl<'a> LaneProcess<'a> {
             }
         }
     }
+}
+
+/// The files of lane process `n` of `lane` in a run: its `{scenes}` and `{results}`,
+/// its log, and for one started before the lock its go, status and claim files. The one
+/// place they are named, for the processes the inner run starts and those `scenerun
+/// device` starts before the lock alike.
+#[derive(Debug, Clone)]
+pub(super) struct LaneFiles {
+    pub scenes: PathBuf,
+    pub results: PathBuf,
+    pub log: PathBuf,
+    /// Where its ids come, one JSON line (written by rename).
+    pub go: PathBuf,
+    /// Its leader's raw wait status, written by `scenerun device` once it has ended.
+    pub status: PathBuf,
+    /// Locked (flock) by whichever of `scenerun device` and the inner run owns it.
+    pub claim: PathBuf,
+}
+
+impl LaneFiles {
+    pub fn of(frozen: &Frozen, lane: &str, n: usize) -> LaneFiles {
+        let dir = frozen.run_dir.join("lanes");
+        let at = |what: &str| dir.join(format!("{lane}.{n}.{what}"));
+        LaneFiles {
+            scenes: at("scenes.jsonl"),
+            results: at("results.jsonl"),
+            log: frozen
+                .report_dir
+                .join("logs")
+                .join("lanes")
+                .join(format!("{lane}.{n}.log")),
+            go: at("go"),
+            status: at("status"),
+            claim: at("claim"),
+        }
+    }
+}
+
+/// The lane process variant a batch needs (every scene of a batch has the same).
+fn variant(frozen: &Frozen, batch: &[usize]) -> crate::manifest::Variant {
+    let first = &frozen.scenes[batch[0]];
+    first.device().run.variant().cloned().unwrap_or_default()
+}
+
+/// The `{scenes}` file of a batch: one JSON object per scene, in run order.
+fn scenes_text(frozen: &Frozen, batch: &[usize]) -> String {
+    let mut text = String::new();
+    for s in batch.iter().map(|&i| &frozen.scenes[i]) {
+        let kernels = (!s.kernels.is_empty()).then(|| super::kernels_dir(&frozen.run_dir, &s.name));
+        text.push_str(
+            &serde_json::json!({
+                "scene": s.name,
+                "args": s.device().args(),
+                "kernels": kernels,
+                "fixture": s.fixture.as_ref().map(|a| &a.out),
+                "golden": s.golden.as_ref().map(|a| &a.out),
+                "timeout_secs": s.device().timeout_secs,
+            })
+            .to_string(),
+        );
+        text.push('\n');
+    }
+    text
+}
+
+/// The command of a lane process for `batch` on `ids` (a comma list), every
+/// placeholder filled, and its environment.
+pub(super) fn lane_command(
+    frozen: &Frozen,
+    lane: &str,
+    batch: &[usize],
+    ids: &str,
+    files: &LaneFiles,
+) -> (String, std::collections::BTreeMap<String, String>) {
+    let cfg = &frozen.lanes[lane];
+    // The batch shares one variant: its words come first, then each scene's.
+    let variant = variant(frozen, batch);
+    let args: Vec<String> = variant
+        .args
+        .iter()
+        .cloned()
+        .chain(
+            batch
+                .iter()
+                .flat_map(|&i| frozen.scenes[i].device().args().iter().cloned()),
+        )
+        .collect();
+    let platform = &frozen.scenes[batch[0]].platform;
+    let scenes = files.scenes.display().to_string();
+    let results = files.results.display().to_string();
+    let command = cfg.run.render(|ph| match ph {
+        Ph::Devices => Val::One(ids.into()),
+        Ph::Args => Val::Many(args.as_slice().into()),
+        Ph::Scenes => Val::One(scenes.as_str().into()),
+        Ph::Results => Val::One(results.as_str().into()),
+        Ph::Platform => Val::One(platform.as_str().into()),
+        _ => Val::Raw("".into()),
+    });
+    let mut env = cfg.env.clone();
+    env.extend(variant.env.clone());
+    env.insert("SCENERUN_DEVICES".into(), ids.to_string());
+    env.insert("SCENERUN_SCENES".into(), scenes);
+    env.insert("SCENERUN_RESULTS".into(), results);
+    env.insert("SCENERUN_LANE".into(), lane.to_string());
+    if let Some(stop) = cfg.stop {
+        // The scenerun-pytest plugin routes this signal's stack dump past pytest's
+        // capture, into the lane's log (docs/pytest.md).
+        env.insert("SCENERUN_STOP_SIGNAL".into(), stop.signal_name());
+    }
+    (command, env)
+}
+
+/// Write a lane process's scenes file, clear an earlier results file, start its log
+/// with its command; the log's length then (where its own output starts).
+pub(super) fn prepare_files(
+    frozen: &Frozen,
+    batch: &[usize],
+    files: &LaneFiles,
+    command: &str,
+) -> std::io::Result<u64> {
+    let dir = files.scenes.parent().expect("lane files have a dir");
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(&files.scenes, scenes_text(frozen, batch))?;
+    match std::fs::remove_file(&files.results) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    crate::fsutil::start_log(&frozen.report_dir, &files.log, &format!("$ {command}\n"))?;
+    Ok(std::fs::metadata(&files.log).map(|m| m.len()).unwrap_or(0))
 }
 
 #[cfg(test)]

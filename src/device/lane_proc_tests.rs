@@ -24,6 +24,7 @@ fn cx<'a>(f: &'a Frozen, granted: &'a [String]) -> Cx<'a> {
         t0: Instant::now(),
         faults: FaultRules::default(),
         lane_procs: AtomicUsize::new(0),
+        prestarted: Default::default(),
     }
 }
 
@@ -54,8 +55,7 @@ fn the_command_and_the_scenes_file_name_the_batch() {
     assert_eq!(env["SCENERUN_DEVICES"], "7");
     assert_eq!(env["SCENERUN_LANE"], "l");
     assert!(env["SCENERUN_RESULTS"].ends_with("lanes/l.3.results.jsonl"));
-    let lines: Vec<serde_json::Value> = p
-        .scenes_text()
+    let lines: Vec<serde_json::Value> = scenes_text(&f, &[1, 0])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -74,10 +74,10 @@ fn prepare_writes_the_scenes_file_and_clears_an_old_results_file() {
     let (tx, _rx) = mpsc::channel();
     let mut p = LaneProcess::new(&cx, "l", 0, &[0], &[0], &tx);
     std::fs::create_dir_all(t.path().join("lanes")).unwrap();
-    std::fs::write(&p.results_file, "stale\n").unwrap();
+    std::fs::write(&p.files.results, "stale\n").unwrap();
     p.prepare("the command").unwrap();
-    assert!(!p.results_file.exists());
-    assert!(p.scenes_file.is_file());
+    assert!(!p.files.results.exists());
+    assert!(p.files.scenes.is_file());
     assert_eq!(std::fs::read_to_string(&p.log).unwrap(), "$ the command\n");
     assert_eq!(p.mark, 14, "output before the scenes is not theirs");
 }
@@ -94,7 +94,7 @@ fn a_lane_process_is_watched_to_its_end_and_its_scenes_settled() {
     let mut p = LaneProcess::new(&cx, "l", 0, &[0, 1, 2], &[0], &tx);
     let (command, env) = p.command();
     p.prepare(&command).unwrap();
-    let ended = p.watch(&command, &env);
+    let ended = p.run(&command, &env);
     assert_eq!(ended.as_ref().unwrap(), &Ended::Exited(3));
     assert_eq!(attempts(&rx), [(0, AttemptOutcome::Passed)]);
     let (end, how) = p.ending(&ended);
@@ -135,7 +135,7 @@ fn a_scene_past_its_timeout_stops_the_process() {
     let mut p = LaneProcess::new(&cx, "l", 0, &[0, 1], &[0], &tx);
     let (command, env) = p.command();
     p.prepare(&command).unwrap();
-    let ended = p.watch(&command, &env);
+    let ended = p.run(&command, &env);
     assert_eq!(p.killing, Some(ProcessEnd::SceneTimeout));
     // Said once the process is stopped (what it printed meanwhile is the scene's).
     assert_eq!(attempts(&rx), []);

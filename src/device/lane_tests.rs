@@ -497,3 +497,27 @@ fn a_restart_after_reportlog_lines_keeps_the_reported_scene() {
     assert_eq!(verdicts(&e), [(0, AttemptOutcome::Passed)]);
     assert_eq!(again, [1]);
 }
+
+#[test]
+fn a_ready_line_is_no_result_and_says_when() {
+    let mut b = batch(&[("a", &["x"], None)]);
+    assert!(b.silent());
+    assert_eq!(
+        parse_line(r#"{"event": "ready", "unix_secs": 1700000000.25}"#),
+        Line::Ready {
+            unix_secs: Some(1_700_000_000.25)
+        }
+    );
+    assert!(b
+        .feed(r#"{"event": "ready", "unix_secs": 1700000000.25}"#, 0.0)
+        .is_empty());
+    assert!(!b.silent());
+    assert_eq!(b.ready_unix(), Some(1_700_000_000.25));
+    assert_eq!(b.startup(), None, "a ready line is not a result");
+    assert!(b.feed(r#"{"event": "ready"}"#, 0.5).is_empty());
+    assert_eq!(
+        b.ready_unix(),
+        Some(1_700_000_000.25),
+        "the first time stays"
+    );
+}

@@ -67,6 +67,9 @@ pub struct PreviewProcess {
     pub start: f64,
     pub end: f64,
     pub slots: Vec<usize>,
+    /// A lane process `scenerun device` starts before it calls the lock command (its
+    /// lane has `prestart: true` and it is among the processes that start at once).
+    pub prestart: bool,
 }
 
 /// The packer's input — each scene's device step and each lane with its start-up
@@ -111,6 +114,11 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
     let startups = startup_estimates(plan);
     let ids = plan.device_count as usize;
     let (units, jobs) = packing(devices.iter(), &plan.manifest.lanes, &startups, ids);
+    // Without the lock (`--no-lock`) nothing starts before it.
+    let first: Vec<usize> = match plan.no_lock {
+        Some(_) => Vec::new(),
+        None => pack::first_wave(&jobs, ids).iter().map(|p| p.job).collect(),
+    };
     pack::simulate(&jobs, plan.device_count as usize)
         .into_iter()
         .map(|p| {
@@ -121,8 +129,14 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
                     scenes.iter().map(|&i| runnable[i]).collect(),
                 ),
             };
+            let prestart = first.contains(&p.job)
+                && lane
+                    .as_ref()
+                    .and_then(|l| plan.manifest.lanes.get(l))
+                    .is_some_and(|l| l.prestart);
             PreviewProcess {
                 startup: lane.as_ref().and_then(|l| startups.get(l).copied()),
+                prestart,
                 lane,
                 scenes,
                 devices: jobs[p.job].devices,

@@ -122,14 +122,25 @@ impl Reporter {
                     r.devices.join(","),
                     r.scenes.len(),
                     if r.scenes.len() == 1 { "" } else { "s" },
-                    r.startup_secs
-                        .map(|s| format!("{s:.2}s"))
-                        .unwrap_or_else(|| "-".into()),
+                    startup_text(r),
                     r.ended
                 ),
             }),
             Event::Fault { .. } | Event::Done { .. } => {}
         }
+    }
+}
+
+/// A lane process's start-up: for one started before the lock, its share before it
+/// and inside it.
+fn startup_text(r: &super::events::LaneRecord) -> String {
+    let inside = r
+        .startup_secs
+        .map(|s| format!("{s:.2}s"))
+        .unwrap_or_else(|| "-".into());
+    match r.startup_before_lock_secs {
+        Some(before) => format!("{before:.2}s before the lock + {inside} inside it"),
+        None => inside,
     }
 }
 

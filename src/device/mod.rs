@@ -2,6 +2,7 @@
 //! lock exactly once; `inner` runs inside it from the frozen plan and never builds
 //! anything. This file holds what the two share: the frozen plan and the results.
 
+mod adopt;
 mod ending;
 pub mod events;
 mod exec;
@@ -15,6 +16,7 @@ mod lockrun;
 pub mod not_warm;
 pub mod outer;
 pub mod pack;
+mod prestart;
 pub mod report;
 mod restart;
 mod results_tail;
@@ -270,6 +272,10 @@ pub struct Frozen {
     pub lane_startup: BTreeMap<String, f64>,
     #[serde(default)]
     pub device_fault: Option<crate::manifest::DeviceFault>,
+    /// Lane processes `scenerun device` started before it called the lock command, for
+    /// the inner run to adopt (docs/lanes.md, lanes started before the lock).
+    #[serde(default)]
+    pub prestarted: Vec<prestart::Prestarted>,
 }
 
 impl Frozen {

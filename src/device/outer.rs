@@ -123,6 +123,7 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
             .as_ref()
             .and_then(|l| l.device_fault.clone()),
         scenes,
+        prestarted: Vec::new(),
     };
     (frozen, missing)
 }
@@ -190,6 +191,57 @@ struct LockFailure {
     results: Option<Results>,
 }
 
+impl LockFailure {
+    /// The lock command was not called, or not yet: nothing ran, nothing to show.
+    fn before(exit: Exit, what: String) -> LockFailure {
+        LockFailure {
+            exit,
+            what,
+            tail: String::new(),
+            results: None,
+        }
+    }
+}
+
+/// Start the lanes that start before the lock (docs/lanes.md, lanes started before the
+/// lock) and write the frozen plan that names them, for the inner run to adopt. From
+/// here on a cancel stops them too; the caller `finish`es them once the lock command
+/// has returned.
+fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (super::prestart::Prestart, Result<()>) {
+    let Phase { plan, ui, .. } = ph;
+    crate::proc::set_grace(grace(plan));
+    let prestart = super::prestart::start(frozen, grace(plan), |w| {
+        ui.always(&format!("warning: device: {w}"))
+    });
+    let counts = prestart.counts();
+    if !counts.is_empty() {
+        let each: Vec<String> = counts
+            .iter()
+            .map(|(l, n)| format!("{n} of lane {l}"))
+            .collect();
+        ui.info(&format!(
+            "device: lane processes started before the lock: {}",
+            each.join(", ")
+        ));
+    }
+    let written = write_frozen(frozen);
+    (prestart, written)
+}
+
+/// Say how the lock command misbehaved, if it did: it ran the inner run twice, or it
+/// had to be killed for not returning.
+fn warn_lock_ending(ui: &Ui, ran: &LockRun, repeated: bool, release_timeout: Duration) {
+    if repeated {
+        ui.always("warning: device: the lock command started the inner run more than once; only the first run counted");
+    }
+    if ran.killed == Some(Killed::ReleaseTimeout) {
+        ui.always(&format!(
+            "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
+            crate::units::short_duration(release_timeout)
+        ));
+    }
+}
+
 fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<Results> {
     let Phase { plan, ui, .. } = ph;
     let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
@@ -214,12 +266,14 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         ..Default::default()
     };
     if crate::proc::interrupted() {
-        let f = LockFailure {
-            exit: Exit::Interrupted,
-            what: "interrupted before the lock command was called".into(),
-            tail: String::new(),
-            results: None,
-        };
+        let what = "interrupted before the lock command was called".into();
+        let f = LockFailure::before(Exit::Interrupted, what);
+        return Err(fail(ph, frozen, report, lock, f));
+    }
+    let (mut prestart, written) = prestart_lanes(ph, frozen);
+    if let Err(e) = written {
+        prestart.finish();
+        let f = LockFailure::before(Exit::Infra, format!("was not called: {e:#}"));
         return Err(fail(ph, frozen, report, lock, f));
     }
     ui.info(&format!("device: taking the lock once: {command}"));
@@ -240,6 +294,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
     // Read the results only once the inner run has really ended (bounded: it kills its
     // steps within the grace after a SIGTERM, at once when the lock tool is gone).
     let inner_ended = super::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
+    prestart.finish(); // the lock is released: none of them runs on
     drop(live);
     let tail = crate::proc::log_tail(&log, 3000);
     lock.output_tail = Some(tail.clone());
@@ -262,15 +317,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         report.device = Some(device_report(r, held));
     }
     let repeated = runs::repeated(&run_dir);
-    if repeated {
-        ui.always("warning: device: the lock command started the inner run more than once; only the first run counted");
-    }
-    if ran.killed == Some(Killed::ReleaseTimeout) {
-        ui.always(&format!(
-            "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
-            crate::units::short_duration(limits.release_timeout)
-        ));
-    }
+    warn_lock_ending(ui, &ran, repeated, limits.release_timeout);
     let ended = LockCallEnd {
         interrupted: crate::proc::interrupted(),
         inner_ended,

@@ -482,6 +482,27 @@ impl Ord for End {
     }
 }
 
+/// The jobs that start at once on `ids` free ids, in start order with the ids each
+/// takes: the first wave of `simulate` and of the inner run's scheduler, which pack
+/// the same way. Lanes started before the lock are the lane processes of this wave.
+pub fn first_wave(jobs: &[Job], ids: usize) -> Vec<Placement> {
+    let mut packer = Packer::new(jobs);
+    let mut free: BTreeSet<usize> = (0..ids).collect();
+    let mut out: Vec<Placement> = Vec::new();
+    let mut exclusive = false;
+    while let Some(j) = packer.next(jobs, free.len(), out.len(), exclusive) {
+        let got = take_ids(&mut free, jobs[j].devices, &[]).expect("the packer checked");
+        exclusive |= jobs[j].exclusive;
+        out.push(Placement {
+            job: j,
+            start: 0.0,
+            end: jobs[j].estimate,
+            ids: got,
+        });
+    }
+    out
+}
+
 /// Simulate the packing of `jobs` (all of which fit in `ids`) with their estimates.
 pub fn simulate(jobs: &[Job], ids: usize) -> Vec<Placement> {
     let mut packer = Packer::new(jobs);
@@ -530,6 +551,36 @@ mod tests {
             exclusive,
             estimate,
             order: Order::Any,
+        }
+    }
+
+    #[test]
+    fn the_first_wave_is_what_the_simulation_starts_at_once() {
+        let cases: Vec<Vec<Job>> = vec![
+            vec![job(1, false, 3.0), job(1, false, 1.0), job(1, false, 2.0)],
+            vec![job(2, false, 1.0), job(1, false, 5.0), job(1, false, 0.5)],
+            vec![job(1, true, 1.0), job(1, false, 9.0)],
+            vec![
+                Job {
+                    order: Order::First,
+                    ..job(1, false, 1.0)
+                },
+                job(1, false, 9.0),
+            ],
+        ];
+        for jobs in cases {
+            let wave = first_wave(&jobs, 2);
+            let sim: Vec<(usize, Vec<usize>)> = simulate(&jobs, 2)
+                .into_iter()
+                .filter(|p| p.start == 0.0)
+                .map(|p| (p.job, p.ids))
+                .collect();
+            let mut got: Vec<(usize, Vec<usize>)> =
+                wave.into_iter().map(|p| (p.job, p.ids)).collect();
+            got.sort();
+            let mut want = sim;
+            want.sort();
+            assert_eq!(got, want, "{jobs:?}");
         }
     }
 

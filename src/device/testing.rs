@@ -63,6 +63,7 @@ pub fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
         stop: None,
         restart_on: None,
         max_restarts: 3,
+        prestart: false,
     };
     Frozen {
         version: FROZEN_VERSION,
@@ -81,5 +82,6 @@ pub fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
         lanes: [("l".to_string(), lane)].into(),
         lane_startup: BTreeMap::new(),
         device_fault: None,
+        prestarted: Vec::new(),
     }
 }

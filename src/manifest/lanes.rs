@@ -36,6 +36,10 @@ pub struct LaneConfig {
     /// Restarts asked for (a restart line, `restart_on`) per lane process slot.
     #[serde(default = "default_max_restarts")]
     pub max_restarts: u32,
+    /// `prestart`: the first processes of its batches start before the lock is called
+    /// and wait for their ids (docs/lanes.md, lanes started before the lock).
+    #[serde(default)]
+    pub prestart: bool,
 }
 
 pub const DEFAULT_RESTARTS: u32 = 2;
@@ -161,6 +165,7 @@ pub(super) struct RawLane {
     stop_wait: Option<raw::Scalar>,
     restart_on: Option<Value>,
     max_restarts: Option<u32>,
+    prestart: Option<bool>,
 }
 /// Which steps a scene has as written: they decide which placeholders its device
 /// command may use.
@@ -229,6 +234,7 @@ impl Ctx {
                         stop,
                         restart_on,
                         max_restarts: l.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS),
+                        prestart: l.prestart.unwrap_or(false),
                     },
                 );
             }

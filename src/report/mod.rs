@@ -214,11 +214,23 @@ impl Report {
         }
         if let Some(d) = &self.device {
             if !d.lanes.is_empty() {
+                let pre: Vec<f64> = d
+                    .lanes
+                    .iter()
+                    .filter_map(|l| l.startup_before_lock_secs)
+                    .collect();
                 out.push_str(&format!(
-                    "lanes: {} process{}, start-up {:.2}s in all (not counted as busy)\n",
+                    "lanes: {} process{}, start-up {:.2}s in all (not counted as busy){}\n",
                     d.lanes.len(),
                     if d.lanes.len() == 1 { "" } else { "es" },
-                    d.startup_secs
+                    d.startup_secs,
+                    match pre.len() {
+                        0 => String::new(),
+                        n => format!(
+                            "; {n} started before the lock, with {:.2}s of start-up there",
+                            pre.iter().sum::<f64>()
+                        ),
+                    }
                 ));
             }
             if !d.quarantined.is_empty() {

@@ -157,7 +157,12 @@ fn process_lines(
         Some(lane) => {
             let mut out = head(&process_name(plan, pr));
             out.push_str(&format!(
-                "      one process, start-up {}: {}\n",
+                "      one process{}, start-up {}: {}\n",
+                if pr.prestart {
+                    ", started before the lock"
+                } else {
+                    ""
+                },
                 pr.startup
                     .map(|s| format!("~{s:.1}s"))
                     .unwrap_or_else(|| "not measured yet".into()),
@@ -433,6 +438,7 @@ pub fn json(plan: &Plan) -> Value {
                 "start_secs": pr.start,
                 "estimated_secs": pr.end - pr.start,
                 "startup_estimate_secs": pr.startup,
+                "prestart": pr.prestart,
             })).collect::<Vec<_>>(),
             "estimated_secs": p.makespan,
             "lock_command": crate::device::outer::lock_command(plan),
@@ -480,14 +486,19 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
             .map(|(k, v)| format!("{k}={} ", crate::template::quote(v)))
             .collect();
         out.push_str(&format!(
-            "# lane {lane}: one process ({} id{}) for {}\n{env}{command}\n",
+            "# lane {lane}: one process ({} id{}) for {}{}\n{env}{command}\n",
             pr.devices,
             if pr.devices == 1 { "" } else { "s" },
             pr.scenes
                 .iter()
                 .map(|&i| plan.scenes[i].name.as_str())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            if pr.prestart {
+                ", started before the lock (<devices> comes through its go file)"
+            } else {
+                ""
+            }
         ));
     }
 }

@@ -6,6 +6,7 @@
 
 mod faults;
 mod order;
+mod prestart;
 mod protocol;
 mod pytest;
 mod restart;

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import pytest
 
-from . import SceneTest, codec, dumps, hookspecs, install, protocol, restart
+from . import SceneTest, codec, dumps, hookspecs, install, prestart, protocol, restart
 from .lane import CASE_OPTION, Batch, Entry
 from .lane import load as load_batch
 from .outcome import Outcome, Verdict, of_exception, of_report
@@ -382,6 +382,14 @@ class LanePlugin:
         collected = self.batch.scenes()
         if int(exitstatus) == 1 and collected and collected <= self.batch.ended:
             session.exitstatus = 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """A lane process started before the lock waits here for its device ids: after
+    collection, before any test or session fixture runs (:mod:`scenerun_pytest.prestart`)."""
+    if not session.config.option.collectonly:
+        prestart.wait_for_ids(session.config)
 
 
 def _parse_ids(text: str):
