@@ -82,8 +82,7 @@ impl WarmRecord {
         let path = Self::path(job_dir);
         // Stamped before reading: a write in between makes the stamp stale, not wrong.
         let before = Stamp::at(&path);
-        let mut rec = std::fs::read(&path)
-            .ok()
+        let mut rec = crate::fsutil::read_kept(&path, crate::fsutil::Cap::WARM_RECORD)
             .and_then(|b| serde_json::from_slice::<WarmRecord>(&b).ok())
             .filter(|r| r.version == RECORD_VERSION)
             .unwrap_or_default();

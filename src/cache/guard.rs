@@ -58,7 +58,7 @@ impl Store {
             ));
         }
         let marker = self.root.join(MARKER);
-        match fsutil::read_nofollow(&marker) {
+        match fsutil::read_capped(&marker, fsutil::Cap::SMALL) {
             Ok(text) => {
                 let layout = serde_json::from_slice::<serde_json::Value>(&text)
                     .ok()

@@ -335,7 +335,13 @@ impl Store {
                 return None;
             }
             (
-                fsutil::read_all(f, st.st_size as u64).ok()?,
+                fsutil::read_all_capped(
+                    f,
+                    st.st_size as u64,
+                    Path::new("meta.json"),
+                    fsutil::Cap::META,
+                )
+                .ok()?,
                 at::FileId::of(&st),
             )
         };

@@ -246,7 +246,7 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>, Damage> {
 
 /// The bytes of an entry's `meta.json` (see `read_meta`).
 pub(super) fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, Damage> {
-    match fsutil::read_nofollow(&dir.join("meta.json")) {
+    match fsutil::read_capped(&dir.join("meta.json"), fsutil::Cap::META) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if fsutil::node(dir).ok() != Some(fsutil::Node::Missing) {

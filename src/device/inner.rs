@@ -20,7 +20,7 @@ use crate::proc;
 
 /// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3.
 pub fn main(frozen_path: &Path) -> Result<Exit> {
-    let bytes = std::fs::read(frozen_path)
+    let bytes = crate::fsutil::read_capped(frozen_path, crate::fsutil::Cap::DEVICE_RUN)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
     let frozen = read_frozen(&bytes)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;

@@ -163,7 +163,7 @@ fn write_frozen(frozen: &Frozen) -> Result<()> {
 }
 
 fn read_results(frozen: &Frozen) -> Option<Results> {
-    std::fs::read(&frozen.results)
+    crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
 }

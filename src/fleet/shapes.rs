@@ -345,7 +345,9 @@ impl<'a> BuiltTimes<'a> {
 /// The warm phase's wall time from the report dir's trace (first step start to last
 /// step end), when the trace has a warm part.
 fn warm_wall(dir: &Path) -> Option<f64> {
-    let bytes = std::fs::read(crate::report::trace::path(dir)).ok()?;
+    let bytes =
+        crate::fsutil::read_capped(&crate::report::trace::path(dir), crate::fsutil::Cap::TRACE)
+            .ok()?;
     let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
     for e in doc["traceEvents"].as_array()? {

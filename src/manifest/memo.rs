@@ -169,7 +169,7 @@ fn path(dir: &Path) -> PathBuf {
 
 /// The memo's manifest, if it is for this text and every probe still answers the same.
 pub(super) fn read(key: &Key, file: &Path, dir: &Path) -> Option<Manifest> {
-    let bytes = crate::fsutil::read_nofollow(&path(dir)).ok()?;
+    let bytes = crate::fsutil::read_kept(&path(dir), crate::fsutil::Cap::MANIFEST_MEMO)?;
     let memo: MemoFile<Manifest> = with_base(dir, || serde_json::from_slice(&bytes)).ok()?;
     if memo.schema != SCHEMA || memo.key != *key {
         return None;

@@ -273,8 +273,9 @@ fn untrusted(m: &std::fs::Metadata) -> Option<&'static str> {
 /// file cannot be read again or has no such key.
 pub fn position(m: &Manifest, key: &str) -> String {
     let file = m.file.display();
-    match std::fs::read_to_string(&m.file)
+    match crate::fsutil::read_capped_following(&m.file, crate::fsutil::Cap::MANIFEST)
         .ok()
+        .and_then(|t| String::from_utf8(t).ok())
         .and_then(|t| Locations::index(&t).find(key))
     {
         Some(p) => format!("{file}:{}:{}", p.line, p.col),
@@ -303,7 +304,8 @@ pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), Manif
             message,
         }],
     };
-    let bytes = std::fs::read(path).map_err(|e| single(format!("cannot read it: {e}")))?;
+    let bytes = crate::fsutil::read_capped_following(path, crate::fsutil::Cap::MANIFEST)
+        .map_err(|e| single(format!("cannot read it: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
     let dir = dir_of(path).map_err(|e| single(e.to_string()))?;
     let key = memo::Key::of(&text, path, &dir);

@@ -6,6 +6,7 @@
 
 mod args;
 mod attacks;
+mod bounded;
 mod discovery;
 mod inputs;
 mod maintain;

@@ -559,8 +559,7 @@ pub fn save_totals(store: &Store, remote: Option<&Remote>) {
 
 /// What the remote cache moved in the last warm; None when it ran without one.
 pub fn last_totals(store: &Store) -> Option<Totals> {
-    fsutil::read_nofollow(&store.root.join(STATS_FILE))
-        .ok()
+    fsutil::read_kept(&store.root.join(STATS_FILE), fsutil::Cap::SMALL)
         .and_then(|b| serde_json::from_slice::<Totals>(&b).ok())
 }
 
