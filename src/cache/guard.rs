@@ -17,13 +17,19 @@ use std::sync::Mutex;
 
 use anyhow::Result;
 
-use super::{FileRecord, Kind, Store, LAYOUT, MARKER};
+use super::{FileRecord, Kind, Store, GENERATED, LAYOUT, MARKER};
 use crate::error::Error;
 use crate::fsutil::{self, Node};
 
-/// The directories of the layout that must be real directories.
+/// The directories of the layout that must be real directories: every directory the
+/// cache keeps at its top, and each kind's under `entries/`.
 pub(super) fn top_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut dirs = vec![root.join("tmp"), root.join("locks"), root.join("entries")];
+    let mut dirs = vec![
+        root.join("tmp"),
+        root.join("locks"),
+        root.join("entries"),
+        root.join(GENERATED),
+    ];
     for kind in Kind::ALL {
         dirs.push(root.join("entries").join(kind.name()));
     }

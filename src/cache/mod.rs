@@ -6,6 +6,7 @@
 //! <root>/tmp/<stage>/               staging; <stage>.lock held by its builder
 //! <root>/locks/<key>.lock           per-key build lock
 //! <root>/entries/<kind>/<kk>/<key>/ meta.json (integrity record) + out (file or dir)
+//! <root>/generated/<key>.yaml       kept output of a `scenes_from` generator
 //! <root>/history.json               recent step durations
 //! <root>/last-warm.json             hits and misses of the last warm
 //! <root>/last-prune.json            limits of the last complete prune (mtime: when)
@@ -43,6 +44,8 @@ pub use publish::{digest_in_cache, Staging};
 
 pub const LAYOUT: u32 = 1;
 const MARKER: &str = "scenerun-cache.json";
+/// Where the outputs of `scenes_from` generators are kept (`plan::scenes_from`).
+pub const GENERATED: &str = "generated";
 
 pub use crate::stepid::Kind;
 

@@ -9,6 +9,7 @@ mod attacks;
 mod bounded;
 mod discovery;
 mod inputs;
+mod kept;
 mod maintain;
 mod planted;
 mod remote_records;
