@@ -108,7 +108,12 @@ impl Store {
             }
         }
         let mode = root_meta.permissions().mode();
-        if mode & 0o022 != 0 && WARNED.lock().expect("warned").insert(self.root.clone()) {
+        if mode & 0o022 != 0
+            && WARNED
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(self.root.clone())
+        {
             eprintln!(
                 "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
                 self.root.display(),

@@ -476,12 +476,18 @@ impl Store {
     }
 
     fn touched(&self, kind: Kind, key: &str) {
-        self.touched.lock().expect("touched")[kind as usize].insert(key.to_string());
+        self.touched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[kind as usize]
+            .insert(key.to_string());
     }
 
     /// Whether this process marked the entry used (see `touch`).
     pub fn touched_now(&self, kind: Kind, key: &str) -> bool {
-        self.touched.lock().expect("touched")[kind as usize].contains(key)
+        self.touched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[kind as usize]
+            .contains(key)
     }
 }
 

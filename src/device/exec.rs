@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::Sender;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::events::{Attempt, AttemptOutcome, Event};
 use super::{Frozen, FrozenScene};
@@ -162,7 +162,7 @@ fn plain_verdict(
             AttemptOutcome::TimedOut,
             Some(format!(
                 "timed out after {} (process group killed)",
-                crate::units::short_duration(Duration::from_secs_f64(
+                crate::units::short_duration(crate::units::secs(
                     s.device().timeout_secs.unwrap_or(0.0)
                 ))
             )),
@@ -267,7 +267,7 @@ fn start_plain(
         dir: &frozen.manifest_dir,
         env: &env,
         log,
-        timeout: s.device().timeout_secs.map(Duration::from_secs_f64),
+        timeout: s.device().timeout_secs.map(crate::units::secs),
         stop: s.device().stop,
     };
     proc::run_observed(&spec, |_| {})

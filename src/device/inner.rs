@@ -29,7 +29,7 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
         super::runs::Claim::First(lock) => lock,
         super::runs::Claim::Repeat => return Ok(super::runs::repeat_exit(&frozen)),
     };
-    proc::set_grace(Duration::from_secs_f64(frozen.grace_secs));
+    proc::set_grace(crate::units::secs(frozen.grace_secs));
     super::watch::start(&frozen, frozen_path);
     let granted = std::env::var(&frozen.device_env).ok();
     let ids = super::ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)

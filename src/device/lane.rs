@@ -564,7 +564,7 @@ impl Batch {
             message: self.scenes[i].timeout.map(|t| {
                 format!(
                     "timed out after {} inside the lane process (process group killed)",
-                    crate::units::short_duration(std::time::Duration::from_secs_f64(t))
+                    crate::units::short_duration(crate::units::secs(t))
                 )
             }),
         }]

@@ -210,6 +210,12 @@ impl Ctx {
                 );
             }
             let timeout = self.duration(l.timeout, &format!("{path}.timeout"));
+            self.at_most(l.restarts, &format!("{path}.restarts"), super::MAX_RESTARTS);
+            self.at_most(
+                l.max_restarts,
+                &format!("{path}.max_restarts"),
+                super::MAX_RESTARTS,
+            );
             let env = self.env(l.env, &format!("{path}.env"));
             let stop = self.stop(l.stop_signal, l.stop_wait, &path);
             let restart_on = l
@@ -297,6 +303,7 @@ impl Ctx {
             );
         }
         let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
+        self.at_most(d.retries, &format!("{dp}.retries"), super::MAX_RETRIES);
         if d.lane.is_some() && d.stop_signal.is_some() {
             self.err(
                 &format!("{dp}.stop_signal"),

@@ -36,6 +36,14 @@ pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
 /// grants): the packer keeps one slot per id.
 pub const MAX_DEVICES: u32 = 4096;
 
+/// The most `threads` a warm step may claim.
+pub const MAX_THREADS: u32 = 1024;
+
+/// The most `retries` of a device step, and `restarts` / `max_restarts` of a lane: each
+/// is a run of a scene or a process, so a count past these is a mistake, never a plan.
+pub const MAX_RETRIES: u32 = 100;
+pub const MAX_RESTARTS: u32 = 100;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
     /// The manifest file as the user named it (for messages).
@@ -578,6 +586,14 @@ impl Ctx {
             .ok()
     }
 
+    /// A count past its documented maximum is an error at `path`.
+    fn at_most(&mut self, v: Option<u32>, path: &str, max: u32) {
+        if let Some(n) = v.filter(|&n| n > max) {
+            let key = path.rsplit('.').next().unwrap_or(path);
+            self.err(path, format!("{key} must be at most {max} (found {n})"));
+        }
+    }
+
     fn duration(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<Duration> {
         let v = v?;
         crate::units::parse_duration(&v.text())
@@ -1056,6 +1072,7 @@ impl Ctx {
         if g.threads == Some(0) {
             self.err(&format!("{path}.threads"), "threads must be at least 1");
         }
+        self.at_most(g.threads, &format!("{path}.threads"), MAX_THREADS);
         let memory = self.size(g.memory, &format!("{path}.memory"));
         let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
         Some(GenStep {

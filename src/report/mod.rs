@@ -73,7 +73,7 @@ impl Report {
             let status = junit_status(s);
             let mut case = TestCase::new(s.name.as_str(), status);
             case.set_classname("scenerun");
-            case.set_time(std::time::Duration::from_secs_f64(s.duration_secs.max(0.0)));
+            case.set_time(crate::units::secs(s.duration_secs));
             if !s.outcome.passed() {
                 if let Some(t) = s.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
                     case.set_system_out(t);

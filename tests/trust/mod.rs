@@ -11,6 +11,7 @@ mod discovery;
 mod inputs;
 mod kept;
 mod maintain;
+mod numbers;
 mod planted;
 mod remote_records;
 mod secrets;

@@ -209,7 +209,7 @@ impl Remote {
         if self
             .warned
             .lock()
-            .expect("warnings")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(msg.to_string())
         {
             self.notes.warning(&format!("warning: remote cache: {msg}"));
@@ -316,7 +316,10 @@ impl Remote {
                 fs::create_dir_all(dir).map_err(|e| unstorable(dir, &e))?;
             }
             let r = self.fetch_blob(f, &dest)?;
-            records.lock().expect("file records").push(r);
+            records
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(r);
             Ok(())
         })?;
         let files = records.into_inner().expect("file records");
@@ -585,13 +588,20 @@ fn each_parallel<T: Sync>(
     std::thread::scope(|s| {
         for _ in 0..width.min(items.len()) {
             s.spawn(|| loop {
-                if first.lock().expect("first error").is_some() {
+                if first
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .is_some()
+                {
                     break;
                 }
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(item) = items.get(i) else { break };
                 if let Err(e) = f(item) {
-                    first.lock().expect("first error").get_or_insert(e);
+                    first
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .get_or_insert(e);
                     break;
                 }
             });
