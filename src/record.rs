@@ -90,6 +90,25 @@ impl WarmRecord {
         rec
     }
 
+    /// The warm record at `path`, for a reader that was handed it (`fleet simulate
+    /// --from-reports`): absent is an empty record; one that cannot be read (a link, a
+    /// FIFO, over its cap) or parsed is an error naming it.
+    pub fn read(path: &Path) -> std::io::Result<WarmRecord> {
+        match crate::fsutil::read_capped(path, crate::fsutil::Cap::WARM_RECORD) {
+            Ok(b) => {
+                let rec: WarmRecord = serde_json::from_slice(&b)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                Ok(if rec.version == RECORD_VERSION {
+                    rec
+                } else {
+                    WarmRecord::default()
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(WarmRecord::default()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The recorded failures, indexed by step.
     pub fn failures(&self) -> Failures<'_> {
         Failures(

@@ -6,7 +6,7 @@
 
 mod args;
 mod attacks;
-mod bounded;
+pub mod bounded;
 mod discovery;
 mod inputs;
 mod kept;
