@@ -434,6 +434,67 @@ pub fn hide_from_children(names: impl IntoIterator<Item = String>) {
     }
 }
 
+/// Variables that hold the remote cache's URL (`$SCENERUN_REMOTE_URL`, and whatever
+/// the manifest's `cache.remote.url` expands): a child gets them without the URL's
+/// user and password. Kept for the whole process.
+static URL_VARS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// From now on, hand these variables to a child only with the userinfo (`user:pass@`)
+/// of every URL in them removed (`without_userinfo`).
+pub fn strip_userinfo_for_children(names: impl IntoIterator<Item = String>) {
+    let mut vars = URL_VARS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for n in names {
+        if !vars.contains(&n) {
+            vars.push(n);
+        }
+    }
+}
+
+/// `text` with the userinfo of every URL in it removed: `http://ci:pw@host/x` becomes
+/// `http://host/x`. The one place scenerun redacts a URL (children's environment,
+/// messages, the kept manifest).
+pub fn without_userinfo(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("://") || !text.contains('@') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, after) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = after
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
+            .unwrap_or(after.len());
+        match after[..end].rfind('@') {
+            Some(at) => rest = &after[at + 1..],
+            None => rest = after,
+        }
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
+/// The URL variables a child would inherit or be given, with their values redacted.
+fn url_vars_for_child(given: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let vars = URL_VARS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    vars.iter()
+        .filter_map(|n| {
+            let value = match given.get(n) {
+                Some(v) => v.clone(),
+                None => std::env::var(n).ok()?,
+            };
+            match without_userinfo(&value) {
+                std::borrow::Cow::Owned(clean) => Some((n.clone(), clean)),
+                std::borrow::Cow::Borrowed(_) => None,
+            }
+        })
+        .collect()
+}
+
 /// The hidden variables a child would inherit, except those in `given` (what a
 /// manifest's own `env` sets is the manifest's choice).
 fn hidden_except(given: &BTreeMap<String, String>) -> Vec<String> {
@@ -459,7 +520,13 @@ pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Ex
         .dir(dir)
         .stdin_null()
         .unchecked();
+    // The URL variables redacted, whether given or inherited; each name is set once, so
+    // which of two settings of a name duct would keep never matters.
+    let redacted: BTreeMap<String, String> = url_vars_for_child(env).into_iter().collect();
     for (k, v) in env {
+        e = e.env(k, redacted.get(k).unwrap_or(v));
+    }
+    for (k, v) in redacted.iter().filter(|(k, _)| !env.contains_key(*k)) {
         e = e.env(k, v);
     }
     // Never one of `env`'s names (`hidden_except`): the order of the two cannot matter.

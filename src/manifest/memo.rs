@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{Ctx, FileRef, Manifest};
 
 /// Bump when `Manifest`, the key or the probes change shape.
-const SCHEMA: u32 = 2;
+const SCHEMA: u32 = 3;
 
 thread_local! {
     /// The manifest directory while a memo is written or read on this thread: a path
@@ -112,8 +112,22 @@ pub(super) enum Probe {
         pattern: String,
         found: Result<Vec<FileRef>, String>,
     },
-    /// An environment variable a `$VAR` named.
-    Var { name: String, value: Option<String> },
+    /// An environment variable a `$VAR` named: where a value came from, and a seal of
+    /// the value (`seal::tag`), so a kept manifest never holds a secret's value.
+    Var {
+        name: String,
+        sealed: Option<String>,
+    },
+}
+
+impl Probe {
+    /// The probe of variable `name` holding `value` now.
+    pub(super) fn var(name: &str, value: Option<&str>) -> Probe {
+        Probe::Var {
+            name: name.to_string(),
+            sealed: value.map(|v| crate::seal::tag("environment variable", name, v.as_bytes())),
+        }
+    }
 }
 
 /// The probes of one load, in the order they were made.
@@ -219,7 +233,7 @@ fn still_true(cx: &Ctx, probe: &Probe) -> bool {
         }
         Probe::IsDir { abs, is } => abs.is_dir() == *is,
         Probe::Glob { pattern, found } => cx.glob_inputs(pattern) == *found,
-        Probe::Var { name, value } => std::env::var(name).ok() == *value,
+        Probe::Var { name, .. } => Probe::var(name, std::env::var(name).ok().as_deref()) == *probe,
     }
 }
 

@@ -317,13 +317,16 @@ pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), Manif
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
     let dir = dir_of(path).map_err(|e| single(e.to_string()))?;
     let key = memo::Key::of(&text, path, &dir);
-    if let Some(m) = memo::read(&key, path, &dir) {
-        crate::proc::hide_from_children(m.secret_env());
+    if let Some(mut m) = memo::read(&key, path, &dir) {
+        // Kept as written: the URL's variables, as they are now (the probes checked
+        // they are what the kept parse saw).
+        m.cache.remote.expand_url();
+        guard_children(&m);
         return Ok((m, None));
     }
     let (m, probes) = parse_probed(&text, path, &dir)?;
     // Before anything of it runs (identity commands start as soon as it is loaded).
-    crate::proc::hide_from_children(m.secret_env());
+    guard_children(&m);
     Ok((m, Some(MemoWrite { key, dir, probes })))
 }
 
@@ -338,6 +341,13 @@ impl Manifest {
             .chain(r.sign_key_env.clone())
             .collect()
     }
+}
+
+/// What no child of this manifest may see: its secret variables (removed), and the
+/// userinfo of the remote cache's URL in the variables that hold it (redacted).
+fn guard_children(m: &Manifest) {
+    crate::proc::hide_from_children(m.secret_env());
+    crate::proc::strip_userinfo_for_children(m.cache.remote.url_env());
 }
 
 /// The memo of a manifest that was parsed from its text, to be kept.

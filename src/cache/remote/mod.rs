@@ -162,7 +162,8 @@ impl Remote {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(crate::err!(
                 Usage,
-                "remote cache URL `{url}` is not an http:// or https:// URL"
+                "remote cache URL `{}` is not an http:// or https:// URL",
+                crate::proc::without_userinfo(&url)
             ));
         }
         let write = flags.write || cfg.write;
