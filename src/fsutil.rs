@@ -137,23 +137,97 @@ pub fn unique() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Remove a file or a directory tree; absent is fine.
+/// Remove a file or a directory tree; absent is fine. A tree scenerun made read-only
+/// (a published entry: directories 0555) is made writable first, directory by
+/// directory and never through a link, when removing it as it is is refused.
 pub fn remove_any(path: &Path) -> io::Result<()> {
     match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(m) if m.is_dir() => match fs::remove_dir_all(path) {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                dirs_writable(path)?;
+                fs::remove_dir_all(path)
+            }
+            other => other,
+        },
         Ok(_) => fs::remove_file(path),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
 }
 
+/// Give every directory under `root` (itself included) its owner's write and search
+/// bits, walking by `lstat`: links are neither followed nor changed.
+fn dirs_writable(root: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let m = fs::symlink_metadata(&dir)?;
+        if !m.is_dir() {
+            continue;
+        }
+        fs::set_permissions(
+            &dir,
+            fs::Permissions::from_mode(m.permissions().mode() | 0o700),
+        )?;
+        for e in fs::read_dir(&dir)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Make a published tree read-only to whoever uses it: every write bit removed, so
+/// regular files are 0444 (0555 when executable: a kernel object is run), directories
+/// 0555. Nothing is followed; only what `walk_files` accepts is there.
+pub fn make_read_only(root: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let read_only = |p: &Path, m: &fs::Metadata| {
+        let mode = m.permissions().mode() & 0o7777;
+        let want = if mode & 0o111 != 0 { 0o555 } else { 0o444 };
+        fs::set_permissions(p, fs::Permissions::from_mode(want))
+    };
+    let meta = fs::symlink_metadata(root)?;
+    if meta.is_file() {
+        return read_only(root, &meta);
+    }
+    let mut dirs = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < dirs.len() {
+        for e in fs::read_dir(&dirs[i])? {
+            let e = e?;
+            let t = e.file_type()?;
+            if t.is_dir() {
+                dirs.push(e.path());
+            } else if t.is_file() {
+                read_only(&e.path(), &e.metadata()?)?;
+            }
+        }
+        i += 1;
+    }
+    for d in dirs.iter().rev() {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o555))?;
+    }
+    Ok(())
+}
+
 /// Every regular file under `root` (root itself if it is a file), relative paths with `/`,
 /// sorted. Symlinks are an error: an artifact must be self-contained.
 pub fn walk_files(root: &Path) -> io::Result<Vec<(String, u64)>> {
+    Ok(walk_stamped(root)?
+        .into_iter()
+        .map(|(p, s)| (p, s.size))
+        .collect())
+}
+
+/// `walk_files` with each file's `Stamp` (from the same `lstat`).
+pub fn walk_stamped(root: &Path) -> io::Result<Vec<(String, Stamp)>> {
     let mut out = Vec::new();
     let meta = fs::symlink_metadata(root)?;
     if meta.is_file() {
-        out.push((String::new(), meta.len()));
+        out.push((String::new(), Stamp::of(&meta)));
         return Ok(out);
     }
     if !meta.is_dir() {
@@ -176,7 +250,7 @@ pub fn walk_files(root: &Path) -> io::Result<Vec<(String, u64)>> {
             if ft.is_dir() {
                 stack.push((e.path(), rel));
             } else if ft.is_file() {
-                out.push((rel, e.metadata()?.len()));
+                out.push((rel, Stamp::of(&e.metadata()?)));
             } else {
                 return Err(io::Error::other(format!(
                     "{} is not a regular file (symlinks and special files cannot be cached)",
@@ -185,7 +259,7 @@ pub fn walk_files(root: &Path) -> io::Result<Vec<(String, u64)>> {
             }
         }
     }
-    out.sort();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 

@@ -262,6 +262,9 @@ fn start_plain(
     );
     let env = scene_env(frozen, s, devices);
     crate::fsutil::start_log(&frozen.report_dir, log, &format!("$ {command}\n"))?;
+    // Its artifacts as the plan saw them: an earlier step may have written into one it
+    // shares (docs/cache-trust.md, "Entries are read-only").
+    super::inner::prepare(frozen, s).map_err(std::io::Error::other)?;
     let spec = proc::Spec {
         command: &command,
         dir: &frozen.manifest_dir,

@@ -98,7 +98,10 @@ pub(super) fn result(
     }
 }
 
-/// Check every artifact by `stat` (presence and size), and the `{kernels}` links.
+/// Check every artifact by `stat` (presence and size, and its stamp where the plan
+/// took one: a file an earlier device step wrote into since is refused), and the
+/// `{kernels}` links. Made when the run starts and again before each start of a scene
+/// or lane process (one `stat` per file).
 pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), Gone> {
     for a in s.kernels.iter().chain(&s.fixture).chain(&s.golden) {
         for f in &a.files {
@@ -107,8 +110,15 @@ pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), Gone> {
             } else {
                 a.out.join(&f.path)
             };
-            match std::fs::metadata(&p) {
-                Ok(m) if m.len() == f.size => {}
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_file() && m.len() == f.size => {
+                    if f.stamp.is_some_and(|st| st != crate::fsutil::Stamp::of(&m)) {
+                        return Err(Gone::Changed {
+                            name: a.name.clone(),
+                            path: p,
+                        });
+                    }
+                }
                 _ => {
                     return Err(Gone::Artifact {
                         name: a.name.clone(),
@@ -138,6 +148,9 @@ pub enum Gone {
     Artifact { name: String, path: PathBuf },
     /// A link of its `{kernels}` directory is missing.
     KernelLink { name: String, dir: PathBuf },
+    /// A file of an artifact changed since the plan saw it (a device step wrote into
+    /// the cache entry it shares with this scene).
+    Changed { name: String, path: PathBuf },
 }
 
 impl std::fmt::Display for Gone {
@@ -151,9 +164,16 @@ impl std::fmt::Display for Gone {
             Gone::KernelLink { name, dir } => {
                 write!(f, "kernel link {name} is missing in {}", dir.display())
             }
+            Gone::Changed { name, path } => write!(
+                f,
+                "artifact {name} ({}) changed after it was published (a device step wrote into the cache?); not run on it: the next `scenerun warm` rebuilds it (declare `device.writes` for a step that writes)",
+                path.display()
+            ),
         }
     }
 }
+
+impl std::error::Error for Gone {}
 
 /// Each frozen scene that is settled before anything runs — failed in warm, without a
 /// device step, needing more ids than granted, its artifacts gone since warm — with its
@@ -733,11 +753,7 @@ mod tests {
             name: "fixture".into(),
             key: "k".into(),
             out: t.path().join("nowhere"),
-            files: vec![FileRecord {
-                path: String::new(),
-                size: 3,
-                blake3: "b".into(),
-            }],
+            files: vec![FileRecord::new(String::new(), 3, "b".into())],
         });
         let f = frozen(
             t.path(),

@@ -15,6 +15,7 @@ mod lockrun;
 pub mod not_warm;
 pub mod outer;
 pub mod pack;
+mod private;
 pub mod report;
 mod restart;
 mod results_tail;
@@ -159,6 +160,9 @@ pub struct FrozenDevice {
     pub stop: Option<crate::proc::Stop>,
     #[serde(default)]
     pub order: crate::manifest::Order,
+    /// `device.writes`: the artifacts it was handed private copies of.
+    #[serde(default)]
+    pub writes: Vec<crate::manifest::Writes>,
 }
 
 impl FrozenDevice {
@@ -174,6 +178,7 @@ impl FrozenDevice {
             estimate,
             stop: d.stop,
             order: d.order,
+            writes: d.writes.clone(),
         }
     }
 

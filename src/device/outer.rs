@@ -596,7 +596,10 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         return Ok(Exit::Failed);
     }
     frozen.through_lock = !opts.no_lock;
-    if let Err(e) = write_frozen(&frozen).and_then(|_| link_kernels(&frozen)) {
+    if let Err(e) = super::private::copy_for_writers(&mut frozen)
+        .and_then(|_| write_frozen(&frozen))
+        .and_then(|_| link_kernels(&frozen))
+    {
         report.scenes = scene_reports(plan, None, &frozen);
         report.exit_code = Exit::Infra.code();
         report.error = Some(format!("{e:#}"));

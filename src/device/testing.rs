@@ -41,6 +41,7 @@ fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> Froz
             estimate: Some(est),
             stop: None,
             order: Default::default(),
+            writes: Vec::new(),
         }),
         kernels: Vec::new(),
         fixture: None,

@@ -14,7 +14,7 @@ pub mod remote;
 pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
-pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant};
+pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant, Writes};
 pub use paths::expand_vars;
 pub use raw::{keys, Mapping};
 
@@ -177,6 +177,9 @@ pub struct DeviceStep {
     /// `device.order`: before, among or after every other scene of the run.
     #[serde(default)]
     pub order: Order,
+    /// `device.writes`: the artifacts it gets private, writable copies of.
+    #[serde(default)]
+    pub writes: Vec<Writes>,
 }
 
 /// Names of scenes, kernels and toolchains: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..`

@@ -146,6 +146,7 @@ pub struct DeviceStep {
     pub order: Option<String>,
     pub lane_args: Option<Vec<String>>,
     pub lane_env: Option<BTreeMap<String, Scalar>>,
+    pub writes: Option<Vec<String>>,
 }
 
 /// One kind of mapping the manifest has, where it is, and the keys it accepts.

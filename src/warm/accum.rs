@@ -353,6 +353,8 @@ mod tests {
                 duration_secs: 0.0,
                 files: Vec::new(),
                 deps: Vec::new(),
+                copy: None,
+                signature: None,
             },
             record: None,
         })

@@ -13,6 +13,7 @@ mod kept;
 mod maintain;
 mod numbers;
 mod planted;
+mod readonly;
 mod remote_records;
 mod secrets;
 mod terminal;

@@ -377,11 +377,7 @@ impl Remote {
             }
             .into());
         }
-        Ok(FileRecord {
-            path: f.path.clone(),
-            size: got.size,
-            blake3: got.blake3,
-        })
+        Ok(FileRecord::new(f.path.clone(), got.size, got.blake3))
     }
 
     /// Upload a published entry when writes are on: blobs first (those the server lacks),
