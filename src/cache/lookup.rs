@@ -159,6 +159,23 @@ fn trust(
 }
 
 impl MetaView<'_> {
+    /// With a verify key: this record's signature verifies (`sign`).
+    fn signed(&self, keys: &super::sign::Keys) -> Result<(), Damage> {
+        keys.check(self.signature.as_deref(), || {
+            super::sign::signed_bytes(
+                (
+                    self.layout,
+                    self.kind,
+                    &self.key,
+                    &self.built_by,
+                    self.duration_secs,
+                ),
+                &self.files,
+                self.deps.iter(),
+            )
+        })
+    }
+
     /// What the record says of itself, for `trust`.
     fn names(&self) -> Names<'_> {
         Names {
@@ -337,7 +354,10 @@ impl Store {
                 return Lookup::Stale(Stale::Damaged(Damage::RecordUnreadable(e.to_string())))
             }
         };
-        let restamp = match trust((kind, key), view.names(), None, &dir, &view.files) {
+        let restamp = match view
+            .signed(&self.keys)
+            .and_then(|()| trust((kind, key), view.names(), None, &dir, &view.files))
+        {
             Ok(r) => r,
             Err(why) => return Lookup::Stale(Stale::Damaged(why)),
         };
@@ -424,6 +444,7 @@ impl Store {
             )
         };
         let view = MetaView::parse(&bytes).ok()?;
+        view.signed(&self.keys).ok()?;
         let dir = self.entry_dir(kind, key);
         // A directory `out` (fixtures, goldens) is listed by path, as the path-by-path
         // lookup lists it.
@@ -452,6 +473,9 @@ impl Store {
     pub fn present(&self, kind: Kind, key: &str) -> Option<Entry> {
         let dir = self.entry_checked(kind, key).ok().flatten()?;
         let meta = read_meta(&dir).ok().flatten()?;
+        let keys = &self.keys;
+        keys.check(meta.signature.as_deref(), || super::sign::meta_bytes(&meta))
+            .ok()?;
         trust((kind, key), meta.names(), None, &dir, &meta.files).ok()?;
         Some(Entry {
             dir,

@@ -27,6 +27,7 @@ pub mod maintain;
 mod meta;
 mod publish;
 pub mod remote;
+pub mod sign;
 
 use std::fs;
 use std::io;
@@ -66,6 +67,9 @@ pub struct Store {
     /// the prune after a warm need not `stat` them (`touched_now`).
     /// By `Kind as usize`.
     touched: Arc<std::sync::Mutex<[std::collections::HashSet<String>; 4]>>,
+    /// The keys entries are signed and verified with (`cache.verify_key`,
+    /// `cache.sign_key_env`; none by default).
+    pub keys: Arc<sign::Keys>,
 }
 
 /// An unusable store is an infrastructure error (exit 3) that names the path.
@@ -86,7 +90,14 @@ impl Store {
             root,
             dirs: Arc::default(),
             touched: Arc::default(),
+            keys: Arc::default(),
         }
+    }
+
+    /// This store, its entries signed and verified with `keys`.
+    pub fn with_keys(mut self, keys: sign::Keys) -> Store {
+        self.keys = Arc::new(keys);
+        self
     }
 
     pub fn entry_dir(&self, kind: Kind, key: &str) -> PathBuf {

@@ -163,6 +163,7 @@ impl Store {
     fn place(&self, staging: Staging, mut meta: Meta) -> Result<Entry> {
         stamp_entry(&staging.dir, &mut meta)
             .map_err(|e| infra(e, "make read-only", &staging.out()))?;
+        self.keys.sign(&mut meta);
         let (kind, key) = (meta.kind, meta.key.as_str());
         let meta_path = staging.dir.join("meta.json");
         // The step knew the staging dir: whatever it left at meta.json is replaced, and

@@ -75,6 +75,13 @@ pub struct CacheConfig {
     pub max_age: Duration,
     /// `cache.remote` (docs/remote-cache.md).
     pub remote: remote::RemoteConfig,
+    /// `cache.verify_key`: the ed25519 public key every local entry must be signed with
+    /// (docs/cache-trust.md, "Signed entries").
+    #[serde(default)]
+    pub verify_key: Option<[u8; 32]>,
+    /// `cache.sign_key_env`: the variable holding the key entries are signed with.
+    #[serde(default)]
+    pub sign_key_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -342,6 +349,7 @@ impl Manifest {
         [r.token_env.clone(), remote::DEFAULT_TOKEN_ENV.to_string()]
             .into_iter()
             .chain(r.sign_key_env.clone())
+            .chain(self.cache.sign_key_env.clone())
             .collect()
     }
 }
@@ -723,6 +731,19 @@ impl Ctx {
                 .remote
                 .and_then(|v| self.remote(v))
                 .unwrap_or_default(),
+            verify_key: cache_raw
+                .verify_key
+                .and_then(|k| self.verify_key(&k, "cache.verify_key")),
+            sign_key_env: cache_raw.sign_key_env.filter(|n| {
+                let ok = valid_env_name(n);
+                if !ok {
+                    self.err(
+                        "cache.sign_key_env",
+                        format!("`{n}` is not a valid variable name"),
+                    );
+                }
+                ok
+            }),
         }
     }
 

@@ -52,6 +52,8 @@ pub struct Cache {
     pub max_size: Option<Scalar>,
     pub max_age: Option<Scalar>,
     pub remote: Option<Value>,
+    pub verify_key: Option<String>,
+    pub sign_key_env: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

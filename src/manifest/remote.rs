@@ -171,17 +171,23 @@ impl Ctx {
             }
         }
         if let Some(k) = r.verify_key {
-            match parse_ed25519(&k) {
-                Ok(bytes) if ed25519_dalek::VerifyingKey::from_bytes(&bytes).is_ok() => {
-                    c.verify_key = Some(bytes)
-                }
-                Ok(_) => self.err(
-                    "cache.remote.verify_key",
-                    "these 32 bytes are not an ed25519 public key",
-                ),
-                Err(e) => self.err("cache.remote.verify_key", e.to_string()),
-            }
+            c.verify_key = self.verify_key(&k, "cache.remote.verify_key");
         }
         Some(c)
+    }
+
+    /// An `ed25519:<base64>` public key at `path`.
+    pub(super) fn verify_key(&mut self, text: &str, path: &str) -> Option<[u8; 32]> {
+        match parse_ed25519(text) {
+            Ok(bytes) if ed25519_dalek::VerifyingKey::from_bytes(&bytes).is_ok() => Some(bytes),
+            Ok(_) => {
+                self.err(path, "these 32 bytes are not an ed25519 public key");
+                None
+            }
+            Err(e) => {
+                self.err(path, e.to_string());
+                None
+            }
+        }
     }
 }
