@@ -19,6 +19,7 @@ mod pytest_suite;
 mod readme;
 mod reliability;
 mod remote;
+mod reports;
 mod trust;
 mod warm;
 mod wheel;
