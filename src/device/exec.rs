@@ -106,6 +106,7 @@ pub fn run_plain(
     let devices = cx.ids(slots);
     let log = scene_log(cx.frozen, &s.name, attempt);
     let start = cx.now();
+    let _ = tx.send(Event::Started { scene });
     let finished = start_plain(cx.frozen, s, &devices.join(","), &log);
     let duration = cx.now() - start;
     let (outcome, mut message) = plain_verdict(cx, s, &finished, &log, &devices);

@@ -677,6 +677,12 @@ fn collect(
             } else {
                 r.message = Some(unfinished.into());
             }
+            // Running now: if this snapshot is the last one (the lock tool killed the
+            // run), the scene was cut short, not left unrun.
+            if acc.running.contains(&i) {
+                r.outcome = SceneOutcome::Interrupted;
+                r.message = Some(RUNNING_WHEN_ENDED.into());
+            }
             r.attempts = attempts.clone();
             r
         })
@@ -703,6 +709,9 @@ fn collect(
         no_healthy_device: no_healthy,
     }
 }
+
+/// The message of a scene a results snapshot found running.
+const RUNNING_WHEN_ENDED: &str = "interrupted: it was running when the inner run was ended";
 
 /// How often the results file is rewritten while scenes run.
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);

@@ -200,6 +200,8 @@ enum State {
 /// What the machine tells its runner.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Scene `scene` (index in the batch) started.
+    Started { scene: usize },
     /// Scene `scene` (index in the batch) ended this way.
     Scene {
         scene: usize,
@@ -440,6 +442,7 @@ impl Batch {
                     self.result_seen(now);
                     self.close_others(i, &mut out);
                     self.state[i] = State::Running { since };
+                    out.push(Effect::Started { scene: i });
                 }
                 Some(_) => out.push(Effect::Warn(format!(
                     "ignored a second start of scene `{scene}`"

@@ -636,6 +636,11 @@ impl<'a> LaneProcess<'a> {
                 let _ = self.tx.send(Event::Warning(w.clone()));
             }
             Effect::Fault { .. } | Effect::Restart { .. } => {}
+            Effect::Started { scene } => {
+                let _ = self.tx.send(Event::Started {
+                    scene: self.batch[*scene],
+                });
+            }
             Effect::Scene {
                 scene,
                 verdict,

@@ -412,13 +412,17 @@ fn fail(
         Infra::LockFailed
     };
     report.scenes = scene_reports(plan, results.as_ref(), frozen);
-    // Scenes that finished keep their outcome; the rest did not run because of this.
-    for s in report
-        .scenes
-        .iter_mut()
-        .filter(|s| s.infra.is_none() && s.outcome == SceneOutcome::NotRun)
-    {
-        s.message = Some(what.clone());
+    // Scenes that finished keep their outcome; the rest did not run because of this,
+    // and a scene the last results found running was cut short by it.
+    for s in report.scenes.iter_mut().filter(|s| s.infra.is_none()) {
+        match s.outcome {
+            SceneOutcome::NotRun => s.message = Some(what.clone()),
+            SceneOutcome::Interrupted => {
+                let was = s.message.take().unwrap_or_default();
+                s.message = Some(format!("{was}; the lock command {what}"));
+            }
+            _ => continue,
+        }
         s.infra = Some(cause);
     }
     report.exit_code = exit.code();
