@@ -413,6 +413,24 @@ impl Batch {
         self.last_result = now;
     }
 
+    /// A start line for `scene` at `now`: a pending scene of this batch runs from now.
+    fn start(&mut self, scene: &str, now: f64, out: &mut Vec<Effect>) {
+        match self.by_name.get(scene).copied() {
+            Some(i) if matches!(self.state[i], State::Pending) => {
+                self.result_seen(now);
+                self.close_others(i, out);
+                self.state[i] = State::Running { since: now };
+                out.push(Effect::Started { scene: i });
+            }
+            Some(_) => out.push(Effect::Warn(format!(
+                "ignored a second start of scene `{scene}`"
+            ))),
+            None => out.push(Effect::Warn(format!(
+                "ignored a result for scene `{scene}`, which is not in this lane process's batch"
+            ))),
+        }
+    }
+
     /// Read one line written by the process at `now`.
     pub fn feed(&mut self, text: &str, now: f64) -> Vec<Effect> {
         let mut out = Vec::new();
@@ -436,21 +454,7 @@ impl Batch {
                     .or_else(|| self.in_progress());
                 out.push(Effect::Fault { devices });
             }
-            Line::Start { scene } => match self.by_name.get(&scene).copied() {
-                Some(i) if matches!(self.state[i], State::Pending) => {
-                    let since = now;
-                    self.result_seen(now);
-                    self.close_others(i, &mut out);
-                    self.state[i] = State::Running { since };
-                    out.push(Effect::Started { scene: i });
-                }
-                Some(_) => out.push(Effect::Warn(format!(
-                    "ignored a second start of scene `{scene}`"
-                ))),
-                None => out.push(Effect::Warn(format!(
-                    "ignored a result for scene `{scene}`, which is not in this lane process's batch"
-                ))),
-            },
+            Line::Start { scene } => self.start(&scene, now, &mut out),
             Line::End {
                 scene,
                 verdict,

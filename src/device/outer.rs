@@ -444,6 +444,28 @@ fn fail(
     })
 }
 
+/// Everything the inner run reads, laid out before the lock: the private copies of the
+/// artifacts `device.writes` names, the frozen plan, the `{kernels}` links.
+fn lay_out(frozen: &mut Frozen) -> Result<()> {
+    super::private::copy_for_writers(frozen)?;
+    write_frozen(frozen)?;
+    link_kernels(frozen)
+}
+
+/// The device steps' durations (passed ones) and lane start-ups, into the history.
+fn record_history(plan: &Plan, r: &Results) {
+    let durations: Vec<(String, f64)> = r
+        .scenes
+        .iter()
+        .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
+        .map(|s| (HistoryId::Device(&s.name).key(), s.duration_secs))
+        .chain(super::lanes::startup_history(r))
+        .collect();
+    if plan.store.root.join("locks").is_dir() {
+        History::record(&plan.store.root, &durations);
+    }
+}
+
 /// Lay out each scene's `{kernels}` directory: one symlink per kernel into the cache
 /// (never a copy), before the lock is taken.
 fn link_kernels(frozen: &Frozen) -> Result<()> {
@@ -600,10 +622,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         return Ok(Exit::Failed);
     }
     frozen.through_lock = !opts.no_lock;
-    if let Err(e) = super::private::copy_for_writers(&mut frozen)
-        .and_then(|_| write_frozen(&frozen))
-        .and_then(|_| link_kernels(&frozen))
-    {
+    if let Err(e) = lay_out(&mut frozen) {
         report.scenes = scene_reports(plan, None, &frozen);
         report.exit_code = Exit::Infra.code();
         report.error = Some(format!("{e:#}"));
@@ -625,16 +644,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         through_lock(Phase { plan, opts, ui }, &mut frozen, &mut report)?
     };
     report.scenes = scene_reports(plan, Some(&r), &frozen);
-    let durations: Vec<(String, f64)> = r
-        .scenes
-        .iter()
-        .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
-        .map(|s| (HistoryId::Device(&s.name).key(), s.duration_secs))
-        .chain(super::lanes::startup_history(&r))
-        .collect();
-    if plan.store.root.join("locks").is_dir() {
-        History::record(&plan.store.root, &durations);
-    }
+    record_history(plan, &r);
     if r.no_healthy_device {
         ui.always(&format!(
             "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
