@@ -256,7 +256,7 @@ pub(super) fn write(key: Key, dir: &Path, probes: Vec<Probe>, m: &Manifest) {
         with_base(dir, || serde_json::to_writer(&mut sealing, &out))
             .map_err(std::io::Error::other)?;
         let (tag, w) = sealing.finish();
-        write!(w, "{SEAL_LINE}{tag}\n")
+        writeln!(w, "{SEAL_LINE}{tag}")
     });
 }
 

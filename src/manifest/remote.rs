@@ -134,7 +134,7 @@ impl Ctx {
                 );
             }
             let url = self.expand(&u).trim().to_string();
-            if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
                 self.err(
                     "cache.remote.url",
                     format!(
