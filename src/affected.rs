@@ -120,7 +120,11 @@ pub fn affected(plan: &Plan, c: &Changes) -> Result<Vec<String>> {
         match &c.manifest_lines {
             None => whole_manifest = true,
             Some(lines) => {
-                let text = std::fs::read_to_string(&m.file).unwrap_or_default();
+                let text =
+                    crate::fsutil::read_capped_following(&m.file, crate::fsutil::Cap::MANIFEST)
+                        .ok()
+                        .and_then(|t| String::from_utf8(t).ok())
+                        .unwrap_or_default();
                 let loc = Locations::index(&text);
                 let total = text.lines().count() + 1;
                 let mut bounds: Vec<usize> = Vec::new();

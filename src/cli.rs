@@ -386,12 +386,12 @@ pub enum FleetCommand {
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// Cards in the pool.
-    #[arg(long, value_name = "C", value_parser = parse_count)]
+    #[arg(long, value_name = "C", value_parser = parse_cards)]
     pub cards: u32,
     /// Jobs to simulate.
     // The id `jobs` is the global `-j/--jobs`'s: this subcommand's own takes its place
     // here (an id of its own would put two `--jobs` on the command).
-    #[arg(long = "jobs", id = "jobs", value_name = "N", default_value_t = 10_000, value_parser = parse_jobs)]
+    #[arg(long = "jobs", id = "jobs", value_name = "N", default_value_t = 10_000, value_parser = parse_sim_jobs)]
     pub jobs: usize,
     /// How jobs arrive: poisson:RATE_PER_S (exponential gaps) or fixed:SECS (one every SECS).
     #[arg(long, value_name = "poisson:RATE|fixed:SECS", value_parser = Arrival::parse)]
@@ -406,7 +406,7 @@ pub struct SimulateArgs {
     )]
     pub hold: Option<Hold>,
     /// Cards each job takes, all at once.
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_count, conflicts_with = "from_reports")]
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_cards, conflicts_with = "from_reports")]
     pub cards_per_job: u32,
     /// Seed of the arrivals and holds: the same seed gives the same output.
     #[arg(long, value_name = "S", default_value_t = 1)]
@@ -416,7 +416,7 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "DIR", num_args = 1..)]
     pub from_reports: Vec<PathBuf>,
     /// Lock acquisitions per job of the old flow (warm work inside the lock).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_count, requires = "from_reports", conflicts_with = "hold")]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_acquisitions, requires = "from_reports", conflicts_with = "hold")]
     pub old_acquisitions: u32,
     /// Simulate the old flow and `warm && device` on the same arrivals.
     // Conflicting with --hold as well: clap waives `requires` for an argument that
@@ -450,7 +450,19 @@ enum BadArg {
     EmptyRevision,
     /// A revision that would read as an option of git's.
     OptionLike(String),
+    /// Above the documented maximum.
+    TooMany {
+        max: u64,
+    },
 }
+
+/// The most warm slots (`-j`).
+pub const MAX_SLOTS: usize = 1024;
+/// `fleet simulate`: the most jobs, cards and acquisitions per job it takes (the
+/// simulation keeps a few numbers per job: 10 million jobs are ~0.5 GB at most).
+pub const MAX_SIM_JOBS: usize = 10_000_000;
+pub const MAX_SIM_CARDS: u32 = 1_000_000;
+pub const MAX_SIM_ACQUISITIONS: u32 = 1000;
 
 impl std::fmt::Display for BadArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -462,6 +474,7 @@ impl std::fmt::Display for BadArg {
                 f,
                 "`{text}` is not a revision: a revision never starts with `-`"
             ),
+            BadArg::TooMany { max } => write!(f, "must be at most {max}"),
         }
     }
 }
@@ -471,6 +484,9 @@ impl std::error::Error for BadArg {}
 fn parse_jobs(text: &str) -> Result<usize, BadArg> {
     match text.trim().parse::<usize>() {
         Ok(0) => Err(BadArg::Zero),
+        Ok(n) if n > MAX_SLOTS => Err(BadArg::TooMany {
+            max: MAX_SLOTS as u64,
+        }),
         Ok(n) => Ok(n),
         Err(_) => Err(BadArg::NotANumber {
             text: text.to_string(),
@@ -491,13 +507,30 @@ fn parse_revision(text: &str) -> Result<String, BadArg> {
     Ok(text.to_string())
 }
 
-fn parse_count(text: &str) -> Result<u32, BadArg> {
-    match text.trim().parse::<u32>() {
+/// `fleet simulate --jobs`: 1 to `MAX_SIM_JOBS`.
+fn parse_sim_jobs(text: &str) -> Result<usize, BadArg> {
+    let n = parse_count_upto(text, MAX_SIM_JOBS as u64, "a number of jobs")?;
+    Ok(n as usize)
+}
+
+/// `fleet simulate --cards` and `--cards-per-job`: 1 to `MAX_SIM_CARDS`.
+fn parse_cards(text: &str) -> Result<u32, BadArg> {
+    Ok(parse_count_upto(text, MAX_SIM_CARDS.into(), "a number of cards")? as u32)
+}
+
+/// `fleet simulate --old-acquisitions`: 1 to `MAX_SIM_ACQUISITIONS`.
+fn parse_acquisitions(text: &str) -> Result<u32, BadArg> {
+    Ok(parse_count_upto(text, MAX_SIM_ACQUISITIONS.into(), "a count")? as u32)
+}
+
+fn parse_count_upto(text: &str, max: u64, what: &'static str) -> Result<u64, BadArg> {
+    match text.trim().parse::<u64>() {
         Ok(0) => Err(BadArg::Zero),
+        Ok(n) if n > max => Err(BadArg::TooMany { max }),
         Ok(n) => Ok(n),
         Err(_) => Err(BadArg::NotANumber {
             text: text.to_string(),
-            what: "a count",
+            what,
         }),
     }
 }

@@ -432,6 +432,7 @@ type Published = Vec<(
 )>;
 
 fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Published)> {
+    unsigned_warm(plan)?;
     let memory = w.memory.unwrap_or_else(warm::default_memory);
     let trace = |spans: &[warm::accum::Span]| crate::report::trace::write_warm(plan, spans);
     let opts = warm::Options {
@@ -454,6 +455,30 @@ fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Pu
         Exit::Ok
     };
     Ok((exit, warmed.published))
+}
+
+/// With `cache.verify_key`, an entry this process cannot sign would be a miss for every
+/// reader, this job's own device phase included: a warm that would add one without the
+/// signing key is a usage error before it builds anything (exit 4).
+fn unsigned_warm(plan: &Plan) -> Result<()> {
+    let keys = &plan.store.keys;
+    if !keys.verifies() || keys.signs() {
+        return Ok(());
+    }
+    let adds = plan
+        .steps
+        .iter()
+        .any(|s| s.persist && !matches!(s.status, crate::plan::Status::Hit));
+    if !adds {
+        return Ok(());
+    }
+    Err(crate::err!(
+        Usage,
+        "cache.verify_key is set, so every entry must be signed, and {} holds no signing key: this warm would add entries no reader serves (run it with the key, or only read this cache)",
+        keys.sign_env()
+            .map(|e| format!("${e}"))
+            .unwrap_or_else(|| "cache.sign_key_env (unset)".into())
+    ))
 }
 
 fn report_dir(plan: &Plan, d: &DeviceFlags) -> PathBuf {

@@ -232,7 +232,13 @@ impl fmt::Display for ManifestErrors {
         // The offending line goes under each message, as rustc and just show it. The
         // file is read again here: errors are rare, and a file that cannot be read (or
         // text that was not a file) just gets no excerpt.
-        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        let text = crate::fsutil::read_capped_following(
+            std::path::Path::new(&self.file),
+            crate::fsutil::Cap::MANIFEST,
+        )
+        .ok()
+        .and_then(|t| String::from_utf8(t).ok())
+        .unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         for d in self.diags.iter().take(MAX_SHOWN) {
             write!(f, "\n  {}", self.file)?;

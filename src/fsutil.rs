@@ -137,23 +137,97 @@ pub fn unique() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Remove a file or a directory tree; absent is fine.
+/// Remove a file or a directory tree; absent is fine. A tree scenerun made read-only
+/// (a published entry: directories 0555) is made writable first, directory by
+/// directory and never through a link, when removing it as it is is refused.
 pub fn remove_any(path: &Path) -> io::Result<()> {
     match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(m) if m.is_dir() => match fs::remove_dir_all(path) {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                dirs_writable(path)?;
+                fs::remove_dir_all(path)
+            }
+            other => other,
+        },
         Ok(_) => fs::remove_file(path),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
 }
 
+/// Give every directory under `root` (itself included) its owner's write and search
+/// bits, walking by `lstat`: links are neither followed nor changed.
+fn dirs_writable(root: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let m = fs::symlink_metadata(&dir)?;
+        if !m.is_dir() {
+            continue;
+        }
+        fs::set_permissions(
+            &dir,
+            fs::Permissions::from_mode(m.permissions().mode() | 0o700),
+        )?;
+        for e in fs::read_dir(&dir)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Make a published tree read-only to whoever uses it: every write bit removed, so
+/// regular files are 0444 (0555 when executable: a kernel object is run), directories
+/// 0555. Nothing is followed; only what `walk_files` accepts is there.
+pub fn make_read_only(root: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let read_only = |p: &Path, m: &fs::Metadata| {
+        let mode = m.permissions().mode() & 0o7777;
+        let want = if mode & 0o111 != 0 { 0o555 } else { 0o444 };
+        fs::set_permissions(p, fs::Permissions::from_mode(want))
+    };
+    let meta = fs::symlink_metadata(root)?;
+    if meta.is_file() {
+        return read_only(root, &meta);
+    }
+    let mut dirs = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < dirs.len() {
+        for e in fs::read_dir(&dirs[i])? {
+            let e = e?;
+            let t = e.file_type()?;
+            if t.is_dir() {
+                dirs.push(e.path());
+            } else if t.is_file() {
+                read_only(&e.path(), &e.metadata()?)?;
+            }
+        }
+        i += 1;
+    }
+    for d in dirs.iter().rev() {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o555))?;
+    }
+    Ok(())
+}
+
 /// Every regular file under `root` (root itself if it is a file), relative paths with `/`,
 /// sorted. Symlinks are an error: an artifact must be self-contained.
 pub fn walk_files(root: &Path) -> io::Result<Vec<(String, u64)>> {
+    Ok(walk_stamped(root)?
+        .into_iter()
+        .map(|(p, s)| (p, s.size))
+        .collect())
+}
+
+/// `walk_files` with each file's `Stamp` (from the same `lstat`).
+pub fn walk_stamped(root: &Path) -> io::Result<Vec<(String, Stamp)>> {
     let mut out = Vec::new();
     let meta = fs::symlink_metadata(root)?;
     if meta.is_file() {
-        out.push((String::new(), meta.len()));
+        out.push((String::new(), Stamp::of(&meta)));
         return Ok(out);
     }
     if !meta.is_dir() {
@@ -176,7 +250,7 @@ pub fn walk_files(root: &Path) -> io::Result<Vec<(String, u64)>> {
             if ft.is_dir() {
                 stack.push((e.path(), rel));
             } else if ft.is_file() {
-                out.push((rel, e.metadata()?.len()));
+                out.push((rel, Stamp::of(&e.metadata()?)));
             } else {
                 return Err(io::Error::other(format!(
                     "{} is not a regular file (symlinks and special files cannot be cached)",
@@ -185,7 +259,7 @@ pub fn walk_files(root: &Path) -> io::Result<Vec<(String, u64)>> {
             }
         }
     }
-    out.sort();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
@@ -354,19 +428,153 @@ impl Stamp {
     }
 }
 
-/// Read a whole regular file inside the cache (see `open_regular_nofollow`).
-pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
-    let (f, len) = open_checked_len(path, false)?;
-    read_all(f, len)
+/// The most scenerun reads of one kind of file it keeps or is handed (docs/guarantees.md,
+/// "Bounds"): a file past its cap is damaged, never read. `what` names the kind in
+/// messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cap {
+    pub what: &'static str,
+    pub bytes: u64,
 }
 
-/// The rest of an open regular file whose size an `fstat` just gave: one buffer of that
-/// size, read through `take` so std does not probe the size again (an `fstat` and an
-/// `lseek` per read: thousands of records per plan). The first read asks for one byte
-/// more than the size: a regular file gives fewer bytes than asked only at its end, so
-/// a file that did not grow takes one `read`, not a second one to find the end.
-pub fn read_all(mut f: fs::File, len: u64) -> io::Result<Vec<u8>> {
+const MIB: u64 = 1 << 20;
+
+impl Cap {
+    /// An entry's integrity record, `meta.json` (10,000 files make 1 MB).
+    pub const META: Cap = Cap::new("an integrity record (meta.json)", 64 * MIB);
+    /// `history.json`, `inputs.json` (the key-input records) in the cache.
+    pub const HISTORY: Cap = Cap::new("the step history", 64 * MIB);
+    pub const KEY_INPUTS: Cap = Cap::new("the key-input records", 64 * MIB);
+    /// Small bookkeeping files: the marker, `last-prune.json`, `last-warm.json`, the
+    /// remote statistics.
+    pub const SMALL: Cap = Cap::new("a cache bookkeeping file", MIB);
+    /// A cached `scenes_from` output: the generator's own cap and its header.
+    pub const GENERATED: Cap = Cap::new("a cached scenes_from output", 64 * MIB + 4096);
+    /// The memos and records of the job dir.
+    pub const STAT_MEMO: Cap = Cap::new("the stat memo", 256 * MIB);
+    pub const CLOSURE_MEMO: Cap = Cap::new("the include-closure memo", 256 * MIB);
+    pub const MANIFEST_MEMO: Cap = Cap::new("the kept manifest (manifest.json)", 256 * MIB);
+    pub const WARM_RECORD: Cap = Cap::new("the warm record (warm.json)", 256 * MIB);
+    /// What a device phase writes and reads back: the frozen plan, the results.
+    pub const DEVICE_RUN: Cap = Cap::new("a device run's plan or results", 256 * MIB);
+    /// `report.json` and `trace.json` of a report dir.
+    pub const REPORT: Cap = Cap::new("a report (report.json)", 256 * MIB);
+    pub const TRACE: Cap = Cap::new("a trace (trace.json)", 256 * MIB);
+    /// The manifest, `scenes.yaml`.
+    pub const MANIFEST: Cap = Cap::new("a manifest", 64 * MIB);
+    /// A step's depfile.
+    pub const DEPFILE: Cap = Cap::new("a depfile", 64 * MIB);
+
+    pub const fn new(what: &'static str, bytes: u64) -> Cap {
+        Cap { what, bytes }
+    }
+}
+
+/// The error for a file larger than its kind's cap (found by `fstat`, before a byte is
+/// read).
+#[derive(Debug)]
+pub struct TooLarge {
+    pub path: std::path::PathBuf,
+    pub size: u64,
+    pub cap: Cap,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} has {} bytes, more than {} may have ({} MiB)",
+            self.path.display(),
+            self.size,
+            self.cap.what,
+            self.cap.bytes >> 20
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// True when an I/O error says the file was over its cap.
+pub fn is_too_large(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<TooLarge>().is_some())
+}
+
+/// Read a whole regular file of one kind, the one bounded read of every file scenerun
+/// keeps or is handed (cache records, memos, reports): opened without following a link
+/// at its last component (`O_NOFOLLOW`) and without blocking on a FIFO
+/// (`O_NONBLOCK`), checked to be a regular file and at most `cap` bytes by `fstat`
+/// before anything is allocated. A file that grows past the cap while it is read is an
+/// error too: at most `cap` + 1 bytes are ever read, so a sparse 1 TiB file costs one
+/// `fstat`.
+pub fn read_capped(path: &Path, cap: Cap) -> io::Result<Vec<u8>> {
+    let (f, len) = open_checked_len(path, false)?;
+    read_all_capped(f, len, path, cap)
+}
+
+/// `read_capped` of a file scenerun keeps for itself (a memo, the history, a record):
+/// None when it is absent or cannot be used, which costs only what the file saved. One
+/// that is there but over its cap, a link or a special file is damaged: said once per
+/// path and process on stderr, then treated as absent (it is rewritten whole by the
+/// next save).
+pub fn read_kept(path: &Path, cap: Cap) -> Option<Vec<u8>> {
+    match read_capped(path, cap) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if is_too_large(&e) || is_not_regular(&e) => {
+            static SAID: std::sync::Mutex<Vec<std::path::PathBuf>> =
+                std::sync::Mutex::new(Vec::new());
+            let mut said = SAID
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !said.iter().any(|p| p == path) {
+                said.push(path.to_path_buf());
+                let text =
+                    format!("warning: {e}; ignored as damaged (it is rewritten by the next save)");
+                eprintln!("{}", crate::ui::escape(&text));
+            }
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// `read_capped` for a file a link may name (the manifest in a checkout).
+pub fn read_capped_following(path: &Path, cap: Cap) -> io::Result<Vec<u8>> {
+    let (f, len) = open_checked_len(path, true)?;
+    read_all_capped(f, len, path, cap)
+}
+
+/// `read_all` of an opened file whose `fstat` gave `len`, refusing more than `cap`.
+pub fn read_all_capped(f: fs::File, len: u64, path: &Path, cap: Cap) -> io::Result<Vec<u8>> {
+    let too_large = |size| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            TooLarge {
+                path: path.to_path_buf(),
+                size,
+                cap,
+            },
+        )
+    };
+    if len > cap.bytes {
+        return Err(too_large(len));
+    }
+    let bytes = read_all(f, len, cap.bytes)?;
+    if bytes.len() as u64 > cap.bytes {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// The rest of an open regular file whose size an `fstat` just gave (at most `cap` + 1
+/// bytes, whatever it grows to meanwhile): one buffer of that size, read through `take`
+/// so std does not probe the size again (an `fstat` and an `lseek` per read: thousands
+/// of records per plan). The first read asks for one byte more than the size: a
+/// regular file gives fewer bytes than asked only at its end, so a file that did not
+/// grow takes one `read`, not a second one to find the end.
+fn read_all(mut f: fs::File, len: u64, cap: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
+    let len = len.min(cap);
     let mut buf = vec![0u8; len as usize + 1];
     let n = loop {
         match f.read(&mut buf) {
@@ -376,7 +584,9 @@ pub fn read_all(mut f: fs::File, len: u64) -> io::Result<Vec<u8>> {
     };
     buf.truncate(n);
     if n == len as usize + 1 {
-        f.take(u64::MAX).read_to_end(&mut buf)?;
+        // It grew: read on, to one byte past the cap at most.
+        f.take(cap.saturating_add(1).saturating_sub(n as u64))
+            .read_to_end(&mut buf)?;
     }
     Ok(buf)
 }

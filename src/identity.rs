@@ -48,12 +48,14 @@ pub fn run(
 ) -> Result<Vec<u8>, IdentityError> {
     let slot = MEMO
         .lock()
-        .expect("identity memo")
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get_or_insert_with(HashMap::new)
         .entry((dir.to_path_buf(), command.to_string()))
         .or_default()
         .clone();
-    let mut slot = slot.lock().expect("identity slot");
+    let mut slot = slot
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(done) = &*slot {
         return done.clone();
     }
@@ -81,7 +83,7 @@ fn run_once(
             c.process_group(0);
             Ok(())
         });
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::units::later(Instant::now(), timeout);
     let child = cmd.start().map_err(start_err)?;
     // The write end now lives only in the child (and what it starts).
     drop(cmd);

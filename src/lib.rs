@@ -20,6 +20,7 @@ pub mod proc;
 pub mod record;
 pub mod report;
 pub mod sampling;
+pub mod seal;
 pub mod select;
 pub mod stepid;
 pub mod template;

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::units::later;
+
 /// Between SIGTERM and SIGKILL, unless a phase sets its own (`set_grace`).
 pub const GRACE: Duration = Duration::from_secs(2);
 
@@ -153,19 +155,19 @@ impl Group {
     /// it needs a look, if any.
     fn tick(&mut self, pgid: i32, now: Instant, grace: Duration) -> Option<Instant> {
         if let Some(t) = self.termed {
-            if now >= t + grace {
+            if now >= later(t, grace) {
                 signal_group(pgid, libc::SIGKILL);
                 return None;
             }
-            return Some(t + grace);
+            return Some(later(t, grace));
         }
         if let Some((at, _)) = self.stopped {
-            let until = at + self.stop.map_or(Duration::ZERO, |s| s.wait);
+            let until = later(at, self.stop.map_or(Duration::ZERO, |s| s.wait));
             if now < until {
                 return Some(until);
             }
             self.term(pgid, now);
-            return Some(now + grace);
+            return Some(later(now, grace));
         }
         match self.deadline {
             Some(d) if now >= d => {
@@ -180,10 +182,11 @@ impl Group {
     /// When it will have had its whole stop wait and grace, once stopping began.
     fn grace_end(&self, grace: Duration) -> Option<Instant> {
         match (self.termed, self.stopped) {
-            (Some(t), _) => Some(t + grace),
-            (None, Some((at, _))) => {
-                Some(at + self.stop.map_or(Duration::ZERO, |s| s.wait) + grace)
-            }
+            (Some(t), _) => Some(later(t, grace)),
+            (None, Some((at, _))) => Some(later(
+                later(at, self.stop.map_or(Duration::ZERO, |s| s.wait)),
+                grace,
+            )),
             _ => None,
         }
     }
@@ -259,7 +262,10 @@ pub fn interrupt_all() {
 fn signal_all(sig: i32) {
     let r = registry();
     r.interrupted.store(true, Ordering::SeqCst);
-    let mut g = r.groups.lock().expect("registry");
+    let mut g = r
+        .groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let now = Instant::now();
     for (pgid, grp) in g.iter_mut() {
         if sig == libc::SIGKILL {
@@ -280,7 +286,10 @@ pub fn kill_all_now() {
 
 fn timer_loop() {
     let r = registry();
-    let mut g = r.groups.lock().expect("registry");
+    let mut g = r
+        .groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     loop {
         let now = Instant::now();
         let grace = grace();
@@ -292,10 +301,13 @@ fn timer_loop() {
             Some(n) => {
                 r.changed
                     .wait_timeout(g, n.saturating_duration_since(now))
-                    .expect("registry")
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .0
             }
-            None => r.changed.wait(g).expect("registry"),
+            None => r
+                .changed
+                .wait(g)
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
         };
     }
 }
@@ -303,7 +315,12 @@ fn timer_loop() {
 /// The step's group is gone: the watchdog forgets it (children register themselves,
 /// see `register_self`).
 fn forget_group(pgid: i32) {
-    if let Some(stdin) = registry().watchdog.lock().expect("watchdog").as_mut() {
+    if let Some(stdin) = registry()
+        .watchdog
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_mut()
+    {
         let _ = writeln!(stdin, "-{pgid}");
     }
 }
@@ -313,7 +330,10 @@ fn forget_group(pgid: i32) {
 /// Returns the write end of its pipe, for children to register themselves.
 fn ensure_watchdog() -> Option<std::os::fd::RawFd> {
     use std::os::fd::AsRawFd;
-    let mut w = registry().watchdog.lock().expect("watchdog");
+    let mut w = registry()
+        .watchdog
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if w.is_none() {
         *w = start_watchdog();
     }
@@ -404,7 +424,9 @@ static HIDDEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// Never hand these variables to a child from now on (`sh` and every step, lane,
 /// generator, identity and lock command go through it).
 pub fn hide_from_children(names: impl IntoIterator<Item = String>) {
-    let mut hidden = HIDDEN.lock().expect("hidden env");
+    let mut hidden = HIDDEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for n in names {
         if !hidden.contains(&n) {
             hidden.push(n);
@@ -412,10 +434,73 @@ pub fn hide_from_children(names: impl IntoIterator<Item = String>) {
     }
 }
 
+/// Variables that hold the remote cache's URL (`$SCENERUN_REMOTE_URL`, and whatever
+/// the manifest's `cache.remote.url` expands): a child gets them without the URL's
+/// user and password. Kept for the whole process.
+static URL_VARS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// From now on, hand these variables to a child only with the userinfo (`user:pass@`)
+/// of every URL in them removed (`without_userinfo`).
+pub fn strip_userinfo_for_children(names: impl IntoIterator<Item = String>) {
+    let mut vars = URL_VARS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for n in names {
+        if !vars.contains(&n) {
+            vars.push(n);
+        }
+    }
+}
+
+/// `text` with the userinfo of every URL in it removed: `http://ci:pw@host/x` becomes
+/// `http://host/x`. The one place scenerun redacts a URL (children's environment,
+/// messages, the kept manifest).
+pub fn without_userinfo(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("://") || !text.contains('@') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, after) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = after
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
+            .unwrap_or(after.len());
+        match after[..end].rfind('@') {
+            Some(at) => rest = &after[at + 1..],
+            None => rest = after,
+        }
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
+/// The URL variables a child would inherit or be given, with their values redacted.
+fn url_vars_for_child(given: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let vars = URL_VARS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    vars.iter()
+        .filter_map(|n| {
+            let value = match given.get(n) {
+                Some(v) => v.clone(),
+                None => std::env::var(n).ok()?,
+            };
+            match without_userinfo(&value) {
+                std::borrow::Cow::Owned(clean) => Some((n.clone(), clean)),
+                std::borrow::Cow::Borrowed(_) => None,
+            }
+        })
+        .collect()
+}
+
 /// The hidden variables a child would inherit, except those in `given` (what a
 /// manifest's own `env` sets is the manifest's choice).
 fn hidden_except(given: &BTreeMap<String, String>) -> Vec<String> {
-    let hidden = HIDDEN.lock().expect("hidden env");
+    let hidden = HIDDEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     hidden
         .iter()
         .filter(|n| !given.contains_key(*n))
@@ -435,7 +520,13 @@ pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Ex
         .dir(dir)
         .stdin_null()
         .unchecked();
+    // The URL variables redacted, whether given or inherited; each name is set once, so
+    // which of two settings of a name duct would keep never matters.
+    let redacted: BTreeMap<String, String> = url_vars_for_child(env).into_iter().collect();
     for (k, v) in env {
+        e = e.env(k, redacted.get(k).unwrap_or(v));
+    }
+    for (k, v) in redacted.iter().filter(|(k, _)| !env.contains_key(*k)) {
         e = e.env(k, v);
     }
     // Never one of `env`'s names (`hidden_except`): the order of the two cannot matter.
@@ -506,7 +597,10 @@ pub fn stop(pgid: i32) {
 
 fn with_group(pgid: i32, f: fn(&mut Group, i32, Instant)) {
     let r = registry();
-    let mut g = r.groups.lock().expect("registry");
+    let mut g = r
+        .groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(grp) = g.get_mut(&pgid) {
         f(grp, pgid, Instant::now());
     }
@@ -564,7 +658,7 @@ pub fn capture(
     max: usize,
 ) -> io::Result<Captured> {
     use std::io::Read;
-    let deadline = Instant::now() + timeout;
+    let deadline = later(Instant::now(), timeout);
     let (mut out_r, out_w) = io::pipe()?;
     let (mut err_r, err_w) = io::pipe()?;
     let cmd = sh(command, dir, env).stdout_file(out_w).stderr_file(err_w);
@@ -633,7 +727,10 @@ pub fn capture(
 /// SIGKILL group `pgid` now if it is one of ours (still registered: never a group
 /// whose id the system may have handed out again).
 fn kill_registered(pgid: i32) {
-    let groups = registry().groups.lock().expect("registry");
+    let groups = registry()
+        .groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if groups.contains_key(&pgid) {
         signal_group(pgid, libc::SIGKILL);
     }
@@ -654,14 +751,27 @@ fn start(
     let cmd = own_group(cmd);
     let r = registry();
     // Register under the lock so a concurrent interrupt cannot miss this group.
-    let mut groups = r.groups.lock().expect("registry");
+    let mut groups = r
+        .groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if interrupted() {
         return Ok(None);
     }
     let child = cmd.start()?;
     drop(cmd);
-    groups.insert(leader(&child), group(timeout.map(|t| Instant::now() + t)));
+    groups.insert(
+        leader(&child),
+        group(timeout.map(|t| later(Instant::now(), t))),
+    );
     r.changed.notify_all();
+    drop(groups);
+    // Debug builds only: the tests of the panic hook make a thread that has just
+    // started a step panic here.
+    #[cfg(debug_assertions)]
+    if std::env::var_os("SCENERUN_DEBUG_PANIC_AFTER_SPAWN").is_some() {
+        panic!("SCENERUN_DEBUG_PANIC_AFTER_SPAWN is set: a test of the panic hook");
+    }
     Ok(Some(child))
 }
 
@@ -726,11 +836,19 @@ pub fn adopt(pgid: i32, stop: Option<Stop>, log: Option<&Path>) -> bool {
     // The gate looks at the lock first: it may kill every group, under the registry lock.
     let gate_closed = SPAWN_GATE.get().is_some_and(|gate| !gate());
     ensure_watchdog();
-    if let Some(stdin) = registry().watchdog.lock().expect("watchdog").as_mut() {
+    if let Some(stdin) = registry()
+        .watchdog
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_mut()
+    {
         let _ = writeln!(stdin, "+{pgid}");
     }
     let r = registry();
-    let mut groups = r.groups.lock().expect("registry");
+    let mut groups = r
+        .groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut grp = Group::new(None, stop, log);
     let now = Instant::now();
     let usable = if gate_closed {
@@ -761,8 +879,51 @@ pub fn finish_adopted(
 /// Forget group `pgid` (gone, or another process's now) without signalling it: it
 /// leaves the registry and the watchdog.
 pub fn disown(pgid: i32) {
-    registry().groups.lock().expect("registry").remove(&pgid);
+    registry()
+        .groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(&pgid);
     forget_group(pgid);
+}
+
+/// A panic in any thread ends scenerun at once with exit 3: the panic is printed as Rust
+/// prints it, every process group this process registered is SIGKILLed (the watchdog
+/// kills them too once this process is gone), and the process exits. Without it, a
+/// worker's panic left its phase waiting for it for ever, SIGTERM included. Installed
+/// by `main` before anything else runs.
+pub fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        eprintln!(
+            "error: internal error: scenerun panicked (a bug; please report it); its step processes were killed"
+        );
+        kill_registered_groups();
+        std::process::exit(crate::exit::Exit::Infra.code());
+    }));
+}
+
+/// SIGKILL every registered group, from a panicking thread: the registry's lock may be
+/// held by a thread that will never let go (or by this one), so it is only tried for a
+/// moment; the watchdog covers what this misses.
+fn kill_registered_groups() {
+    let r = registry();
+    r.interrupted.store(true, Ordering::SeqCst);
+    for _ in 0..50 {
+        let g = match r.groups.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        for pgid in g.keys() {
+            signal_group(*pgid, libc::SIGKILL);
+        }
+        return;
+    }
 }
 
 /// The process group a started `sh` leads (one command: one pid).
@@ -776,7 +937,11 @@ fn finish(pgid: i32, waited: io::Result<std::process::ExitStatus>) -> io::Result
     drain_if_stopping(pgid);
     // Leftovers of the step (background children) die with it.
     signal_group(pgid, libc::SIGKILL);
-    let grp = registry().groups.lock().expect("registry").remove(&pgid);
+    let grp = registry()
+        .groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(&pgid);
     forget_group(pgid);
     let status = waited?;
     let stopping = grp
@@ -810,9 +975,12 @@ const DRAIN_MARGIN: Duration = Duration::from_millis(500);
 /// group is empty or its grace has passed (the timer loop SIGKILLs it then).
 fn drain_if_stopping(pgid: i32) {
     let until = {
-        let g = registry().groups.lock().expect("registry");
+        let g = registry()
+            .groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match g.get(&pgid).and_then(|grp| grp.grace_end(grace())) {
-            Some(t) => t + DRAIN_MARGIN,
+            Some(t) => later(t, DRAIN_MARGIN),
             None => return,
         }
     };

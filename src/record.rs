@@ -40,10 +40,10 @@ impl StepRecord {
         StepId::new(self.kind, &self.scene, &self.name)
     }
 
-    /// Whether this is the record a hit of `id` under `key` gets (`secs` long, its log
-    /// the default one under `logs`, the job's log directory as displayed), checked
-    /// without building that record: a no-op warm asks it of every step.
-    pub fn is_hit_of(&self, id: &StepId, key: &str, secs: f64, logs: &str) -> bool {
+    /// Whether this is the record a hit of `id` under `key` gets (`secs` long, no log:
+    /// nothing ran, and a report names only files that exist), checked without building
+    /// that record: a no-op warm asks it of every step.
+    pub fn is_hit_of(&self, id: &StepId, key: &str, secs: f64) -> bool {
         self.kind == id.kind
             && self.outcome == Outcome::Hit
             && self.duration_secs == secs
@@ -52,7 +52,7 @@ impl StepRecord {
             && self.name == id.name
             && self.error.is_none()
             && self.log_tail.is_none()
-            && self.log.as_deref().is_some_and(|l| id.is_log_path(logs, l))
+            && self.log.is_none()
     }
 }
 
@@ -82,13 +82,31 @@ impl WarmRecord {
         let path = Self::path(job_dir);
         // Stamped before reading: a write in between makes the stamp stale, not wrong.
         let before = Stamp::at(&path);
-        let mut rec = std::fs::read(&path)
-            .ok()
+        let mut rec = crate::fsutil::read_kept(&path, crate::fsutil::Cap::WARM_RECORD)
             .and_then(|b| serde_json::from_slice::<WarmRecord>(&b).ok())
             .filter(|r| r.version == RECORD_VERSION)
             .unwrap_or_default();
         rec.stamp = before.filter(|_| !rec.steps.is_empty());
         rec
+    }
+
+    /// The warm record at `path`, for a reader that was handed it (`fleet simulate
+    /// --from-reports`): absent is an empty record; one that cannot be read (a link, a
+    /// FIFO, over its cap) or parsed is an error naming it.
+    pub fn read(path: &Path) -> std::io::Result<WarmRecord> {
+        match crate::fsutil::read_capped(path, crate::fsutil::Cap::WARM_RECORD) {
+            Ok(b) => {
+                let rec: WarmRecord = serde_json::from_slice(&b)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                Ok(if rec.version == RECORD_VERSION {
+                    rec
+                } else {
+                    WarmRecord::default()
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(WarmRecord::default()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The recorded failures, indexed by step.
@@ -299,26 +317,23 @@ mod tests {
 
     #[test]
     fn a_hit_record_is_recognised_field_by_field() {
-        let job = Path::new("/w/build/scenerun");
-        let logs = job.join("logs").display().to_string();
         let id = StepId::new(Kind::Kernel, "s", "a");
         let mut r = step("a", "k1", Outcome::Hit);
-        r.log = Some(id.log_path(job).display().to_string());
-        assert!(r.is_hit_of(&id, "k1", 0.0, &logs));
-        assert!(!r.is_hit_of(&id, "k2", 0.0, &logs));
-        assert!(!r.is_hit_of(&id, "k1", 1.0, &logs));
-        assert!(!r.is_hit_of(&StepId::new(Kind::Kernel, "s", "b"), "k1", 0.0, &logs));
-        assert!(!r.is_hit_of(&id, "k1", 0.0, "/elsewhere/logs"));
+        r.log = None;
+        assert!(r.is_hit_of(&id, "k1", 0.0));
+        assert!(!r.is_hit_of(&id, "k2", 0.0));
+        assert!(!r.is_hit_of(&id, "k1", 1.0));
+        assert!(!r.is_hit_of(&StepId::new(Kind::Kernel, "s", "b"), "k1", 0.0));
         for change in [
             |r: &mut StepRecord| r.outcome = Outcome::Built,
             |r: &mut StepRecord| r.error = Some("e".into()),
             |r: &mut StepRecord| r.log_tail = Some("t".into()),
-            |r: &mut StepRecord| r.log = None,
+            |r: &mut StepRecord| r.log = Some("/w/build/scenerun/logs/s/compile-a.log".into()),
             |r: &mut StepRecord| r.kind = Kind::Fixture,
         ] {
             let mut other = r.clone();
             change(&mut other);
-            assert!(!other.is_hit_of(&id, "k1", 0.0, &logs), "{other:?}");
+            assert!(!other.is_hit_of(&id, "k1", 0.0), "{other:?}");
         }
     }
 }

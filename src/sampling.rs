@@ -17,7 +17,22 @@ pub enum SpecError {
     NotPositive { value: String, what: &'static str },
     #[error("`{value}`: {what} must not be negative")]
     Negative { value: String, what: &'static str },
+    #[error("`{value}`: {what} must be at most {max}")]
+    TooLarge {
+        value: String,
+        what: &'static str,
+        max: f64,
+    },
 }
+
+/// The longest time a simulation takes as a hold, a mean or an interval: one year, in
+/// seconds. With at most `MAX_RATE` arrivals a second and a bounded number of jobs,
+/// every time the simulation computes is finite.
+pub const MAX_SECS: f64 = 365.0 * 86400.0;
+
+/// The most jobs a second a Poisson arrival may bring, and the fewest (one a year).
+pub const MAX_RATE: f64 = 1e6;
+pub const MIN_RATE: f64 = 1.0 / MAX_SECS;
 
 /// A seeded pseudo-random generator (xoshiro256++).
 #[derive(Debug, Clone)]
@@ -79,11 +94,23 @@ impl Arrival {
     pub fn parse(text: &str) -> Result<Arrival, SpecError> {
         let forms = "poisson:RATE_PER_S or fixed:SECS";
         match split(text) {
-            Some(("poisson", v)) => Ok(Arrival::Poisson {
-                rate: positive(v, "a rate per second")?,
-            }),
+            Some(("poisson", v)) => {
+                let rate = at_most(
+                    positive(v, "a rate per second")?,
+                    v,
+                    "a rate per second",
+                    MAX_RATE,
+                )?;
+                if rate < MIN_RATE {
+                    return Err(SpecError::NotPositive {
+                        value: v.to_string(),
+                        what: "a rate of at least one job a year (3.2e-8 per second)",
+                    });
+                }
+                Ok(Arrival::Poisson { rate })
+            }
             Some(("fixed", v)) => Ok(Arrival::Fixed {
-                secs: non_negative(v, "an interval in seconds")?,
+                secs: seconds(v, "an interval in seconds")?,
             }),
             _ => Err(SpecError::UnknownForm {
                 text: text.to_string(),
@@ -132,10 +159,15 @@ impl Hold {
         let forms = "exp:MEAN_S or fixed:SECS";
         match split(text) {
             Some(("exp", v)) => Ok(Hold::Exp {
-                mean: positive(v, "a mean in seconds")?,
+                mean: at_most(
+                    positive(v, "a mean in seconds")?,
+                    v,
+                    "a mean in seconds",
+                    MAX_SECS,
+                )?,
             }),
             Some(("fixed", v)) => Ok(Hold::Fixed {
-                secs: non_negative(v, "a time in seconds")?,
+                secs: seconds(v, "a time in seconds")?,
             }),
             _ => Err(SpecError::UnknownForm {
                 text: text.to_string(),
@@ -183,6 +215,22 @@ fn number(v: &str, what: &'static str) -> Result<f64, SpecError> {
     }
 }
 
+/// A time in seconds: finite, not negative, at most `MAX_SECS`.
+fn seconds(v: &str, what: &'static str) -> Result<f64, SpecError> {
+    at_most(non_negative(v, what)?, v, what, MAX_SECS)
+}
+
+fn at_most(x: f64, v: &str, what: &'static str, max: f64) -> Result<f64, SpecError> {
+    if x > max {
+        return Err(SpecError::TooLarge {
+            value: v.to_string(),
+            what,
+            max,
+        });
+    }
+    Ok(x)
+}
+
 fn positive(v: &str, what: &'static str) -> Result<f64, SpecError> {
     match number(v, what)? {
         x if x > 0.0 => Ok(x),
@@ -224,6 +272,7 @@ mod tests {
             Err(SpecError::NotANumber { .. }) => "number",
             Err(SpecError::NotPositive { .. }) => "positive",
             Err(SpecError::Negative { .. }) => "negative",
+            Err(SpecError::TooLarge { .. }) => "large",
             Ok(()) => "accepted",
         };
         for (bad, why) in [
@@ -234,12 +283,17 @@ mod tests {
             ("uniform:3", "form"),
             ("3", "form"),
             ("fixed:-2", "negative"),
+            ("fixed:1e308", "large"),
+            ("poisson:1e300", "large"),
+            ("poisson:1e-300", "positive"),
         ] {
             assert_eq!(refused(Arrival::parse(bad).map(|_| ())), why, "{bad}");
         }
         for (bad, why) in [
             ("exp:0", "positive"),
             ("exp:NaN", "number"),
+            ("exp:1e308", "large"),
+            ("fixed:1e308", "large"),
             ("fixed:", "number"),
             ("normal:3:1", "form"),
             ("poisson:2", "form"),

@@ -43,12 +43,20 @@ pub struct BarSlot(Arc<Mutex<Option<indicatif::ProgressBar>>>);
 
 impl BarSlot {
     pub fn set(&self, bar: Option<indicatif::ProgressBar>) {
-        *self.0.lock().expect("bar slot") = bar;
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = bar;
     }
 
     /// `line` on stderr, above the bar when one is shown.
     fn eprint(&self, line: &str) {
-        match self.0.lock().expect("bar slot").as_ref() {
+        match self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
             Some(pb) => pb.suspend(|| eprintln!("{line}")),
             None => eprintln!("{line}"),
         }

@@ -12,7 +12,19 @@ pub enum BadValue {
     /// A duration of zero where only a positive one means something (a timeout, a
     /// grace): there is no "0 = none" value.
     ZeroDuration(String),
+    /// A duration past `MAX_DURATION`.
+    LongDuration(String),
+    /// A size past `MAX_SIZE`.
+    LargeSize(String),
 }
+
+/// The longest duration scenerun takes anywhere (a timeout, a grace, a wait, an age):
+/// 365 days. Every deadline is a moment plus at most this, which no clock overflows.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The largest size scenerun takes (a memory budget, a cache's size): 1 EiB, so sums of
+/// them stay far from overflowing.
+pub const MAX_SIZE: u64 = 1 << 60;
 
 impl fmt::Display for BadValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -29,11 +41,40 @@ impl fmt::Display for BadValue {
                 f,
                 "bad duration `{t}`: it must be longer than zero (leave the key out for its default)"
             ),
+            BadValue::LongDuration(t) => write!(
+                f,
+                "bad duration `{t}`: longer than the longest scenerun takes, 365 days (`365d`)"
+            ),
+            BadValue::LargeSize(t) => write!(
+                f,
+                "bad size `{t}`: larger than the largest scenerun takes, 1 EiB (`{MAX_SIZE}`)"
+            ),
         }
     }
 }
 
 impl std::error::Error for BadValue {}
+
+/// `t + d` that cannot overflow: a moment past what the clock can hold is taken as
+/// `t` + `MAX_DURATION` (which Linux's clocks hold for centuries), so a deadline is at
+/// worst far away, never a panic. Every deadline scenerun sets is made here.
+pub fn later(t: std::time::Instant, d: Duration) -> std::time::Instant {
+    t.checked_add(d.min(MAX_DURATION))
+        .or_else(|| t.checked_add(Duration::from_secs(3600)))
+        .unwrap_or(t)
+}
+
+/// Seconds read from a record or report (a float anyone could have written) as a
+/// duration: NaN and negative are zero, anything past `MAX_DURATION` is that.
+pub fn secs(s: f64) -> Duration {
+    if s.is_nan() || s <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::try_from_secs_f64(s)
+            .unwrap_or(MAX_DURATION)
+            .min(MAX_DURATION)
+    }
+}
 
 /// Parse a size. Binary units (KiB, MiB, GiB, TiB) are powers of 1024, decimal ones (KB, MB,
 /// GB, TB) powers of 1000; a bare number is bytes.
@@ -58,8 +99,11 @@ pub fn parse_size(text: &str) -> Result<u64, BadValue> {
     };
     let value: f64 = num.parse().map_err(|_| bad_size(text))?;
     let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+    if !bytes.is_finite() || bytes < 0.0 {
         return Err(bad_size(text));
+    }
+    if bytes > MAX_SIZE as f64 {
+        return Err(BadValue::LargeSize(text.to_string()));
     }
     Ok(bytes.round() as u64)
 }
@@ -68,15 +112,21 @@ fn bad_size(text: &str) -> BadValue {
     BadValue::Size(text.to_string())
 }
 
-/// Parse a duration: humantime syntax (`30m`, `90s`, `1h 30m`, `14d`); a bare number is seconds.
+/// Parse a duration: humantime syntax (`30m`, `90s`, `1h 30m`, `14d`); a bare number is
+/// seconds. At most `MAX_DURATION`.
 pub fn parse_duration(text: &str) -> Result<Duration, BadValue> {
     let t = text.trim();
+    let long = || BadValue::LongDuration(text.to_string());
     if let Ok(secs) = t.parse::<u64>() {
         if secs > 0 {
-            return Ok(Duration::from_secs(secs));
+            let d = Duration::from_secs(secs);
+            return if d > MAX_DURATION { Err(long()) } else { Ok(d) };
         }
     }
     match humantime::parse_duration(t) {
+        Ok(d) if d > MAX_DURATION => Err(long()),
+        // Past what humantime counts (u64 seconds): longer still.
+        Err(humantime::DurationError::NumberOverflow) => Err(long()),
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err(BadValue::ZeroDuration(text.to_string())),
         Err(_) if t.parse::<u64>() == Ok(0) => Err(BadValue::ZeroDuration(text.to_string())),

@@ -444,3 +444,132 @@ fn the_old_flow_builds_from_history_when_a_run_warmed_from_the_cache() {
     );
     assert!((b - a).abs() < 0.5 * a, "old hold {a} s, then {b} s");
 }
+
+/// Flags past their documented bounds are usage errors; within them, nothing runs away
+/// (a bounded wait) and no figure printed is NaN or infinite.
+#[test]
+fn flags_past_their_bounds_are_usage_errors_and_no_figure_is_nan_or_inf() {
+    let bounded = |args: &[&str]| {
+        let mut c = scenerun_process();
+        c.args(["fleet", "simulate"]).args(args);
+        crate::trust::run_bounded(c, std::time::Duration::from_secs(60))
+    };
+    let svg = tempfile::tempdir().unwrap();
+    let chart = svg.path().join("c.svg");
+    let chart = chart.to_str().unwrap();
+    let base = ["--cards", "2", "--arrival", "poisson:1"];
+    for extra in [
+        &["--jobs", "1000000000000", "--hold", "exp:1"][..],
+        &["--hold", "fixed:1e308"],
+        &["--hold", "fixed:1e308", "--svg", chart],
+        &["--hold", "exp:1e300"],
+        &["--hold", "exp:1", "--cards-per-job", "4000000000"],
+    ] {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        let o = bounded(&args);
+        assert_eq!(code(&o), 4, "{args:?}: {}", show(&o));
+        assert!(o.stdout.is_empty(), "{args:?}: {}", show(&o));
+    }
+    for arrival in ["poisson:1e-300", "poisson:1e300", "fixed:1e300"] {
+        let o = bounded(&["--cards", "2", "--arrival", arrival, "--hold", "exp:1"]);
+        assert_eq!(code(&o), 4, "{arrival}: {}", show(&o));
+    }
+    // The largest values taken: finite figures, a chart.
+    for format in ["text", "json"] {
+        let o = bounded(&[
+            "--cards",
+            "1",
+            "--jobs",
+            "2000",
+            "--arrival",
+            "fixed:31536000",
+            "--hold",
+            "fixed:31536000",
+            "--svg",
+            chart,
+            "--format",
+            format,
+        ]);
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        let out = stdout(&o).to_lowercase();
+        assert!(
+            !out.contains("nan") && !out.contains("inf"),
+            "{format}: {out}"
+        );
+    }
+    assert!(std::fs::read_to_string(chart).unwrap().contains("<svg"));
+}
+
+/// A report dir whose files are FIFOs, links to `/dev/zero`, sparse terabytes, or hold
+/// negative or huge times is a usage error naming the file: never a hang, never an
+/// allocation of its size, never a negative makespan.
+#[test]
+fn hostile_report_dirs_are_usage_errors_never_a_hang() {
+    let s = crate::trust::light_suite();
+    let o = s.cmd(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let o = s
+        .cmd(&["device", "--no-lock", "--devices", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    // The history would stand in for the report's own times.
+    let _ = std::fs::remove_file(s.path("cache/history.json"));
+    let report = s.path("build/scenerun");
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(report.join("report.json")).unwrap()).unwrap();
+    let fifo = |p: &std::path::Path| {
+        let _ = std::fs::remove_file(p);
+        crate::trust::mkfifo(p);
+    };
+    let with_duration = |secs: f64| {
+        let mut d = doc.clone();
+        d["scenes"][0]["duration_secs"] = serde_json::json!(secs);
+        move |p: &std::path::Path| std::fs::write(p, serde_json::to_vec(&d).unwrap()).unwrap()
+    };
+    type Plant = Box<dyn Fn(&std::path::Path)>;
+    let cases: Vec<(&str, &str, Plant)> = vec![
+        ("report.json", "report.json", Box::new(fifo)),
+        ("trace.json", "trace.json", Box::new(fifo)),
+        (
+            "warm.json",
+            "warm.json",
+            Box::new(|p: &std::path::Path| {
+                let _ = std::fs::remove_file(p);
+                std::os::unix::fs::symlink("/dev/zero", p).unwrap();
+            }),
+        ),
+        (
+            "report.json",
+            "report.json",
+            Box::new(crate::trust::bounded::sparse_tib),
+        ),
+        ("report.json", "-5", Box::new(with_duration(-5.0))),
+        ("report.json", "1e308", Box::new(with_duration(1e308))),
+    ];
+    let mut failures = Vec::new();
+    for (i, (file, says, plant)) in cases.into_iter().enumerate() {
+        let dir = s.path(&format!("copy{i}"));
+        copy_tree(&report, &dir, &["logs", "device", "job"]);
+        plant(&dir.join(file));
+        let mut c = scenerun_process();
+        c.current_dir(s.dir()).args([
+            "fleet",
+            "simulate",
+            "--cards",
+            "2",
+            "--jobs",
+            "10",
+            "--arrival",
+            "fixed:60",
+            "--from-reports",
+            dir.to_str().unwrap(),
+        ]);
+        let o = crate::trust::run_bounded(c, std::time::Duration::from_secs(60));
+        if code(&o) != 4 || !stderr(&o).contains(says) || !o.stdout.is_empty() {
+            failures.push(format!("{file} ({says}): exit {}: {}", code(&o), show(&o)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
+}

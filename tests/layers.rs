@@ -12,7 +12,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "base",
         &[
-            "error", "exit", "fsutil", "identity", "layout", "proc", "record", "sampling",
+            "error", "exit", "fsutil", "identity", "layout", "proc", "record", "sampling", "seal",
             "stepid", "template", "ui", "units",
         ],
     ),

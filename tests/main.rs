@@ -19,6 +19,7 @@ mod pytest_suite;
 mod readme;
 mod reliability;
 mod remote;
+mod reports;
 mod simpler;
 mod trust;
 mod verdicts;

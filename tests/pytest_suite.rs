@@ -716,7 +716,7 @@ fn the_codec_round_trips_what_a_suite_generates() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(stdout(&o).contains("6 passed"), "{}", show(&o));
+    assert!(stdout(&o).contains("10 passed"), "{}", show(&o));
 }
 
 /// A small suite written here: a conftest with options of its own and the override hook.

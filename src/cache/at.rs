@@ -250,6 +250,17 @@ pub fn is_file(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
+/// The `Stamp` of what an `lstat`/`fstat` gave (as `Stamp::of` makes it from metadata).
+pub fn stamp(st: &libc::stat) -> crate::fsutil::Stamp {
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    crate::fsutil::Stamp {
+        size: st.st_size as u64,
+        mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+        ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
+        ino: st.st_ino,
+    }
+}
+
 /// `fstat` of an open file.
 pub fn fstat(f: &fs::File) -> io::Result<libc::stat> {
     // SAFETY: zeroed `stat` is valid plain data for the kernel to fill.

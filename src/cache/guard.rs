@@ -17,13 +17,21 @@ use std::sync::Mutex;
 
 use anyhow::Result;
 
-use super::{FileRecord, Kind, Store, LAYOUT, MARKER};
+use super::meta::CopyId;
+use super::{FileRecord, Kind, Store, GENERATED, LAYOUT, MARKER};
 use crate::error::Error;
+use crate::fsutil::Stamp;
 use crate::fsutil::{self, Node};
 
-/// The directories of the layout that must be real directories.
+/// The directories of the layout that must be real directories: every directory the
+/// cache keeps at its top, and each kind's under `entries/`.
 pub(super) fn top_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut dirs = vec![root.join("tmp"), root.join("locks"), root.join("entries")];
+    let mut dirs = vec![
+        root.join("tmp"),
+        root.join("locks"),
+        root.join("entries"),
+        root.join(GENERATED),
+    ];
     for kind in Kind::ALL {
         dirs.push(root.join("entries").join(kind.name()));
     }
@@ -58,7 +66,7 @@ impl Store {
             ));
         }
         let marker = self.root.join(MARKER);
-        match fsutil::read_nofollow(&marker) {
+        match fsutil::read_capped(&marker, fsutil::Cap::SMALL) {
             Ok(text) => {
                 let layout = serde_json::from_slice::<serde_json::Value>(&text)
                     .ok()
@@ -102,7 +110,12 @@ impl Store {
             }
         }
         let mode = root_meta.permissions().mode();
-        if mode & 0o022 != 0 && WARNED.lock().expect("warned").insert(self.root.clone()) {
+        if mode & 0o022 != 0
+            && WARNED
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(self.root.clone())
+        {
             eprintln!(
                 "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
                 self.root.display(),
@@ -222,6 +235,13 @@ pub enum Damage {
         error: String,
     },
     Content(String),
+    /// A file changed after the entry was published (its stamp and its content differ
+    /// from the record): a step wrote into the cache.
+    Changed(String),
+    /// `cache.verify_key` is set and the record carries no signature.
+    Unsigned,
+    /// `cache.verify_key` is set and the record's signature does not verify.
+    BadSignature,
 }
 
 impl std::fmt::Display for Damage {
@@ -252,6 +272,17 @@ impl std::fmt::Display for Damage {
             Damage::FileMissing(p) => write!(f, "{} is missing", or_out(p)),
             Damage::CannotRead { path, error } => write!(f, "cannot read {path}: {error}"),
             Damage::Content(p) => write!(f, "{} content does not match its BLAKE3", or_out(p)),
+            Damage::Unsigned => f.write_str(
+                "integrity record is not signed, and cache.verify_key requires a signature",
+            ),
+            Damage::BadSignature => f.write_str(
+                "integrity record's signature does not verify with cache.verify_key",
+            ),
+            Damage::Changed(p) => write!(
+                f,
+                "{} changed after the entry was published (something wrote into the cache, e.g. a device step into {{fixture}})",
+                or_out(p)
+            ),
         }
     }
 }
@@ -266,7 +297,8 @@ pub fn record_path_ok(path: &str) -> bool {
 
 /// The hit check: the listing of `out` (by `lstat`, nothing followed) must equal the
 /// record — the same paths, the same sizes, regular files only. O(files), no hashing.
-pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<(), Damage> {
+/// Returns each recorded file's stamp now, in record order (see `stamps_hold`).
+pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<Vec<Stamp>, Damage> {
     if files.is_empty() {
         return Err(Damage::NoFiles);
     }
@@ -274,22 +306,35 @@ pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<(), Damage> {
     if let Some(bad) = files.iter().find(|f| !single && !record_path_ok(&f.path)) {
         return Err(Damage::Outside(bad.path.clone()));
     }
-    let actual = fsutil::walk_files(out).map_err(|e| match e.kind() {
+    let actual = fsutil::walk_stamped(out).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => Damage::OutMissing,
         _ => Damage::Unservable(e.to_string()),
     })?;
-    let mut recorded: Vec<(&str, u64)> = files.iter().map(|f| (f.path.as_str(), f.size)).collect();
+    let mut recorded: Vec<(&str, u64, usize)> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.path.as_str(), f.size, i))
+        .collect();
     recorded.sort();
-    let mut a = actual.iter().map(|(p, s)| (p.as_str(), *s)).peekable();
+    let mut now = vec![None; files.len()];
+    let mut a = actual
+        .iter()
+        .map(|(p, s)| (p.as_str(), s.size, *s))
+        .peekable();
     let mut r = recorded.iter().copied().peekable();
     loop {
         match (a.peek().copied(), r.peek().copied()) {
-            (None, None) => return Ok(()),
-            (Some((ap, _)), Some((rp, _))) if ap < rp => {
+            (None, None) => {
+                return Ok(now
+                    .into_iter()
+                    .map(|s| s.expect("every record matched"))
+                    .collect())
+            }
+            (Some((ap, ..)), Some((rp, ..))) if ap < rp => {
                 return Err(Damage::NotRecorded(ap.to_string()))
             }
-            (Some((ap, _)), None) => return Err(Damage::NotRecorded(ap.to_string())),
-            (Some((ap, asz)), Some((rp, rsz))) if ap == rp => {
+            (Some((ap, ..)), None) => return Err(Damage::NotRecorded(ap.to_string())),
+            (Some((ap, asz, stamp)), Some((rp, rsz, i))) if ap == rp => {
                 if asz != rsz {
                     return Err(Damage::Size {
                         path: ap.to_string(),
@@ -297,12 +342,50 @@ pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<(), Damage> {
                         recorded: rsz,
                     });
                 }
+                now[i] = Some(stamp);
                 a.next();
                 r.next();
             }
-            (_, Some((rp, _))) => return Err(Damage::FileMissing(rp.to_string())),
+            (_, Some((rp, ..))) => return Err(Damage::FileMissing(rp.to_string())),
         }
     }
+}
+
+/// Whether the files of an entry are as they were published (or last confirmed), from
+/// their stamps `now` (in record order): Ok(None) when they are; Ok(Some(stamps)) when
+/// the record's stamps must be taken again — the entry is another copy than the one
+/// they were taken in (a restored or copied cache, or a record from before stamps),
+/// or a file's stamp changed but its content is still the recorded one (a `touch`) —
+/// and Err when a file's content changed since (a step wrote into the entry).
+/// `copy`: the entry's directory now. Only a changed file is re-hashed.
+pub fn stamps_hold(
+    out: &Path,
+    files: &[FileRecord],
+    recorded_copy: Option<CopyId>,
+    copy: CopyId,
+    now: Vec<Stamp>,
+) -> Result<Option<(Vec<Stamp>, CopyId)>, Damage> {
+    if recorded_copy != Some(copy) {
+        return Ok(Some((now, copy)));
+    }
+    let mut changed = false;
+    for (f, stamp) in files.iter().zip(&now) {
+        if f.stamp == Some(*stamp) {
+            continue;
+        }
+        changed = true;
+        let path = if f.path.is_empty() {
+            out.to_path_buf()
+        } else {
+            out.join(&f.path)
+        };
+        let same = super::digest_in_cache(&path, super::Digester::new())
+            .is_ok_and(|d| d.size == f.size && d.blake3 == f.blake3);
+        if !same {
+            return Err(Damage::Changed(f.path.clone()));
+        }
+    }
+    Ok(changed.then_some((now, copy)))
 }
 
 fn or_out(p: &str) -> &str {
@@ -318,11 +401,7 @@ mod tests {
     use super::*;
 
     fn rec(path: &str, size: u64) -> FileRecord {
-        FileRecord {
-            path: path.into(),
-            size,
-            blake3: String::new(),
-        }
+        FileRecord::new(path.into(), size, String::new())
     }
 
     #[test]
@@ -343,7 +422,7 @@ mod tests {
         fs::write(out.join("a"), b"12").unwrap();
         fs::write(out.join("d/b"), b"123").unwrap();
         let good = [rec("a", 2), rec("d/b", 3)];
-        assert_eq!(check_listing(&out, &good), Ok(()));
+        assert!(check_listing(&out, &good).is_ok());
         assert!(check_listing(&out, &[rec("a", 2)])
             .unwrap_err()
             .to_string()

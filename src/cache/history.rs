@@ -46,8 +46,7 @@ impl History {
     }
 
     pub fn load(root: &std::path::Path) -> History {
-        fsutil::read_nofollow(&Self::path(root))
-            .ok()
+        fsutil::read_kept(&Self::path(root), fsutil::Cap::HISTORY)
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()
     }

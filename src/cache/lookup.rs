@@ -11,9 +11,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::meta::{read_meta, read_record, MetaView};
+use super::meta::{read_meta, read_record, CopyId, MetaView};
 use super::{at, guard, Damage, Dep, FileRecord, Kind, Meta, Store, LAYOUT};
-use crate::fsutil;
+use crate::fsutil::{self, Stamp};
 use crate::key::Files;
 
 /// A published entry.
@@ -100,49 +100,102 @@ fn single_file(files: &[FileRecord]) -> bool {
 }
 
 /// `check_listing` for a single-file `out`, by one `lstat` in the opened entry
-/// directory: a regular file of the recorded size. None for a directory `out` (left to
-/// `check_listing`) or when `out` cannot be looked at.
-fn out_matches_at(entry: BorrowedFd<'_>, files: &[FileRecord]) -> Option<bool> {
+/// directory: a regular file of the recorded size, and its stamp. None for a directory
+/// `out` (left to `check_listing`), a mismatch, or when `out` cannot be looked at.
+fn out_matches_at(entry: BorrowedFd<'_>, files: &[FileRecord]) -> Option<Stamp> {
     if !single_file(files) {
         return None;
     }
     let st = at::stat_at(entry, c"out").ok()?;
-    Some(at::is_file(&st) && st.st_size as u64 == files[0].size)
+    (at::is_file(&st) && st.st_size as u64 == files[0].size).then(|| at::stamp(&st))
+}
+
+/// The stamps of an entry's files need taking again: these stamps, in this copy.
+type Restamp = Option<(Vec<Stamp>, CopyId)>;
+
+/// What a record says of itself, for `trust`: its kind, key and layout, and the copy
+/// of the entry its stamps were taken in.
+struct Names<'a> {
+    kind: Kind,
+    key: &'a str,
+    layout: u32,
+    copy: Option<CopyId>,
 }
 
 /// The trust check, made by every reader of an entry (docs/cache-trust.md): its record
-/// (`record`: kind, key, layout) is of this kind and key and of this layout, and the
-/// listing of `out` equals the record — the same paths and sizes, regular files only,
-/// nothing followed. `opened`: the entry directory opened through `at`, where a
-/// single-file `out` (a kernel's object) is one `lstat`; a directory `out`, or a
-/// mismatch there, is listed by `guard::check_listing`, which names the damage.
+/// is of this kind and key and of this layout; the listing of `out` equals the record
+/// — the same paths and sizes, regular files only, nothing followed; and no file
+/// changed since it was published (`guard::stamps_hold`). `opened`: the entry
+/// directory (`dir`) opened through `at`, where a single-file `out` (a kernel's object)
+/// is one `lstat`; a directory `out`, or a mismatch there, is listed by
+/// `guard::check_listing`, which names the damage.
 fn trust(
     (kind, key): (Kind, &str),
-    record: (Kind, &str, u32),
+    record: Names<'_>,
     opened: Option<BorrowedFd<'_>>,
-    out: &Path,
+    dir: &Path,
     files: &[FileRecord],
-) -> Result<(), Damage> {
-    if record != (kind, key, LAYOUT) {
+) -> Result<Restamp, Damage> {
+    if (record.kind, record.key, record.layout) != (kind, key, LAYOUT) {
         return Err(Damage::RecordMismatch);
     }
-    match opened.and_then(|entry| out_matches_at(entry, files)) {
-        Some(true) => Ok(()),
-        _ => guard::check_listing(out, files),
+    let out = dir.join("out");
+    let now = match opened.and_then(|entry| out_matches_at(entry, files)) {
+        Some(stamp) => vec![stamp],
+        None => guard::check_listing(&out, files)?,
+    };
+    let copy = match opened {
+        Some(entry) => at::stat_at(entry, c".").map(|st| CopyId {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }),
+        None => fs::symlink_metadata(dir).map(|m| CopyId::of(&m)),
     }
+    .map_err(|e| Damage::Unreadable {
+        path: dir.to_path_buf(),
+        error: e.to_string(),
+    })?;
+    guard::stamps_hold(&out, files, record.copy, copy, now)
 }
 
 impl MetaView<'_> {
-    /// (kind, key, layout), for `trust`.
-    fn names(&self) -> (Kind, &str, u32) {
-        (self.kind, &self.key, self.layout)
+    /// With a verify key: this record's signature verifies (`sign`).
+    fn signed(&self, keys: &super::sign::Keys) -> Result<(), Damage> {
+        keys.check(self.signature.as_deref(), || {
+            super::sign::signed_bytes(
+                (
+                    self.layout,
+                    self.kind,
+                    &self.key,
+                    &self.built_by,
+                    self.duration_secs,
+                ),
+                &self.files,
+                self.deps.iter(),
+            )
+        })
+    }
+
+    /// What the record says of itself, for `trust`.
+    fn names(&self) -> Names<'_> {
+        Names {
+            kind: self.kind,
+            key: &self.key,
+            layout: self.layout,
+            copy: self.copy,
+        }
     }
 }
 
 impl Meta {
-    /// (kind, key, layout), for `trust`.
-    fn names(&self) -> (Kind, &str, u32) {
-        (self.kind, &self.key, self.layout)
+    /// What the record says of itself, for `trust`.
+    fn names(&self) -> Names<'_> {
+        Names {
+            kind: self.kind,
+            key: &self.key,
+            layout: self.layout,
+            copy: self.copy,
+        }
     }
 }
 
@@ -182,6 +235,8 @@ fn check_deps(
         duration_secs: view.duration_secs,
         files: view.files,
         deps,
+        copy: view.copy,
+        signature: view.signature,
     };
     Lookup::Hit(Arc::new(Entry { dir, meta, record }))
 }
@@ -299,15 +354,58 @@ impl Store {
                 return Lookup::Stale(Stale::Damaged(Damage::RecordUnreadable(e.to_string())))
             }
         };
-        let out = dir.join("out");
-        if let Err(why) = trust((kind, key), view.names(), None, &out, &view.files) {
-            return Lookup::Stale(Stale::Damaged(why));
-        }
+        let restamp = match view
+            .signed(&self.keys)
+            .and_then(|()| trust((kind, key), view.names(), None, &dir, &view.files))
+        {
+            Ok(r) => r,
+            Err(why) => return Lookup::Stale(Stale::Damaged(why)),
+        };
         let found = check_deps(view, dir, None, base, files);
+        let found = self.restamped(found, restamp, settle);
         if let (true, Lookup::Hit(e)) = (settle, &found) {
             self.touch(e);
         }
         found
+    }
+
+    /// A hit whose files' stamps had to be taken again (`guard::stamps_hold`): its record
+    /// with the new stamps, written back into the entry when its key lock is held
+    /// (`locked`) or free (never while a builder may be replacing the entry), so the
+    /// next lookup compares with them. Without the lock, this lookup's answer still
+    /// carries them (a device phase checks its artifacts against them).
+    fn restamped(&self, found: Lookup, restamp: Restamp, locked: bool) -> Lookup {
+        let (Lookup::Hit(e), Some((stamps, copy))) = (&found, restamp) else {
+            return found;
+        };
+        let mut meta = e.meta.clone();
+        for (f, s) in meta.files.iter_mut().zip(stamps) {
+            f.stamp = Some(s);
+        }
+        meta.copy = Some(copy);
+        let lock = match locked {
+            true => None,
+            false => match self.try_lock_key(meta.kind, &meta.key) {
+                Ok(Some(l)) => Some(l),
+                _ => {
+                    return Lookup::Hit(Arc::new(Entry {
+                        dir: e.dir.clone(),
+                        meta,
+                        record: None,
+                    }))
+                }
+            },
+        };
+        let _ = fsutil::write_atomic(
+            &e.dir.join("meta.json"),
+            &serde_json::to_vec(&meta).expect("meta serializes"),
+        );
+        drop(lock);
+        Lookup::Hit(Arc::new(Entry {
+            dir: e.dir.clone(),
+            meta,
+            record: None,
+        }))
     }
 
     /// `lookup` through `at`: None when the answer is not a plain hit or dependency
@@ -335,27 +433,38 @@ impl Store {
                 return None;
             }
             (
-                fsutil::read_all(f, st.st_size as u64).ok()?,
+                fsutil::read_all_capped(
+                    f,
+                    st.st_size as u64,
+                    Path::new("meta.json"),
+                    fsutil::Cap::META,
+                )
+                .ok()?,
                 at::FileId::of(&st),
             )
         };
         let view = MetaView::parse(&bytes).ok()?;
+        view.signed(&self.keys).ok()?;
         let dir = self.entry_dir(kind, key);
         // A directory `out` (fixtures, goldens) is listed by path, as the path-by-path
         // lookup lists it.
-        let out = dir.join("out");
-        trust(
+        let restamp = trust(
             (kind, key),
             view.names(),
             Some(entry.as_fd()),
-            &out,
+            &dir,
             &view.files,
         )
         .ok()?;
+        let rewritten = restamp.is_some();
         let found = check_deps(view, dir, Some(record), base, files);
-        // In the directory just opened: this record, confirmed a moment ago.
-        if let (true, Lookup::Hit(_)) = (settle, &found) {
-            self.touch_in(&entry, kind, key);
+        let found = self.restamped(found, restamp, settle);
+        // In the directory just opened: this record, confirmed a moment ago (a record
+        // rewritten with new stamps is touched by its path).
+        match (settle, &found) {
+            (true, Lookup::Hit(e)) if rewritten => self.touch(e),
+            (true, Lookup::Hit(_)) => self.touch_in(&entry, kind, key),
+            _ => {}
         }
         Some(found)
     }
@@ -364,14 +473,10 @@ impl Store {
     pub fn present(&self, kind: Kind, key: &str) -> Option<Entry> {
         let dir = self.entry_checked(kind, key).ok().flatten()?;
         let meta = read_meta(&dir).ok().flatten()?;
-        trust(
-            (kind, key),
-            meta.names(),
-            None,
-            &dir.join("out"),
-            &meta.files,
-        )
-        .ok()?;
+        let keys = &self.keys;
+        keys.check(meta.signature.as_deref(), || super::sign::meta_bytes(&meta))
+            .ok()?;
+        trust((kind, key), meta.names(), None, &dir, &meta.files).ok()?;
         Some(Entry {
             dir,
             meta,
@@ -411,12 +516,12 @@ impl Store {
         if !at::is_file(&st) || at::FileId::of(&st) != record {
             return None;
         }
-        let (meta, out) = (&seen.meta, seen.dir.join("out"));
+        let meta = &seen.meta;
         trust(
             (kind, key),
             meta.names(),
             Some(entry.as_fd()),
-            &out,
+            &seen.dir,
             &meta.files,
         )
         .ok()?;
@@ -429,14 +534,9 @@ impl Store {
             return None;
         }
         let meta = &seen.meta;
-        trust(
-            (kind, key),
-            meta.names(),
-            None,
-            &dir.join("out"),
-            &meta.files,
-        )
-        .ok()
+        trust((kind, key), meta.names(), None, &dir, &meta.files)
+            .map(|_| ())
+            .ok()
     }
 
     /// `still_present`, then `touch`: how warm settles a hit the plan found (thousands
@@ -470,12 +570,18 @@ impl Store {
     }
 
     fn touched(&self, kind: Kind, key: &str) {
-        self.touched.lock().expect("touched")[kind as usize].insert(key.to_string());
+        self.touched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[kind as usize]
+            .insert(key.to_string());
     }
 
     /// Whether this process marked the entry used (see `touch`).
     pub fn touched_now(&self, kind: Kind, key: &str) -> bool {
-        self.touched.lock().expect("touched")[kind as usize].contains(key)
+        self.touched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[kind as usize]
+            .contains(key)
     }
 }
 

@@ -34,7 +34,7 @@ const LAST_PRUNE: &str = "last-prune.json";
 /// Whether a prune with these limits ended less than `PRUNE_EVERY` ago.
 pub fn pruned_lately(store: &Store, max_age: Duration, max_size: Option<u64>) -> bool {
     let path = store.root.join(LAST_PRUNE);
-    let Ok(bytes) = fsutil::read_nofollow(&path) else {
+    let Some(bytes) = fsutil::read_kept(&path, fsutil::Cap::SMALL) else {
         return false;
     };
     let same = serde_json::from_slice::<LastPrune>(&bytes).is_ok_and(|l| {
@@ -86,8 +86,7 @@ fn kind_totals(store: &Store) -> Vec<(Kind, usize, u64)> {
 
 /// The summary the last warm left in the cache dir, if any.
 fn last_warm(store: &Store) -> Option<LastWarm> {
-    fsutil::read_nofollow(&store.root.join("last-warm.json"))
-        .ok()
+    fsutil::read_kept(&store.root.join("last-warm.json"), fsutil::Cap::SMALL)
         .and_then(|b| serde_json::from_slice::<LastWarm>(&b).ok())
 }
 

@@ -19,6 +19,42 @@ pub struct FileRecord {
     pub path: String,
     pub size: u64,
     pub blake3: String,
+    /// Its size, times and inode once it was published read-only (or last confirmed):
+    /// any change since (a step writing into `{fixture}`, even as root) shows here
+    /// before the entry is served again. Valid in the copy of the entry `Meta::copy`
+    /// names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<crate::fsutil::Stamp>,
+}
+
+impl FileRecord {
+    pub fn new(path: String, size: u64, blake3: String) -> FileRecord {
+        FileRecord {
+            path,
+            size,
+            blake3,
+            stamp: None,
+        }
+    }
+}
+
+/// Which copy of an entry the file stamps were taken in: its directory's device and
+/// inode. A cache restored from an archive, or copied, has other ones: its stamps say
+/// nothing there, and are taken again.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CopyId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl CopyId {
+    pub fn of(m: &std::fs::Metadata) -> CopyId {
+        use std::os::unix::fs::MetadataExt;
+        CopyId {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
 }
 
 /// A file the compiler reported reading (from its depfile), re-checked on every hit.
@@ -42,6 +78,8 @@ pub(super) struct MetaView<'a> {
     pub(super) duration_secs: f64,
     pub(super) files: Vec<FileRecord>,
     pub(super) deps: Deps<'a>,
+    pub(super) copy: Option<CopyId>,
+    pub(super) signature: Option<String>,
 }
 
 /// `Meta` with `deps` left as its JSON text (checked by serde to be valid JSON).
@@ -59,6 +97,10 @@ struct MetaRaw<'a> {
     /// refuses).
     #[serde(default = "no_deps", borrow)]
     deps: &'a serde_json::value::RawValue,
+    #[serde(default)]
+    copy: Option<CopyId>,
+    #[serde(default)]
+    signature: Option<String>,
 }
 
 fn no_deps() -> &'static serde_json::value::RawValue {
@@ -89,6 +131,8 @@ impl<'a> MetaView<'a> {
                     duration_secs: raw.duration_secs,
                     files: raw.files,
                     deps: Deps::Canonical { text, count },
+                    copy: raw.copy,
+                    signature: raw.signature,
                 });
             }
         }
@@ -102,6 +146,8 @@ impl<'a> MetaView<'a> {
             duration_secs: m.duration_secs,
             files: m.files,
             deps: Deps::Parsed(m.deps),
+            copy: m.copy,
+            signature: m.signature,
         })
     }
 }
@@ -207,6 +253,13 @@ pub struct Meta {
     pub files: Vec<FileRecord>,
     #[serde(default)]
     pub deps: Vec<Dep>,
+    /// The copy of the entry its files' stamps were taken in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<CopyId>,
+    /// `ed25519:<base64>` over the record without stamps, copy and signature, by the
+    /// manifest's `cache.sign_key_env` (docs/cache-trust.md, "Signed entries").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 impl Meta {
@@ -226,6 +279,8 @@ impl Meta {
             duration_secs,
             files,
             deps,
+            copy: None,
+            signature: None,
         }
     }
 
@@ -246,7 +301,7 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>, Damage> {
 
 /// The bytes of an entry's `meta.json` (see `read_meta`).
 pub(super) fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, Damage> {
-    match fsutil::read_nofollow(&dir.join("meta.json")) {
+    match fsutil::read_capped(&dir.join("meta.json"), fsutil::Cap::META) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if fsutil::node(dir).ok() != Some(fsutil::Node::Missing) {
@@ -278,11 +333,7 @@ mod tests {
             path: p.into(),
             blake3: h.into(),
         };
-        let file = FileRecord {
-            path: String::new(),
-            size: 3,
-            blake3: "ff".into(),
-        };
+        let file = FileRecord::new(String::new(), 3, "ff".into());
         for deps in [
             vec![],
             vec![dep("a.c", "01")],

@@ -6,6 +6,7 @@
 //! <root>/tmp/<stage>/               staging; <stage>.lock held by its builder
 //! <root>/locks/<key>.lock           per-key build lock
 //! <root>/entries/<kind>/<kk>/<key>/ meta.json (integrity record) + out (file or dir)
+//! <root>/generated/<key>.yaml       kept output of a `scenes_from` generator
 //! <root>/history.json               recent step durations
 //! <root>/last-warm.json             hits and misses of the last warm
 //! <root>/last-prune.json            limits of the last complete prune (mtime: when)
@@ -26,6 +27,7 @@ pub mod maintain;
 mod meta;
 mod publish;
 pub mod remote;
+pub mod sign;
 
 use std::fs;
 use std::io;
@@ -43,6 +45,8 @@ pub use publish::{digest_in_cache, Staging};
 
 pub const LAYOUT: u32 = 1;
 const MARKER: &str = "scenerun-cache.json";
+/// Where the outputs of `scenes_from` generators are kept (`plan::scenes_from`).
+pub const GENERATED: &str = "generated";
 
 pub use crate::stepid::Kind;
 
@@ -63,6 +67,9 @@ pub struct Store {
     /// the prune after a warm need not `stat` them (`touched_now`).
     /// By `Kind as usize`.
     touched: Arc<std::sync::Mutex<[std::collections::HashSet<String>; 4]>>,
+    /// The keys entries are signed and verified with (`cache.verify_key`,
+    /// `cache.sign_key_env`; none by default).
+    pub keys: Arc<sign::Keys>,
 }
 
 /// An unusable store is an infrastructure error (exit 3) that names the path.
@@ -83,7 +90,14 @@ impl Store {
             root,
             dirs: Arc::default(),
             touched: Arc::default(),
+            keys: Arc::default(),
         }
+    }
+
+    /// This store, its entries signed and verified with `keys`.
+    pub fn with_keys(mut self, keys: sign::Keys) -> Store {
+        self.keys = Arc::new(keys);
+        self
     }
 
     pub fn entry_dir(&self, kind: Kind, key: &str) -> PathBuf {

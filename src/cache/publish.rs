@@ -44,6 +44,22 @@ fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     f.write_all(bytes)
 }
 
+/// Make an entry's `out` read-only to the steps that use it (no write bit: a device step
+/// handed `{fixture}` cannot write into it, unless it is root) and record in `meta`
+/// each file's stamp after that, and which copy of the entry they were taken in. The
+/// stamps are what a hit compares (docs/cache-trust.md, "Entries are read-only").
+pub(super) fn stamp_entry(dir: &Path, meta: &mut Meta) -> io::Result<()> {
+    let out = dir.join("out");
+    fsutil::make_read_only(&out)?;
+    let now: std::collections::HashMap<String, fsutil::Stamp> =
+        fsutil::walk_stamped(&out)?.into_iter().collect();
+    for f in &mut meta.files {
+        f.stamp = now.get(&f.path).copied();
+    }
+    meta.copy = Some(super::meta::CopyId::of(&fs::symlink_metadata(dir)?));
+    Ok(())
+}
+
 /// Digests of a file inside the cache: regular files only, no link followed.
 pub fn digest_in_cache(path: &Path, digester: Digester) -> io::Result<Digests> {
     digester.read_all(fsutil::open_regular_nofollow(path)?)
@@ -118,11 +134,7 @@ impl Store {
                 out.join(&rel)
             };
             let d = digest_in_cache(&path, Digester::new()).map_err(|e| infra(e, "read", &path))?;
-            files.push(FileRecord {
-                path: rel,
-                size: d.size,
-                blake3: d.blake3,
-            });
+            files.push(FileRecord::new(rel, d.size, d.blake3));
         }
         self.place(
             staging,
@@ -146,9 +158,12 @@ impl Store {
         self.place(staging, meta)
     }
 
-    /// Write the integrity record into the staging dir and rename it into place: the one
-    /// way an entry appears.
-    fn place(&self, staging: Staging, meta: Meta) -> Result<Entry> {
+    /// Make `out` read-only, record each file's stamp, write the integrity record into
+    /// the staging dir and rename it into place: the one way an entry appears.
+    fn place(&self, staging: Staging, mut meta: Meta) -> Result<Entry> {
+        stamp_entry(&staging.dir, &mut meta)
+            .map_err(|e| infra(e, "make read-only", &staging.out()))?;
+        self.keys.sign(&mut meta);
         let (kind, key) = (meta.kind, meta.key.as_str());
         let meta_path = staging.dir.join("meta.json");
         // The step knew the staging dir: whatever it left at meta.json is replaced, and

@@ -7,7 +7,8 @@ use crate::exit::Exit;
 
 /// Mark the scenes whose ending infrastructure decided, after the run: never-started or
 /// killed scenes of a cancelled run, and failed scenes whose artifacts are gone now (a
-/// `cache clean` during the phase is not the scene's failure).
+/// `cache clean` during the phase is not the scene's failure; an artifact another
+/// scene's step changed in place is the suite's, and stays a failure).
 pub fn classify(frozen: &Frozen, results: &mut Results, lost: bool, interrupted: bool) {
     let no_healthy = results.no_healthy_device;
     for (r, s) in results.scenes.iter_mut().zip(&frozen.scenes) {
@@ -26,7 +27,13 @@ pub fn classify(frozen: &Frozen, results: &mut Results, lost: bool, interrupted:
             };
             continue;
         }
-        if let Err(why) = super::inner::prepare(frozen, s).map_err(|g| g.to_string()) {
+        // An artifact changed in place is the suite's own doing (a device step wrote
+        // into the cache entry it shares): the scene failed, as its message says.
+        let gone = match super::inner::prepare(frozen, s) {
+            Err(super::inner::Gone::Changed { .. }) | Ok(()) => None,
+            Err(g) => Some(g),
+        };
+        if let Some(why) = gone.map(|g| g.to_string()) {
             r.message = Some(match &r.message {
                 Some(m) if !m.contains(&why) => format!("{why} (the step: {m})"),
                 _ => why,

@@ -127,6 +127,8 @@ pub struct LaneRecord {
 /// What the executor tells the scheduler, the accumulator and the reporter.
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// Scene `scene` started running (its own command, or its lane process said so).
+    Started { scene: usize },
     /// One attempt of scene `scene` (index into the frozen scenes) ended.
     Attempt { scene: usize, attempt: Attempt },
     /// A lane process ended.
@@ -247,6 +249,8 @@ pub struct Accumulator {
     pub lanes: Vec<LaneRecord>,
     pub quarantined: BTreeSet<usize>,
     pub warnings: Vec<String>,
+    /// Scenes started and not ended yet: what a run killed now cut short.
+    pub running: BTreeSet<usize>,
 }
 
 impl Accumulator {
@@ -259,7 +263,13 @@ impl Accumulator {
 
     pub fn apply(&mut self, e: &Event) {
         match e {
-            Event::Attempt { scene, attempt } => self.attempts[*scene].push(attempt.clone()),
+            Event::Started { scene } => {
+                self.running.insert(*scene);
+            }
+            Event::Attempt { scene, attempt } => {
+                self.running.remove(scene);
+                self.attempts[*scene].push(attempt.clone());
+            }
             Event::Lane(r) => self.lanes.push(r.clone()),
             Event::Fault { slots } => self.quarantined.extend(slots.iter().copied()),
             Event::Warning(w) => self.warnings.push(w.clone()),

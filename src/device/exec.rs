@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::Sender;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::events::{Attempt, AttemptOutcome, Event};
 use super::{Frozen, FrozenScene};
@@ -108,6 +108,7 @@ pub fn run_plain(
     let devices = cx.ids(slots);
     let log = scene_log(cx.frozen, &s.name, attempt);
     let start = cx.now();
+    let _ = tx.send(Event::Started { scene });
     let finished = start_plain(cx.frozen, s, &devices.join(","), &log);
     let duration = cx.now() - start;
     let (outcome, mut message) = plain_verdict(cx, s, &finished, &log, &devices);
@@ -164,7 +165,7 @@ fn plain_verdict(
             AttemptOutcome::TimedOut,
             Some(format!(
                 "timed out after {} (process group killed)",
-                crate::units::short_duration(Duration::from_secs_f64(
+                crate::units::short_duration(crate::units::secs(
                     s.device().timeout_secs.unwrap_or(0.0)
                 ))
             )),
@@ -267,12 +268,15 @@ fn start_plain(
     );
     let env = scene_env(frozen, s, devices);
     crate::fsutil::start_log(&frozen.report_dir, log, &format!("$ {command}\n"))?;
+    // Its artifacts as the plan saw them: an earlier step may have written into one it
+    // shares (docs/cache-trust.md, "Entries are read-only").
+    super::inner::prepare(frozen, s).map_err(std::io::Error::other)?;
     let spec = proc::Spec {
         command: &command,
         dir: &frozen.manifest_dir,
         env: &env,
         log,
-        timeout: s.device().timeout_secs.map(Duration::from_secs_f64),
+        timeout: s.device().timeout_secs.map(crate::units::secs),
         stop: s.device().stop,
     };
     proc::run_observed(&spec, |_| {})

@@ -20,7 +20,7 @@ use crate::proc;
 
 /// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3.
 pub fn main(frozen_path: &Path) -> Result<Exit> {
-    let bytes = std::fs::read(frozen_path)
+    let bytes = crate::fsutil::read_capped(frozen_path, crate::fsutil::Cap::DEVICE_RUN)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
     let frozen = read_frozen(&bytes)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
@@ -29,7 +29,7 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
         super::runs::Claim::First(lock) => lock,
         super::runs::Claim::Repeat => return Ok(super::runs::repeat_exit(&frozen)),
     };
-    proc::set_grace(Duration::from_secs_f64(frozen.grace_secs));
+    proc::set_grace(crate::units::secs(frozen.grace_secs));
     super::watch::start(&frozen, frozen_path);
     let granted = std::env::var(&frozen.device_env).ok();
     let ids = super::ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
@@ -98,7 +98,10 @@ pub(super) fn result(
     }
 }
 
-/// Check every artifact by `stat` (presence and size), and the `{kernels}` links.
+/// Check every artifact by `stat` (presence and size, and its stamp where the plan
+/// took one: a file an earlier device step wrote into since is refused), and the
+/// `{kernels}` links. Made when the run starts and again before each start of a scene
+/// or lane process (one `stat` per file).
 pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), Gone> {
     for a in s.kernels.iter().chain(&s.fixture).chain(&s.golden) {
         for f in &a.files {
@@ -107,8 +110,15 @@ pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), Gone> {
             } else {
                 a.out.join(&f.path)
             };
-            match std::fs::metadata(&p) {
-                Ok(m) if m.len() == f.size => {}
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_file() && m.len() == f.size => {
+                    if f.stamp.is_some_and(|st| st != crate::fsutil::Stamp::of(&m)) {
+                        return Err(Gone::Changed {
+                            name: a.name.clone(),
+                            path: p,
+                        });
+                    }
+                }
                 _ => {
                     return Err(Gone::Artifact {
                         name: a.name.clone(),
@@ -138,6 +148,9 @@ pub enum Gone {
     Artifact { name: String, path: PathBuf },
     /// A link of its `{kernels}` directory is missing.
     KernelLink { name: String, dir: PathBuf },
+    /// A file of an artifact changed since the plan saw it (a device step wrote into
+    /// the cache entry it shares with this scene).
+    Changed { name: String, path: PathBuf },
 }
 
 impl std::fmt::Display for Gone {
@@ -151,9 +164,16 @@ impl std::fmt::Display for Gone {
             Gone::KernelLink { name, dir } => {
                 write!(f, "kernel link {name} is missing in {}", dir.display())
             }
+            Gone::Changed { name, path } => write!(
+                f,
+                "artifact {name} ({}) changed after it was published (a device step wrote into the cache?); not run on it: the next `scenerun warm` rebuilds it (declare `device.writes` for a step that writes)",
+                path.display()
+            ),
         }
     }
 }
+
+impl std::error::Error for Gone {}
 
 /// Each frozen scene that is settled before anything runs — failed in warm, without a
 /// device step, needing more ids than granted, its artifacts gone since warm — with its
@@ -671,6 +691,12 @@ fn collect(
             } else {
                 r.message = Some(unfinished.into());
             }
+            // Running now: if this snapshot is the last one (the lock tool killed the
+            // run), the scene was cut short, not left unrun.
+            if acc.running.contains(&i) {
+                r.outcome = SceneOutcome::Interrupted;
+                r.message = Some(RUNNING_WHEN_ENDED.into());
+            }
             r.attempts = attempts.clone();
             r
         })
@@ -697,6 +723,9 @@ fn collect(
         no_healthy_device: no_healthy,
     }
 }
+
+/// The message of a scene a results snapshot found running.
+const RUNNING_WHEN_ENDED: &str = "interrupted: it was running when the inner run was ended";
 
 /// How often the results file is rewritten while scenes run.
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
@@ -747,11 +776,7 @@ mod tests {
             name: "fixture".into(),
             key: "k".into(),
             out: t.path().join("nowhere"),
-            files: vec![FileRecord {
-                path: String::new(),
-                size: 3,
-                blake3: "b".into(),
-            }],
+            files: vec![FileRecord::new(String::new(), 3, "b".into())],
         });
         let f = frozen(
             t.path(),

@@ -243,6 +243,8 @@ enum State {
 /// What the machine tells its runner.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// Scene `scene` (index in the batch) started.
+    Started { scene: usize },
     /// Scene `scene` (index in the batch) ended this way.
     Scene {
         scene: usize,
@@ -462,6 +464,24 @@ impl Batch {
         self.last_result = now;
     }
 
+    /// A start line for `scene` at `now`: a pending scene of this batch runs from now.
+    fn start(&mut self, scene: &str, now: f64, out: &mut Vec<Effect>) {
+        match self.by_name.get(scene).copied() {
+            Some(i) if matches!(self.state[i], State::Pending) => {
+                self.result_seen(now);
+                self.close_others(i, out);
+                self.state[i] = State::Running { since: now };
+                out.push(Effect::Started { scene: i });
+            }
+            Some(_) => out.push(Effect::Warn(format!(
+                "ignored a second start of scene `{scene}`"
+            ))),
+            None => out.push(Effect::Warn(format!(
+                "ignored a result for scene `{scene}`, which is not in this lane process's batch"
+            ))),
+        }
+    }
+
     /// Read one line written by the process at `now`.
     pub fn feed(&mut self, text: &str, now: f64) -> Vec<Effect> {
         let mut out = Vec::new();
@@ -487,20 +507,7 @@ impl Batch {
                     .or_else(|| self.in_progress());
                 out.push(Effect::Fault { devices });
             }
-            Line::Start { scene } => match self.by_name.get(&scene).copied() {
-                Some(i) if matches!(self.state[i], State::Pending) => {
-                    let since = now;
-                    self.result_seen(now);
-                    self.close_others(i, &mut out);
-                    self.state[i] = State::Running { since };
-                }
-                Some(_) => out.push(Effect::Warn(format!(
-                    "ignored a second start of scene `{scene}`"
-                ))),
-                None => out.push(Effect::Warn(format!(
-                    "ignored a result for scene `{scene}`, which is not in this lane process's batch"
-                ))),
-            },
+            Line::Start { scene } => self.start(&scene, now, &mut out),
             Line::End {
                 scene,
                 verdict,
@@ -632,7 +639,7 @@ impl Batch {
             message: self.scenes[i].timeout.map(|t| {
                 format!(
                     "timed out after {} inside the lane process (process group killed)",
-                    crate::units::short_duration(std::time::Duration::from_secs_f64(t))
+                    crate::units::short_duration(crate::units::secs(t))
                 )
             }),
         }]

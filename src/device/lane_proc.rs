@@ -59,7 +59,16 @@ pub fn run_lane(
         cut_once: HashSet::new(),
         adopting: true,
     };
-    let mut batch = scenes;
+    // Scenes whose artifacts changed since the plan saw them (an earlier step wrote into
+    // a cache entry they share) fail here, before a process starts on them.
+    let mut batch = Vec::with_capacity(scenes.len());
+    for i in scenes {
+        let frozen = cx.frozen;
+        match super::inner::prepare(frozen, &frozen.scenes[i]) {
+            Ok(()) => batch.push(i),
+            Err(gone) => slot.failed_before_start(i, &gone.to_string()),
+        }
+    }
     let mut handback = Vec::new();
     while !batch.is_empty() {
         // None: a process started before the lock ended before it was ready; the whole
@@ -193,6 +202,23 @@ impl Slot<'_> {
     }
 
     /// The scenes left are not run, for `why`.
+    /// A scene that cannot start: failed, with why.
+    fn failed_before_start(&self, scene: usize, why: &str) {
+        let _ = self.tx.send(Event::Attempt {
+            scene,
+            attempt: Attempt {
+                outcome: AttemptOutcome::Failed,
+                devices: self.cx.ids(self.slots),
+                start_secs: self.cx.now(),
+                duration_secs: 0.0,
+                message: Some(why.to_string()),
+                output_tail: None,
+                log: None,
+                lane_process: None,
+            },
+        });
+    }
+
     fn give_up(&self, rest: &[usize], why: &str) {
         for &i in rest {
             let _ = self.tx.send(Event::Attempt {
@@ -658,6 +684,11 @@ impl<'a> LaneProcess<'a> {
                 let _ = self.tx.send(Event::Warning(w.clone()));
             }
             Effect::Fault { .. } | Effect::Restart { .. } => {}
+            Effect::Started { scene } => {
+                let _ = self.tx.send(Event::Started {
+                    scene: self.batch[*scene],
+                });
+            }
             Effect::Scene {
                 scene,
                 verdict,

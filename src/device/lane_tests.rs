@@ -82,9 +82,10 @@ fn parses_every_kind_of_line() {
 #[test]
 fn start_and_end_events_give_outcomes() {
     let mut b = batch(&[("a", &[], None), ("b", &[], None)]);
-    assert!(b
-        .feed(r#"{"scene": "a", "event": "start"}"#, 1.0)
-        .is_empty());
+    assert_eq!(
+        b.feed(r#"{"scene": "a", "event": "start"}"#, 1.0),
+        vec![Effect::Started { scene: 0 }]
+    );
     assert_eq!(b.startup(), Some(1.0));
     let e = b.feed(
         r#"{"scene": "a", "event": "end", "outcome": "passed", "duration_secs": 0.25}"#,

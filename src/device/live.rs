@@ -126,7 +126,7 @@ impl Reporter {
                     r.ended
                 ),
             }),
-            Event::Fault { .. } | Event::Done { .. } => {}
+            Event::Fault { .. } | Event::Done { .. } | Event::Started { .. } => {}
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod not_warm;
 pub mod outer;
 pub mod pack;
 mod prestart;
+mod private;
 pub mod report;
 mod restart;
 mod results_tail;
@@ -164,6 +165,9 @@ pub struct FrozenDevice {
     /// The test node it runs: scenes of one node and lane share one lane process.
     #[serde(default)]
     pub node: Option<String>,
+    /// `device.writes`: the artifacts it was handed private copies of.
+    #[serde(default)]
+    pub writes: Vec<crate::manifest::Writes>,
 }
 
 impl FrozenDevice {
@@ -180,6 +184,7 @@ impl FrozenDevice {
             stop: d.stop,
             order: d.order,
             node: d.node.clone(),
+            writes: d.writes.clone(),
         }
     }
 

@@ -166,7 +166,7 @@ fn write_frozen(frozen: &Frozen) -> Result<()> {
 }
 
 fn read_results(frozen: &Frozen) -> Option<Results> {
-    std::fs::read(&frozen.results)
+    crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
 }
@@ -461,13 +461,17 @@ fn fail(
         Infra::LockFailed
     };
     report.scenes = scene_reports(plan, results.as_ref(), frozen);
-    // Scenes that finished keep their outcome; the rest did not run because of this.
-    for s in report
-        .scenes
-        .iter_mut()
-        .filter(|s| s.infra.is_none() && s.outcome == SceneOutcome::NotRun)
-    {
-        s.message = Some(what.clone());
+    // Scenes that finished keep their outcome; the rest did not run because of this,
+    // and a scene the last results found running was cut short by it.
+    for s in report.scenes.iter_mut().filter(|s| s.infra.is_none()) {
+        match s.outcome {
+            SceneOutcome::NotRun => s.message = Some(what.clone()),
+            SceneOutcome::Interrupted => {
+                let was = s.message.take().unwrap_or_default();
+                s.message = Some(format!("{was}; the lock command {what}"));
+            }
+            _ => continue,
+        }
         s.infra = Some(cause);
     }
     report.exit_code = exit.code();
@@ -487,6 +491,28 @@ fn fail(
         Exit::Interrupted => Error::Interrupted(msg),
         _ => Error::Infra(msg),
     })
+}
+
+/// Everything the inner run reads, laid out before the lock: the private copies of the
+/// artifacts `device.writes` names, the frozen plan, the `{kernels}` links.
+fn lay_out(frozen: &mut Frozen) -> Result<()> {
+    super::private::copy_for_writers(frozen)?;
+    write_frozen(frozen)?;
+    link_kernels(frozen)
+}
+
+/// The device steps' durations (passed ones) and lane start-ups, into the history.
+fn record_history(plan: &Plan, r: &Results) {
+    let durations: Vec<(String, f64)> = r
+        .scenes
+        .iter()
+        .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
+        .map(|s| (HistoryId::Device(&s.name).key(), s.duration_secs))
+        .chain(super::lanes::startup_history(r))
+        .collect();
+    if plan.store.root.join("locks").is_dir() {
+        History::record(&plan.store.root, &durations);
+    }
 }
 
 /// Lay out each scene's `{kernels}` directory: one symlink per kernel into the cache
@@ -647,7 +673,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         return Ok(Exit::Failed);
     }
     frozen.through_lock = !opts.no_lock;
-    if let Err(e) = write_frozen(&frozen).and_then(|_| link_kernels(&frozen)) {
+    if let Err(e) = lay_out(&mut frozen) {
         report.scenes = scene_reports(plan, None, &frozen);
         report.exit_code = Exit::Infra.code();
         report.error = Some(format!("{e:#}"));
@@ -669,16 +695,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         through_lock(Phase { plan, opts, ui }, &mut frozen, &mut report)?
     };
     report.scenes = scene_reports(plan, Some(&r), &frozen);
-    let durations: Vec<(String, f64)> = r
-        .scenes
-        .iter()
-        .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
-        .map(|s| (HistoryId::Device(&s.name).key(), s.duration_secs))
-        .chain(super::lanes::startup_history(&r))
-        .collect();
-    if plan.store.root.join("locks").is_dir() {
-        History::record(&plan.store.root, &durations);
-    }
+    record_history(plan, &r);
     if r.no_healthy_device {
         ui.always(&format!(
             "device: no healthy device left (quarantined: {}); the remaining scenes were not run",

@@ -160,9 +160,9 @@ pub fn lock_report_dir(dir: &Path) -> io::Result<Result<ReportDirLock, ReportDir
     std::fs::create_dir_all(dir)?;
     let mut f = crate::fsutil::open_lock_file(&report_lock_path(dir))?;
     if f.try_lock().is_err() {
-        let holder = std::fs::read_to_string(report_lock_path(dir))
+        let holder = crate::fsutil::read_capped(&report_lock_path(dir), crate::fsutil::Cap::SMALL)
             .ok()
-            .and_then(|t| t.trim().parse().ok());
+            .and_then(|t| String::from_utf8_lossy(&t).trim().parse().ok());
         return Ok(Err(ReportDirBusy { holder }));
     }
     f.set_len(0)?;
@@ -191,7 +191,7 @@ pub fn repeat_exit(frozen: &super::Frozen) -> crate::exit::Exit {
         "scenerun inner: warning: the lock command started the inner run of this invocation \
          again; this run does nothing (only the first run counts)"
     );
-    std::fs::read(&frozen.results)
+    crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<super::Results>(&b).ok())
         .map(|r| super::ending::exit_of(&r))

@@ -44,6 +44,7 @@ fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> Froz
             stop: None,
             order: Default::default(),
             node: None,
+            writes: Vec::new(),
         }),
         kernels: Vec::new(),
         fixture: None,

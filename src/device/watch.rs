@@ -114,9 +114,10 @@ fn still_held() -> bool {
 fn recorded_lock_tool(plan: &std::path::Path) -> Option<ProcId> {
     let t = std::time::Instant::now();
     while t.elapsed() < RECORD_WAIT {
-        let frozen: Option<Frozen> = std::fs::read(plan)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
+        let frozen: Option<Frozen> =
+            crate::fsutil::read_capped(plan, crate::fsutil::Cap::DEVICE_RUN)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
         if let Some(p) = frozen.and_then(|f| f.lock_tool) {
             return Some(p);
         }

@@ -156,7 +156,30 @@ pub enum ReadError {
     },
     #[error("{dir}: the report lists no scenes")]
     Empty { dir: PathBuf },
+    #[error("{path}: {source}")]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{dir}: {what} is {value:?} s, not a time between 0 and 365 days (from its report.json, warm.json or trace.json, or the cache's history); refused")]
+    BadTime {
+        dir: PathBuf,
+        what: String,
+        value: f64,
+    },
+    #[error("{dir}: {what} is {value}, more than the {max} a simulation takes; refused")]
+    TooMany {
+        dir: PathBuf,
+        what: &'static str,
+        value: usize,
+        max: usize,
+    },
 }
+
+/// The most scenes one report may list, and ids one scene or run may hold, for a
+/// simulation (a real report is far below both).
+pub const MAX_SCENES: usize = 100_000;
+pub const MAX_CARDS: usize = crate::manifest::MAX_DEVICES as usize;
 
 /// What a run's manifest adds to its report: which scenes run exclusive, where its job
 /// dir is, and the history of the cache it uses.
@@ -238,12 +261,92 @@ pub fn context(dir: &Path, fallback: &Path, cache_dir: Option<&Path>) -> Context
     }
 }
 
+/// A report dir's `report.json`: a regular file (no link followed, no FIFO waited on)
+/// of at most its cap.
 fn read_report(dir: &Path) -> Result<Report, ReadError> {
     let path = dir.join("report.json");
-    let bytes = std::fs::read(&path).map_err(|_| ReadError::NoReport {
-        dir: dir.to_path_buf(),
-    })?;
+    let bytes = match crate::fsutil::read_capped(&path, crate::fsutil::Cap::REPORT) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ReadError::NoReport {
+                dir: dir.to_path_buf(),
+            })
+        }
+        Err(source) => return Err(ReadError::Unreadable { path, source }),
+    };
     serde_json::from_slice(&bytes).map_err(|source| ReadError::BadReport { path, source })
+}
+
+/// Every time a report and a warm record give, as they give it: finite, not negative,
+/// at most a year (a value nobody uses is checked too: a file that holds one is not a
+/// report scenerun wrote).
+fn check_records(dir: &Path, report: &Report, record: &WarmRecord) -> Result<(), ReadError> {
+    let time = time_check(dir);
+    for (i, s) in report.scenes.iter().enumerate() {
+        time(format!("scene {i}'s duration_secs"), s.duration_secs)?;
+        time(format!("scene {i}'s start_secs"), s.start_secs)?;
+    }
+    for (i, l) in report.device.iter().flat_map(|d| &d.lanes).enumerate() {
+        if let Some(t) = l.startup_secs {
+            time(format!("lane process {i}'s startup_secs"), t)?;
+        }
+    }
+    for (i, r) in record.steps.iter().enumerate() {
+        time(format!("warm step {i}'s duration_secs"), r.duration_secs)?;
+    }
+    Ok(())
+}
+
+/// A check that a time is finite, not negative and at most a year.
+fn time_check(dir: &Path) -> impl Fn(String, f64) -> Result<(), ReadError> + '_ {
+    move |what, value| {
+        if value.is_finite() && (0.0..=crate::sampling::MAX_SECS).contains(&value) {
+            Ok(())
+        } else {
+            Err(ReadError::BadTime {
+                dir: dir.to_path_buf(),
+                what,
+                value,
+            })
+        }
+    }
+}
+
+/// Every time and count of a run within what a simulation takes: times finite, not
+/// negative and at most a year; scenes and ids within `MAX_SCENES` and `MAX_CARDS`.
+fn check_bounds(dir: &Path, run: &RunWork) -> Result<(), ReadError> {
+    let time = time_check(dir);
+    let count = |what: &'static str, value: usize, max: usize| {
+        if value <= max {
+            Ok(())
+        } else {
+            Err(ReadError::TooMany {
+                dir: dir.to_path_buf(),
+                what,
+                value,
+                max,
+            })
+        }
+    };
+    count("the number of scenes", run.scenes.len(), MAX_SCENES)?;
+    count("the number of device ids", run.cards, MAX_CARDS)?;
+    time("the warm phase's wall time".into(), run.warm_wall_secs)?;
+    for (i, s) in run.scenes.iter().enumerate() {
+        time(format!("scene {i}'s warm time"), s.warm_secs)?;
+        if let Some(d) = s.device_secs {
+            time(format!("scene {i}'s device time"), d)?;
+        }
+    }
+    for (name, l) in &run.lanes {
+        count("a lane's number of device ids", l.devices, MAX_CARDS)?;
+        if let Some(t) = l.startup {
+            time(
+                format!("lane {}'s start-up time", crate::ui::escape(name)),
+                t,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Read one report dir into a run.
@@ -254,14 +357,19 @@ pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
             dir: dir.to_path_buf(),
         });
     }
-    let mut record = WarmRecord::load(dir);
+    let strict = |dir: &Path| {
+        let path = WarmRecord::path(dir);
+        WarmRecord::read(&path).map_err(|source| ReadError::Unreadable { path, source })
+    };
+    let mut record = strict(dir)?;
     if record.steps.is_empty() {
         // A report written with --report-dir elsewhere: the warm record stays in the
         // checkout's job dir.
         if let Some(d) = &ctx.manifest_dir {
-            record = WarmRecord::load(&crate::layout::job_dir(d));
+            record = strict(&crate::layout::job_dir(d))?;
         }
     }
+    check_records(dir, &report, &record)?;
     let built = BuiltTimes::new(&record, &ctx.history);
     let scenes: Vec<SceneWork> = report
         .scenes
@@ -292,13 +400,15 @@ pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
         });
     }
     let warm_sum: f64 = scenes.iter().map(|s| s.warm_secs).sum();
-    Ok(RunWork {
+    let run = RunWork {
         name: dir.display().to_string(),
         cards,
         scenes,
         lanes,
-        warm_wall_secs: warm_wall(dir).unwrap_or(warm_sum),
-    })
+        warm_wall_secs: warm_wall(dir)?.unwrap_or(warm_sum),
+    };
+    check_bounds(dir, &run)?;
+    Ok(run)
 }
 
 /// Seconds each warm step takes when it is built: its history, else this run's build
@@ -343,10 +453,21 @@ impl<'a> BuiltTimes<'a> {
 }
 
 /// The warm phase's wall time from the report dir's trace (first step start to last
-/// step end), when the trace has a warm part.
-fn warm_wall(dir: &Path) -> Option<f64> {
-    let bytes = std::fs::read(crate::report::trace::path(dir)).ok()?;
-    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+/// step end), when the trace has a warm part. A trace that is there but cannot be read
+/// (a link, a FIFO, over its cap) is an error naming it.
+fn warm_wall(dir: &Path) -> Result<Option<f64>, ReadError> {
+    let path = crate::report::trace::path(dir);
+    let bytes = match crate::fsutil::read_capped(&path, crate::fsutil::Cap::TRACE) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(ReadError::Unreadable { path, source }),
+    };
+    Ok(wall_of_trace(&bytes))
+}
+
+/// First warm step start to last warm step end in a trace's text.
+fn wall_of_trace(bytes: &[u8]) -> Option<f64> {
+    let doc: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
     for e in doc["traceEvents"].as_array()? {
         if e["pid"].as_u64() != Some(crate::report::trace::WARM_PID) || e["ph"] != "X" {

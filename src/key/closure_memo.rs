@@ -131,8 +131,7 @@ impl Files {
             return;
         };
         let _ = self.persist.base.set(base.to_path_buf());
-        let Some(m) = fs::read(&path)
-            .ok()
+        let Some(m) = crate::fsutil::read_kept(&path, crate::fsutil::Cap::CLOSURE_MEMO)
             .and_then(|b| serde_json::from_slice::<MemoFile>(&b).ok())
         else {
             return;

@@ -222,7 +222,7 @@ impl Files {
     pub fn new(memo_path: Option<PathBuf>) -> Files {
         let old = memo_path
             .as_ref()
-            .and_then(|p| fs::read(p).ok())
+            .and_then(|p| crate::fsutil::read_kept(p, crate::fsutil::Cap::STAT_MEMO))
             .and_then(|b| serde_json::from_slice::<MemoFile>(&b).ok())
             .filter(|m| m.version == MEMO_VERSION)
             .map(|m| m.entries)

@@ -151,8 +151,7 @@ impl Records {
     }
 
     pub fn load(cache_root: &Path) -> Records {
-        fsutil::read_nofollow(&Self::path(cache_root))
-            .ok()
+        fsutil::read_kept(&Self::path(cache_root), fsutil::Cap::KEY_INPUTS)
             .and_then(|b| serde_json::from_slice::<Records>(&b).ok())
             .filter(|r| r.version == VERSION && r.key_schema == KEY_SCHEMA)
             .unwrap_or_default()

@@ -76,6 +76,28 @@ pub enum Order {
     Last,
 }
 
+/// An artifact a device step declares it writes (`device.writes`): it gets a private
+/// copy of it, never the cache entry itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Writes {
+    Kernels,
+    Fixture,
+    Golden,
+}
+
+impl Writes {
+    pub const ALL: [Writes; 3] = [Writes::Kernels, Writes::Fixture, Writes::Golden];
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Writes::Kernels => "kernels",
+            Writes::Fixture => "fixture",
+            Writes::Golden => "golden",
+        }
+    }
+}
+
 impl Order {
     pub const ALL: [Order; 3] = [Order::First, Order::Any, Order::Last];
 
@@ -215,6 +237,12 @@ impl Ctx {
                 );
             }
             let timeout = self.duration(l.timeout, &format!("{path}.timeout"));
+            self.at_most(l.restarts, &format!("{path}.restarts"), super::MAX_RESTARTS);
+            self.at_most(
+                l.max_restarts,
+                &format!("{path}.max_restarts"),
+                super::MAX_RESTARTS,
+            );
             let env = self.env(l.env, &format!("{path}.env"));
             let stop = self.stop(l.stop_signal, l.stop_wait, &path);
             let restart_on = l
@@ -303,6 +331,7 @@ impl Ctx {
             );
         }
         let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
+        self.at_most(d.retries, &format!("{dp}.retries"), super::MAX_RETRIES);
         if d.lane.is_some() && d.stop_signal.is_some() {
             self.err(
                 &format!("{dp}.stop_signal"),
@@ -311,6 +340,7 @@ impl Ctx {
         }
         let stop = self.stop(d.stop_signal, d.stop_wait, dp);
         let order = self.order(d.order.as_deref(), dp);
+        let writes = self.writes(d.writes.as_deref().unwrap_or_default(), dp, steps);
         let run = run?;
         Some(DeviceStep {
             devices: self
@@ -325,7 +355,39 @@ impl Ctx {
             stop,
             order,
             node: None,
+            writes,
         })
+    }
+
+    /// `<dp>.writes`: the artifacts the step writes into, each one the scene has.
+    fn writes(&mut self, words: &[String], dp: &str, steps: Steps) -> Vec<Writes> {
+        let mut out = Vec::new();
+        for w in words {
+            let Some(which) = Writes::ALL.into_iter().find(|x| x.word() == w) else {
+                self.err(
+                    &format!("{dp}.writes"),
+                    format!(
+                        "`{}` is not an artifact a device step is handed (one of kernels, fixture, golden)",
+                        crate::error::clip(w, 40)
+                    ),
+                );
+                continue;
+            };
+            let has = match which {
+                Writes::Kernels => steps.kernels,
+                Writes::Fixture => steps.fixture,
+                Writes::Golden => steps.golden,
+            };
+            if !has {
+                self.err(
+                    &format!("{dp}.writes"),
+                    format!("the scene has no {w} to write into"),
+                );
+            } else if !out.contains(&which) {
+                out.push(which);
+            }
+        }
+        out
     }
 
     /// `<dp>.order`: `first`, `any` (the default) or `last`.

@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{Ctx, FileRef, Manifest};
 
 /// Bump when `Manifest`, the key or the probes change shape.
-const SCHEMA: u32 = 2;
+const SCHEMA: u32 = 3;
 
 thread_local! {
     /// The manifest directory while a memo is written or read on this thread: a path
@@ -112,8 +112,22 @@ pub(super) enum Probe {
         pattern: String,
         found: Result<Vec<FileRef>, String>,
     },
-    /// An environment variable a `$VAR` named.
-    Var { name: String, value: Option<String> },
+    /// An environment variable a `$VAR` named: where a value came from, and a seal of
+    /// the value (`seal::tag`), so a kept manifest never holds a secret's value.
+    Var {
+        name: String,
+        sealed: Option<String>,
+    },
+}
+
+impl Probe {
+    /// The probe of variable `name` holding `value` now.
+    pub(super) fn var(name: &str, value: Option<&str>) -> Probe {
+        Probe::Var {
+            name: name.to_string(),
+            sealed: value.map(|v| crate::seal::tag("environment variable", name, v.as_bytes())),
+        }
+    }
 }
 
 /// The probes of one load, in the order they were made.
@@ -167,10 +181,24 @@ fn path(dir: &Path) -> PathBuf {
     crate::layout::manifest_memo(&crate::layout::job_dir(dir))
 }
 
-/// The memo's manifest, if it is for this text and every probe still answers the same.
+/// What the seal of a memo is for (`seal`: a memo is turned into commands, so one
+/// this user's scenerun did not write is never used).
+const SEAL_DOMAIN: &str = "manifest memo";
+
+/// The line after a memo's JSON: its seal.
+const SEAL_LINE: &str = "\n# sealed ";
+
+/// The memo's manifest, if this user's scenerun wrote it (its seal verifies), it is for
+/// this text, and every probe still answers the same.
 pub(super) fn read(key: &Key, file: &Path, dir: &Path) -> Option<Manifest> {
-    let bytes = crate::fsutil::read_nofollow(&path(dir)).ok()?;
-    let memo: MemoFile<Manifest> = with_base(dir, || serde_json::from_slice(&bytes)).ok()?;
+    let bytes = crate::fsutil::read_kept(&path(dir), crate::fsutil::Cap::MANIFEST_MEMO)?;
+    let at = memchr_last(&bytes, SEAL_LINE.as_bytes())?;
+    let (body, tag) = (&bytes[..at], &bytes[at + SEAL_LINE.len()..]);
+    let tag = std::str::from_utf8(tag).ok()?.trim_end();
+    if !crate::seal::verify(SEAL_DOMAIN, &seal_name(dir), body, tag) {
+        return None;
+    }
+    let memo: MemoFile<Manifest> = with_base(dir, || serde_json::from_slice(body)).ok()?;
     if memo.schema != SCHEMA || memo.key != *key {
         return None;
     }
@@ -181,6 +209,16 @@ pub(super) fn read(key: &Key, file: &Path, dir: &Path) -> Option<Manifest> {
         run.iter().all(|p| still_true(&cx, p))
     });
     fresh.then_some(memo.manifest)
+}
+
+/// The start of the last `needle` in `hay`.
+fn memchr_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).rposition(|w| w == needle)
+}
+
+/// What a memo is sealed as: the directory it is for.
+fn seal_name(dir: &Path) -> String {
+    dir.display().to_string()
 }
 
 fn still_true(cx: &Ctx, probe: &Probe) -> bool {
@@ -195,7 +233,7 @@ fn still_true(cx: &Ctx, probe: &Probe) -> bool {
         }
         Probe::IsDir { abs, is } => abs.is_dir() == *is,
         Probe::Glob { pattern, found } => cx.glob_inputs(pattern) == *found,
-        Probe::Var { name, value } => std::env::var(name).ok() == *value,
+        Probe::Var { name, .. } => Probe::var(name, std::env::var(name).ok().as_deref()) == *probe,
     }
 }
 
@@ -214,7 +252,11 @@ pub(super) fn write(key: Key, dir: &Path, probes: Vec<Probe>, m: &Manifest) {
         manifest: m,
     };
     let _ = crate::fsutil::write_atomic_with(&at, |w| {
-        with_base(dir, || serde_json::to_writer(w, &out)).map_err(std::io::Error::other)
+        let mut sealing = crate::seal::Sealing::new(SEAL_DOMAIN, &seal_name(dir), w);
+        with_base(dir, || serde_json::to_writer(&mut sealing, &out))
+            .map_err(std::io::Error::other)?;
+        let (tag, w) = sealing.finish();
+        writeln!(w, "{SEAL_LINE}{tag}")
     });
 }
 
@@ -275,14 +317,24 @@ scenes:
         let memo = t.path().join("build/scenerun/manifest.json");
         assert!(memo.is_file(), "the first load keeps a memo");
         assert_eq!(outcome(load(&file)), first);
-        // Proof that the memo, not the text, answered: a change made only in the memo
-        // shows up.
+        // Proof that the memo, not the text, answered: a change made only in the memo,
+        // sealed again with this user's secret, shows up.
         let kept = fs::read_to_string(&memo).unwrap();
-        fs::write(
-            &memo,
-            kept.replace("\"platform\":\"default\"", "\"platform\":\"memo\""),
-        )
-        .unwrap();
+        let (body, _) = kept.rsplit_once(super::SEAL_LINE).unwrap();
+        let edited = body.replace("\"platform\":\"default\"", "\"platform\":\"memo\"");
+        fs::write(&memo, &edited).unwrap();
+        assert_eq!(
+            load(&file).unwrap().platform,
+            "default",
+            "an unsealed memo is not used"
+        );
+        let dir = t.path().canonicalize().unwrap();
+        let tag = crate::seal::tag(
+            super::SEAL_DOMAIN,
+            &super::seal_name(&dir),
+            edited.as_bytes(),
+        );
+        fs::write(&memo, format!("{edited}{}{tag}\n", super::SEAL_LINE)).unwrap();
         assert_eq!(load(&file).unwrap().platform, "memo");
     }
 

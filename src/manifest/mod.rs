@@ -15,7 +15,7 @@ mod suite_args;
 pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
-pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant};
+pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant, Writes};
 pub use paths::expand_vars;
 pub use raw::{keys, Mapping};
 
@@ -39,6 +39,13 @@ pub const MAX_DEVICES: u32 = 4096;
 
 /// The longest `nodeid` or `case` a scene may carry, in bytes.
 pub const MAX_LABEL: usize = 4096;
+/// The most `threads` a warm step may claim.
+pub const MAX_THREADS: u32 = 1024;
+
+/// The most `retries` of a device step, and `restarts` / `max_restarts` of a lane: each
+/// is a run of a scene or a process, so a count past these is a mistake, never a plan.
+pub const MAX_RETRIES: u32 = 100;
+pub const MAX_RESTARTS: u32 = 100;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -71,6 +78,13 @@ pub struct CacheConfig {
     pub max_age: Duration,
     /// `cache.remote` (docs/remote-cache.md).
     pub remote: remote::RemoteConfig,
+    /// `cache.verify_key`: the ed25519 public key every local entry must be signed with
+    /// (docs/cache-trust.md, "Signed entries").
+    #[serde(default)]
+    pub verify_key: Option<[u8; 32]>,
+    /// `cache.sign_key_env`: the variable holding the key entries are signed with.
+    #[serde(default)]
+    pub sign_key_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -184,6 +198,9 @@ pub struct DeviceStep {
     /// manifest order (the node's own runner would run its cases one after the other).
     #[serde(default)]
     pub node: Option<String>,
+    /// `device.writes`: the artifacts it gets private, writable copies of.
+    #[serde(default)]
+    pub writes: Vec<Writes>,
 }
 
 /// Names of scenes, kernels and toolchains: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..`
@@ -288,8 +305,9 @@ fn untrusted(m: &std::fs::Metadata) -> Option<&'static str> {
 /// file cannot be read again or has no such key.
 pub fn position(m: &Manifest, key: &str) -> String {
     let file = m.file.display();
-    match std::fs::read_to_string(&m.file)
+    match crate::fsutil::read_capped_following(&m.file, crate::fsutil::Cap::MANIFEST)
         .ok()
+        .and_then(|t| String::from_utf8(t).ok())
         .and_then(|t| Locations::index(&t).find(key))
     {
         Some(p) => format!("{file}:{}:{}", p.line, p.col),
@@ -318,17 +336,21 @@ pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), Manif
             message,
         }],
     };
-    let bytes = std::fs::read(path).map_err(|e| single(format!("cannot read it: {e}")))?;
+    let bytes = crate::fsutil::read_capped_following(path, crate::fsutil::Cap::MANIFEST)
+        .map_err(|e| single(format!("cannot read it: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
     let dir = dir_of(path).map_err(|e| single(e.to_string()))?;
     let key = memo::Key::of(&text, path, &dir);
-    if let Some(m) = memo::read(&key, path, &dir) {
-        crate::proc::hide_from_children(m.secret_env());
+    if let Some(mut m) = memo::read(&key, path, &dir) {
+        // Kept as written: the URL's variables, as they are now (the probes checked
+        // they are what the kept parse saw).
+        m.cache.remote.expand_url();
+        guard_children(&m);
         return Ok((m, None));
     }
     let (m, probes) = parse_probed(&text, path, &dir)?;
     // Before anything of it runs (identity commands start as soon as it is loaded).
-    crate::proc::hide_from_children(m.secret_env());
+    guard_children(&m);
     Ok((m, Some(MemoWrite { key, dir, probes })))
 }
 
@@ -341,8 +363,16 @@ impl Manifest {
         [r.token_env.clone(), remote::DEFAULT_TOKEN_ENV.to_string()]
             .into_iter()
             .chain(r.sign_key_env.clone())
+            .chain(self.cache.sign_key_env.clone())
             .collect()
     }
+}
+
+/// What no child of this manifest may see: its secret variables (removed), and the
+/// userinfo of the remote cache's URL in the variables that hold it (redacted).
+fn guard_children(m: &Manifest) {
+    crate::proc::hide_from_children(m.secret_env());
+    crate::proc::strip_userinfo_for_children(m.cache.remote.url_env());
 }
 
 /// The memo of a manifest that was parsed from its text, to be kept.
@@ -585,10 +615,6 @@ impl Ctx {
             }
         };
         let text = expanded.as_deref().unwrap_or(text);
-        if text.contains('\0') {
-            self.err(path, "the command contains a NUL byte");
-            return None;
-        }
         match Template::parse(text, allowed) {
             Ok(t) => Some(t),
             Err(errs) => {
@@ -605,6 +631,14 @@ impl Ctx {
         crate::units::parse_size(&v.text())
             .map_err(|e| self.err(path, e.to_string()))
             .ok()
+    }
+
+    /// A count past its documented maximum is an error at `path`.
+    fn at_most(&mut self, v: Option<u32>, path: &str, max: u32) {
+        if let Some(n) = v.filter(|&n| n > max) {
+            let key = path.rsplit('.').next().unwrap_or(path);
+            self.err(path, format!("{key} must be at most {max} (found {n})"));
+        }
     }
 
     fn duration(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<Duration> {
@@ -731,6 +765,19 @@ impl Ctx {
                 .remote
                 .and_then(|v| self.remote(v))
                 .unwrap_or_default(),
+            verify_key: cache_raw
+                .verify_key
+                .and_then(|k| self.verify_key(&k, "cache.verify_key")),
+            sign_key_env: cache_raw.sign_key_env.filter(|n| {
+                let ok = valid_env_name(n);
+                if !ok {
+                    self.err(
+                        "cache.sign_key_env",
+                        format!("`{n}` is not a valid variable name"),
+                    );
+                }
+                ok
+            }),
         }
     }
 
@@ -1116,6 +1163,7 @@ impl Ctx {
         if g.threads == Some(0) {
             self.err(&format!("{path}.threads"), "threads must be at least 1");
         }
+        self.at_most(g.threads, &format!("{path}.threads"), MAX_THREADS);
         let memory = self.size(g.memory, &format!("{path}.memory"));
         let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
         Some(GenStep {

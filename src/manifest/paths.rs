@@ -140,14 +140,12 @@ impl Ctx {
         found
     }
 
-    /// `$VAR` and `${VAR}` from the environment (unset = empty), each variable recorded.
+    /// `$VAR` and `${VAR}` from the environment (unset = empty), each variable recorded
+    /// by its name and a seal of its value (`Probe::var`), never the value itself.
     pub(super) fn expand(&self, s: &str) -> String {
         expand_vars_with(s, |name| {
             let value = std::env::var(name).ok();
-            self.probes.push(Probe::Var {
-                name: name.to_string(),
-                value: value.clone(),
-            });
+            self.probes.push(Probe::var(name, value.as_deref()));
             value
         })
     }
@@ -199,6 +197,16 @@ pub(super) fn slash(p: &Path) -> String {
         .map(|c| c.as_os_str().to_string_lossy())
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// The variables `$VAR` and `${VAR}` in `s` names, in order.
+pub fn var_names(s: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    expand_vars_with(s, |name| {
+        names.push(name.to_string());
+        None
+    });
+    names
 }
 
 /// Expand `$VAR` and `${VAR}` from the environment (unset = empty).

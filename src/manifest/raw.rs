@@ -53,6 +53,8 @@ pub struct Cache {
     pub max_size: Option<Scalar>,
     pub max_age: Option<Scalar>,
     pub remote: Option<Value>,
+    pub verify_key: Option<String>,
+    pub sign_key_env: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -149,6 +151,7 @@ pub struct DeviceStep {
     pub order: Option<String>,
     pub lane_args: Option<Vec<String>>,
     pub lane_env: Option<BTreeMap<String, Scalar>>,
+    pub writes: Option<Vec<String>>,
 }
 
 /// One kind of mapping the manifest has, where it is, and the keys it accepts.

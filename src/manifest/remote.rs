@@ -31,8 +31,15 @@ pub struct Raw {
 /// `cache.remote` as the manifest says it (before `--remote` and friends).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RemoteConfig {
-    /// `$VAR`-expanded; None when absent or empty after expansion.
+    /// `url` as written, `$VAR`s unexpanded: what the kept manifest records (it never
+    /// holds a variable's value, which may carry a password).
+    pub url_written: Option<String>,
+    /// `url_written` `$VAR`-expanded; None when absent or empty after expansion. Never
+    /// kept: expanded again when a kept manifest is read.
+    #[serde(skip)]
     pub url: Option<String>,
+    /// The variables `url_written` names: a child gets them without the URL's userinfo.
+    pub url_vars: Vec<String>,
     pub write: bool,
     pub token_env: String,
     pub max_upload: u64,
@@ -45,7 +52,9 @@ pub struct RemoteConfig {
 impl Default for RemoteConfig {
     fn default() -> Self {
         RemoteConfig {
+            url_written: None,
             url: None,
+            url_vars: Vec::new(),
             write: false,
             token_env: DEFAULT_TOKEN_ENV.into(),
             max_upload: DEFAULT_MAX_UPLOAD,
@@ -53,6 +62,31 @@ impl Default for RemoteConfig {
             verify_key: None,
             sign_key_env: None,
         }
+    }
+}
+
+impl RemoteConfig {
+    /// `url` from `url_written` and the environment now (at load, and when a kept
+    /// manifest is read: its probes saw the same variables).
+    pub fn expand_url(&mut self) {
+        self.url = self
+            .url_written
+            .as_deref()
+            .map(|u| {
+                super::paths::expand_vars(u)
+                    .trim()
+                    .trim_end_matches('/')
+                    .to_string()
+            })
+            .filter(|u| !u.is_empty());
+    }
+
+    /// The variables whose values hold the remote cache's URL: `$SCENERUN_REMOTE_URL`
+    /// and those `url` names.
+    pub fn url_env(&self) -> Vec<String> {
+        std::iter::once("SCENERUN_REMOTE_URL".to_string())
+            .chain(self.url_vars.iter().cloned())
+            .collect()
     }
 }
 
@@ -93,16 +127,25 @@ impl Ctx {
         let r = self.take::<Raw>(v, "cache.remote")?;
         let mut c = RemoteConfig::default();
         if let Some(u) = r.url {
-            let url = self.expand(&u).trim().to_string();
-            if !url.is_empty() {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    self.err(
-                        "cache.remote.url",
-                        format!("`{url}` is not an http:// or https:// URL"),
-                    );
-                }
-                c.url = Some(url.trim_end_matches('/').to_string());
+            if crate::proc::without_userinfo(&u) != u {
+                self.err(
+                    "cache.remote.url",
+                    "a user or password written in the URL would be committed with the manifest: take the URL from the environment (`url: \"$VAR\"`) or the token from `token_env`",
+                );
             }
+            let url = self.expand(&u).trim().to_string();
+            if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
+                self.err(
+                    "cache.remote.url",
+                    format!(
+                        "`{}` is not an http:// or https:// URL",
+                        crate::proc::without_userinfo(&url)
+                    ),
+                );
+            }
+            c.url_vars = super::paths::var_names(&u);
+            c.url_written = Some(u);
+            c.expand_url();
         }
         c.write = r.write.unwrap_or(false);
         for (name, path) in [
@@ -128,17 +171,23 @@ impl Ctx {
             }
         }
         if let Some(k) = r.verify_key {
-            match parse_ed25519(&k) {
-                Ok(bytes) if ed25519_dalek::VerifyingKey::from_bytes(&bytes).is_ok() => {
-                    c.verify_key = Some(bytes)
-                }
-                Ok(_) => self.err(
-                    "cache.remote.verify_key",
-                    "these 32 bytes are not an ed25519 public key",
-                ),
-                Err(e) => self.err("cache.remote.verify_key", e.to_string()),
-            }
+            c.verify_key = self.verify_key(&k, "cache.remote.verify_key");
         }
         Some(c)
+    }
+
+    /// An `ed25519:<base64>` public key at `path`.
+    pub(super) fn verify_key(&mut self, text: &str, path: &str) -> Option<[u8; 32]> {
+        match parse_ed25519(text) {
+            Ok(bytes) if ed25519_dalek::VerifyingKey::from_bytes(&bytes).is_ok() => Some(bytes),
+            Ok(_) => {
+                self.err(path, "these 32 bytes are not an ed25519 public key");
+                None
+            }
+            Err(e) => {
+                self.err(path, e.to_string());
+                None
+            }
+        }
     }
 }

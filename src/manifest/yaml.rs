@@ -581,6 +581,12 @@ impl<'de> de::Deserializer<'de> for Node {
     fn deserialize_str<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Error> {
         let p = self.pos();
         match self.kind {
+            // No command, argument, path or name can hold a NUL byte (`"\0"` in a
+            // double-quoted scalar): refused here, at load, not when it would run.
+            Kind::Scalar { text, .. } if text.contains('\0') => Err(Error::new(Problem::Other(
+                "contains a NUL byte, which no command, argument, path or name can hold".into(),
+            ))
+            .at(p)),
             // A number or boolean where text is expected is taken as written
             // (`name: 2024`); null is not text.
             Kind::Scalar { text, plain } if !(plain && resolve_plain(&text) == Resolved::Null) => v

@@ -36,7 +36,13 @@ impl Plan {
     ) -> Result<Plan> {
         let selected = crate::select::select(&manifest.scenes, sel)?;
         let job_dir = layout::job_dir(&manifest.dir);
-        let store = Store::at(cache_dir(&manifest, cache_flag));
+        // Signed entries (`cache.verify_key`): a signing key that cannot be read is exit
+        // 4 before anything is looked up. The job dir's own store is the checkout's.
+        let keys = crate::cache::sign::Keys::of(
+            manifest.cache.verify_key,
+            manifest.cache.sign_key_env.as_deref(),
+        )?;
+        let store = Store::at(cache_dir(&manifest, cache_flag)).with_keys(keys);
         // Not a cache, or a link at its own directories: exit 3 before anything is read.
         store.check()?;
         let job = Store::at(layout::job_store(&job_dir));

@@ -1,6 +1,8 @@
 //! `scenes_from:` expanded: each generator runs only when its command, the manifest's
 //! env or the content of its `inputs` changed; otherwise its output comes from the cache
-//! dir (`generated/<key>.yaml`), so a no-op `warm` starts no generator. Its scenes join
+//! dir (`generated/<key>.yaml`), so a no-op `warm` starts no generator. A kept output is
+//! used only when its seal verifies with this user's secret (`seal`): one planted by
+//! whoever can write the cache is never turned into commands. Its scenes join
 //! the manifest's (`manifest::generated` reads them). Errors name the generator and the
 //! line of its output; all are exit 4. See docs/pytest.md.
 
@@ -58,6 +60,9 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
     if m.generators.is_empty() {
         return Ok(done);
     }
+    // Before anything in it is read: a link at `generated/` (or at any directory the
+    // cache keeps) is refused, exit 3, never followed.
+    crate::cache::Store::at(cache_root.to_path_buf()).check()?;
     let mut names: HashMap<String, Origin> = m
         .scenes
         .iter()
@@ -71,14 +76,14 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
     for g in m.generators.clone() {
         let key = key(&g, &m.env, files)?;
         let cached = cached_path(cache_root, &key);
-        let (text, fresh) = match read_cached(&cached) {
+        let (text, fresh) = match read_cached(&cached, &key) {
             Some(text) => (text, false),
             None => (run(&g, m)?, true),
         };
         let (scenes, paths) = scenes_of(&g, &text, m)?;
         if fresh {
             crate::cache::Store::at(cache_root.to_path_buf()).ensure()?;
-            write_cached(&cached, &text).map_err(|e| {
+            write_cached(&cached, &key, &text).map_err(|e| {
                 crate::err!(
                     Infra,
                     "cannot keep the output of {} in {}: {e}",
@@ -89,9 +94,12 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
             done.ran += 1;
             sweep_old(&cached, m.cache.max_age);
         } else {
-            // Last use, for the sweep above (as cache entries are pruned by last use).
+            // Last use, for the sweep above (as cache entries are pruned by last use);
+            // never through a link.
+            use std::os::unix::fs::OpenOptionsExt;
             let _ = std::fs::File::options()
                 .write(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(&cached)
                 .and_then(|f| f.set_modified(std::time::SystemTime::now()));
             done.cached += 1;
@@ -129,26 +137,38 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
 }
 
 fn cached_path(root: &Path, key: &str) -> PathBuf {
-    root.join("generated").join(format!("{key}.yaml"))
+    root.join(crate::cache::GENERATED)
+        .join(format!("{key}.yaml"))
 }
 
-/// A cached output: a header line with its BLAKE3, then the output. Anything else (a
-/// symlink, a damaged file) is no output: the generator runs again.
-fn read_cached(path: &Path) -> Option<String> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.is_file() {
-        return None;
-    }
-    let text = std::fs::read_to_string(path).ok()?;
+/// The header line of a kept output, before its seal.
+const HEADER: &str = "# scenerun scenes_from output, sealed ";
+
+/// A kept output: a header line with its seal (`seal::tag` over the generator's key and
+/// the output, with this user's secret), then the output. Anything else — a seal made
+/// by someone else or for another key, an unsealed or damaged file, a link — is no
+/// output: the generator runs again. Whoever can write the cache cannot make scenerun
+/// run a command this way.
+fn read_cached(path: &Path, key: &str) -> Option<String> {
+    let bytes = crate::fsutil::read_kept(path, crate::fsutil::Cap::GENERATED)?;
+    let text = String::from_utf8(bytes).ok()?;
     let (header, body) = text.split_once('\n')?;
-    let want = header.strip_prefix("# scenerun scenes_from output ")?;
-    (blake3::hash(body.as_bytes()).to_hex().as_str() == want).then(|| body.to_string())
+    let tag = header.strip_prefix(HEADER)?;
+    crate::seal::verify(SEAL_DOMAIN, key, body.as_bytes(), tag).then(|| body.to_string())
 }
+
+/// What the seal of a kept output is for.
+const SEAL_DOMAIN: &str = "scenes_from output";
 
 /// Outputs not used for `max_age` (the cache's own `max_age`) are removed when a
 /// generator has run, so `generated/` does not grow with every edit of a test file.
+/// Only regular files directly in the cache's own `generated/` (a real directory,
+/// checked again here) are removed; a link is never followed.
 fn sweep_old(keep: &Path, max_age: std::time::Duration) {
     let Some(dir) = keep.parent() else { return };
+    if crate::fsutil::node(dir).ok() != Some(crate::fsutil::Node::Dir) {
+        return;
+    }
     let Ok(list) = std::fs::read_dir(dir) else {
         return;
     };
@@ -167,10 +187,10 @@ fn sweep_old(keep: &Path, max_age: std::time::Duration) {
     }
 }
 
-fn write_cached(path: &Path, text: &str) -> std::io::Result<()> {
+fn write_cached(path: &Path, key: &str, text: &str) -> std::io::Result<()> {
     let header = format!(
-        "# scenerun scenes_from output {}\n",
-        blake3::hash(text.as_bytes()).to_hex()
+        "{HEADER}{}\n",
+        crate::seal::tag(SEAL_DOMAIN, key, text.as_bytes())
     );
     crate::fsutil::write_atomic(path, format!("{header}{text}").as_bytes())
 }

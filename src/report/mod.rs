@@ -91,7 +91,7 @@ impl Report {
                     case.add_property(quick_junit::Property::new(name, v.as_str()));
                 }
             }
-            case.set_time(std::time::Duration::from_secs_f64(s.duration_secs.max(0.0)));
+            case.set_time(crate::units::secs(s.duration_secs));
             if !s.outcome.passed() {
                 if let Some(t) = s.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
                     case.set_system_out(t);

@@ -76,7 +76,7 @@ fn replace_part(dir: &Path, pid: u64, events: &[u8]) -> std::io::Result<()> {
         pid: Option<u64>,
     }
     let file = path(dir);
-    let old = std::fs::read(&file).unwrap_or_default();
+    let old = crate::fsutil::read_kept(&file, crate::fsutil::Cap::TRACE).unwrap_or_default();
     let kept: Vec<&RawValue> = serde_json::from_slice::<Doc>(&old)
         .map(|d| d.trace_events)
         .unwrap_or_default()
@@ -325,7 +325,7 @@ pub fn write_device(dir: &Path, fallback_start: f64, github: bool) -> std::io::R
     if !fresh {
         return Ok(());
     }
-    let report: Report = match std::fs::read(&file)
+    let report: Report = match crate::fsutil::read_capped(&file, crate::fsutil::Cap::REPORT)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
     {

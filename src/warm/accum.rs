@@ -80,8 +80,6 @@ pub struct Accumulator {
     /// The first cache failure: the warm exits 3 after recording what it knows.
     pub infra: Option<anyhow::Error>,
     started: std::collections::HashMap<usize, SystemTime>,
-    /// The job's log directory as records show it.
-    logs: String,
 }
 
 impl Accumulator {
@@ -91,7 +89,6 @@ impl Accumulator {
                 units: plan.units.len(),
                 ..Summary::default()
             },
-            logs: plan.job_dir.join("logs").display().to_string(),
             ..Accumulator::default()
         }
     }
@@ -243,15 +240,24 @@ impl Accumulator {
         let at = self.records.len();
         let loaded = plan.record.steps.get(at);
         if end.outcome == Outcome::Hit
-            && loaded.is_some_and(|r| r.is_hit_of(&s.id, &s.key, end.secs, &self.logs))
+            && loaded.is_some_and(|r| r.is_hit_of(&s.id, &s.key, end.secs))
         {
             self.records.push(Recorded::Same(at));
             return;
         }
-        let log = end
-            .log
-            .clone()
-            .unwrap_or_else(|| s.id.log_path(&plan.job_dir));
+        let log = match end.outcome {
+            // Nothing ran for a hit in this warm: no log of it to name.
+            Outcome::Hit => None,
+            // The unit's command ran as its first step, in that step's log.
+            _ => end
+                .log
+                .clone()
+                .or_else(|| {
+                    let builder = &plan.steps[plan.units[s.unit].steps[0]];
+                    Some(builder.id.log_path(&plan.job_dir))
+                })
+                .filter(|l| crate::fsutil::node(l).ok() == Some(crate::fsutil::Node::File)),
+        };
         self.records.push(Recorded::New(StepRecord {
             kind: s.kind,
             scene: s.id.scene.clone(),
@@ -259,7 +265,7 @@ impl Accumulator {
             key: s.key.clone(),
             outcome: end.outcome,
             duration_secs: end.secs,
-            log: Some(log.display().to_string()),
+            log: log.map(|l| l.display().to_string()),
             error: end.error.clone(),
             log_tail: end.tail.clone(),
         }));
@@ -353,6 +359,8 @@ mod tests {
                 duration_secs: 0.0,
                 files: Vec::new(),
                 deps: Vec::new(),
+                copy: None,
+                signature: None,
             },
             record: None,
         })

@@ -293,7 +293,10 @@ fn slot_loop(
     tx: &mpsc::Sender<Msg>,
 ) {
     loop {
-        let next = rx.lock().expect("job queue").recv();
+        let next = rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .recv();
         let Ok(unit) = next else { break };
         let t0 = Instant::now();
         let _ = tx.send(Msg::Started {

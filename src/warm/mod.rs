@@ -479,8 +479,8 @@ fn recorded_deps(
         return Ok(Vec::new());
     }
     // The step made it: a FIFO or link there must not block or lead out.
-    let Ok(text) =
-        crate::fsutil::read_nofollow(depfile).map(|t| String::from_utf8_lossy(&t).into_owned())
+    let Ok(text) = crate::fsutil::read_capped(depfile, crate::fsutil::Cap::DEPFILE)
+        .map(|t| String::from_utf8_lossy(&t).into_owned())
     else {
         return Err(if make_only {
             FailCause::NoDepfile(depfile.to_path_buf())

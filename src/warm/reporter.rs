@@ -4,7 +4,6 @@
 //! collapsible `::group::`. Decides nothing: it renders the executor's events.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use super::accum::Summary;
 use super::diagnostics;
@@ -164,7 +163,7 @@ impl<'a> Reporter<'a> {
                         "{} {} {} {word}",
                         crate::ui::counter(self.finished, self.total),
                         s.id.labelled(),
-                        short_duration(Duration::from_secs_f64(secs)),
+                        short_duration(crate::units::secs(secs)),
                     );
                     let line = match (&note, n) {
                         (Some(note), 0) => format!("{line}{note}"),

@@ -6,12 +6,17 @@
 
 mod args;
 mod attacks;
+pub mod bounded;
 mod discovery;
 mod inputs;
+mod kept;
 mod maintain;
+mod numbers;
 mod planted;
+mod readonly;
 mod remote_records;
 mod secrets;
+mod signed;
 mod terminal;
 
 use std::collections::BTreeMap;

@@ -17,26 +17,8 @@ const DEFAULT_TOKEN: &str = "default-token-77e1";
 /// manifest's own `env` still arrives.
 #[test]
 fn token_and_signing_key_never_reach_a_child() {
-    let s = Suite::with_logs();
-    s.write("kernels/k.c", "int k;\n");
-    s.script(
-        "dump.sh",
-        "#!/bin/sh\n# dump.sh NAME [OUT]: record the environment, make OUT.\nenv > \"logs/env.$1.$$\"\n[ -n \"$2\" ] && { mkdir -p \"$2\" 2>/dev/null; echo x > \"$2/f\" 2>/dev/null || echo x > \"$2\"; }\nexit 0\n",
-    );
-    s.script(
-        "gen.sh",
-        "#!/bin/sh\nenv > logs/env.generator.$$\necho '- name: g'\necho '  device:'\necho '    run: ./dump.sh generated-device'\n",
-    );
-    s.script(
-        "lock.sh",
-        "#!/bin/sh\nenv > logs/env.lock.$$\nTASK_DEVICE=0 exec sh -c \"$1\"\n",
-    );
-    s.script(
-        "lane.sh",
-        "#!/bin/sh\nenv > logs/env.lane.$$\nwhile IFS= read -r l; do n=$(printf '%s' \"$l\" | sed -n 's/.*\"scene\":\"\\([^\"]*\\)\".*/\\1/p'); printf '{\"scene\":\"%s\",\"event\":\"end\",\"outcome\":\"passed\"}\\n' \"$n\" >> \"$2\"; done < \"$1\"\n",
-    );
-    s.manifest(
-        "version: 1\nenv:\n  VISIBLE: shown-to-steps\ncache:\n  dir: cache\n  remote:\n    url: \"http://127.0.0.1:9/never\"\n    token_env: MY_CACHE_TOKEN\n    sign_key_env: MY_SIGNING_KEY\ntoolchains:\n  dump:\n    compile: \"./dump.sh compile {out}\"\n    identity: \"./dump.sh toolchain-identity; echo v1\"\nlock:\n  submit: \"./lock.sh {run}\"\nlanes:\n  l:\n    run: \"./lane.sh {scenes} {results}\"\nprepare:\n  - name: p\n    run: \"./dump.sh prepare\"\nscenes_from:\n  - run: \"./gen.sh\"\n    inputs: [gen.sh]\nscenes:\n  - name: s\n    kernels:\n      - name: k\n        toolchain: dump\n        source: kernels/k.c\n    fixture:\n      run: \"./dump.sh fixture {out}\"\n      identity: \"./dump.sh fixture-identity; echo v1\"\n    golden:\n      run: \"./dump.sh golden {out}\"\n    device:\n      run: \"./dump.sh device\"\n  - name: in-lane\n    device:\n      lane: l\n",
+    let s = dumping_suite(
+        "    url: \"http://127.0.0.1:9/never\"\n    token_env: MY_CACHE_TOKEN\n    sign_key_env: MY_SIGNING_KEY\n",
     );
     let with_secrets = |args: &[&str]| {
         let mut c = scenerun_process();
@@ -54,6 +36,13 @@ fn token_and_signing_key_never_reach_a_child() {
     assert_eq!(code(&o), 0, "{}", show(&o));
     let o = with_secrets(&["device"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
+    let leaks = leaks_in_dumps(&s, &[TOKEN, KEY, DEFAULT_TOKEN]);
+    assert!(leaks.is_empty(), "secrets reached children: {leaks:?}");
+}
+
+/// Every kind of child that dumps its environment (see `dumping_suite`) ran; what it
+/// got of `secrets`.
+fn leaks_in_dumps(s: &Suite, secrets: &[&str]) -> Vec<String> {
     let mut seen = Vec::new();
     let mut leaks = Vec::new();
     for e in fs::read_dir(s.path("logs")).unwrap().flatten() {
@@ -64,7 +53,7 @@ fn token_and_signing_key_never_reach_a_child() {
         let who = who.rsplit_once('.').map_or(who, |(w, _)| w).to_string();
         let text = fs::read_to_string(e.path()).unwrap();
         assert!(text.contains("VISIBLE=shown-to-steps"), "{who}: {text}");
-        for secret in [TOKEN, KEY, DEFAULT_TOKEN] {
+        for secret in secrets {
             if text.contains(secret) {
                 leaks.push(format!("{who} got {secret}"));
             }
@@ -88,5 +77,97 @@ fn token_and_signing_key_never_reach_a_child() {
     ] {
         assert!(seen.iter().any(|w| w == want), "no {want} ran: {seen:?}");
     }
-    assert!(leaks.is_empty(), "secrets reached children: {leaks:?}");
+    leaks
+}
+
+/// A suite with every kind of child, each dumping its environment into `logs/`, and
+/// `remote` as the body of `cache.remote`.
+fn dumping_suite(remote: &str) -> Suite {
+    let s = Suite::with_logs();
+    s.write("kernels/k.c", "int k;\n");
+    s.script(
+        "dump.sh",
+        "#!/bin/sh\n# dump.sh NAME [OUT]: record the environment, make OUT.\nenv > \"logs/env.$1.$$\"\n[ -n \"$2\" ] && { mkdir -p \"$2\" 2>/dev/null; echo x > \"$2/f\" 2>/dev/null || echo x > \"$2\"; }\nexit 0\n",
+    );
+    s.script(
+        "gen.sh",
+        "#!/bin/sh\nenv > logs/env.generator.$$\necho '- name: g'\necho '  device:'\necho '    run: ./dump.sh generated-device'\n",
+    );
+    s.script(
+        "lock.sh",
+        "#!/bin/sh\nenv > logs/env.lock.$$\nTASK_DEVICE=0 exec sh -c \"$1\"\n",
+    );
+    s.script(
+        "lane.sh",
+        "#!/bin/sh\nenv > logs/env.lane.$$\nwhile IFS= read -r l; do n=$(printf '%s' \"$l\" | sed -n 's/.*\"scene\":\"\\([^\"]*\\)\".*/\\1/p'); printf '{\"scene\":\"%s\",\"event\":\"end\",\"outcome\":\"passed\"}\\n' \"$n\" >> \"$2\"; done < \"$1\"\n",
+    );
+    s.manifest(
+        &format!("version: 1\nenv:\n  VISIBLE: shown-to-steps\ncache:\n  dir: cache\n  remote:\n{remote}toolchains:\n  dump:\n    compile: \"./dump.sh compile {{out}}\"\n    identity: \"./dump.sh toolchain-identity; echo v1\"\nlock:\n  submit: \"./lock.sh {{run}}\"\nlanes:\n  l:\n    run: \"./lane.sh {{scenes}} {{results}}\"\nprepare:\n  - name: p\n    run: \"./dump.sh prepare\"\nscenes_from:\n  - run: \"./gen.sh\"\n    inputs: [gen.sh]\nscenes:\n  - name: s\n    kernels:\n      - name: k\n        toolchain: dump\n        source: kernels/k.c\n    fixture:\n      run: \"./dump.sh fixture {{out}}\"\n      identity: \"./dump.sh fixture-identity; echo v1\"\n    golden:\n      run: \"./dump.sh golden {{out}}\"\n    device:\n      run: \"./dump.sh device\"\n  - name: in-lane\n    device:\n      lane: l\n"),
+    );
+    s
+}
+
+const URL_PASSWORD: &str = "PW-7d2e-userinfo";
+const FLAG_PASSWORD: &str = "PW-c41b-env-url";
+
+/// A password in the remote cache's URL — from `$SCENERUN_REMOTE_URL`, or from a
+/// variable the manifest's `url: "$VAR"` names — is scenerun's to send, never a child's
+/// to see: no child's environment, no output line, and no file scenerun writes (the
+/// kept manifest, reports, records, the cache) holds it.
+#[test]
+fn a_password_in_the_remote_url_never_reaches_a_child_a_log_or_a_file() {
+    let s = dumping_suite("    url: \"$SCENE_CACHE_URL\"\n");
+    let mut outputs = String::new();
+    for (env_url, args) in [
+        (false, &["warm"][..]),
+        (false, &["device"]),
+        (true, &["warm"]),
+        (true, &["device"]),
+    ] {
+        let mut c = scenerun_process();
+        c.current_dir(s.dir())
+            .env(
+                "SCENE_CACHE_URL",
+                format!("http://ci:{URL_PASSWORD}@127.0.0.1:9/never"),
+            )
+            .arg("--manifest")
+            .arg(s.path("scenes.yaml"))
+            .args(args);
+        if env_url {
+            c.env(
+                "SCENERUN_REMOTE_URL",
+                format!("http://ci:{FLAG_PASSWORD}@127.0.0.1:9/never"),
+            );
+        }
+        let o = run_bounded(c, Duration::from_secs(120));
+        assert_eq!(code(&o), 0, "{args:?}: {}", show(&o));
+        outputs.push_str(&show(&o));
+    }
+    let secrets = [URL_PASSWORD, FLAG_PASSWORD];
+    let mut leaks = leaks_in_dumps(&s, &secrets);
+    for secret in secrets {
+        if outputs.contains(secret) {
+            leaks.push(format!("scenerun's output holds {secret}"));
+        }
+    }
+    // Every file under the suite but the children's own dumps.
+    let mut todo = vec![s.dir().to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                todo.push(p);
+            } else if ft.is_file() && !p.starts_with(s.path("logs")) {
+                let bytes = fs::read(&p).unwrap();
+                let text = String::from_utf8_lossy(&bytes);
+                for secret in secrets {
+                    if text.contains(secret) {
+                        leaks.push(format!("{} holds {secret}", p.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "the password leaked: {leaks:#?}");
 }

@@ -11,7 +11,11 @@ from scenerun_pytest import codec
 
 
 class Args:
-    """An args builder like a suite's: arrays in a list and a name map, the same objects."""
+    """An args builder like a suite's: arrays in a list and a name map, the same objects.
+    Marked as a class the project trusts the cache to construct (artifacts are data
+    only otherwise)."""
+
+    scenerun_codec_trust = "pickle"
 
     def __init__(self, **named):
         self._specs = list(named.items())
@@ -142,3 +146,87 @@ def test_an_artifact_of_another_format_is_refused(tmp_path):
     (tmp_path / "index.json").write_text("{}")
     with pytest.raises(codec.CodecError, match="not a scenerun artifact"):
         codec.load(str(tmp_path))
+
+
+class Plain:
+    """A class no one marked: a data-only artifact never holds one."""
+
+    def __init__(self, v):
+        self.v = v
+
+
+class Evil:
+    """What an attacker's value.pkl does on load: run a command."""
+
+    def __init__(self, cmd):
+        self.cmd = cmd
+
+    def __reduce__(self):
+        return (os.system, (self.cmd,))
+
+
+def plant_evil(art, marker):
+    """Replace an artifact's value.pkl with one that runs `touch marker` when unpickled."""
+    import pickle
+
+    (art / codec.VALUE).write_bytes(pickle.dumps(Evil(f"touch {marker}")))
+
+
+def test_a_planted_value_pkl_never_runs_code(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml: the default, data only
+    art, marker = tmp_path / "art", tmp_path / "PWNED"
+    art.mkdir()
+    codec.save(sample(), str(art))
+    plant_evil(art, marker)
+    with pytest.raises(codec.CodecError, match="system") as e:
+        codec.load(str(art))
+    assert "codec_trust" in str(e.value)
+    assert not marker.exists()
+
+
+def test_save_refuses_a_class_the_project_did_not_mark(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(codec.CodecError, match="test_codec.Plain") as e:
+        codec.save({"p": Plain(np.zeros(2))}, str(tmp_path))
+    assert "scenerun_codec_trust" in str(e.value) and "pytest_scenerun_save" in str(e.value)
+    # Data, numpy and ctypes scalars, and marked classes need nothing.
+    codec.save({"n": 1, "s": np.float32(2), "c": ctypes.c_int(3), "a": Args(x=np.ones(2))}, str(tmp_path))
+    got = codec.load(str(tmp_path))
+    assert got["c"].value == 3 and got["a"].x.sum() == 2
+
+
+def test_pickle_is_the_projects_choice_in_pyproject(tmp_path, monkeypatch):
+    """codec_trust = "pickle" trusts whoever writes the cache: a planted value.pkl runs."""
+    (tmp_path / "pyproject.toml").write_text('[tool.scenerun]\ncodec_trust = "pickle"\n')
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")  # found from a directory below it too
+    art, marker = tmp_path / "art", tmp_path / "RAN"
+    art.mkdir()
+    codec.save({"p": Plain(3)}, str(art))
+    assert codec.load(str(art))["p"].v == 3
+    plant_evil(art, marker)
+    codec.load(str(art))
+    assert marker.exists()
+    (tmp_path / "pyproject.toml").write_text('[tool.scenerun]\ncodec_trust = "yes"\n')
+    with pytest.raises(codec.CodecError, match="codec_trust"):
+        codec.load(str(art))
+
+
+def test_pickle_is_the_projects_choice_in_the_manifests_env(tmp_path, monkeypatch):
+    """SCENERUN_CODEC_TRUST=pickle (a manifest's env:) opts in without editing the suite,
+    and wins over pyproject.toml; an unknown value is refused."""
+    (tmp_path / "pyproject.toml").write_text('[tool.scenerun]\ncodec_trust = "data"\n')
+    monkeypatch.chdir(tmp_path)
+    art, marker = tmp_path / "art", tmp_path / "RAN"
+    art.mkdir()
+    with pytest.raises(codec.CodecError):
+        codec.save({"p": Plain(3)}, str(art))
+    monkeypatch.setenv("SCENERUN_CODEC_TRUST", "pickle")
+    codec.save({"p": Plain(3)}, str(art))
+    assert codec.load(str(art))["p"].v == 3
+    plant_evil(art, marker)
+    codec.load(str(art))
+    assert marker.exists()
+    monkeypatch.setenv("SCENERUN_CODEC_TRUST", "sometimes")
+    with pytest.raises(codec.CodecError, match="SCENERUN_CODEC_TRUST"):
+        codec.load(str(art))

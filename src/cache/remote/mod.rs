@@ -162,7 +162,8 @@ impl Remote {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(crate::err!(
                 Usage,
-                "remote cache URL `{url}` is not an http:// or https:// URL"
+                "remote cache URL `{}` is not an http:// or https:// URL",
+                crate::proc::without_userinfo(&url)
             ));
         }
         let write = flags.write || cfg.write;
@@ -209,7 +210,7 @@ impl Remote {
         if self
             .warned
             .lock()
-            .expect("warnings")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(msg.to_string())
         {
             self.notes.warning(&format!("warning: remote cache: {msg}"));
@@ -316,7 +317,10 @@ impl Remote {
                 fs::create_dir_all(dir).map_err(|e| unstorable(dir, &e))?;
             }
             let r = self.fetch_blob(f, &dest)?;
-            records.lock().expect("file records").push(r);
+            records
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(r);
             Ok(())
         })?;
         let files = records.into_inner().expect("file records");
@@ -373,11 +377,7 @@ impl Remote {
             }
             .into());
         }
-        Ok(FileRecord {
-            path: f.path.clone(),
-            size: got.size,
-            blake3: got.blake3,
-        })
+        Ok(FileRecord::new(f.path.clone(), got.size, got.blake3))
     }
 
     /// Upload a published entry when writes are on: blobs first (those the server lacks),
@@ -559,8 +559,7 @@ pub fn save_totals(store: &Store, remote: Option<&Remote>) {
 
 /// What the remote cache moved in the last warm; None when it ran without one.
 pub fn last_totals(store: &Store) -> Option<Totals> {
-    fsutil::read_nofollow(&store.root.join(STATS_FILE))
-        .ok()
+    fsutil::read_kept(&store.root.join(STATS_FILE), fsutil::Cap::SMALL)
         .and_then(|b| serde_json::from_slice::<Totals>(&b).ok())
 }
 
@@ -586,13 +585,20 @@ fn each_parallel<T: Sync>(
     std::thread::scope(|s| {
         for _ in 0..width.min(items.len()) {
             s.spawn(|| loop {
-                if first.lock().expect("first error").is_some() {
+                if first
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .is_some()
+                {
                     break;
                 }
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(item) = items.get(i) else { break };
                 if let Err(e) = f(item) {
-                    first.lock().expect("first error").get_or_insert(e);
+                    first
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .get_or_insert(e);
                     break;
                 }
             });

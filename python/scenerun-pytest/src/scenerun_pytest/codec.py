@@ -20,6 +20,19 @@ golden never shares memory with the arguments the device run writes into.
 A conftest may replace all of it: ``pytest_scenerun_save(obj, path)`` returning True
 means it wrote ``path`` itself, and then ``pytest_scenerun_load(path)`` must return the
 object.
+
+Artifacts are data, not code. Whoever can write the cache can write an artifact, so a
+load never runs what an artifact names: leaves are read with ``weights_only=True`` and
+``allow_pickle=False``, and ``value.pkl`` is read by an unpickler that constructs only
+data — Python's containers and scalars, numpy dtypes and scalars, torch dtypes, sizes
+and devices, ctypes' simple C types — and classes the project itself marks as trusted
+(``scenerun_codec_trust = "pickle"`` as a class attribute, on a class already
+imported). Anything else in ``value.pkl`` is refused with a ``CodecError`` naming it,
+and ``save`` refuses such an object up front. A project whose artifacts hold other
+objects opts in to plain pickle for all of them with ``codec_trust = "pickle"`` under
+``[tool.scenerun]`` in its ``pyproject.toml`` (the first one found from the current
+directory upwards), or with ``SCENERUN_CODEC_TRUST=pickle`` in its manifest's ``env:``:
+that trusts whoever can write the cache to run code in its tests.
 """
 
 from __future__ import annotations
@@ -34,9 +47,113 @@ FORMAT = 1
 INDEX = "scenerun-codec.json"
 VALUE = "value.pkl"
 
+# The [tool.scenerun] key, and the class attribute, that let plain pickle in.
+TRUST_KEY = "codec_trust"
+CLASS_TRUST = "scenerun_codec_trust"
+# The same choice as an environment variable (a manifest's env: sets it).
+TRUST_ENV = "SCENERUN_CODEC_TRUST"
+PICKLE = "pickle"
+DATA = "data"
+
+# Builtins a data-only load constructs.
+_SAFE_BUILTINS = frozenset(
+    "int float complex str bytes bytearray bool list dict tuple set frozenset slice range object".split()
+)
+# Functions pickle itself uses to rebuild an instance of a class it was allowed to name.
+_SAFE_FUNCTIONS = frozenset(
+    {
+        ("copyreg", "_reconstructor"),
+        ("copyreg", "__newobj__"),
+        ("collections", "OrderedDict"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("_ctypes", "_unpickle"),
+    }
+)
+
 
 class CodecError(Exception):
     """An artifact this codec cannot read (or an object it cannot write)."""
+
+
+def _pyproject_trust(start: str) -> str:
+    """``[tool.scenerun] codec_trust`` of the first ``pyproject.toml`` from ``start``
+    upwards: ``data`` (the default) or ``pickle``."""
+    d = os.path.abspath(start)
+    while True:
+        path = os.path.join(d, "pyproject.toml")
+        if os.path.isfile(path):
+            try:
+                import tomllib  # Python 3.11+
+            except ImportError:  # pragma: no cover - older interpreters
+                try:
+                    import tomli as tomllib
+                except ImportError:
+                    return DATA
+            with open(path, "rb") as f:
+                value = tomllib.load(f).get("tool", {}).get("scenerun", {}).get(TRUST_KEY, DATA)
+            if value not in (DATA, PICKLE):
+                raise CodecError(f"{path}: [tool.scenerun] {TRUST_KEY} is {value!r}: {DATA!r} or {PICKLE!r}")
+            return value
+        parent = os.path.dirname(d)
+        if parent == d:
+            return DATA
+        d = parent
+
+
+def trust() -> str:
+    """How artifacts are read in this process: ``data`` or ``pickle`` (see the module's
+    doc). ``SCENERUN_CODEC_TRUST`` (set in a manifest's ``env:``, so it reaches every
+    fixture, golden and lane process and is part of their keys) wins over the
+    ``pyproject.toml`` setting: a project opts in without editing the suite's files."""
+    value = os.environ.get(TRUST_ENV)
+    if value:
+        if value not in (DATA, PICKLE):
+            raise CodecError(f"{TRUST_ENV} is {value!r}: {DATA!r} or {PICKLE!r}")
+        return value
+    return _pyproject_trust(os.getcwd())
+
+
+def _lookup(module: str, name: str):
+    """The object ``module.name`` names, from a module already imported (never an
+    import: importing runs code); None when there is none."""
+    obj = sys.modules.get(module)
+    for part in name.split("."):
+        obj = getattr(obj, part, None) if obj is not None else None
+    return obj
+
+
+def _allowed(module: str, name: str):
+    """What a data-only load may construct for a global ``module.name``; None: not it."""
+    if module == "builtins":
+        return getattr(__import__("builtins"), name) if name in _SAFE_BUILTINS else None
+    if (module, name) in _SAFE_FUNCTIONS:
+        return _lookup(module, name) or getattr(__import__(module, fromlist=[name]), name, None)
+    obj = _lookup(module, name)
+    if obj is None:
+        return None
+    ctypes = sys.modules.get("ctypes")
+    if module == "ctypes" and ctypes is not None and isinstance(obj, type) and issubclass(obj, ctypes._SimpleCData):
+        return obj
+    torch = _torch()
+    if module == "torch" and torch is not None:
+        if isinstance(obj, torch.dtype) or obj in (getattr(torch, "Size", None), getattr(torch, "device", None)):
+            return obj
+    if isinstance(obj, type) and getattr(obj, CLASS_TRUST, None) == PICKLE:
+        return obj
+    return None
+
+
+def _refusal(what: str, module: str, name: str) -> str:
+    return (
+        f"{what} names {module}.{name}, which a data-only artifact never constructs "
+        f"(artifacts are read as data: whoever can write the cache writes them). "
+        f"Give that class `{CLASS_TRUST} = \"{PICKLE}\"`, set `{TRUST_KEY} = \"{PICKLE}\"` under "
+        f"[tool.scenerun] in pyproject.toml or {TRUST_ENV}: {PICKLE} in the manifest's env: (each "
+        f"trusts whoever can write the cache to run code), or define "
+        f"pytest_scenerun_save/pytest_scenerun_load in a conftest.py"
+    )
 
 
 def _torch():
@@ -135,6 +252,10 @@ def save(obj, out_dir: str, *, hook=None, base: str | None = None, mode: str | N
             f"cannot save a {type(obj).__name__}: {e} "
             "(define pytest_scenerun_save/pytest_scenerun_load in a conftest.py)"
         ) from e
+    if trust() != PICKLE:
+        for module, name in _globals_of(buf.getvalue()):
+            if _allowed(module, name) is None:
+                raise CodecError(_refusal(f"cannot save a {type(obj).__name__}: it", module, name))
     with open(os.path.join(out_dir, VALUE), "wb") as f:
         f.write(buf.getvalue())
     _write_index(out_dir, {"format": FORMAT, "codec": "pickle", "mode": mode, "leaves": leaves})
@@ -188,15 +309,72 @@ def _load_leaf_list(in_dir: str, hook):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, resolve):
+    """Reads ``value.pkl``: leaves through ``resolve``; with ``data_only``, a global is
+    constructed only when ``_allowed`` names it."""
+
+    def __init__(self, file, resolve, data_only: bool, what: str = VALUE):
         super().__init__(file)
         self._resolve = resolve
         self._loaded = {}
+        self._data_only = data_only
+        self._what = what
 
     def persistent_load(self, pid):
         if pid not in self._loaded:
             self._loaded[pid] = self._resolve(pid)
         return self._loaded[pid]
+
+    def find_class(self, module, name):
+        if not self._data_only:
+            return super().find_class(module, name)
+        found = _allowed(module, name)
+        if found is None:
+            raise CodecError(_refusal(self._what, module, name))
+        return found
+
+
+class _Anything:
+    """Stands in for every global while ``_globals_of`` reads a pickle."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Anything()
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, value):
+        pass
+
+    def extend(self, values):
+        pass
+
+
+class _Recorder(pickle.Unpickler):
+    """Lists the globals a pickle names, constructing none of them."""
+
+    def __init__(self, file):
+        super().__init__(file)
+        self.names = []
+
+    def persistent_load(self, pid):
+        return None
+
+    def find_class(self, module, name):
+        self.names.append((module, name))
+        return _Anything
+
+
+def _globals_of(data: bytes):
+    """Every (module, name) the pickle ``data`` names."""
+    r = _Recorder(io.BytesIO(data))
+    r.load()
+    return r.names
 
 
 def load(in_dir: str, *, hook=None, base: str | None = None):
@@ -222,8 +400,9 @@ def load(in_dir: str, *, hook=None, base: str | None = None):
             return _load_file(base, read_index(base)["leaves"][k]["file"])
         raise CodecError(f"{in_dir}: unknown reference {pid!r}")
 
-    with open(os.path.join(in_dir, VALUE), "rb") as f:
-        return _Unpickler(f, resolve).load()
+    path = os.path.join(in_dir, VALUE)
+    with open(path, "rb") as f:
+        return _Unpickler(f, resolve, data_only=trust() != PICKLE, what=path).load()
 
 
 def mode(in_dir: str):
