@@ -135,6 +135,7 @@ pub fn execute(
         scheduler,
         skipped,
         stop,
+        clock: Instant::now(),
     };
     pool.run(jobs, build, on_event);
 }
@@ -212,6 +213,8 @@ struct Pool<'a> {
     scheduler: sched::Scheduler,
     skipped: Vec<bool>,
     stop: bool,
+    /// The scheduler's clock (its decisions take the time as a number).
+    clock: Instant,
 }
 
 impl Pool<'_> {
@@ -237,7 +240,8 @@ impl Pool<'_> {
             let mut in_flight = 0usize;
             loop {
                 if !self.stop && !proc::interrupted() {
-                    while let Some(u) = self.scheduler.next_task() {
+                    let now = self.clock.elapsed().as_secs_f64();
+                    while let Some(u) = self.scheduler.next_task(now) {
                         in_flight += 1;
                         let _ = job_tx.send(u);
                     }
