@@ -29,6 +29,12 @@ def _collect_parser():
         help="lane: device steps share lane processes; process: one pytest per scene",
     )
     c.add_argument("--identity", default=None, help="identity command of fixture and golden steps")
+    c.add_argument(
+        "--worker",
+        default=None,
+        metavar="NAME",
+        help="fixture and golden steps name this worker of the manifest's `workers:` (worker: NAME)",
+    )
     return c
 
 

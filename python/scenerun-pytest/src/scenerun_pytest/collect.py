@@ -242,6 +242,10 @@ def scenes_of(rows, opts, hook):
             fixture["identity"] = opts.identity
             if golden:
                 golden["identity"] = opts.identity
+        if getattr(opts, "worker", None):
+            fixture["worker"] = opts.worker
+            if golden:
+                golden["worker"] = opts.worker
         devices = int(over.get("devices", protocol.devices_of(case)))
         args = [r.node] if r.per_case else [r.node, f"{CASE_OPTION}={case['name']}"]
         if opts.device_mode == "lane":
