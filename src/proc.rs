@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod piped;
+
 /// Between SIGTERM and SIGKILL, unless a phase sets its own (`set_grace`).
 pub const GRACE: Duration = Duration::from_secs(2);
 
@@ -431,10 +433,13 @@ fn hidden_except(given: &BTreeMap<String, String>) -> Vec<String> {
 /// SIGINT/SIGTERM in its threads, a child gets the defaults. Callers add where its output
 /// goes and, through `before_spawn`, its process group.
 pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
-    let mut e = duct::cmd("sh", ["-c", command])
-        .dir(dir)
-        .stdin_null()
-        .unchecked();
+    shell(command, dir, env).stdin_null()
+}
+
+/// `sh` without its stdin: a piped child (`piped`) gets a pipe there (duct lets an inner
+/// redirection win, so `sh`'s own would).
+fn shell(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
+    let mut e = duct::cmd("sh", ["-c", command]).dir(dir).unchecked();
     for (k, v) in env {
         e = e.env(k, v);
     }
