@@ -11,12 +11,14 @@ mod memo;
 mod paths;
 mod raw;
 pub mod remote;
+pub mod workers;
 pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
 pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant};
 pub use paths::expand_vars;
 pub use raw::{keys, Mapping};
+pub use workers::WorkerConfig;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -55,6 +57,9 @@ pub struct Manifest {
     /// Top-level `prepare:` steps: run by warm for every selected scene, keyed once.
     #[serde(default)]
     pub prepare: Vec<Prepare>,
+    /// `workers:` by name: persistent processes that serve steps naming them.
+    #[serde(default)]
+    pub workers: BTreeMap<String, WorkerConfig>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
 }
@@ -136,6 +141,9 @@ pub struct GenStep {
     /// A command whose output and success go into the step's key (interpreter and
     /// library versions), run once per process.
     pub identity: Option<String>,
+    /// `worker:`: the worker (of `workers:`) that serves the step; in no key.
+    #[serde(default)]
+    pub worker: Option<String>,
 }
 
 impl GenStep {
@@ -439,6 +447,8 @@ struct Ctx {
     broken_toolchains: Vec<String>,
     /// Lanes by name with their `devices` (None: the lane itself is invalid).
     lane_devices: BTreeMap<String, Option<u32>>,
+    /// The names under `workers:` (a broken worker's too).
+    worker_names: Vec<String>,
 }
 
 impl Ctx {
@@ -454,6 +464,7 @@ impl Ctx {
             probes: Default::default(),
             broken_toolchains: Vec::new(),
             lane_devices: Default::default(),
+            worker_names: Vec::new(),
         }
     }
 
@@ -651,6 +662,7 @@ impl Ctx {
         let generators = field("scenes_from")
             .map(|v| self.generators(v, &platform))
             .unwrap_or_default();
+        let workers = self.workers(field("workers"));
         let prepare = self.prepare_steps(field("prepare"));
         let scenes = match field("scenes") {
             None if !generators.is_empty() => Vec::new(),
@@ -673,6 +685,7 @@ impl Ctx {
             scenes,
             generators,
             prepare,
+            workers,
             notes: std::mem::take(&mut self.notes),
         })
     }
@@ -1035,6 +1048,7 @@ impl Ctx {
                 threads: p.threads,
                 timeout: p.timeout,
                 identity: p.identity,
+                worker: p.worker,
             };
             if let Some(step) = self.gen_fields(g, &path, allowed::PREPARE) {
                 out.push(Prepare { name: p.name, step });
@@ -1056,6 +1070,7 @@ impl Ctx {
         }
         let memory = self.size(g.memory, &format!("{path}.memory"));
         let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
+        let worker = self.worker_ref(g.worker, path);
         Some(GenStep {
             run: run?,
             inputs,
@@ -1064,6 +1079,7 @@ impl Ctx {
             threads: g.threads.unwrap_or(1).max(1),
             timeout,
             identity: g.identity,
+            worker,
         })
     }
 }
