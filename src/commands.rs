@@ -161,7 +161,7 @@ fn warm_command(cli: &Cli, a: &crate::cli::WarmArgs, jobs: usize, ui: &Ui) -> Re
     let Some(mut plan) = build_selected(cli, &sel, None, mode, ui)? else {
         return Ok(Exit::Ok);
     };
-    plan.fit_threads(jobs);
+    fit_runner(&mut plan, &a.warm, jobs);
     let phases = Phases {
         warm: true,
         device: false,
@@ -212,13 +212,22 @@ fn device_command(cli: &Cli, a: &crate::cli::DeviceArgs, ui: &Ui) -> Result<Exit
     do_device(cli, &plan, &a.device, ui)
 }
 
+/// What a warm runs on: `jobs` slots (no step's `threads` asks for more), workers or
+/// not (`--no-workers`); previews show the same.
+fn fit_runner(plan: &mut Plan, w: &WarmFlags, jobs: usize) {
+    plan.fit_threads(jobs);
+    if w.no_workers {
+        plan.no_workers();
+    }
+}
+
 /// `scenerun run`: warm, then device on the same plan (or their preview).
 fn run_command(cli: &Cli, a: &crate::cli::RunArgs, jobs: usize, ui: &Ui) -> Result<Exit> {
     let (sel, mode) = (a.select.selection(), settle_unless(&a.preview));
     let Some(mut plan) = device_plan(cli, &sel, &a.device, mode, ui)? else {
         return Ok(Exit::Ok);
     };
-    plan.fit_threads(jobs);
+    fit_runner(&mut plan, &a.warm, jobs);
     let phases = Phases {
         warm: true,
         device: true,

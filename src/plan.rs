@@ -77,6 +77,13 @@ impl Plan {
         self.no_lock = Some(ids);
     }
 
+    /// `--no-workers`: every step runs as a process of its own (docs/warm.md, "Workers").
+    pub fn no_workers(&mut self) {
+        for w in self.manifest.workers.values_mut() {
+            w.enabled = false;
+        }
+    }
+
     /// The runner has `jobs` slots: no step's `threads` hint asks for more (the
     /// scheduler, `{threads}` and `$SCENERUN_THREADS` all see the clamped value; it is
     /// in no key).
@@ -85,6 +92,15 @@ impl Plan {
         for s in &mut self.steps {
             s.threads = s.threads.min(most);
         }
+    }
+
+    /// The enabled worker that serves a fixture, golden or prepare step, if it names one.
+    pub fn worker_of(&self, step: &Step) -> Option<&crate::manifest::WorkerConfig> {
+        if step.kind == Kind::Kernel {
+            return None;
+        }
+        let name = self.gen(step).worker.as_ref()?;
+        self.manifest.workers.get(name).filter(|w| w.enabled)
     }
 
     /// After warm: the units it published (or found) are hits now, the ones it failed

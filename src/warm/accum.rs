@@ -391,6 +391,7 @@ mod tests {
                 slot: 1,
                 wall_secs: 2.5,
                 input_changed: None,
+                worker: None,
                 outcome: UnitOutcome::Built {
                     secs: 2.0,
                     entry: entry(Kind::Kernel),
@@ -405,6 +406,7 @@ mod tests {
                 slot: 0,
                 wall_secs: 4.0,
                 input_changed: None,
+                worker: None,
                 outcome: UnitOutcome::Failed {
                     cause: FailCause::TimedOut {
                         limit: Duration::from_secs(4),
@@ -427,6 +429,7 @@ mod tests {
                 slot: 0,
                 wall_secs: 0.0,
                 input_changed: None,
+                worker: None,
                 outcome: UnitOutcome::Hit {
                     entry: entry(Kind::Fixture),
                 },
@@ -493,6 +496,7 @@ mod tests {
                     entry: entry(Kind::Kernel),
                 },
                 input_changed: None,
+                worker: None,
             },
         );
         // An input changed during the fixture: what is reported is its rerun's build.
@@ -508,6 +512,7 @@ mod tests {
                     sent: 0,
                 },
                 input_changed: Some("data.txt".into()),
+                worker: None,
             },
         );
         acc.finish(1.0);
@@ -543,6 +548,7 @@ mod tests {
                     wall_secs: 0.0,
                     outcome,
                     input_changed: None,
+                    worker: None,
                 },
             );
         }
@@ -587,6 +593,7 @@ mod tests {
                     slot: 0,
                     wall_secs: 0.1,
                     input_changed: None,
+                    worker: None,
                     outcome: UnitOutcome::Infra(anyhow::anyhow!("disk full {u}")),
                 },
             );
