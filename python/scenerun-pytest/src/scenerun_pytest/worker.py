@@ -35,6 +35,7 @@ worker's memory cap; neither needs anything from here.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import shlex
@@ -113,6 +114,7 @@ class _Serve:
         self.proto, self.requests, self.imports = proto, requests, imports
         self.items = {}  # (real path of the file, class name) -> first item
         self.served = False
+        self.parser = None  # the phases' argument parser, once serving
 
     def pytest_itemcollected(self, item):
         cls = getattr(item, "cls", None)
@@ -142,6 +144,15 @@ class _Serve:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
         self.served = True
+        # What every fork needs of the plugin is loaded once, here (it is no suite code),
+        # and which loaded module is a project file is known before the first fork.
+        from .__main__ import _phase_parser
+
+        self.parser = _phase_parser
+        self.imports.files(list(sys.modules))
+        # What collection made is never freed by a fork's garbage collector: its pages stay
+        # shared instead of being copied into every step (as pre-fork servers do).
+        gc.freeze()
         threads = _threads()
         if threads > 1:
             print(
@@ -210,9 +221,7 @@ class _Serve:
                 os._exit(code)
 
     def _run(self, session, phase: str, args) -> int:
-        from .__main__ import _phase_parser
-
-        opts = _phase_parser(phase).parse_args(args)
+        opts = self.parser(phase).parse_args(args)
         try:
             path, cls_name = phases.split_nodeid(opts.nodeid)
             phases.check_paths(path, opts.out)
