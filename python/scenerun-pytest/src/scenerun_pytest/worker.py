@@ -51,6 +51,26 @@ from . import phases
 #: Tokens of shell syntax: a command holding one needs the shell (run as a process).
 _SHELL = set("|&;<>()`$")
 
+#: Modules the codec's libraries import on first use (a save, a load): imported once in
+#: the worker, when the library is loaded, not again in every fork. Imports only: no
+#: operation of the library runs before a fork.
+_LAZY = {
+    "torch": ("torch.utils.serialization", "torch._weights_only_unpickler"),
+    "numpy": ("numpy.lib.format",),
+}
+
+
+def _preload() -> None:
+    import importlib
+
+    for lib, modules in _LAZY.items():
+        if lib in sys.modules:
+            for m in modules:
+                try:
+                    importlib.import_module(m)
+                except Exception:  # noqa: BLE001 -- another version: the fork imports it
+                    pass
+
 
 def phase_of(command: str):
     """(phase, its arguments) of ``[any interpreter] -m scenerun_pytest fixture|golden
@@ -149,6 +169,7 @@ class _Serve:
         from .__main__ import _phase_parser
 
         self.parser = _phase_parser
+        _preload()
         self.imports.files(list(sys.modules))
         # What collection made is never freed by a fork's garbage collector: its pages stay
         # shared instead of being copied into every step (as pre-fork servers do).
