@@ -86,6 +86,7 @@ class TestA:
             block = b"x" * (400 << 20)
             time.sleep(60)
             return {"x": [len(block)]}
+        print("generated", name)  # on the step's stdout: its log, never the protocol
         mark(name, f"{state.SEEN}|{only_a.VALUE}|{os.getpid()}")
         return {"x": [1.0, 2.0]}
 
@@ -133,7 +134,10 @@ impl Workers {
             "pytest.ini",
             "[pytest]\ntestpaths = tests\naddopts = --import-mode=importlib\n",
         );
-        s.write("conftest.py", "# the root conftest\n");
+        s.write(
+            "conftest.py",
+            "# the root conftest, noisy on stdout as it loads\nprint('conftest loaded')\n",
+        );
         // A second conftest under it: pytest then keeps the root one out of
         // `sys.modules` (so a depfile made from what was imported missed it).
         s.write("tests/conftest.py", "# the tests' conftest\n");
@@ -282,6 +286,11 @@ fn steps_on_two_slots_start_at_most_two_workers_and_a_noop_warm_starts_none() {
         })
         .collect();
     assert_eq!(pids.len(), 5, "{pids:?}");
+    let log = w.suite.read("build/scenerun/logs/A.ok3/fixture.log");
+    assert!(
+        log.contains("# run by worker py (pid ") && log.contains("generated ok3\n"),
+        "{log}"
+    );
 
     let o = w.warm(&["-j", "2"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
@@ -611,4 +620,63 @@ fn collect_worker_names_the_worker_in_every_generated_step() {
     let err = stderr(&o);
     assert!(err.contains("scenes_from[0]"), "{err}");
     assert!(err.contains("unknown worker `pyy`"), "{err}");
+}
+
+/// The step's log names the worker that ran it: `# run by worker py (pid N)`.
+fn worker_pid(w: &Workers, scene: &str) -> String {
+    let log = w
+        .suite
+        .read(&format!("build/scenerun/logs/{scene}/fixture.log"));
+    let at = log
+        .find("(pid ")
+        .map(|i| i + 5)
+        .unwrap_or_else(|| panic!("{log}"));
+    log[at..].split(')').next().unwrap().to_string()
+}
+
+/// scenerun interrupted (SIGINT: exit 2, nothing published) or killed (SIGKILL: the
+/// watchdog) while a worker runs a step that hangs: the worker and the step's fork end
+/// with it.
+#[test]
+fn an_interrupted_or_killed_warm_leaves_no_worker_or_step_behind() {
+    for signal in [libc::SIGINT, libc::SIGKILL] {
+        let mut w = Workers::new();
+        w.manifest(PY, &["hang1"], None);
+        let mut child = scenerun_process()
+            .current_dir(w.suite.dir())
+            .args(["-j", "1", "warm"])
+            .env("PATH", &w.path_env)
+            .env("WORKER_TEST_MARKS", w.suite.path("marks"))
+            .env("WORKER_TEST_CASES", &w.cases)
+            .env_remove("PYTHONPATH")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let hung = w.suite.path("marks/hang1.pid");
+        assert!(
+            wait_for_file(&hung, std::time::Duration::from_secs(60)),
+            "the step never started"
+        );
+        let step = fs::read_to_string(&hung).unwrap();
+        let worker = worker_pid(&w, "A.hang1");
+        // SAFETY: a plain signal to the child this test started.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status =
+            wait_bounded(&mut child, std::time::Duration::from_secs(30)).expect("it ended");
+        if signal == libc::SIGINT {
+            assert_eq!(status.code(), Some(2), "interrupted");
+        }
+        let gone = wait_until(std::time::Duration::from_secs(10), || {
+            !pid_alive(&step) && !pid_alive(&worker)
+        });
+        assert!(
+            gone,
+            "signal {signal}: step {step} or worker {worker} outlived scenerun"
+        );
+        assert!(
+            entry_dirs(&w.suite.path("cache")).is_empty(),
+            "nothing published"
+        );
+    }
 }
