@@ -128,6 +128,11 @@ impl Piped {
             .is_none_or(|g| g.termed.is_some() || g.stopped.is_some())
     }
 
+    /// Its leader has exited (it may not be reaped yet).
+    pub fn exited(&self) -> bool {
+        !matches!(self.handle.try_wait(), Ok(None))
+    }
+
     /// SIGKILL its whole group now.
     pub fn kill(&self) {
         let r = registry();

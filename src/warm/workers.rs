@@ -161,6 +161,14 @@ impl Slot {
         if self.broken.contains(&key) {
             return (StepRun::Ended(proc::run(spec)), None);
         }
+        // One that ended between two steps is no step's loss: a fresh one takes over.
+        if let Some(gone) = self.workers.remove(&key) {
+            if gone.piped.exited() || gone.piped.stopping() {
+                let _ = gone.piped.wait();
+            } else {
+                self.workers.insert(key.clone(), gone);
+            }
+        }
         if !self.workers.contains_key(&key) {
             match self.start(plan, cfg, &key) {
                 Ok(w) => {
