@@ -680,3 +680,28 @@ fn an_interrupted_or_killed_warm_leaves_no_worker_or_step_behind() {
         );
     }
 }
+
+/// A worker given only `tests/test_b.py` never collected TestA: its steps' forks collect
+/// `tests/test_a.py` themselves, and build what a process builds, depfile included.
+#[test]
+fn a_class_outside_the_workers_session_is_collected_in_the_fork() {
+    let mut w = Workers::new();
+    w.manifest(
+        "  py:\n    run: \"python -m scenerun_pytest worker tests/test_b.py\"\n",
+        &["ok1", "ok2"],
+        None,
+    );
+    let o = w.warm(&["-j", "1"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(built(&o).len(), 6, "{}", show(&o));
+    assert_eq!(w.starts("scenerun_pytest worker"), 1);
+    assert_eq!(w.starts("scenerun_pytest fixture"), 0);
+    let mut process = Workers::new();
+    process.manifest(PY, &["ok1", "ok2"], None);
+    let o = process.warm(&["-j", "1", "--no-workers"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(
+        deps_by_step(&w.suite.path("cache")),
+        deps_by_step(&process.suite.path("cache"))
+    );
+}
