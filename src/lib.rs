@@ -26,6 +26,7 @@ pub mod stepid;
 pub mod template;
 pub mod ui;
 pub mod units;
+pub mod verdict;
 pub mod warm;
 
 mod commands;

@@ -144,6 +144,7 @@ impl Plan {
                 .iter()
                 .find(|p| p.name == step.name)
                 .map(|p| &p.step),
+            Kind::Test => s.test.as_ref(),
             _ => s.golden.as_ref(),
         }
         .expect("gen step has its manifest entry")
@@ -250,7 +251,7 @@ impl Plan {
                     r.closure = Some(closure);
                 }
             }
-            Kind::Fixture | Kind::Golden | Kind::Prepare => {
+            Kind::Fixture | Kind::Golden | Kind::Prepare | Kind::Test => {
                 let g = self.gen(step);
                 h.field("command", command.as_bytes());
                 if let Some(cmd) = &g.identity {
@@ -270,7 +271,12 @@ impl Plan {
                         r.file(&f.rel, &info.hash);
                     }
                 }
-                if let Some(fk) = step.deps.first().map(|&f| self.steps[f].key.clone()) {
+                // A test's key holds every artifact it reads (its fixture's and golden's).
+                if step.kind == Kind::Test {
+                    for &d in &step.deps {
+                        h.field("dep-key", self.steps[d].key.as_bytes());
+                    }
+                } else if let Some(fk) = step.deps.first().map(|&f| self.steps[f].key.clone()) {
                     h.field("fixture-key", fk.as_bytes());
                     if let Some(r) = &mut rec {
                         r.fixture_key = Some(fk);

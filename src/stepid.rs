@@ -16,10 +16,18 @@ pub enum Kind {
     Golden,
     /// A top-level `prepare:` step (docs/manifest.md): one per checkout, every scene's.
     Prepare,
+    /// A scene's `test:`: a CPU-only test run in warm; its artifact is the verdict.
+    Test,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Kernel, Kind::Fixture, Kind::Golden, Kind::Prepare];
+    pub const ALL: [Kind; 5] = [
+        Kind::Kernel,
+        Kind::Fixture,
+        Kind::Golden,
+        Kind::Prepare,
+        Kind::Test,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -27,6 +35,7 @@ impl Kind {
             Kind::Fixture => "fixture",
             Kind::Golden => "golden",
             Kind::Prepare => "prepare",
+            Kind::Test => "test",
         }
     }
 }
@@ -68,6 +77,7 @@ impl StepId {
             Kind::Fixture => "fixture",
             Kind::Golden => "golden",
             Kind::Prepare => "prepare",
+            Kind::Test => "test",
         }
     }
 

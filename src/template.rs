@@ -90,6 +90,9 @@ pub mod allowed {
     pub const DEPFILE: &[Ph] = &[Depfile, Out, Source];
     pub const FIXTURE: &[Ph] = &[Out, Scene, Platform, Threads, Depfile];
     pub const GOLDEN: &[Ph] = &[Out, Scene, Platform, Threads, Fixture, Depfile];
+    /// A scene's `test:` (a CPU-only test run in warm), with `{fixture}` and `{golden}`
+    /// when the scene has them.
+    pub const TEST: &[Ph] = &[Out, Scene, Platform, Threads, Fixture, Golden, Depfile];
     /// Top-level `prepare:` steps: shared by every scene, so no `{scene}`.
     pub const PREPARE: &[Ph] = &[Out, Platform, Threads, Depfile];
     pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform];

@@ -13,7 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "base",
         &[
             "error", "exit", "fsutil", "identity", "layout", "proc", "record", "sampling", "seal",
-            "stepid", "template", "ui", "units",
+            "stepid", "template", "ui", "units", "verdict",
         ],
     ),
     ("input", &["manifest", "select"]),

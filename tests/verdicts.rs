@@ -186,11 +186,16 @@ impl Nodes {
 
     /// Plain pytest over the suite, its verdicts recorded by the plugin's recorder.
     fn pytest_verdicts(&self) -> PathBuf {
+        self.pytest_verdicts_with(&[])
+    }
+
+    fn pytest_verdicts_with(&self, env: &[(&str, PathBuf)]) -> PathBuf {
         let file = self.suite.path("pytest-verdicts.jsonl");
         let o = self
             .python(&["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p"])
             .args(["scenerun_pytest.verdicts", "tests", "--platform", "sim"])
             .env("SCENERUN_VERDICTS", &file)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .output()
             .unwrap();
         assert!(file.exists(), "the recorder wrote nothing: {}", show(&o));
@@ -368,4 +373,129 @@ fn a_timeout_marker_cuts_its_scene_and_the_stop_signal_dump_reaches_the_log() {
     // the scene's output, not lost with the capture.
     let log = std::fs::read_to_string(s["log"].as_str().unwrap()).unwrap();
     assert!(log.contains("wedged_in_here"), "{log}");
+}
+
+const CPU_TESTS: &str = r#"import os
+import pytest
+
+def _ran(name):
+    with open(os.environ["RAN_LOG"], "a") as f:
+        f.write(name + "\n")
+
+def test_cpu_pass():
+    _ran("pass")
+
+@pytest.mark.skip(reason="cpu skip")
+def test_cpu_skip():
+    pass
+
+def test_cpu_fail():
+    _ran("fail")
+    assert False, "cpu broke"
+
+def test_device(runtime):
+    pass
+"#;
+
+const CPU_HOOK: &str = "\ndef pytest_scenerun_scene(item, case):\n    if item.name.startswith('test_cpu'):\n        return {'phase': 'warm'}\n";
+
+#[test]
+fn a_node_the_hook_calls_cpu_only_runs_in_warm_and_device_reports_its_verdict_without_the_lock() {
+    let n = Nodes::new(CPU_TESTS);
+    n.suite
+        .write("conftest.py", &format!("{CONFTEST}{CPU_HOOK}"));
+    let m = MANIFEST.replace(
+        "lanes:",
+        "lock:\n  submit: \"echo taken >> lock.log; TASK_DEVICE=0 sh -c {run}\"\n  device_env: TASK_DEVICE\nlanes:",
+    );
+    n.suite.manifest(&m);
+    let ran_log = n.suite.path("ran.log");
+    let ran = || std::fs::read_to_string(&ran_log).unwrap_or_default();
+    let run = |args: &[&str]| {
+        let mut c = n.suite.cmd(args);
+        c.env("PATH", n.path_env())
+            .env("RAN_LOG", &ran_log)
+            .env_remove("PYTHONPATH");
+        c.output().unwrap()
+    };
+    let verdicts = n.pytest_verdicts_with(&[("RAN_LOG", n.suite.path("plain.log"))]);
+
+    let plan = run(&["plan", "--format", "json"]);
+    assert_eq!(code(&plan), 0, "{}", show(&plan));
+    let steps = stdout(&plan).matches(r#""kind": "test""#).count();
+    assert_eq!(
+        steps,
+        3,
+        "one test step per CPU-only node: {}",
+        stdout(&plan)
+    );
+
+    let o = run(&["warm"]);
+    assert_eq!(
+        code(&o),
+        0,
+        "a failed test is a verdict, not a failed warm: {}",
+        show(&o)
+    );
+    let mut lines: Vec<String> = ran().lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(lines, ["fail", "pass"], "each CPU test ran once in warm");
+    assert!(
+        !n.suite.path("lock.log").exists(),
+        "warm never takes the lock"
+    );
+
+    // Only CPU nodes selected: their verdicts, no lock.
+    let o = run(&["device", "-k", "test_cpu"]);
+    assert_eq!(code(&o), 1, "the failed test fails the run: {}", show(&o));
+    assert!(
+        !n.suite.path("lock.log").exists(),
+        "no device work, no lock: {}",
+        show(&o)
+    );
+    assert!(
+        stdout(&o).contains("3 test nodes: 1 passed, 1 skipped, 1 failed"),
+        "{}",
+        show(&o)
+    );
+
+    // The whole suite: the device node runs under one lock, the CPU nodes keep their
+    // warm verdicts, node for node as plain pytest gives them.
+    let o = run(&["device"]);
+    assert_eq!(code(&o), 1, "{}", show(&o));
+    assert_eq!(n.suite.read("lock.log").lines().count(), 1, "one lock");
+    let r = report(&n.suite);
+    let s = scene_in(&r, "test_cpu_fail");
+    assert_eq!(s["outcome"], "failed", "{s:#}");
+    assert!(
+        s["message"].as_str().unwrap().contains("cpu broke"),
+        "{s:#}"
+    );
+    let log = std::fs::read_to_string(s["log"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("cpu broke"),
+        "the scene's log is its warm step's: {log}"
+    );
+    assert_eq!(scene_in(&r, "test_cpu_skip")["outcome"], "skipped");
+    assert_eq!(scene_in(&r, "test_device")["outcome"], "passed");
+    let cmp = n.compare(&verdicts);
+    assert!(stdout(&cmp).contains("0 differences"), "{}", show(&cmp));
+    assert_eq!(ran().lines().count(), 2, "device ran no CPU test again");
+
+    // Nothing changed: warm keeps the verdicts; an edited conftest runs them again.
+    assert_eq!(code(&run(&["warm"])), 0);
+    assert_eq!(
+        ran().lines().count(),
+        2,
+        "an unchanged test is not run again"
+    );
+    n.suite
+        .write("conftest.py", &format!("{CONFTEST}{CPU_HOOK}\n# edited\n"));
+    assert_eq!(code(&run(&["warm"])), 0);
+    assert_eq!(
+        ran().lines().count(),
+        4,
+        "a test reads its conftest: {}",
+        ran()
+    );
 }

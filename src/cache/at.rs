@@ -23,7 +23,7 @@ use super::Kind;
 /// on first use (a failure is not remembered: the next call tries again).
 #[derive(Debug, Default)]
 pub struct Dirs {
-    kinds: [OnceLock<OwnedFd>; 4],
+    kinds: [OnceLock<OwnedFd>; Kind::ALL.len()],
     locks: OnceLock<OwnedFd>,
 }
 

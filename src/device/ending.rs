@@ -50,9 +50,10 @@ pub fn refused(frozen: &Frozen, why: String) -> Results {
         .scenes
         .iter()
         .map(|s| {
-            let (outcome, message, infra) = match &s.warm_failure {
-                Some(w) => (SceneOutcome::FailedInWarm, w.clone(), None),
-                None => (SceneOutcome::NotRun, why.clone(), Some(Infra::BadDeviceIds)),
+            let (outcome, message, infra) = match (&s.warm_failure, &s.verdict) {
+                (Some(w), _) => (SceneOutcome::FailedInWarm, w.clone(), None),
+                (None, Some(v)) => (v.outcome, v.message.clone().unwrap_or_default(), None),
+                (None, None) => (SceneOutcome::NotRun, why.clone(), Some(Infra::BadDeviceIds)),
             };
             SceneResult {
                 infra,

@@ -189,6 +189,12 @@ fn admit(frozen: &Frozen, granted: &[String]) -> Admitted {
     for (i, s) in frozen.scenes.iter().enumerate() {
         fixed[i] = if let Some(w) = &s.warm_failure {
             Some(result(s, SceneOutcome::FailedInWarm, Some(w.clone())))
+        } else if let Some(v) = &s.verdict {
+            Some(SceneResult {
+                duration_secs: v.secs,
+                log: Some(v.log.clone()),
+                ..result(s, v.outcome, v.message.clone())
+            })
         } else if s.device.is_none() {
             Some(result(
                 s,

@@ -232,9 +232,46 @@ pub struct FrozenScene {
     pub golden: Option<Artifact>,
     /// Set when a warm step of this scene failed with its current key.
     pub warm_failure: Option<String>,
+    /// Its `test:` ran in warm: the scene's verdict, reported without a device.
+    #[serde(default)]
+    pub verdict: Option<TestVerdict>,
+}
+
+/// A scene test's verdict as warm left it (`crate::verdict`), with its log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TestVerdict {
+    pub outcome: SceneOutcome,
+    pub message: Option<String>,
+    pub log: PathBuf,
+    pub secs: f64,
+}
+
+impl TestVerdict {
+    pub fn of(v: crate::verdict::Verdict, log: PathBuf, secs: f64) -> TestVerdict {
+        use crate::verdict::Outcome;
+        let outcome = match v.outcome {
+            Outcome::Passed => SceneOutcome::Passed,
+            Outcome::Failed => SceneOutcome::Failed,
+            Outcome::Skipped => SceneOutcome::Skipped,
+            Outcome::Xfailed => SceneOutcome::Xfailed,
+            Outcome::Xpassed => SceneOutcome::Xpassed,
+            Outcome::Error => SceneOutcome::Error,
+        };
+        TestVerdict {
+            outcome,
+            message: v.message,
+            log,
+            secs,
+        }
+    }
 }
 
 impl FrozenScene {
+    /// Decided in warm (a failed step, or its test's verdict): never run on a device.
+    pub fn settled_in_warm(&self) -> bool {
+        self.warm_failure.is_some() || self.verdict.is_some()
+    }
+
     /// Its device step; only scenes with one are ever run.
     pub fn device(&self) -> &FrozenDevice {
         self.device

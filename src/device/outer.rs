@@ -12,7 +12,9 @@ use super::lockrun::{self, Killed, LockEnding, LockRun};
 use super::not_warm::{self, Missing};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
-use super::{Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome};
+use super::{
+    Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome, TestVerdict,
+};
 use crate::cache::history::{History, HistoryId};
 use crate::error::Error;
 use crate::exit::Exit;
@@ -75,6 +77,25 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
                 }
             }
         }
+        let mut verdict = None;
+        if let Some(ti) = ps.test {
+            let step = &plan.steps[ti];
+            match (&step.status, &step.entry) {
+                (Status::Failed(why), _) => {
+                    warm_failure.get_or_insert_with(|| format!("test: {why}"));
+                }
+                (_, Some(e)) => match crate::verdict::read(&e.out()) {
+                    Ok(v) => {
+                        let log = step.id.log_path(&plan.job_dir);
+                        verdict = Some(TestVerdict::of(v, log, e.meta.duration_secs));
+                    }
+                    Err(why) => {
+                        warm_failure.get_or_insert(format!("test: {why}"));
+                    }
+                },
+                (_, None) => missing.push(Missing::of(scenes.len(), step)),
+            }
+        }
         let mut it = arts.into_iter();
         let kernels: Vec<Artifact> = ps
             .kernels
@@ -97,6 +118,7 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
             fixture,
             golden,
             warm_failure,
+            verdict,
         });
     }
     let lock = plan.manifest.lock.as_ref();
@@ -558,6 +580,7 @@ fn step_reports(plan: &Plan, scene: usize) -> Vec<StepReport> {
         .iter()
         .chain(&ps.fixture)
         .chain(&ps.golden)
+        .chain(&ps.test)
         .chain(&ps.prepare)
         .map(|&i| {
             let s = &plan.steps[i];
@@ -571,6 +594,34 @@ fn step_reports(plan: &Plan, scene: usize) -> Vec<StepReport> {
         .collect()
 }
 
+/// Every selected scene was decided in warm (failed there, or its test ran there): report
+/// them without the lock; exit 1 when any failed.
+fn settled_in_warm(
+    plan: &Plan,
+    frozen: &Frozen,
+    mut report: Report,
+    opts: &Options,
+    ui: &Ui,
+) -> Result<Exit> {
+    report.scenes = scene_reports(plan, None, frozen);
+    let all_failed = frozen.scenes.iter().all(|s| s.warm_failure.is_some());
+    let exit = match report.scenes.iter().all(|s| s.outcome.passed()) {
+        true => Exit::Ok,
+        false => Exit::Failed,
+    };
+    report.exit_code = exit.code();
+    if all_failed {
+        report.error = Some("every selected scene failed in warm; the lock was not taken".into());
+    }
+    opts.sink.write(&report)?;
+    opts.sink.show(&report);
+    ui.always(match all_failed {
+        true => "device: every selected scene failed in warm; the lock was not taken",
+        false => "device: every selected scene was decided in warm; the lock was not taken",
+    });
+    Ok(exit)
+}
+
 fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec<SceneReport> {
     frozen
         .scenes
@@ -582,18 +633,25 @@ fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec
                 name: fs.name.clone(),
                 nodeid: fs.nodeid.clone(),
                 case: fs.case.clone(),
-                outcome: match (r, &fs.warm_failure) {
-                    (Some(r), _) => r.outcome,
-                    (None, Some(_)) => SceneOutcome::FailedInWarm,
-                    (None, None) => SceneOutcome::NotRun,
+                outcome: match (r, &fs.warm_failure, &fs.verdict) {
+                    (Some(r), _, _) => r.outcome,
+                    (None, Some(_), _) => SceneOutcome::FailedInWarm,
+                    (None, None, Some(v)) => v.outcome,
+                    (None, None, None) => SceneOutcome::NotRun,
                 },
                 message: r
                     .and_then(|r| r.message.clone())
-                    .or_else(|| fs.warm_failure.clone()),
+                    .or_else(|| fs.warm_failure.clone())
+                    .or_else(|| fs.verdict.as_ref().and_then(|v| v.message.clone())),
                 devices: r.map(|r| r.devices.clone()).unwrap_or_default(),
                 start_secs: r.map(|r| r.start_secs).unwrap_or(0.0),
-                duration_secs: r.map(|r| r.duration_secs).unwrap_or(0.0),
-                log: r.and_then(|r| r.log.clone()),
+                duration_secs: r
+                    .map(|r| r.duration_secs)
+                    .or_else(|| fs.verdict.as_ref().map(|v| v.secs))
+                    .unwrap_or(0.0),
+                log: r
+                    .and_then(|r| r.log.clone())
+                    .or_else(|| fs.verdict.as_ref().map(|v| v.log.clone())),
                 log_tail: r.and_then(|r| r.log_tail.clone()),
                 lane: fs.lane().map(str::to_string),
                 attempts: r.map(|r| r.attempts.clone()).unwrap_or_default(),
@@ -663,14 +721,8 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         opts.sink.write(&report)?;
         return Err(anyhow::Error::new(Error::NotWarm(msg)));
     }
-    if frozen.scenes.iter().all(|s| s.warm_failure.is_some()) {
-        report.scenes = scene_reports(plan, None, &frozen);
-        report.exit_code = Exit::Failed.code();
-        report.error = Some("every selected scene failed in warm; the lock was not taken".into());
-        opts.sink.write(&report)?;
-        opts.sink.show(&report);
-        ui.always("device: every selected scene failed in warm; the lock was not taken");
-        return Ok(Exit::Failed);
+    if frozen.scenes.iter().all(FrozenScene::settled_in_warm) {
+        return settled_in_warm(plan, &frozen, report, opts, ui);
     }
     frozen.through_lock = !opts.no_lock;
     if let Err(e) = lay_out(&mut frozen) {

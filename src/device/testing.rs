@@ -50,6 +50,7 @@ fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> Froz
         fixture: None,
         golden: None,
         warm_failure: None,
+        verdict: None,
     }
 }
 

@@ -132,6 +132,10 @@ pub struct Scene {
     pub kernels: Vec<Kernel>,
     pub fixture: Option<GenStep>,
     pub golden: Option<GenStep>,
+    /// `test:`: a CPU-only test run in warm, without the lock; its verdict is the scene's
+    /// (docs/manifest.md "A scene's test"). Never with `device:`, never in the shared cache.
+    #[serde(default)]
+    pub test: Option<GenStep>,
     pub device: Option<DeviceStep>,
 }
 
@@ -977,6 +981,18 @@ impl Ctx {
         let golden = s
             .golden
             .and_then(|v| self.gen_step(v, &format!("{path}.golden"), golden_allowed));
+        let test = s
+            .test
+            .and_then(|v| self.test_step(v, &format!("{path}.test"), has_fixture, has_golden));
+        if test.is_some() && has_device {
+            self.err(
+                &format!("{path}.test"),
+                format!(
+                    "scene `{}` has both test and device: a scene's test runs in warm without the lock, its device step inside it; give it one",
+                    s.name
+                ),
+            );
+        }
         let steps = lanes::Steps {
             kernels: has_kernels,
             fixture: has_fixture,
@@ -993,11 +1009,11 @@ impl Ctx {
         if let Some(d) = device.as_mut() {
             d.node = s.nodeid.clone();
         }
-        if !has_kernels && !has_fixture && !has_golden && !has_device {
+        if !has_kernels && !has_fixture && !has_golden && !has_device && test.is_none() {
             self.err(
                 path,
                 format!(
-                    "scene `{}` has no steps (kernels, fixture, golden or device)",
+                    "scene `{}` has no steps (kernels, fixture, golden, test or device)",
                     s.name
                 ),
             );
@@ -1012,8 +1028,31 @@ impl Ctx {
             kernels,
             fixture,
             golden,
+            test,
             device,
         })
+    }
+
+    /// A scene's `test:`: a generator step whose artifact is a verdict; `{fixture}` and
+    /// `{golden}` only when the scene has them; `persist` is always false (a verdict is
+    /// this checkout's, never the shared cache's).
+    fn test_step(&mut self, v: Value, path: &str, fixture: bool, golden: bool) -> Option<GenStep> {
+        let g = self.take::<raw::GenStep>(v, path)?;
+        let persist = g.persist;
+        let allowed: Vec<Ph> = allowed::TEST
+            .iter()
+            .copied()
+            .filter(|&ph| (ph != Ph::Fixture || fixture) && (ph != Ph::Golden || golden))
+            .collect();
+        let mut step = self.gen_fields(g, path, &allowed)?;
+        if persist == Some(true) {
+            self.err(
+                &format!("{path}.persist"),
+                "a test's verdict stays in this checkout's build/scenerun/job/: persist must be false",
+            );
+        }
+        step.persist = false;
+        Some(step)
     }
 
     /// A label a report carries as it is (`nodeid`, `case`): at most 4096 bytes, no

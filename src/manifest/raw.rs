@@ -94,6 +94,7 @@ pub struct Scene {
     pub kernels: Vec<Value>,
     pub fixture: Option<Value>,
     pub golden: Option<Value>,
+    pub test: Option<Value>,
     pub device: Option<Value>,
 }
 
@@ -191,7 +192,7 @@ pub fn keys() -> &'static [Mapping] {
             m::<super::workers::RawWorker>("workers.<name>"),
             m::<Scene>("scenes[]"),
             m::<Kernel>("scenes[].kernels[]"),
-            m::<GenStep>("scenes[].fixture, scenes[].golden"),
+            m::<GenStep>("scenes[].fixture, scenes[].golden, scenes[].test"),
             m::<DeviceStep>("scenes[].device"),
         ]
     })

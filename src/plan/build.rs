@@ -339,6 +339,7 @@ fn steps_of(manifest: &Manifest, selected: &[usize]) -> (Vec<PlanScene>, Vec<Ste
             kernels: Vec::new(),
             fixture: None,
             golden: None,
+            test: None,
             prepare: Vec::new(),
             device: s.device.clone(),
             device_estimate: None,
@@ -374,6 +375,13 @@ fn steps_of(manifest: &Manifest, selected: &[usize]) -> (Vec<PlanScene>, Vec<Ste
         }
         if let (Some(f), Some(g)) = (ps.fixture, ps.golden) {
             steps[g].deps.push(f);
+        }
+        if let Some(t) = &s.test {
+            let deps: Vec<usize> = ps.fixture.iter().chain(&ps.golden).copied().collect();
+            ps.test = Some(steps.len());
+            let mut step = gen_step(blank(Kind::Test, Kind::Test.name(), false), t);
+            step.deps = deps;
+            steps.push(step);
         }
         for p in &manifest.prepare {
             ps.prepare.push(steps.len());

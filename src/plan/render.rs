@@ -47,14 +47,24 @@ impl Plan {
                 }
                 cmd
             }
-            Kind::Fixture | Kind::Golden | Kind::Prepare => {
+            Kind::Fixture | Kind::Golden | Kind::Prepare | Kind::Test => {
                 let g = self.gen(step);
                 let platform = self.step_context(step).0;
-                let fixture = step.deps.first().map(|&f| self.artifact(&self.steps[f]));
+                let ps = &self.scenes[step.scene];
+                // A golden's one dep is its fixture; a test's are its scene's fixture and golden.
+                let fixture = match step.kind {
+                    Kind::Test => ps.fixture.map(|f| self.artifact(&self.steps[f])),
+                    _ => step.deps.first().map(|&f| self.artifact(&self.steps[f])),
+                };
+                let golden = match step.kind {
+                    Kind::Test => ps.golden.map(|g| self.artifact(&self.steps[g])),
+                    _ => None,
+                };
                 g.run.render(|ph| match (ph, fill) {
                     (Ph::Out, Fill::Mask)
                     | (Ph::Depfile, Fill::Mask)
                     | (Ph::Fixture, Fill::Mask)
+                    | (Ph::Golden, Fill::Mask)
                     | (Ph::Threads, Fill::Mask) => Val::Mask(ph),
                     (Ph::Out, Fill::DryRun) => Val::Raw("<out>".into()),
                     (Ph::Depfile, Fill::DryRun) => Val::Raw("<depfile>".into()),
@@ -66,6 +76,13 @@ impl Plan {
                     }
                     (Ph::Fixture, _) => Val::One(
                         fixture
+                            .as_ref()
+                            .map(|p| p.to_string_lossy().to_string())
+                            .unwrap_or_default()
+                            .into(),
+                    ),
+                    (Ph::Golden, _) => Val::One(
+                        golden
                             .as_ref()
                             .map(|p| p.to_string_lossy().to_string())
                             .unwrap_or_default()

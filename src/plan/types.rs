@@ -120,6 +120,8 @@ pub struct PlanScene {
     pub kernels: Vec<usize>,
     pub fixture: Option<usize>,
     pub golden: Option<usize>,
+    /// Its `test:` step (a CPU-only test run in warm; its artifact is the verdict).
+    pub test: Option<usize>,
     /// The manifest's `prepare:` steps, one per scene, all of a name in one unit.
     pub prepare: Vec<usize>,
     pub device: Option<DeviceStep>,

@@ -488,6 +488,7 @@ fn recorded_deps(
             scene.golden.as_ref().is_some_and(|g| g.has_depfile()),
             false,
         ),
+        Kind::Test => (scene.test.as_ref().is_some_and(|g| g.has_depfile()), false),
         Kind::Prepare => (
             plan.manifest
                 .prepare
@@ -563,20 +564,34 @@ fn step_env(
     if step.kind != Kind::Kernel {
         env.insert("SCENERUN_DEPFILE".into(), depfile.display().to_string());
     }
-    if let Some(&f) = step.deps.first() {
-        env.insert(
-            "SCENERUN_FIXTURE".into(),
-            plan.artifact(&plan.steps[f]).display().to_string(),
-        );
+    let ps = &plan.scenes[step.scene];
+    let (fixture, golden) = match step.kind {
+        Kind::Test => (ps.fixture, ps.golden),
+        _ => (step.deps.first().copied(), None),
+    };
+    for (name, dep) in [("SCENERUN_FIXTURE", fixture), ("SCENERUN_GOLDEN", golden)] {
+        if let Some(d) = dep {
+            env.insert(
+                name.into(),
+                plan.artifact(&plan.steps[d]).display().to_string(),
+            );
+        }
     }
     env
 }
 
 /// A prepare step's product is usually a side effect in the checkout (a project's own
-/// kernel cache): an empty `{out}` gets a stamp, so the step is published and keyed.
+/// kernel cache): an empty `{out}` gets a stamp, so the step is published and keyed. A
+/// test that exited 0 without writing its verdict passed (docs/manifest.md).
 fn stamp_prepared(step: &crate::plan::Step, out: &std::path::Path) {
     let empty = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_none());
-    if step.kind == Kind::Prepare && empty {
-        let _ = std::fs::write(out.join("prepared"), format!("{}\n", step.name));
+    match step.kind {
+        Kind::Prepare if empty => {
+            let _ = std::fs::write(out.join("prepared"), format!("{}\n", step.name));
+        }
+        Kind::Test if empty => {
+            let _ = std::fs::write(out.join(crate::verdict::FILE), crate::verdict::PASSED);
+        }
+        _ => {}
     }
 }

@@ -406,8 +406,6 @@ def _device(u: Unit, opts: Options) -> dict[str, Any]:
         }
     if u.overrides.get("order"):
         device["order"] = u.overrides["order"]
-    if u.overrides.get("phase") == "warm":
-        device["phase"] = "warm"
     timeout = _timeout_secs(u.item, u.overrides)
     if timeout is not None:
         device["timeout"] = f"{int(math.ceil(timeout))}s"
@@ -448,8 +446,27 @@ def _scene(u: Unit, name: str, opts: Options, sources: _Sources) -> dict[str, An
         scene["kernels"] = kernels
     if u.case is not None:
         scene.update(_warm_steps(u, opts, sources))
-    scene["device"] = _device(u, opts)
+    if u.overrides.get("phase") == "warm":
+        scene["test"] = _test(u, opts)
+    else:
+        scene["device"] = _device(u, opts)
     return scene
+
+
+def _test(u: Unit, opts: Options) -> dict[str, Any]:
+    """A CPU-only node (the hook's ``"phase": "warm"``): run in warm, without the lock,
+    by ``scenerun_pytest test``, with collect's own options but its paths."""
+    args = [u.arg] if u.case is None or u.per_case_node else [u.arg, f"{CASE_OPTION}={u.case['name']}"]
+    options = [a for a in opts.pytest_args if a.startswith("-") or not os.path.exists(a.split("::")[0])]
+    run = _words(opts.python, "-m", "scenerun_pytest", "test")
+    run += " --out {out} --depfile {depfile} -- " + _words(*map(shlex.quote, [*args, *options]))
+    step: dict[str, Any] = {"run": run}
+    timeout = _timeout_secs(u.item, u.overrides)
+    if timeout is not None:
+        step["timeout"] = f"{int(math.ceil(timeout))}s"
+    if opts.identity:
+        step["identity"] = opts.identity
+    return step
 
 
 def scenes_of(items: Sequence[Any], config, opts: Options) -> tuple[list[dict[str, Any]], Coverage]:
