@@ -25,6 +25,7 @@ did; SceneTest cases are skipped (their kernels come from ``scenerun warm``).
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Callable
 
 import pytest
@@ -392,23 +393,25 @@ def pytest_runtestloop(session):
         prestart.wait_for_ids(session.config)
 
 
-def _parse_ids(text: str):
-    ids = []
-    for part in text.split(","):
-        part = part.strip()
-        if "-" in part:
-            a, b = part.split("-", 1)
-            ids.extend(range(int(a), int(b) + 1))
-        elif part:
-            ids.append(int(part))
+def granted_ids(text: str, source: str) -> list[int]:
+    """The ids as scenerun writes them (``SCENERUN_DEVICES``: the grant it parsed, ranges
+    resolved, as a comma list of distinct integers) or as ``--scene-devices`` takes them,
+    in the same form. Nothing else is accepted: the grant is parsed once, by scenerun."""
+    parts = text.split(",")
+    if not all(re.fullmatch(r"[0-9]+", p) for p in parts):
+        raise pytest.UsageError(f"{source}={text!r}: expected device ids as a comma list, e.g. 0,1")
+    ids = [int(p) for p in parts]
+    if len(set(ids)) != len(ids):
+        raise pytest.UsageError(f"{source}={text!r}: an id is listed twice")
     return ids
 
 
 @pytest.fixture(scope="session")
 def scenerun_devices(pytestconfig):
     """The device ids this process was granted (``SCENERUN_DEVICES``)."""
-    text = os.environ.get("SCENERUN_DEVICES") or pytestconfig.getoption("scene_devices") or "0"
-    return _parse_ids(text)
+    if os.environ.get("SCENERUN_DEVICES"):
+        return granted_ids(os.environ["SCENERUN_DEVICES"], "SCENERUN_DEVICES")
+    return granted_ids(pytestconfig.getoption("scene_devices") or "0", "--scene-devices")
 
 
 @pytest.fixture(scope="session")
