@@ -2,25 +2,21 @@
 //! lock exactly once; `inner` runs inside it from the frozen plan and never builds
 //! anything. This file holds what the two share: the frozen plan and the results.
 
-mod adopt;
 mod ending;
 pub mod events;
 mod exec;
+mod freeze;
 pub mod ids;
 pub mod inner;
 pub mod lane;
-mod lane_proc;
-pub mod lanes;
 pub mod live;
 mod lockrun;
 pub mod not_warm;
 pub mod outer;
-pub mod pack;
-mod prestart;
+pub mod packing;
 mod private;
+mod recheck;
 pub mod report;
-mod restart;
-mod results_tail;
 pub mod runs;
 #[cfg(test)]
 mod testing;
@@ -202,8 +198,8 @@ impl FrozenDevice {
     }
 
     /// What the packer needs of it.
-    pub fn spec(&self) -> pack::SceneSpec {
-        pack::SceneSpec {
+    pub fn spec(&self) -> packing::packer::SceneSpec {
+        packing::packer::SceneSpec {
             devices: self.devices,
             exclusive: self.exclusive,
             estimate: self.estimate,
@@ -280,7 +276,7 @@ pub struct Frozen {
     /// Lane processes `scenerun device` started before it called the lock command, for
     /// the inner run to adopt (docs/lanes.md, lanes started before the lock).
     #[serde(default)]
-    pub prestarted: Vec<prestart::Prestarted>,
+    pub prestarted: Vec<lane::prestart::Prestarted>,
 }
 
 impl Frozen {
@@ -460,6 +456,25 @@ pub struct SceneResult {
     /// The lane it ran in.
     #[serde(default)]
     pub lane: Option<String>,
+}
+
+impl SceneResult {
+    /// Scene `s`'s result before (or without) a run: no devices, no time, no log.
+    pub fn unrun(s: &FrozenScene, outcome: SceneOutcome, message: Option<String>) -> SceneResult {
+        SceneResult {
+            name: s.name.clone(),
+            outcome,
+            devices: Vec::new(),
+            start_secs: 0.0,
+            duration_secs: 0.0,
+            message,
+            log: None,
+            log_tail: None,
+            infra: None,
+            attempts: Vec::new(),
+            lane: s.lane().map(str::to_string),
+        }
+    }
 }
 
 /// What the inner run writes into the job dir for the outer to read.

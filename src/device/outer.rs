@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use super::freeze::{freeze, grace, lay_out, write_frozen};
+use super::lane::prestart::{self, Prestart};
 use super::lockrun::{self, Killed, LockEnding, LockRun};
 use super::not_warm::{self, Missing};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
-use super::{Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome};
+use super::{Frozen, Infra, Results, SceneOutcome};
 use crate::cache::history::{History, HistoryId};
 use crate::error::Error;
 use crate::exit::Exit;
-use crate::plan::{Plan, Status};
+use crate::plan::Plan;
 use crate::template::{Ph, Val};
 use crate::ui::Ui;
 
@@ -29,112 +31,6 @@ pub struct Options<'a> {
     pub sink: &'a dyn Sink,
     /// Which setting chose the cache dir (named when something is not warm).
     pub cache_from: crate::layout::CacheFrom,
-}
-
-/// Freeze the plan into `run_dir`, and list what is missing (the lock is never taken
-/// then).
-pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Missing>) {
-    let mut missing = Vec::new();
-    let mut scenes = Vec::new();
-    for ps in &plan.scenes {
-        let scene = &plan.manifest.scenes[ps.index];
-        let mut warm_failure = None;
-        let mut arts: Vec<Option<Artifact>> = Vec::new();
-        // Prepare steps leave nothing the device step reads, but a scene runs only once
-        // they are done: failed, the scene failed in warm; not built, it is not warm.
-        for &si in &ps.prepare {
-            let step = &plan.steps[si];
-            match (&step.status, &step.entry) {
-                (Status::Failed(why), _) => {
-                    warm_failure
-                        .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
-                }
-                (_, Some(_)) => {}
-                (_, None) => missing.push(Missing::of(scenes.len(), step)),
-            }
-        }
-        for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
-            let step = &plan.steps[si];
-            if let Status::Failed(why) = &step.status {
-                warm_failure
-                    .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
-                arts.push(None);
-                continue;
-            }
-            // The plan's own lookup, moments ago, is the cheap check before the lock.
-            match step.entry.clone() {
-                Some(e) => arts.push(Some(Artifact {
-                    name: step.name.clone(),
-                    key: step.key.clone(),
-                    out: e.out(),
-                    files: e.meta.files.clone(),
-                })),
-                None => {
-                    missing.push(Missing::of(scenes.len(), step));
-                    arts.push(None);
-                }
-            }
-        }
-        let mut it = arts.into_iter();
-        let kernels: Vec<Artifact> = ps
-            .kernels
-            .iter()
-            .filter_map(|_| it.next().flatten())
-            .collect();
-        let fixture = ps.fixture.and_then(|_| it.next().flatten());
-        let golden = ps.golden.and_then(|_| it.next().flatten());
-        scenes.push(FrozenScene {
-            name: ps.name.clone(),
-            nodeid: scene.nodeid.clone(),
-            case: scene.case.clone(),
-            platform: scene.platform.clone(),
-            env: scene.env.clone(),
-            device: ps
-                .device
-                .as_ref()
-                .map(|d| FrozenDevice::of(d, ps.device_estimate)),
-            kernels,
-            fixture,
-            golden,
-            warm_failure,
-        });
-    }
-    let lock = plan.manifest.lock.as_ref();
-    let frozen = Frozen {
-        version: super::FROZEN_VERSION,
-        manifest_dir: plan.manifest.dir.clone(),
-        job_dir: plan.job_dir.clone(),
-        run_dir: run_dir.to_path_buf(),
-        report_dir: report_dir.to_path_buf(),
-        results: runs::results_path(run_dir),
-        device_env: lock
-            .map(|l| l.device_env.clone())
-            .unwrap_or_else(|| "TASK_DEVICE".into()),
-        device_count: plan.device_count as usize,
-        grace_secs: grace(plan).as_secs_f64(),
-        outer: super::ProcId::me(),
-        lock_tool: None,
-        through_lock: false,
-        lanes: super::lanes::frozen_lanes(plan, &scenes),
-        lane_startup: super::lanes::startup_estimates(plan),
-        device_fault: plan
-            .manifest
-            .lock
-            .as_ref()
-            .and_then(|l| l.device_fault.clone()),
-        scenes,
-        prestarted: Vec::new(),
-    };
-    (frozen, missing)
-}
-
-/// Between SIGTERM and SIGKILL for device steps when cancelled.
-fn grace(plan: &Plan) -> Duration {
-    plan.manifest
-        .lock
-        .as_ref()
-        .and_then(|l| l.grace)
-        .unwrap_or(super::DEFAULT_GRACE)
 }
 
 fn device_report(r: &Results, held: f64) -> DeviceReport {
@@ -155,25 +51,12 @@ fn device_report(r: &Results, held: f64) -> DeviceReport {
     }
 }
 
-/// Write the frozen plan where the inner run reads it.
-fn write_frozen(frozen: &Frozen) -> Result<()> {
-    let path = runs::plan_path(&frozen.run_dir);
-    crate::fsutil::write_atomic(
-        &path,
-        &serde_json::to_vec_pretty(frozen).expect("frozen serializes"),
-    )
-    .map_err(|e| crate::err!(Infra, "cannot write {}: {e}", path.display()))
-}
-
 fn read_results(frozen: &Frozen) -> Option<Results> {
     crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
 }
 
-/// Call the lock command — the one acquisition — and read what the inner run left.
-/// Anything but complete results from an inner run that ended inside the lock is an
-/// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
 /// The fixed surroundings of one device phase, handed to its helpers together.
 #[derive(Clone, Copy)]
 struct Phase<'a> {
@@ -207,10 +90,14 @@ impl LockFailure {
 /// lock) and write the frozen plan that names them, for the inner run to adopt. From
 /// here on a cancel stops them too; the caller `finish`es them once the lock command
 /// has returned.
-fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (super::prestart::Prestart, Result<()>) {
+fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
     let Phase { plan, ui, .. } = ph;
     crate::proc::set_grace(grace(plan));
-    let prestart = super::prestart::start(frozen, grace(plan), |w| {
+    let first_wave = match prestart::wanted(frozen) {
+        true => super::inner::first_wave(frozen, frozen.device_count),
+        false => Vec::new(),
+    };
+    let prestart = prestart::start(frozen, first_wave, grace(plan), |w| {
         ui.always(&format!("warning: device: {w}"))
     });
     let counts = prestart.counts();
@@ -242,6 +129,9 @@ fn warn_lock_ending(ui: &Ui, ran: &LockRun, repeated: bool, release_timeout: Dur
     }
 }
 
+/// Call the lock command — the one acquisition — and read what the inner run left.
+/// Anything but complete results from an inner run that ended inside the lock is an
+/// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
 fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<Results> {
     let Phase { plan, ui, .. } = ph;
     let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
@@ -493,14 +383,6 @@ fn fail(
     })
 }
 
-/// Everything the inner run reads, laid out before the lock: the private copies of the
-/// artifacts `device.writes` names, the frozen plan, the `{kernels}` links.
-fn lay_out(frozen: &mut Frozen) -> Result<()> {
-    super::private::copy_for_writers(frozen)?;
-    write_frozen(frozen)?;
-    link_kernels(frozen)
-}
-
 /// The device steps' durations (passed ones) and lane start-ups, into the history.
 fn record_history(plan: &Plan, r: &Results) {
     let durations: Vec<(String, f64)> = r
@@ -508,27 +390,14 @@ fn record_history(plan: &Plan, r: &Results) {
         .iter()
         .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
         .map(|s| (HistoryId::Device(&s.name).key(), s.duration_secs))
-        .chain(super::lanes::startup_history(r))
+        .chain(r.lanes.iter().filter_map(|l| {
+            let key = HistoryId::LaneStartup(&l.lane).key();
+            l.startup_secs.map(|s| (key, s))
+        }))
         .collect();
     if plan.store.root.join("locks").is_dir() {
         History::record(&plan.store.root, &durations);
     }
-}
-
-/// Lay out each scene's `{kernels}` directory: one symlink per kernel into the cache
-/// (never a copy), before the lock is taken.
-fn link_kernels(frozen: &Frozen) -> Result<()> {
-    for s in frozen.scenes.iter().filter(|s| s.warm_failure.is_none()) {
-        let dir = super::kernels_dir(&frozen.run_dir, &s.name);
-        let _ = crate::fsutil::remove_any(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| crate::err!(Infra, "cannot create {}: {e}", dir.display()))?;
-        for k in &s.kernels {
-            std::os::unix::fs::symlink(&k.out, dir.join(&k.name))
-                .map_err(|e| crate::err!(Infra, "cannot link kernel {}: {e}", k.name))?;
-        }
-    }
-    Ok(())
 }
 
 /// The lock command as `--plan` and `--dry-run` show it (the run dir exists only at

@@ -10,13 +10,13 @@
 //!   acquisition for the device packing, lane start-ups included.
 //!
 //! Device packings are what `device --plan` shows: the same units, packer and history
-//! estimates (`device::pack`), never a scheduler of our own.
+//! estimates (`device::packing`), never a scheduler of our own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::cache::history::{History, HistoryId};
-use crate::device::pack::{self, LaneSpec, SceneSpec};
+use crate::device::packing::packer::{self as pack, LaneSpec, SceneSpec};
 use crate::device::report::{Report, StepReport};
 use crate::record::{Outcome as WarmOutcome, WarmRecord};
 use crate::stepid::StepId;

@@ -6,6 +6,7 @@ use super::*;
 use std::sync::atomic::AtomicUsize;
 
 use crate::device::exec::FaultRules;
+use crate::device::lane::files::scenes_text;
 use crate::device::testing::{frozen, in_lane};
 use crate::device::Frozen;
 use crate::template::{allowed, Template};
