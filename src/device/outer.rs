@@ -14,7 +14,7 @@ use super::lockrun::{self, Killed, LockEnding, LockRun};
 use super::not_warm::{self, Missing};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
-use super::{Frozen, Infra, Results, SceneOutcome};
+use super::{Frozen, FrozenScene, Infra, Results, SceneOutcome, SceneResult};
 use crate::cache::history::{History, HistoryId};
 use crate::error::Error;
 use crate::exit::Exit;
@@ -51,10 +51,19 @@ fn device_report(r: &Results, held: f64) -> DeviceReport {
     }
 }
 
+/// What the inner run left, if it is the results of this frozen plan: one result per
+/// frozen scene, in order (the report joins them by index).
 fn read_results(frozen: &Frozen) -> Option<Results> {
     crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
+        .filter(|r| {
+            r.scenes.len() == frozen.scenes.len()
+                && r.scenes
+                    .iter()
+                    .zip(&frozen.scenes)
+                    .all(|(r, f)| r.name == f.name)
+        })
 }
 
 /// The fixed surroundings of one device phase, handed to its helpers together.
@@ -350,10 +359,13 @@ fn fail(
     } else {
         Infra::LockFailed
     };
-    report.scenes = scene_reports(plan, results.as_ref(), frozen);
+    report.scenes = scene_reports(plan, frozen, results.map(|r| r.scenes));
     // Scenes that finished keep their outcome; the rest did not run because of this,
     // and a scene the last results found running was cut short by it.
-    for s in report.scenes.iter_mut().filter(|s| s.infra.is_none()) {
+    for s in report.scenes.iter_mut().map(|s| &mut s.result) {
+        if s.infra.is_some() {
+            continue;
+        }
         match s.outcome {
             SceneOutcome::NotRun => s.message = Some(what.clone()),
             SceneOutcome::Interrupted => {
@@ -440,37 +452,34 @@ fn step_reports(plan: &Plan, scene: usize) -> Vec<StepReport> {
         .collect()
 }
 
-fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec<SceneReport> {
-    frozen
-        .scenes
-        .iter()
+/// Every frozen scene's row of the report: its result from the inner run when there is
+/// one (the results hold the frozen scenes in order, so row `i` is scene `i`), else as
+/// it stands without a run; beside it what the plan knew of it.
+fn scene_reports(
+    plan: &Plan,
+    frozen: &Frozen,
+    results: Option<Vec<SceneResult>>,
+) -> Vec<SceneReport> {
+    let results = results.unwrap_or_else(|| frozen.scenes.iter().map(unrun).collect());
+    results
+        .into_iter()
+        .zip(&frozen.scenes)
         .enumerate()
-        .map(|(i, fs)| {
-            let r = results.and_then(|r| r.scenes.iter().find(|s| s.name == fs.name));
-            SceneReport {
-                name: fs.name.clone(),
-                nodeid: fs.nodeid.clone(),
-                case: fs.case.clone(),
-                outcome: match (r, &fs.warm_failure) {
-                    (Some(r), _) => r.outcome,
-                    (None, Some(_)) => SceneOutcome::FailedInWarm,
-                    (None, None) => SceneOutcome::NotRun,
-                },
-                message: r
-                    .and_then(|r| r.message.clone())
-                    .or_else(|| fs.warm_failure.clone()),
-                devices: r.map(|r| r.devices.clone()).unwrap_or_default(),
-                start_secs: r.map(|r| r.start_secs).unwrap_or(0.0),
-                duration_secs: r.map(|r| r.duration_secs).unwrap_or(0.0),
-                log: r.and_then(|r| r.log.clone()),
-                log_tail: r.and_then(|r| r.log_tail.clone()),
-                lane: fs.lane().map(str::to_string),
-                attempts: r.map(|r| r.attempts.clone()).unwrap_or_default(),
-                steps: step_reports(plan, i),
-                infra: r.and_then(|r| r.infra),
-            }
+        .map(|(i, (result, fs))| SceneReport {
+            result,
+            nodeid: fs.nodeid.clone(),
+            case: fs.case.clone(),
+            steps: step_reports(plan, i),
         })
         .collect()
+}
+
+/// A frozen scene's result when the inner run gave none: failed in warm, or not run.
+fn unrun(fs: &FrozenScene) -> SceneResult {
+    match &fs.warm_failure {
+        Some(w) => SceneResult::unrun(fs, SceneOutcome::FailedInWarm, Some(w.clone())),
+        None => SceneResult::unrun(fs, SceneOutcome::NotRun, None),
+    }
 }
 
 pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
@@ -510,30 +519,10 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     let (mut frozen, missing) = freeze(plan, &opts.report_dir, &inv.dir);
     let mut report = Report::new(&plan.manifest.file);
     if !missing.is_empty() {
-        report.scenes = scene_reports(plan, None, &frozen);
-        for (i, s) in report.scenes.iter_mut().enumerate() {
-            let what: Vec<String> = missing
-                .iter()
-                .filter(|m| m.scene == i)
-                .map(Missing::line)
-                .collect();
-            if !what.is_empty() {
-                s.infra = Some(Infra::NotWarm);
-                s.message = Some(what.join("\n"));
-            } else if s.outcome == SceneOutcome::NotRun {
-                s.infra = Some(Infra::NotWarm);
-                s.message =
-                    Some("not run: other scenes are not warm, the lock was not taken".into());
-            }
-        }
-        let msg = not_warm::summary(&missing, &plan.store.root, opts.cache_from);
-        report.exit_code = Exit::NotWarm.code();
-        report.error = Some(msg.clone());
-        opts.sink.write(&report)?;
-        return Err(anyhow::Error::new(Error::NotWarm(msg)));
+        return Err(not_warm(plan, opts, &frozen, &missing, report));
     }
     if frozen.scenes.iter().all(|s| s.warm_failure.is_some()) {
-        report.scenes = scene_reports(plan, None, &frozen);
+        report.scenes = scene_reports(plan, &frozen, None);
         report.exit_code = Exit::Failed.code();
         report.error = Some("every selected scene failed in warm; the lock was not taken".into());
         opts.sink.write(&report)?;
@@ -543,13 +532,12 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     }
     frozen.through_lock = !opts.no_lock;
     if let Err(e) = lay_out(&mut frozen) {
-        report.scenes = scene_reports(plan, None, &frozen);
+        report.scenes = scene_reports(plan, &frozen, None);
         report.exit_code = Exit::Infra.code();
         report.error = Some(format!("{e:#}"));
         let _ = opts.sink.write(&report);
         return Err(e);
     }
-
     let r = if opts.no_lock {
         // Parsed (strictly) by the command line already.
         let ids = opts.devices.clone();
@@ -563,7 +551,6 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     } else {
         through_lock(Phase { plan, opts, ui }, &mut frozen, &mut report)?
     };
-    report.scenes = scene_reports(plan, Some(&r), &frozen);
     record_history(plan, &r);
     if r.no_healthy_device {
         ui.always(&format!(
@@ -576,11 +563,53 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     } else {
         super::ending::exit_of(&r)
     };
+    report.scenes = scene_reports(plan, &frozen, Some(r.scenes));
+    finish(opts, report, exit)
+}
+
+/// Exit 6 before any lock: every scene's row says what it misses (or that others
+/// miss something), the report is written, and the error is the summary.
+fn not_warm(
+    plan: &Plan,
+    opts: &Options,
+    frozen: &Frozen,
+    missing: &[Missing],
+    mut report: Report,
+) -> anyhow::Error {
+    report.scenes = scene_reports(plan, frozen, None);
+    for (i, s) in report.scenes.iter_mut().enumerate() {
+        let s = &mut s.result;
+        let what: Vec<String> = missing
+            .iter()
+            .filter(|m| m.scene == i)
+            .map(Missing::line)
+            .collect();
+        if !what.is_empty() {
+            s.infra = Some(Infra::NotWarm);
+            s.message = Some(what.join("\n"));
+        } else if s.outcome == SceneOutcome::NotRun {
+            s.infra = Some(Infra::NotWarm);
+            s.message = Some("not run: other scenes are not warm, the lock was not taken".into());
+        }
+    }
+    let msg = not_warm::summary(missing, &plan.store.root, opts.cache_from);
+    report.exit_code = Exit::NotWarm.code();
+    report.error = Some(msg.clone());
+    match opts.sink.write(&report) {
+        Ok(()) => anyhow::Error::new(Error::NotWarm(msg)),
+        Err(e) => e,
+    }
+}
+
+/// The end of a device phase whose inner run ran: the report's exit code and error
+/// (the scenes infrastructure cut short, or the interrupt), written and shown.
+fn finish(opts: &Options, mut report: Report, exit: Exit) -> Result<Exit> {
     report.exit_code = exit.code();
     if exit == Exit::Infra {
-        let why: Vec<String> = r
+        let why: Vec<String> = report
             .scenes
             .iter()
+            .map(|s| &s.result)
             .filter(|s| s.infra.is_some())
             .map(|s| format!("{}: {}", s.name, s.message.clone().unwrap_or_default()))
             .collect();
