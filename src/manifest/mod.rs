@@ -12,12 +12,14 @@ mod paths;
 mod raw;
 pub mod remote;
 mod suite_args;
+pub mod workers;
 pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
 pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant, Writes};
 pub use paths::expand_vars;
 pub use raw::{keys, Mapping};
+pub use workers::WorkerConfig;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -66,6 +68,9 @@ pub struct Manifest {
     /// Top-level `prepare:` steps: run by warm for every selected scene, keyed once.
     #[serde(default)]
     pub prepare: Vec<Prepare>,
+    /// `workers:` by name: persistent processes that serve steps naming them.
+    #[serde(default)]
+    pub workers: BTreeMap<String, WorkerConfig>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
 }
@@ -161,6 +166,9 @@ pub struct GenStep {
     /// A command whose output and success go into the step's key (interpreter and
     /// library versions), run once per process.
     pub identity: Option<String>,
+    /// `worker:`: the worker (of `workers:`) that serves the step; in no key.
+    #[serde(default)]
+    pub worker: Option<String>,
 }
 
 impl GenStep {
@@ -486,6 +494,8 @@ struct Ctx {
     lane_devices: BTreeMap<String, Option<u32>>,
     /// What `{suite_args}` expands to in a command (None: no `suite_args:`).
     suite_args: Option<String>,
+    /// The names under `workers:` (a broken worker's too).
+    worker_names: Vec<String>,
 }
 
 impl Ctx {
@@ -502,6 +512,7 @@ impl Ctx {
             broken_toolchains: Vec::new(),
             lane_devices: Default::default(),
             suite_args: None,
+            worker_names: Vec::new(),
         }
     }
 
@@ -724,6 +735,7 @@ impl Ctx {
         let generators = field("scenes_from")
             .map(|v| self.generators(v, &platform))
             .unwrap_or_default();
+        let workers = self.workers(field("workers"));
         let prepare = self.prepare_steps(field("prepare"));
         let scenes = match field("scenes") {
             None if !generators.is_empty() => Vec::new(),
@@ -746,6 +758,7 @@ impl Ctx {
             scenes,
             generators,
             prepare,
+            workers,
             notes: std::mem::take(&mut self.notes),
         })
     }
@@ -1144,6 +1157,7 @@ impl Ctx {
                 threads: p.threads,
                 timeout: p.timeout,
                 identity: p.identity,
+                worker: p.worker,
             };
             if let Some(step) = self.gen_fields(g, &path, allowed::PREPARE) {
                 out.push(Prepare { name: p.name, step });
@@ -1166,6 +1180,7 @@ impl Ctx {
         self.at_most(g.threads, &format!("{path}.threads"), MAX_THREADS);
         let memory = self.size(g.memory, &format!("{path}.memory"));
         let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
+        let worker = self.worker_ref(g.worker, path);
         Some(GenStep {
             run: run?,
             inputs,
@@ -1174,6 +1189,7 @@ impl Ctx {
             threads: g.threads.unwrap_or(1).max(1),
             timeout,
             identity: g.identity,
+            worker,
         })
     }
 }

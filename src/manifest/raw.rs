@@ -44,6 +44,7 @@ pub struct Top {
     lanes: Value,
     scenes_from: Value,
     prepare: Value,
+    workers: Value,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,6 +120,7 @@ pub struct GenStep {
     pub threads: Option<u32>,
     pub timeout: Option<Scalar>,
     pub identity: Option<String>,
+    pub worker: Option<String>,
 }
 
 /// A top-level `prepare:` step: a named fixture-like step shared by every scene.
@@ -134,6 +136,7 @@ pub struct Prepare {
     pub threads: Option<u32>,
     pub timeout: Option<Scalar>,
     pub identity: Option<String>,
+    pub worker: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,6 +188,7 @@ pub fn keys() -> &'static [Mapping] {
             m::<Prepare>("prepare[]"),
             m::<RawGenerator>("scenes_from[]"),
             m::<RawLane>("lanes.<name>"),
+            m::<super::workers::RawWorker>("workers.<name>"),
             m::<Scene>("scenes[]"),
             m::<Kernel>("scenes[].kernels[]"),
             m::<GenStep>("scenes[].fixture, scenes[].golden"),
