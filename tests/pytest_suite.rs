@@ -716,7 +716,13 @@ fn the_codec_round_trips_what_a_suite_generates() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(stdout(&o).contains("10 passed"), "{}", show(&o));
+    // The codec's tests and the lane results schema's (at least: others may join).
+    let passed = stdout(&o)
+        .split(" passed")
+        .next()
+        .and_then(|s| s.rsplit(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<usize>().ok());
+    assert!(passed.is_some_and(|n| n >= 16), "{}", show(&o));
 }
 
 /// A small suite written here: a conftest with options of its own and the override hook.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::files::LaneFiles;
 use super::prestart::Prestarted;
-use super::protocol::{parse_line, Line};
+use super::protocol::{parse_line, LaneEvent, Line};
 use crate::device::Frozen;
 use crate::proc;
 
@@ -99,7 +99,7 @@ fn wrote_results(path: &Path) -> bool {
     String::from_utf8_lossy(&text)
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .any(|l| !matches!(parse_line(l), Line::Ready { .. }))
+        .any(|l| !matches!(parse_line(l), Line::Event(LaneEvent::Ready { .. })))
 }
 
 impl Pool {

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::protocol::{parse_line, Line};
+use super::protocol::{parse_line, LaneEvent, Line, Reportlog, TestReport};
 use crate::device::events::AttemptOutcome;
 
 /// Which of two reportlog verdicts of one scene wins: a failure of any phase over a
@@ -307,66 +307,82 @@ impl Batch {
                 "ignored a results line: {why}: {}",
                 clip(text.trim(), 120)
             ))),
-            Line::Other => {}
-            Line::Ready { unix_secs } => self.ready_unix = self.ready_unix.or(unix_secs),
-            Line::SessionFinish => self.clean = true,
-            Line::Restart { reason } => {
+            Line::Reportlog(Reportlog::Other) => {}
+            Line::Reportlog(Reportlog::SessionFinish) => self.clean = true,
+            Line::Reportlog(Reportlog::TestReport(r)) => self.report(r, now, &mut out),
+            Line::Event(e) => self.event(e, now, &mut out),
+        }
+        out
+    }
+
+    /// One of scenerun's own records, read at `now`.
+    fn event(&mut self, e: LaneEvent, now: f64, out: &mut Vec<Effect>) {
+        match e {
+            LaneEvent::Ready { unix_secs } => self.ready_unix = self.ready_unix.or(unix_secs),
+            LaneEvent::Restart { reason } => {
                 self.restart_asked = true;
-                out.push(Effect::Restart { reason });
+                out.push(Effect::Restart {
+                    reason: LaneEvent::restart_reason(reason),
+                });
             }
-            Line::Fault { devices, scene } => {
+            LaneEvent::DeviceFault { devices, scene } => {
                 self.fault_scene = scene
                     .and_then(|s| self.by_name.get(&s).copied())
                     .or_else(|| self.in_progress());
                 out.push(Effect::Fault { devices });
             }
-            Line::Start { scene } => self.start(&scene, now, &mut out),
-            Line::End {
+            LaneEvent::Start { scene } => self.start(&scene, now, out),
+            LaneEvent::End {
                 scene,
-                verdict,
-                duration,
+                outcome,
+                duration_secs,
                 message,
-            } => match self.by_name.get(&scene).copied() {
-                Some(i) if !matches!(self.state[i], State::Done) => {
-                    let since = match self.state[i] {
-                        State::Running { since } | State::Reporting { since, .. } => since,
-                        _ => self.last_result,
-                    };
-                    self.result_seen(now);
-                    self.close_others(i, &mut out);
-                    self.state[i] = State::Done;
-                    out.push(Effect::Scene {
-                        scene: i,
-                        verdict,
-                        started: since,
-                        duration: duration.unwrap_or(now - since).max(0.0),
-                        message,
-                    });
-                }
-                Some(_) => out.push(Effect::Warn(format!(
-                    "ignored a second end of scene `{scene}`"
-                ))),
-                None => out.push(Effect::Warn(format!(
-                    "ignored a result for scene `{scene}`, which is not in this lane process's batch"
-                ))),
-            },
-            report @ Line::Report { .. } => self.report(report, now, &mut out),
+            } => self.end(&scene, outcome.into(), duration_secs, message, now, out),
         }
-        out
+    }
+
+    /// An end line for `scene` at `now`: the scene ends with `verdict`.
+    fn end(
+        &mut self,
+        scene: &str,
+        verdict: AttemptOutcome,
+        duration: Option<f64>,
+        message: Option<String>,
+        now: f64,
+        out: &mut Vec<Effect>,
+    ) {
+        match self.by_name.get(scene).copied() {
+            Some(i) if !matches!(self.state[i], State::Done) => {
+                let since = match self.state[i] {
+                    State::Running { since } | State::Reporting { since, .. } => since,
+                    _ => self.last_result,
+                };
+                self.result_seen(now);
+                self.close_others(i, out);
+                self.state[i] = State::Done;
+                out.push(Effect::Scene {
+                    scene: i,
+                    verdict,
+                    started: since,
+                    duration: duration.unwrap_or(now - since).max(0.0),
+                    message,
+                });
+            }
+            Some(_) => out.push(Effect::Warn(format!(
+                "ignored a second end of scene `{scene}`"
+            ))),
+            None => out.push(Effect::Warn(format!(
+                "ignored a result for scene `{scene}`, which is not in this lane process's batch"
+            ))),
+        }
     }
 
     /// A pytest-reportlog `TestReport` line: the scene that owns its node id collects it.
-    fn report(&mut self, line: Line, now: f64, out: &mut Vec<Effect>) {
-        let Line::Report {
-            nodeid,
-            when,
-            verdict,
-            duration,
-            message,
-        } = line
-        else {
-            return;
-        };
+    fn report(&mut self, r: TestReport, now: f64, out: &mut Vec<Effect>) {
+        let verdict = r.verdict();
+        let duration = r.duration.unwrap_or(0.0);
+        let message = r.message();
+        let TestReport { nodeid, when, .. } = r;
         match self.owner(&nodeid) {
             Some(i) if !matches!(self.state[i], State::Done) => {
                 let prev = self.last_result;
