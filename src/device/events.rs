@@ -8,8 +8,6 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::SceneOutcome;
-
 /// How one try of a scene's device step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -192,34 +190,6 @@ pub fn follow_up(attempts: &[Attempt], retries: u32) -> FollowUp {
     }
 }
 
-/// A scene's outcome from its attempts: the last one decides; a pass after a failed
-/// attempt is flaky (a device fault before it does not count: the card failed).
-pub fn outcome(attempts: &[Attempt]) -> SceneOutcome {
-    let Some(last) = attempts.last() else {
-        return SceneOutcome::NotRun;
-    };
-    match last.outcome {
-        AttemptOutcome::Passed => {
-            if attempts.iter().any(|a| a.outcome.scene_failed()) {
-                SceneOutcome::Flaky
-            } else {
-                SceneOutcome::Passed
-            }
-        }
-        AttemptOutcome::Skipped => SceneOutcome::Skipped,
-        AttemptOutcome::Xfailed => SceneOutcome::Xfailed,
-        AttemptOutcome::Xpassed => SceneOutcome::Xpassed,
-        AttemptOutcome::Error => SceneOutcome::Error,
-        AttemptOutcome::NotReached => SceneOutcome::NotReached,
-        AttemptOutcome::Failed | AttemptOutcome::DeviceFault | AttemptOutcome::CutShort => {
-            SceneOutcome::Failed
-        }
-        AttemptOutcome::TimedOut => SceneOutcome::TimedOut,
-        AttemptOutcome::Interrupted => SceneOutcome::Interrupted,
-        AttemptOutcome::NotRun => SceneOutcome::NotRun,
-    }
-}
-
 /// Time covered by at least one of the intervals `(start, duration)`.
 pub fn union_secs(mut spans: Vec<(f64, f64)>) -> f64 {
     spans.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -322,14 +292,11 @@ mod tests {
     use AttemptOutcome::*;
 
     #[test]
-    fn retries_then_flaky() {
+    fn a_failure_is_retried_while_retries_last() {
         assert_eq!(follow_up(&[a(Failed)], 0), FollowUp::Final);
         assert_eq!(follow_up(&[a(Failed)], 1), FollowUp::Retry);
         assert_eq!(follow_up(&[a(Failed), a(TimedOut)], 1), FollowUp::Final);
         assert_eq!(follow_up(&[a(Failed), a(Passed)], 1), FollowUp::Final);
-        assert_eq!(outcome(&[a(Failed), a(Passed)]), SceneOutcome::Flaky);
-        assert_eq!(outcome(&[a(Failed), a(Failed)]), SceneOutcome::Failed);
-        assert_eq!(outcome(&[a(Passed)]), SceneOutcome::Passed);
     }
 
     #[test]
@@ -339,7 +306,6 @@ mod tests {
             follow_up(&[a(DeviceFault), a(DeviceFault)], 5),
             FollowUp::Final
         );
-        assert_eq!(outcome(&[a(DeviceFault), a(Passed)]), SceneOutcome::Passed);
         // The fault rerun does not use up retries.
         assert_eq!(follow_up(&[a(DeviceFault), a(Failed)], 1), FollowUp::Retry);
         // A cut-short scene reruns in its lane, whatever the retries; its rerun's end

@@ -60,8 +60,6 @@ pub struct Cx<'a> {
     pub faults: FaultRules,
     /// Numbers lane processes in start order (after those started before the lock).
     pub lane_procs: AtomicUsize,
-    /// The lane processes started before the lock, for their batches to adopt.
-    pub prestarted: super::lane::adopt::Pool,
 }
 
 impl Cx<'_> {

@@ -319,19 +319,20 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
         t0: run.t0,
         faults: FaultRules::new(frozen.device_fault.as_ref()),
         lane_procs: frozen.prestarted.len().into(),
-        prestarted: super::lane::adopt::Pool::claim(frozen),
     };
+    // The lane processes started before the lock, for their batches to adopt.
+    let pool = super::lane::adopt::Pool::claim(frozen);
     let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|scope| loop {
         run.drop_unfit(&mut sched);
         if !proc::interrupted() {
             for Start { job, unit, slots } in sched.start_ready() {
                 let attempt_no = run.attempt_no(&unit);
-                let (tx, cx) = (tx.clone(), &cx);
+                let (tx, cx, pool) = (tx.clone(), &cx, &pool);
                 scope.spawn(move || match unit {
                     Unit::Scene(i) => exec::run_plain(cx, job, i, &slots, attempt_no, &tx),
                     Unit::Lane { lane, scenes } => {
-                        super::lane::process::run_lane(cx, job, &lane, scenes, &slots, &tx)
+                        super::lane::process::run_lane(cx, pool, job, &lane, scenes, &slots, &tx)
                     }
                 });
             }
@@ -345,7 +346,7 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
             Wait::Closed => break,
         }
     });
-    for w in cx.prestarted.stop_unused() {
+    for w in pool.stop_unused() {
         run.reporter.event(&Event::Warning(w), "", FollowUp::Final);
     }
     run.results("interrupted")
@@ -394,7 +395,7 @@ fn collect(
                 return r.clone();
             }
             let attempts = &acc.attempts[i];
-            let mut r = SceneResult::unrun(s, events::outcome(attempts), None);
+            let mut r = SceneResult::unrun(s, SceneOutcome::of(attempts), None);
             if let Some(last) = attempts.last() {
                 r.devices = last.devices.clone();
                 r.start_secs = last.start_secs;

@@ -192,7 +192,8 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
     );
     // Read the results only once the inner run has really ended (bounded: it kills its
     // steps within the grace after a SIGTERM, at once when the lock tool is gone).
-    let inner_ended = super::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
+    let inner_ended =
+        super::runs::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
     prestart.finish(); // the lock is released: none of them runs on
     drop(live);
     let tail = crate::proc::log_tail(&log, 3000);

@@ -187,3 +187,19 @@ pub fn clear_stale_reports(dir: &Path) {
 pub fn preview_dir(job_dir: &Path) -> PathBuf {
     crate::layout::device_runs(job_dir).join("<run>")
 }
+
+/// Wait, at most `limit`, until no inner run holds the run dir's lock. A lock tool may
+/// return before the inner run has exited (it killed only the shell around it, or left it
+/// in the background); its results are complete only once it has. False: still running.
+pub fn wait_for_inner(run_dir: &Path, limit: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if !inner_running(run_dir) {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

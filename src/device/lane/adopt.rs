@@ -14,9 +14,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::files::LaneFiles;
-use super::prestart::Prestarted;
 use super::protocol::{parse_line, LaneEvent, Line};
-use crate::device::Frozen;
+use crate::device::{Frozen, Prestarted};
 use crate::proc;
 
 /// How long a leader that is gone may take to have its status written (the outer reaps

@@ -15,11 +15,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use super::files::{self, LaneFiles};
 use crate::device::packing::packer::Unit;
-use crate::device::{Frozen, ProcId};
+use crate::device::{Frozen, Prestarted, ProcId};
 use crate::proc;
 
 /// What `{devices}` and `SCENERUN_DEVICES` hold until the ids come.
@@ -27,23 +25,6 @@ pub const SENTINEL: &str = "__scenerun_devices__";
 
 /// How often an interrupt is looked for while the processes wait.
 const POLL: Duration = Duration::from_millis(20);
-
-/// A lane process started before the lock, as the frozen plan tells the inner run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Prestarted {
-    pub lane: String,
-    /// Its batch: frozen scene indices, in batch order.
-    pub scenes: Vec<usize>,
-    /// Its number among the run's lane processes (its files are named by it).
-    pub n: usize,
-    /// Its leader (`sh -c`), which leads its process group; `start` 0: it had ended
-    /// before it could be looked at.
-    pub leader: ProcId,
-    /// Where its own output starts in its log (after the command line).
-    pub log_mark: u64,
-    /// When it was started (Unix seconds).
-    pub started_at: f64,
-}
 
 struct Proc {
     rec: Prestarted,

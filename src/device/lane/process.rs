@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant};
 
+use super::adopt::Pool;
 use super::batch::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
 use super::files::{lane_command, prepare_files, variant, LaneFiles};
 use super::restart::{OutputScan, RestartRules};
@@ -42,6 +43,7 @@ fn output_since(log: &Path, mark: &mut u64) -> String {
 /// and when the process asks for a restart (at most its `max_restarts` times).
 pub fn run_lane(
     cx: &Cx,
+    pool: &Pool,
     job: usize,
     lane: &str,
     scenes: Vec<usize>,
@@ -50,6 +52,7 @@ pub fn run_lane(
 ) {
     let mut slot = Slot {
         cx,
+        pool,
         lane,
         slots,
         tx,
@@ -109,6 +112,8 @@ enum Next {
 /// short once already.
 struct Slot<'a> {
     cx: &'a Cx<'a>,
+    /// The processes started before the lock, one of which its first process may adopt.
+    pool: &'a Pool,
     lane: &'a str,
     slots: &'a [usize],
     tx: &'a Sender<Event>,
@@ -131,7 +136,7 @@ impl Slot<'_> {
     /// reported, and the whole batch runs in a fresh process.
     fn process(&mut self, batch: &[usize]) -> Option<(ProcessEnd, Vec<usize>)> {
         let adopted = match std::mem::take(&mut self.adopting) {
-            true => self.cx.prestarted.take(self.lane, batch),
+            true => self.pool.take(self.lane, batch),
             false => None,
         };
         let adopted = match adopted {

@@ -25,7 +25,6 @@ fn cx<'a>(f: &'a Frozen, granted: &'a [String]) -> Cx<'a> {
         t0: Instant::now(),
         faults: FaultRules::default(),
         lane_procs: AtomicUsize::new(0),
-        prestarted: Default::default(),
     }
 }
 

@@ -53,7 +53,7 @@ pub fn packing<'a>(
     startups: &BTreeMap<String, f64>,
     ids: usize,
 ) -> (Vec<Unit>, Vec<packer::Job>) {
-    let specs: Vec<SceneSpec> = scenes.map(FrozenDevice::spec).collect();
+    let specs: Vec<SceneSpec> = scenes.map(spec).collect();
     let lanes: BTreeMap<String, LaneSpec> = lanes
         .iter()
         .map(|(n, l)| {
@@ -123,4 +123,17 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
             }
         })
         .collect()
+}
+
+/// What the packer needs of a scene's device step.
+fn spec(d: &FrozenDevice) -> SceneSpec {
+    SceneSpec {
+        devices: d.devices,
+        exclusive: d.exclusive,
+        estimate: d.estimate,
+        lane: d.lane().map(str::to_string),
+        order: d.order,
+        variant: d.run.variant().cloned().unwrap_or_default(),
+        node: d.node.clone(),
+    }
 }
