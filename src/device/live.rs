@@ -286,8 +286,16 @@ fn paint_word(ui: &Ui, line: &str) -> String {
 }
 
 fn show(ui: &Ui, bar: Option<&indicatif::ProgressBar>, l: &Live) {
+    if let Some(text) = render(ui, l) {
+        ui.above(bar, &text);
+    }
+}
+
+/// What the terminal shows of one live line (None under `-q` for a quiet one): the
+/// first line painted by its verdict, the lines under it dim.
+fn render(ui: &Ui, l: &Live) -> Option<String> {
     if ui.quiet && !l.loud {
-        return;
+        return None;
     }
     let mut lines = l.text.lines();
     let first = lines.next().unwrap_or("");
@@ -301,5 +309,9 @@ fn show(ui: &Ui, bar: Option<&indicatif::ProgressBar>, l: &Live) {
         .chain(rest)
         .collect::<Vec<_>>()
         .join("\n");
-    ui.above(bar, &text);
+    Some(text)
 }
+
+#[cfg(test)]
+#[path = "live_tests.rs"]
+mod tests;

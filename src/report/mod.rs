@@ -114,7 +114,28 @@ impl Report {
         report.to_string().unwrap_or_default()
     }
 
+    /// Under GitHub Actions: an `::error` annotation per failed scene (and for the
+    /// run's error) on stdout, and the Markdown table appended to
+    /// `$GITHUB_STEP_SUMMARY`.
     fn github(&self) {
+        for line in self.annotations() {
+            println!("{line}");
+        }
+        let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
+            return;
+        };
+        if let Ok(mut f) = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = f.write_all(self.step_summary().as_bytes());
+        }
+    }
+
+    /// The `::error` annotations: one per failed scene, and one for the run's error.
+    fn annotations(&self) -> Vec<String> {
+        let mut lines = Vec::new();
         for s in self
             .scenes
             .iter()
@@ -129,21 +150,23 @@ impl Report {
                 Some(_) => cause(s).text(),
                 None => "failed".to_string(),
             };
-            println!(
+            lines.push(format!(
                 "::error title={}::{}",
                 gh_escape_property(&format!("scenerun: {} {}", s.name, s.outcome.word())),
                 gh_escape_data(&crate::ui::escape(&text))
-            );
+            ));
         }
         if let Some(e) = &self.error {
-            println!(
+            lines.push(format!(
                 "::error title=scenerun::{}",
                 gh_escape_data(&crate::ui::escape(e))
-            );
+            ));
         }
-        let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
-            return;
-        };
+        lines
+    }
+
+    /// The step summary: a Markdown table of the scenes, the counts, and the lock's.
+    fn step_summary(&self) -> String {
         let mut md = String::from(
             "### scenerun\n\n| scene | result | devices | time | note |\n|---|---|---|---|---|\n",
         );
@@ -173,13 +196,7 @@ impl Report {
                 }
             ));
         }
-        if let Ok(mut f) = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = f.write_all(md.as_bytes());
-        }
+        md
     }
 
     /// The summary table for stdout.
@@ -397,3 +414,7 @@ fn junit_status(s: &SceneResult) -> quick_junit::TestCaseStatus {
 use crate::warm::diagnostics::{
     escape_data as gh_escape_data, escape_property as gh_escape_property,
 };
+
+#[cfg(test)]
+#[path = "summary_tests.rs"]
+mod summary_tests;
