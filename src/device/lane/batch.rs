@@ -546,6 +546,21 @@ impl Batch {
                 message: Some(message),
             });
         }
+        let requeue = self.settle_pending(end, clean, now, &mut out);
+        (out, requeue)
+    }
+
+    /// The scenes never started when the process ended at `now`: each gets a verdict
+    /// when a fresh process would not run it (a clean exit that never reported it, a
+    /// lane timeout, an interrupt, a protocol error); the others are handed back, in
+    /// batch order.
+    fn settle_pending(
+        &mut self,
+        end: &ProcessEnd,
+        clean: bool,
+        now: f64,
+        out: &mut Vec<Effect>,
+    ) -> Vec<usize> {
         let mut requeue = Vec::new();
         for i in 0..self.state.len() {
             if !matches!(self.state[i], State::Pending) {
@@ -577,7 +592,7 @@ impl Batch {
             }
             self.state[i] = State::Done;
         }
-        (out, requeue)
+        requeue
     }
 }
 
