@@ -122,6 +122,29 @@ pub struct LaneRecord {
     pub startup_before_lock_secs: Option<f64>,
 }
 
+/// What the outer part of the phase — before, around and after the lock command — tells
+/// the user; the reporter (`live::notify`) words and prints it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    /// Something about the lanes started before the lock went wrong (their batches
+    /// start inside it instead).
+    PrestartWarning(String),
+    /// Lane processes started before the lock: how many of each lane.
+    Prestarted(Vec<(String, usize)>),
+    /// The lock command is called, once.
+    TakingLock { command: String },
+    /// The lock command started the inner run more than once.
+    LockRanInnerTwice,
+    /// The lock command had not returned this long after the steps ended, and was killed.
+    LockKilledAfterRelease {
+        release_timeout: std::time::Duration,
+    },
+    /// No scene could run on the device: every one failed in warm.
+    AllFailedInWarm,
+    /// Every granted id was quarantined before the scenes all ran.
+    NoHealthyDevice { quarantined: Vec<String> },
+}
+
 /// What the executor tells the scheduler, the accumulator and the reporter.
 #[derive(Debug, Clone)]
 pub enum Event {

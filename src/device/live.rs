@@ -3,6 +3,8 @@
 //! the outer follows that file while the lock command (or the in-process inner run)
 //! runs and prints the lines, with a progress line and elapsed time on a TTY. The inner
 //! run's own stderr belongs to the lock tool, so the file is the one channel to the user.
+//! The outer's own notices (`Notice`: the lock taken, lanes started before it, warnings)
+//! are worded and printed here too: the outer prints nothing itself.
 
 use std::io::{BufRead, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::events::{Attempt, AttemptOutcome, Event, FollowUp};
+use super::events::{Attempt, AttemptOutcome, Event, FollowUp, Notice};
 use super::report::Cause;
 use crate::ui::Ui;
 
@@ -310,6 +312,59 @@ fn render(ui: &Ui, l: &Live) -> Option<String> {
         .collect::<Vec<_>>()
         .join("\n");
     Some(text)
+}
+
+impl Notice {
+    /// Its line, and whether `-q` keeps it (a warning).
+    fn line(&self) -> (String, bool) {
+        match self {
+            Notice::PrestartWarning(w) => (format!("warning: device: {w}"), true),
+            Notice::Prestarted(counts) => {
+                let each: Vec<String> = counts
+                    .iter()
+                    .map(|(l, n)| format!("{n} of lane {l}"))
+                    .collect();
+                let line = format!(
+                    "device: lane processes started before the lock: {}",
+                    each.join(", ")
+                );
+                (line, false)
+            }
+            Notice::TakingLock { command } => {
+                (format!("device: taking the lock once: {command}"), false)
+            }
+            Notice::LockRanInnerTwice => (
+                "warning: device: the lock command started the inner run more than once; only the first run counted".into(),
+                true,
+            ),
+            Notice::LockKilledAfterRelease { release_timeout } => (
+                format!(
+                    "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
+                    crate::units::short_duration(*release_timeout)
+                ),
+                true,
+            ),
+            Notice::AllFailedInWarm => (
+                "device: every selected scene failed in warm; the lock was not taken".into(),
+                true,
+            ),
+            Notice::NoHealthyDevice { quarantined } => (
+                format!(
+                    "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
+                    quarantined.join(",")
+                ),
+                true,
+            ),
+        }
+    }
+}
+
+/// Print one of the outer's notices: a warning always, the rest unless `-q`.
+pub fn notify(ui: &Ui, n: Notice) {
+    match n.line() {
+        (line, true) => ui.always(&line),
+        (line, false) => ui.info(&line),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Every kind of live line, as the inner run's reporter writes it and the terminal shows
-//! it (plain, in colour, under `-q`), pinned by snapshots: a change to what the user
-//! reads during a device run shows up here first.
+//! it (plain, in colour, under `-q`), and every notice of the outer, pinned by
+//! snapshots: a change to what the user reads during a device run shows up here first.
 
 use std::path::PathBuf;
 
@@ -167,4 +167,35 @@ fn every_live_line_in_colour() {
 #[test]
 fn quiet_keeps_failures_and_warnings() {
     insta::assert_snapshot!("live_quiet", shown(&ui(true, false)));
+}
+
+/// Every notice of the outer part of the phase, and whether `-q` keeps it.
+#[test]
+fn every_notice_of_the_outer() {
+    let notices = [
+        Notice::PrestartWarning("lane `npu`: could not start: No such file".into()),
+        Notice::Prestarted(vec![("cpu".into(), 1), ("npu".into(), 2)]),
+        Notice::TakingLock {
+            command: "flock /tmp/npu.lock sh -c 'exec scenerun inner plan.json'".into(),
+        },
+        Notice::LockRanInnerTwice,
+        Notice::LockKilledAfterRelease {
+            release_timeout: std::time::Duration::from_secs(60),
+        },
+        Notice::AllFailedInWarm,
+        Notice::NoHealthyDevice {
+            quarantined: vec!["0".into(), "3".into()],
+        },
+    ];
+    let text: String = notices
+        .iter()
+        .map(|n| {
+            let (line, kept) = n.line();
+            format!(
+                "{} {line}\n",
+                if kept { "[-q keeps]" } else { "[info]    " }
+            )
+        })
+        .collect();
+    insta::assert_snapshot!("notices", text);
 }

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use super::events::Notice;
 use super::freeze::{freeze, grace, lay_out, write_frozen};
 use super::lane::prestart::{self, Prestart};
+use super::live::notify;
 use super::lockrun::{self, Killed, LockEnding, LockRun};
 use super::not_warm::{self, Missing};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
@@ -107,18 +109,12 @@ fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
         false => Vec::new(),
     };
     let prestart = prestart::start(frozen, first_wave, grace(plan), |w| {
-        ui.always(&format!("warning: device: {w}"))
+        notify(ui, Notice::PrestartWarning(w))
     });
     let counts = prestart.counts();
     if !counts.is_empty() {
-        let each: Vec<String> = counts
-            .iter()
-            .map(|(l, n)| format!("{n} of lane {l}"))
-            .collect();
-        ui.info(&format!(
-            "device: lane processes started before the lock: {}",
-            each.join(", ")
-        ));
+        let counts = counts.iter().map(|(l, n)| (l.to_string(), *n)).collect();
+        notify(ui, Notice::Prestarted(counts));
     }
     let written = write_frozen(frozen);
     (prestart, written)
@@ -128,13 +124,10 @@ fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
 /// had to be killed for not returning.
 fn warn_lock_ending(ui: &Ui, ran: &LockRun, repeated: bool, release_timeout: Duration) {
     if repeated {
-        ui.always("warning: device: the lock command started the inner run more than once; only the first run counted");
+        notify(ui, Notice::LockRanInnerTwice);
     }
     if ran.killed == Some(Killed::ReleaseTimeout) {
-        ui.always(&format!(
-            "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
-            crate::units::short_duration(release_timeout)
-        ));
+        notify(ui, Notice::LockKilledAfterRelease { release_timeout });
     }
 }
 
@@ -175,7 +168,12 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         let f = LockFailure::before(Exit::Infra, format!("was not called: {e:#}"));
         return Err(fail(ph, frozen, report, lock, f));
     }
-    ui.info(&format!("device: taking the lock once: {command}"));
+    notify(
+        ui,
+        Notice::TakingLock {
+            command: command.to_string(),
+        },
+    );
     let run_dir = frozen.run_dir.clone();
     let live = super::live::Follower::start(super::live_path(&run_dir), ui, true);
     let ran = lockrun::run(
@@ -528,7 +526,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         report.error = Some("every selected scene failed in warm; the lock was not taken".into());
         opts.sink.write(&report)?;
         opts.sink.show(&report);
-        ui.always("device: every selected scene failed in warm; the lock was not taken");
+        notify(ui, Notice::AllFailedInWarm);
         return Ok(Exit::Failed);
     }
     frozen.through_lock = !opts.no_lock;
@@ -554,10 +552,12 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     };
     record_history(plan, &r);
     if r.no_healthy_device {
-        ui.always(&format!(
-            "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
-            r.quarantined.join(",")
-        ));
+        notify(
+            ui,
+            Notice::NoHealthyDevice {
+                quarantined: r.quarantined.clone(),
+            },
+        );
     }
     let exit = if crate::proc::interrupted() {
         Exit::Interrupted
