@@ -32,8 +32,8 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
     proc::set_grace(crate::units::secs(frozen.grace_secs));
     super::watch::start(&frozen, frozen_path);
     let granted = std::env::var(&frozen.device_env).ok();
-    let ids = super::ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
-        .map_err(|e| super::ids::grant_error(&frozen.device_env, granted.as_deref(), &e));
+    let ids = crate::device_ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
+        .map_err(|e| crate::device_ids::grant_error(&frozen.device_env, granted.as_deref(), &e));
     let results = match ids {
         Err(why) => {
             eprintln!("scenerun inner: {}", crate::ui::escape(&why.to_string()));

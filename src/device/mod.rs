@@ -6,7 +6,6 @@ mod ending;
 pub mod events;
 mod exec;
 mod freeze;
-pub mod ids;
 pub mod inner;
 pub mod lane;
 pub mod live;
