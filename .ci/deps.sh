@@ -19,10 +19,11 @@ need git git
 # The pytest lane test (tests/lanes/pytest.rs, docs/lanes.md): the shared virtualenv
 # .ci/venv with pytest and pytest-reportlog from PyPI, versions pinned here (the test
 # prints what it ran with), and numpy for the class-style demo suite
-# (fixtures/pytest-demo/classes, tests/pytest_suite.rs), and maturin, which builds the
-# wheel (tests/wheel.rs; the same version as pyproject.toml pins). Adds to the venv;
+# (fixtures/pytest-demo/classes, tests/pytest_suite.rs), maturin, which builds the
+# wheel (tests/wheel.rs; the same version as pyproject.toml pins), and jsonschema, which
+# checks the lane results schema (python/scenerun-pytest/tests). Adds to the venv;
 # never removes what others installed in it.
-if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog, numpy" 2>/dev/null ||
+if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog, numpy, jsonschema" 2>/dev/null ||
     [ "$(.ci/venv/bin/maturin --version 2>/dev/null)" != "maturin 1.16.0" ]; then
     need python3 python3
     if ! python3 -c "import venv, ensurepip" 2>/dev/null; then
@@ -31,7 +32,7 @@ if ! .ci/venv/bin/python -c "import pytest, pytest_reportlog, numpy" 2>/dev/null
         $SUDO apt-get install -y -qq python3-venv >/dev/null
     fi
     [ -x .ci/venv/bin/python ] || python3 -m venv .ci/venv
-    .ci/venv/bin/pip install -q --disable-pip-version-check "pytest==9.2.0" "pytest-reportlog==1.0.0" "numpy==2.4.6" "maturin==1.16.0"
+    .ci/venv/bin/pip install -q --disable-pip-version-check "pytest==9.2.0" "pytest-reportlog==1.0.0" "numpy==2.4.6" "maturin==1.16.0" "jsonschema==4.26.0"
 fi
 # The pytest plugin of this checkout (python/scenerun-pytest) into the same venv, for
 # tests/pytest_suite.rs and fixtures/pytest-demo: reinstalled when its sources changed

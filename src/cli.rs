@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::device::ids::DeviceIds;
+use crate::device_ids::DeviceIds;
 use crate::sampling::{Arrival, Hold};
 use crate::select::{NoScenes, Partition, Selection};
 use crate::ui::{Color, Format};

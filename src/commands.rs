@@ -514,6 +514,7 @@ fn do_device(cli: &Cli, plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
     let sink = crate::report::Writer {
         dir: dir.clone(),
         ui,
+        started: device::unix_now(),
     };
     let opts = device::outer::Options {
         no_lock: d.no_lock,
@@ -522,15 +523,7 @@ fn do_device(cli: &Cli, plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
         sink: &sink,
         cache_from: cache_from(cli, &plan.manifest),
     };
-    let called = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
     let result = device::outer::run(plan, &opts, ui);
-    // The trace's device part, from the report this run wrote (on every ending).
-    if let Err(e) = crate::report::trace::write_device(&dir, called, ui.github) {
-        ui.info(&format!("warning: cannot write the trace: {e}"));
-    }
     let files = ["report.json", "junit.xml", "trace.json", "logs/"];
     say_where(ui, "reports", &dir, &files);
     result

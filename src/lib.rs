@@ -6,6 +6,7 @@ pub mod affected;
 pub mod cache;
 pub mod cli;
 pub mod device;
+pub mod device_ids;
 pub mod error;
 pub mod exit;
 pub mod explain;

@@ -90,7 +90,7 @@ impl Ui {
     }
 
     /// `text` as it may be written: escaped, keeping this `Ui`'s own colours.
-    fn safe<'t>(&self, text: &'t str) -> Cow<'t, str> {
+    pub(crate) fn safe<'t>(&self, text: &'t str) -> Cow<'t, str> {
         escape_keeping(text, self.color)
     }
 
@@ -162,7 +162,7 @@ impl Ui {
 }
 
 /// The colour sequences `Ui::paint` writes, kept by `escape_keeping` when colour is on.
-const OWN_COLOURS: [&str; 4] = ["\x1b[31m", "\x1b[32m", "\x1b[2m", "\x1b[0m"];
+const OWN_COLOURS: [&str; 5] = ["\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[2m", "\x1b[0m"];
 
 /// Whether `c` must not reach a terminal as it is: a C0 control other than newline and
 /// tab, DEL, a C1 control, or a Unicode bidirectional control (embeddings, overrides,
@@ -361,6 +361,28 @@ fn escape_keeping(text: &str, colours: bool) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every colour `Ui` paints with reaches the terminal as a colour, not escaped:
+    /// yellow (a skip in the summary table and the live lines) was once missing.
+    #[test]
+    fn its_own_colours_are_kept_when_colour_is_on() {
+        let ui = Ui {
+            quiet: false,
+            verbose: 0,
+            color: true,
+            bars: false,
+            github: false,
+            bar: BarSlot::default(),
+        };
+        for painted in [ui.red("x"), ui.green("x"), ui.yellow("x"), ui.dim("x")] {
+            assert_eq!(ui.safe(&painted), painted);
+        }
+        let plain = Ui {
+            color: false,
+            ..ui.clone()
+        };
+        assert_eq!(plain.safe(&ui.yellow("x")), "\\u001b[33mx\\u001b[0m");
+    }
 
     /// The bar line (fixed part + the message's room) never exceeds the terminal's
     /// width where that leaves the message 20 columns; the bar is at most 30 columns and

@@ -29,8 +29,8 @@ pub fn classify(frozen: &Frozen, results: &mut Results, lost: bool, interrupted:
         }
         // An artifact changed in place is the suite's own doing (a device step wrote
         // into the cache entry it shares): the scene failed, as its message says.
-        let gone = match super::inner::prepare(frozen, s) {
-            Err(super::inner::Gone::Changed { .. }) | Ok(()) => None,
+        let gone = match super::recheck::scene(frozen, s) {
+            Err(super::recheck::Gone::Changed { .. }) | Ok(()) => None,
             Err(g) => Some(g),
         };
         if let Some(why) = gone.map(|g| g.to_string()) {
@@ -57,7 +57,7 @@ pub fn refused(frozen: &Frozen, why: String) -> Results {
             };
             SceneResult {
                 infra,
-                ..super::inner::result(s, outcome, Some(message))
+                ..SceneResult::unrun(s, outcome, Some(message))
             }
         })
         .collect();

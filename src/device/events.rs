@@ -8,8 +8,6 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::SceneOutcome;
-
 /// How one try of a scene's device step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -124,6 +122,31 @@ pub struct LaneRecord {
     pub startup_before_lock_secs: Option<f64>,
 }
 
+/// What the outer part of the phase — before, around and after the lock command — tells
+/// the user; the reporter (`live::notify`) words and prints it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    /// Something about the lanes started before the lock went wrong (their batches
+    /// start inside it instead).
+    PrestartWarning(String),
+    /// Lane processes started before the lock: how many of each lane.
+    Prestarted(Vec<(String, usize)>),
+    /// The lock command is called, once.
+    TakingLock { command: String },
+    /// The lock command started the inner run more than once.
+    LockRanInnerTwice,
+    /// The lock command had not returned this long after the steps ended, and was killed.
+    LockKilledAfterRelease {
+        release_timeout: std::time::Duration,
+    },
+    /// No scene could run on the device: every one failed in warm.
+    AllFailedInWarm,
+    /// No scene needs the device: each failed in warm or its test ran there.
+    AllDecidedInWarm,
+    /// Every granted id was quarantined before the scenes all ran.
+    NoHealthyDevice { quarantined: Vec<String> },
+}
+
 /// What the executor tells the scheduler, the accumulator and the reporter.
 #[derive(Debug, Clone)]
 pub enum Event {
@@ -189,34 +212,6 @@ pub fn follow_up(attempts: &[Attempt], retries: u32) -> FollowUp {
             }
         }
         _ => FollowUp::Final,
-    }
-}
-
-/// A scene's outcome from its attempts: the last one decides; a pass after a failed
-/// attempt is flaky (a device fault before it does not count: the card failed).
-pub fn outcome(attempts: &[Attempt]) -> SceneOutcome {
-    let Some(last) = attempts.last() else {
-        return SceneOutcome::NotRun;
-    };
-    match last.outcome {
-        AttemptOutcome::Passed => {
-            if attempts.iter().any(|a| a.outcome.scene_failed()) {
-                SceneOutcome::Flaky
-            } else {
-                SceneOutcome::Passed
-            }
-        }
-        AttemptOutcome::Skipped => SceneOutcome::Skipped,
-        AttemptOutcome::Xfailed => SceneOutcome::Xfailed,
-        AttemptOutcome::Xpassed => SceneOutcome::Xpassed,
-        AttemptOutcome::Error => SceneOutcome::Error,
-        AttemptOutcome::NotReached => SceneOutcome::NotReached,
-        AttemptOutcome::Failed | AttemptOutcome::DeviceFault | AttemptOutcome::CutShort => {
-            SceneOutcome::Failed
-        }
-        AttemptOutcome::TimedOut => SceneOutcome::TimedOut,
-        AttemptOutcome::Interrupted => SceneOutcome::Interrupted,
-        AttemptOutcome::NotRun => SceneOutcome::NotRun,
     }
 }
 
@@ -322,14 +317,11 @@ mod tests {
     use AttemptOutcome::*;
 
     #[test]
-    fn retries_then_flaky() {
+    fn a_failure_is_retried_while_retries_last() {
         assert_eq!(follow_up(&[a(Failed)], 0), FollowUp::Final);
         assert_eq!(follow_up(&[a(Failed)], 1), FollowUp::Retry);
         assert_eq!(follow_up(&[a(Failed), a(TimedOut)], 1), FollowUp::Final);
         assert_eq!(follow_up(&[a(Failed), a(Passed)], 1), FollowUp::Final);
-        assert_eq!(outcome(&[a(Failed), a(Passed)]), SceneOutcome::Flaky);
-        assert_eq!(outcome(&[a(Failed), a(Failed)]), SceneOutcome::Failed);
-        assert_eq!(outcome(&[a(Passed)]), SceneOutcome::Passed);
     }
 
     #[test]
@@ -339,7 +331,6 @@ mod tests {
             follow_up(&[a(DeviceFault), a(DeviceFault)], 5),
             FollowUp::Final
         );
-        assert_eq!(outcome(&[a(DeviceFault), a(Passed)]), SceneOutcome::Passed);
         // The fault rerun does not use up retries.
         assert_eq!(follow_up(&[a(DeviceFault), a(Failed)], 1), FollowUp::Retry);
         // A cut-short scene reruns in its lane, whatever the retries; its rerun's end

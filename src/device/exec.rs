@@ -1,6 +1,6 @@
 //! The device executor: starts one process (a plain scene's device step here, a lane
-//! process with its batch in `lane_proc`), watches it, and reports what happened as
-//! typed events. It decides nothing about what runs next (the scheduler in `inner`
+//! process with its batch in `lane::process`), watches it, and reports what happened as
+//! typed events. It decides nothing about what runs next (`packing::scheduler`
 //! does) and renders nothing (the reporter in `live` does).
 
 use std::path::{Path, PathBuf};
@@ -11,8 +11,6 @@ use std::time::Instant;
 use super::events::{Attempt, AttemptOutcome, Event};
 use super::{Frozen, FrozenScene};
 use crate::proc::{self, Ended};
-
-pub use super::lane_proc::run_lane;
 
 /// Lines of output kept under a failed scene.
 const TAIL_LINES: usize = 20;
@@ -62,8 +60,6 @@ pub struct Cx<'a> {
     pub faults: FaultRules,
     /// Numbers lane processes in start order (after those started before the lock).
     pub lane_procs: AtomicUsize,
-    /// The lane processes started before the lock, for their batches to adopt.
-    pub prestarted: super::adopt::Pool,
 }
 
 impl Cx<'_> {
@@ -270,7 +266,7 @@ fn start_plain(
     crate::fsutil::start_log(&frozen.report_dir, log, &format!("$ {command}\n"))?;
     // Its artifacts as the plan saw them: an earlier step may have written into one it
     // shares (docs/cache-trust.md, "Entries are read-only").
-    super::inner::prepare(frozen, s).map_err(std::io::Error::other)?;
+    super::recheck::scene(frozen, s).map_err(std::io::Error::other)?;
     let spec = proc::Spec {
         command: &command,
         dir: &frozen.manifest_dir,

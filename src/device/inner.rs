@@ -3,8 +3,7 @@
 //! it never parses the manifest, hashes a source, runs an identity command, compiles,
 //! generates or computes a golden.
 
-use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -13,8 +12,9 @@ use anyhow::{Context, Result};
 use super::events::{self, Accumulator, Attempt, AttemptOutcome, Event, FollowUp};
 use super::exec::{self, Cx, FaultRules};
 use super::live::Reporter;
-use super::pack::{self, Packer, Unit};
-use super::{Frozen, FrozenScene, Results, SceneOutcome, SceneResult};
+use super::packing::packer::Unit;
+use super::packing::scheduler::{Scheduler, Start};
+use super::{Frozen, Results, SceneOutcome, SceneResult};
 use crate::exit::Exit;
 use crate::proc;
 
@@ -27,13 +27,13 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
     // Held until this process exits (the kernel drops it even on SIGKILL).
     let _alive = match super::runs::claim_inner(&frozen.run_dir)? {
         super::runs::Claim::First(lock) => lock,
-        super::runs::Claim::Repeat => return Ok(super::runs::repeat_exit(&frozen)),
+        super::runs::Claim::Repeat => return Ok(repeat_exit(&frozen)),
     };
     proc::set_grace(crate::units::secs(frozen.grace_secs));
     super::watch::start(&frozen, frozen_path);
     let granted = std::env::var(&frozen.device_env).ok();
-    let ids = super::ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
-        .map_err(|e| super::ids::grant_error(&frozen.device_env, granted.as_deref(), &e));
+    let ids = crate::device_ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
+        .map_err(|e| crate::device_ids::grant_error(&frozen.device_env, granted.as_deref(), &e));
     let results = match ids {
         Err(why) => {
             eprintln!("scenerun inner: {}", crate::ui::escape(&why.to_string()));
@@ -59,6 +59,21 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
     Ok(super::ending::exit_of(&results))
 }
 
+/// A second inner run of one invocation runs nothing: it says so and exits as the
+/// first run's results call for (3 when there are none), so that a lock tool passing
+/// on the last exit code hides nothing.
+fn repeat_exit(frozen: &Frozen) -> Exit {
+    eprintln!(
+        "scenerun inner: warning: the lock command started the inner run of this invocation \
+         again; this run does nothing (only the first run counts)"
+    );
+    crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
+        .map(|r| super::ending::exit_of(&r))
+        .unwrap_or(Exit::Infra)
+}
+
 /// A frozen plan of this scenerun's version (the outer and the inner are the same
 /// binary; a plan written by another version is refused, not misread).
 fn read_frozen(bytes: &[u8]) -> Result<Frozen> {
@@ -77,104 +92,6 @@ fn read_frozen(bytes: &[u8]) -> Result<Frozen> {
     Ok(serde_json::from_slice(bytes)?)
 }
 
-/// A scene's result before (or without) a run: no devices, no time, no log.
-pub(super) fn result(
-    s: &FrozenScene,
-    outcome: SceneOutcome,
-    message: Option<String>,
-) -> SceneResult {
-    SceneResult {
-        name: s.name.clone(),
-        outcome,
-        devices: Vec::new(),
-        start_secs: 0.0,
-        duration_secs: 0.0,
-        message,
-        log: None,
-        log_tail: None,
-        infra: None,
-        attempts: Vec::new(),
-        lane: s.lane().map(str::to_string),
-    }
-}
-
-/// Check every artifact by `stat` (presence and size, and its stamp where the plan
-/// took one: a file an earlier device step wrote into since is refused), and the
-/// `{kernels}` links. Made when the run starts and again before each start of a scene
-/// or lane process (one `stat` per file).
-pub(super) fn prepare(frozen: &Frozen, s: &FrozenScene) -> Result<(), Gone> {
-    for a in s.kernels.iter().chain(&s.fixture).chain(&s.golden) {
-        for f in &a.files {
-            let p = if f.path.is_empty() {
-                a.out.clone()
-            } else {
-                a.out.join(&f.path)
-            };
-            match std::fs::symlink_metadata(&p) {
-                Ok(m) if m.is_file() && m.len() == f.size => {
-                    if f.stamp.is_some_and(|st| st != crate::fsutil::Stamp::of(&m)) {
-                        return Err(Gone::Changed {
-                            name: a.name.clone(),
-                            path: p,
-                        });
-                    }
-                }
-                _ => {
-                    return Err(Gone::Artifact {
-                        name: a.name.clone(),
-                        path: p,
-                    })
-                }
-            }
-        }
-    }
-    // The outer laid out `{kernels}` before the lock; only check it here.
-    let dir = super::kernels_dir(&frozen.run_dir, &s.name);
-    for k in &s.kernels {
-        if std::fs::metadata(dir.join(&k.name)).is_err() {
-            return Err(Gone::KernelLink {
-                name: k.name.clone(),
-                dir,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// What a scene's step would need that is gone since warm.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Gone {
-    /// A file of an artifact is missing or of another size.
-    Artifact { name: String, path: PathBuf },
-    /// A link of its `{kernels}` directory is missing.
-    KernelLink { name: String, dir: PathBuf },
-    /// A file of an artifact changed since the plan saw it (a device step wrote into
-    /// the cache entry it shares with this scene).
-    Changed { name: String, path: PathBuf },
-}
-
-impl std::fmt::Display for Gone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Gone::Artifact { name, path } => write!(
-                f,
-                "artifact {name} ({}) is missing or damaged since warm: run `scenerun warm` again",
-                path.display()
-            ),
-            Gone::KernelLink { name, dir } => {
-                write!(f, "kernel link {name} is missing in {}", dir.display())
-            }
-            Gone::Changed { name, path } => write!(
-                f,
-                "artifact {name} ({}) changed after it was published (a device step wrote into the cache?); not run on it: the next `scenerun warm` rebuilds it (declare `device.writes` for a step that writes)",
-                path.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Gone {}
-
 /// Each frozen scene that is settled before anything runs — failed in warm, without a
 /// device step, needing more ids than granted, its artifacts gone since warm — with its
 /// result; the rest are runnable, in frozen order.
@@ -188,21 +105,25 @@ fn admit(frozen: &Frozen, granted: &[String]) -> Admitted {
     let mut runnable = Vec::new();
     for (i, s) in frozen.scenes.iter().enumerate() {
         fixed[i] = if let Some(w) = &s.warm_failure {
-            Some(result(s, SceneOutcome::FailedInWarm, Some(w.clone())))
+            Some(SceneResult::unrun(
+                s,
+                SceneOutcome::FailedInWarm,
+                Some(w.clone()),
+            ))
         } else if let Some(v) = &s.verdict {
             Some(SceneResult {
                 duration_secs: v.secs,
                 log: Some(v.log.clone()),
-                ..result(s, v.outcome, v.message.clone())
+                ..SceneResult::unrun(s, v.outcome, v.message.clone())
             })
         } else if s.device.is_none() {
-            Some(result(
+            Some(SceneResult::unrun(
                 s,
                 SceneOutcome::Passed,
                 Some("no device step".into()),
             ))
         } else if s.device().devices > granted.len() {
-            Some(result(
+            Some(SceneResult::unrun(
                 s,
                 SceneOutcome::Failed,
                 Some(format!(
@@ -216,225 +137,18 @@ fn admit(frozen: &Frozen, granted: &[String]) -> Admitted {
                     granted.join(",")
                 )),
             ))
-        } else if let Err(e) = prepare(frozen, s) {
-            Some(result(s, SceneOutcome::Failed, Some(e.to_string())))
+        } else if let Err(e) = super::recheck::scene(frozen, s) {
+            Some(SceneResult::unrun(
+                s,
+                SceneOutcome::Failed,
+                Some(e.to_string()),
+            ))
         } else {
             runnable.push(i);
             None
         };
     }
     Admitted { fixed, runnable }
-}
-
-/// A job's place in the queue: what it runs and which ids it should avoid (a retry
-/// goes to other ids when some are free).
-struct Queued {
-    unit: Unit,
-    avoid: Vec<usize>,
-}
-
-/// A job to start now: its unit on these granted-id slots.
-#[derive(Debug, PartialEq)]
-struct Start {
-    job: usize,
-    unit: Unit,
-    slots: Vec<usize>,
-}
-
-/// What runs where: one packer over the granted ids for plain scenes and lane
-/// processes, the queue of jobs (retries, device-fault reruns and handed-back lane
-/// scenes join it as new jobs), the free ids and the running jobs. Pure bookkeeping: it
-/// starts no process and sees the run only through its events.
-struct Scheduler<'a> {
-    frozen: &'a Frozen,
-    granted: &'a [String],
-    jobs: Vec<pack::Job>,
-    queue: Vec<Queued>,
-    packer: Packer,
-    free: BTreeSet<usize>,
-    /// Running job → its slots.
-    running: HashMap<usize, Vec<usize>>,
-    exclusive_running: usize,
-    /// The estimate of a scene without history.
-    mean: f64,
-    /// Lane scenes to try again, by the job they came from (one fresh process for them
-    /// once that job is done).
-    lane_again: HashMap<usize, Vec<usize>>,
-}
-
-impl<'a> Scheduler<'a> {
-    /// The `runnable` frozen scenes as jobs on the granted ids, through the packing
-    /// builder `--plan` uses.
-    fn new(frozen: &'a Frozen, granted: &'a [String], runnable: &[usize]) -> Scheduler<'a> {
-        let (units, jobs) = super::lanes::packing(
-            runnable.iter().map(|&i| frozen.scenes[i].device()),
-            &frozen.lanes,
-            &frozen.lane_startup,
-            granted.len(),
-        );
-        let queue = units
-            .into_iter()
-            .map(|u| Queued {
-                unit: match u {
-                    Unit::Scene(i) => Unit::Scene(runnable[i]),
-                    Unit::Lane { lane, scenes } => Unit::Lane {
-                        lane,
-                        scenes: scenes.into_iter().map(|i| runnable[i]).collect(),
-                    },
-                },
-                avoid: Vec::new(),
-            })
-            .collect();
-        let mean = pack::mean_estimate(jobs.iter().map(|j| Some(j.estimate)));
-        Scheduler {
-            frozen,
-            granted,
-            packer: Packer::new(&jobs),
-            jobs,
-            queue,
-            free: (0..granted.len()).collect(),
-            running: HashMap::new(),
-            exclusive_running: 0,
-            mean,
-            lane_again: HashMap::new(),
-        }
-    }
-
-    /// Take out the queued jobs that no longer fit on the `healthy` ids; the scenes
-    /// they would have run.
-    fn take_unfit(&mut self, healthy: usize) -> Vec<usize> {
-        self.packer
-            .take_unfit(&self.jobs, healthy)
-            .into_iter()
-            .flat_map(|j| self.queue[j].unit.scenes())
-            .collect()
-    }
-
-    /// Every queued job that can start now, in the packer's order, with the ids it takes.
-    fn start_ready(&mut self) -> Vec<Start> {
-        let mut out = Vec::new();
-        while let Some(j) = self.packer.next(
-            &self.jobs,
-            self.free.len(),
-            self.running.len(),
-            self.exclusive_running > 0,
-        ) {
-            let slots = pack::take_ids(&mut self.free, self.jobs[j].devices, &self.queue[j].avoid)
-                .expect("the packer checked the free ids");
-            if self.jobs[j].exclusive {
-                self.exclusive_running += 1;
-            }
-            self.running.insert(j, slots.clone());
-            out.push(Start {
-                job: j,
-                unit: self.queue[j].unit.clone(),
-                slots,
-            });
-        }
-        out
-    }
-
-    /// Nothing runs (so nothing more will happen).
-    fn idle(&self) -> bool {
-        self.running.is_empty()
-    }
-
-    /// What an event means for the queue and the ids: faulty ids are never free again;
-    /// an attempt that `follow` says is not final runs again; a job that is done frees
-    /// its healthy ids and hands back its lane scenes.
-    fn on_event(&mut self, ev: &Event, follow: FollowUp, quarantined: &BTreeSet<usize>) {
-        match ev {
-            Event::Fault { slots } => {
-                for s in slots {
-                    self.free.remove(s);
-                }
-            }
-            Event::Attempt { scene, attempt } if follow.requeues() => {
-                let avoid: Vec<usize> = attempt
-                    .devices
-                    .iter()
-                    .filter_map(|d| self.granted.iter().position(|g| g == d))
-                    .collect();
-                self.requeue(*scene, avoid);
-            }
-            Event::Done { job, handback } => {
-                let slots = self
-                    .running
-                    .remove(job)
-                    .expect("a finished job was running");
-                self.packer.finished(&self.jobs, *job);
-                if self.jobs[*job].exclusive {
-                    self.exclusive_running -= 1;
-                }
-                self.free
-                    .extend(slots.iter().filter(|s| !quarantined.contains(s)));
-                if let Unit::Lane { lane, .. } = &self.queue[*job].unit {
-                    let lane = lane.clone();
-                    let again = self.lane_again.remove(job).unwrap_or_default();
-                    self.requeue_lane(&lane, again, slots);
-                    self.requeue_lane(&lane, handback.clone(), Vec::new());
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Run `scene` again, away from the slots `avoid` when others are free: a plain
-    /// scene as a job of its own now; a lane scene in one fresh process with the others
-    /// of its process, once that process is done.
-    fn requeue(&mut self, scene: usize, avoid: Vec<usize>) {
-        let s = &self.frozen.scenes[scene];
-        if s.lane().is_some() {
-            let from = self
-                .running
-                .iter()
-                .find(|(_, slots)| **slots == avoid)
-                .map(|(j, _)| *j)
-                .unwrap_or(usize::MAX);
-            self.lane_again.entry(from).or_default().push(scene);
-            return;
-        }
-        let d = s.device();
-        self.push(
-            pack::Job {
-                devices: d.devices,
-                exclusive: d.exclusive,
-                estimate: d.estimate.unwrap_or(self.mean),
-                order: d.order,
-            },
-            Unit::Scene(scene),
-            avoid,
-        );
-    }
-
-    /// Run `scenes` of `lane` in one fresh process (nothing when there are none).
-    fn requeue_lane(&mut self, lane: &str, scenes: Vec<usize>, avoid: Vec<usize>) {
-        if scenes.is_empty() {
-            return;
-        }
-        let estimate = scenes
-            .iter()
-            .map(|&i| self.frozen.scenes[i].device().estimate.unwrap_or(self.mean))
-            .sum();
-        // The scenes of one lane process share their order.
-        let job = pack::Job {
-            devices: self.frozen.lanes[lane].devices as usize,
-            exclusive: false,
-            estimate,
-            order: self.frozen.scenes[scenes[0]].device().order,
-        };
-        let unit = Unit::Lane {
-            lane: lane.to_string(),
-            scenes,
-        };
-        self.push(job, unit, avoid);
-    }
-
-    fn push(&mut self, job: pack::Job, unit: Unit, avoid: Vec<usize>) {
-        self.jobs.push(job);
-        self.queue.push(Queued { unit, avoid });
-        self.packer.push(&self.jobs, self.jobs.len() - 1);
-    }
 }
 
 /// What waiting for the next event gave.
@@ -611,19 +325,20 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
         t0: run.t0,
         faults: FaultRules::new(frozen.device_fault.as_ref()),
         lane_procs: frozen.prestarted.len().into(),
-        prestarted: super::adopt::Pool::claim(frozen),
     };
+    // The lane processes started before the lock, for their batches to adopt.
+    let pool = super::lane::adopt::Pool::claim(frozen);
     let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|scope| loop {
         run.drop_unfit(&mut sched);
         if !proc::interrupted() {
             for Start { job, unit, slots } in sched.start_ready() {
                 let attempt_no = run.attempt_no(&unit);
-                let (tx, cx) = (tx.clone(), &cx);
+                let (tx, cx, pool) = (tx.clone(), &cx, &pool);
                 scope.spawn(move || match unit {
                     Unit::Scene(i) => exec::run_plain(cx, job, i, &slots, attempt_no, &tx),
                     Unit::Lane { lane, scenes } => {
-                        exec::run_lane(cx, job, &lane, scenes, &slots, &tx)
+                        super::lane::process::run_lane(cx, pool, job, &lane, scenes, &slots, &tx)
                     }
                 });
             }
@@ -637,7 +352,7 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
             Wait::Closed => break,
         }
     });
-    for w in cx.prestarted.stop_unused() {
+    for w in pool.stop_unused() {
         run.reporter.event(&Event::Warning(w), "", FollowUp::Final);
     }
     run.results("interrupted")
@@ -686,7 +401,7 @@ fn collect(
                 return r.clone();
             }
             let attempts = &acc.attempts[i];
-            let mut r = result(s, events::outcome(attempts), None);
+            let mut r = SceneResult::unrun(s, SceneOutcome::of(attempts), None);
             if let Some(last) = attempts.last() {
                 r.devices = last.devices.clone();
                 r.start_secs = last.start_secs;
@@ -820,161 +535,6 @@ mod tests {
     }
 
     #[test]
-    fn start_ready_fills_the_free_ids_longest_first_and_done_frees_them() {
-        let t = tempfile::tempdir().unwrap();
-        let f = frozen(
-            t.path(),
-            vec![
-                plain("short", 1, false, 1.0),
-                plain("long", 1, false, 9.0),
-                plain("mid", 1, false, 5.0),
-            ],
-        );
-        let granted = ids(2);
-        let mut s = Scheduler::new(&f, &granted, &[0, 1, 2]);
-        let first = s.start_ready();
-        let units: Vec<&Unit> = first.iter().map(|st| &st.unit).collect();
-        assert_eq!(units, [&Unit::Scene(1), &Unit::Scene(2)]);
-        assert_eq!(first[0].slots, [0]);
-        assert_eq!(first[1].slots, [1]);
-        assert!(s.start_ready().is_empty(), "no id is free");
-        let done = Event::Done {
-            job: first[1].job,
-            handback: Vec::new(),
-        };
-        s.on_event(&done, FollowUp::Final, &BTreeSet::new());
-        let next = s.start_ready();
-        assert_eq!(next.len(), 1);
-        assert_eq!(
-            (&next[0].unit, &next[0].slots[..]),
-            (&Unit::Scene(0), &[1][..])
-        );
-        assert!(!s.idle());
-    }
-
-    #[test]
-    fn an_exclusive_scene_waits_for_the_pool_to_drain_and_runs_alone() {
-        let t = tempfile::tempdir().unwrap();
-        let f = frozen(
-            t.path(),
-            vec![plain("alone", 1, true, 9.0), plain("other", 1, false, 1.0)],
-        );
-        let granted = ids(2);
-        let mut s = Scheduler::new(&f, &granted, &[0, 1]);
-        let first = s.start_ready();
-        assert_eq!(first.len(), 1, "the exclusive scene runs alone");
-        assert_eq!(first[0].unit, Unit::Scene(0));
-        let done = Event::Done {
-            job: first[0].job,
-            handback: Vec::new(),
-        };
-        s.on_event(&done, FollowUp::Final, &BTreeSet::new());
-        assert_eq!(s.start_ready()[0].unit, Unit::Scene(1));
-    }
-
-    #[test]
-    fn a_retry_is_requeued_away_from_its_ids_and_faulty_ids_stay_taken() {
-        let t = tempfile::tempdir().unwrap();
-        let f = frozen(t.path(), vec![plain("a", 1, false, 1.0)]);
-        let granted = ids(2);
-        let mut s = Scheduler::new(&f, &granted, &[0]);
-        let first = s.start_ready();
-        assert_eq!(first[0].slots, [0]);
-        let failed = Event::Attempt {
-            scene: 0,
-            attempt: attempt(AttemptOutcome::Failed, &["0"]),
-        };
-        s.on_event(&failed, FollowUp::Retry, &BTreeSet::new());
-        // The retry waits for nothing: id 1 is free, and it avoids id 0.
-        let retry = s.start_ready();
-        assert_eq!(
-            (&retry[0].unit, &retry[0].slots[..]),
-            (&Unit::Scene(0), &[1][..])
-        );
-        // Id 1 turns out faulty: once its job is done it is not free again.
-        let quarantined: BTreeSet<usize> = [1].into();
-        s.on_event(
-            &Event::Fault { slots: vec![1] },
-            FollowUp::Final,
-            &quarantined,
-        );
-        let done = |job| Event::Done {
-            job,
-            handback: Vec::new(),
-        };
-        s.on_event(&done(retry[0].job), FollowUp::Final, &quarantined);
-        s.on_event(&done(first[0].job), FollowUp::Final, &quarantined);
-        assert!(s.idle());
-        assert_eq!(s.free, [0].into());
-    }
-
-    #[test]
-    fn jobs_too_wide_for_the_healthy_ids_are_taken_out() {
-        let t = tempfile::tempdir().unwrap();
-        let f = frozen(
-            t.path(),
-            vec![plain("wide", 2, false, 9.0), plain("narrow", 1, false, 1.0)],
-        );
-        let granted = ids(2);
-        let mut s = Scheduler::new(&f, &granted, &[0, 1]);
-        assert_eq!(s.take_unfit(1), [0]);
-        assert_eq!(s.start_ready()[0].unit, Unit::Scene(1));
-    }
-
-    #[test]
-    fn lane_scenes_run_again_in_one_fresh_process_once_theirs_is_done() {
-        let t = tempfile::tempdir().unwrap();
-        let f = frozen(
-            t.path(),
-            vec![
-                in_lane("x", "l", 1.0),
-                in_lane("y", "l", 1.0),
-                in_lane("z", "l", 1.0),
-            ],
-        );
-        let granted = ids(1);
-        let mut s = Scheduler::new(&f, &granted, &[0, 1, 2]);
-        let first = s.start_ready();
-        let Unit::Lane { lane, scenes } = &first[0].unit else {
-            panic!("a lane process: {first:?}");
-        };
-        assert_eq!((lane.as_str(), &scenes[..]), ("l", &[0, 1, 2][..]));
-        // y failed and may be retried; z was handed back (never started).
-        let failed = Event::Attempt {
-            scene: 1,
-            attempt: attempt(AttemptOutcome::Failed, &["0"]),
-        };
-        s.on_event(&failed, FollowUp::Retry, &BTreeSet::new());
-        assert!(s.start_ready().is_empty(), "not before its process is done");
-        let done = Event::Done {
-            job: first[0].job,
-            handback: vec![2],
-        };
-        s.on_event(&done, FollowUp::Final, &BTreeSet::new());
-        let again: Vec<Unit> = s.start_ready().into_iter().map(|st| st.unit).collect();
-        assert_eq!(
-            again,
-            [Unit::Lane {
-                lane: "l".into(),
-                scenes: vec![1]
-            }]
-        );
-        let done = Event::Done {
-            job: s.running.keys().copied().next().unwrap(),
-            handback: Vec::new(),
-        };
-        s.on_event(&done, FollowUp::Final, &BTreeSet::new());
-        let last: Vec<Unit> = s.start_ready().into_iter().map(|st| st.unit).collect();
-        assert_eq!(
-            last,
-            [Unit::Lane {
-                lane: "l".into(),
-                scenes: vec![2]
-            }]
-        );
-    }
-
-    #[test]
     fn run_decides_retries_keeps_results_and_drops_what_no_healthy_id_can_take() {
         let t = tempfile::tempdir().unwrap();
         let f = frozen(
@@ -995,7 +555,7 @@ mod tests {
         r.on_event(ev, &mut s);
         assert!(r.dirty);
         assert_eq!(r.attempt_no(&Unit::Scene(1)), 2);
-        assert_eq!(s.jobs.len(), 3, "the retry is a job of its own");
+        assert_eq!(s.job_count(), 3, "the retry is a job of its own");
         // Id 1 is found faulty: the pair cannot run again on one healthy id.
         r.on_event(Event::Fault { slots: vec![1] }, &mut s);
         let done = Event::Done {

@@ -3,6 +3,8 @@
 //! the outer follows that file while the lock command (or the in-process inner run)
 //! runs and prints the lines, with a progress line and elapsed time on a TTY. The inner
 //! run's own stderr belongs to the lock tool, so the file is the one channel to the user.
+//! The outer's own notices (`Notice`: the lock taken, lanes started before it, warnings)
+//! are worded and printed here too: the outer prints nothing itself.
 
 use std::io::{BufRead, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::events::{Attempt, AttemptOutcome, Event, FollowUp};
+use super::events::{Attempt, AttemptOutcome, Event, FollowUp, Notice};
 use super::report::Cause;
 use crate::ui::Ui;
 
@@ -286,8 +288,16 @@ fn paint_word(ui: &Ui, line: &str) -> String {
 }
 
 fn show(ui: &Ui, bar: Option<&indicatif::ProgressBar>, l: &Live) {
+    if let Some(text) = render(ui, l) {
+        ui.above(bar, &text);
+    }
+}
+
+/// What the terminal shows of one live line (None under `-q` for a quiet one): the
+/// first line painted by its verdict, the lines under it dim.
+fn render(ui: &Ui, l: &Live) -> Option<String> {
     if ui.quiet && !l.loud {
-        return;
+        return None;
     }
     let mut lines = l.text.lines();
     let first = lines.next().unwrap_or("");
@@ -301,5 +311,66 @@ fn show(ui: &Ui, bar: Option<&indicatif::ProgressBar>, l: &Live) {
         .chain(rest)
         .collect::<Vec<_>>()
         .join("\n");
-    ui.above(bar, &text);
+    Some(text)
 }
+
+impl Notice {
+    /// Its line, and whether `-q` keeps it (a warning).
+    fn line(&self) -> (String, bool) {
+        match self {
+            Notice::PrestartWarning(w) => (format!("warning: device: {w}"), true),
+            Notice::Prestarted(counts) => {
+                let each: Vec<String> = counts
+                    .iter()
+                    .map(|(l, n)| format!("{n} of lane {l}"))
+                    .collect();
+                let line = format!(
+                    "device: lane processes started before the lock: {}",
+                    each.join(", ")
+                );
+                (line, false)
+            }
+            Notice::TakingLock { command } => {
+                (format!("device: taking the lock once: {command}"), false)
+            }
+            Notice::LockRanInnerTwice => (
+                "warning: device: the lock command started the inner run more than once; only the first run counted".into(),
+                true,
+            ),
+            Notice::LockKilledAfterRelease { release_timeout } => (
+                format!(
+                    "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
+                    crate::units::short_duration(*release_timeout)
+                ),
+                true,
+            ),
+            Notice::AllFailedInWarm => (
+                "device: every selected scene failed in warm; the lock was not taken".into(),
+                true,
+            ),
+            Notice::AllDecidedInWarm => (
+                "device: every selected scene was decided in warm; the lock was not taken".into(),
+                true,
+            ),
+            Notice::NoHealthyDevice { quarantined } => (
+                format!(
+                    "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
+                    quarantined.join(",")
+                ),
+                true,
+            ),
+        }
+    }
+}
+
+/// Print one of the outer's notices: a warning always, the rest unless `-q`.
+pub fn notify(ui: &Ui, n: Notice) {
+    match n.line() {
+        (line, true) => ui.always(&line),
+        (line, false) => ui.info(&line),
+    }
+}
+
+#[cfg(test)]
+#[path = "live_tests.rs"]
+mod tests;

@@ -2,25 +2,20 @@
 //! lock exactly once; `inner` runs inside it from the frozen plan and never builds
 //! anything. This file holds what the two share: the frozen plan and the results.
 
-mod adopt;
 mod ending;
 pub mod events;
 mod exec;
-pub mod ids;
+mod freeze;
 pub mod inner;
 pub mod lane;
-mod lane_proc;
-pub mod lanes;
 pub mod live;
 mod lockrun;
 pub mod not_warm;
 pub mod outer;
-pub mod pack;
-mod prestart;
+pub mod packing;
 mod private;
+mod recheck;
 pub mod report;
-mod restart;
-mod results_tail;
 pub mod runs;
 #[cfg(test)]
 mod testing;
@@ -200,19 +195,6 @@ impl FrozenDevice {
             DeviceRun::Command(_) => &[],
         }
     }
-
-    /// What the packer needs of it.
-    pub fn spec(&self) -> pack::SceneSpec {
-        pack::SceneSpec {
-            devices: self.devices,
-            exclusive: self.exclusive,
-            estimate: self.estimate,
-            lane: self.lane().map(str::to_string),
-            order: self.order,
-            variant: self.run.variant().cloned().unwrap_or_default(),
-            node: self.node.clone(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -317,7 +299,24 @@ pub struct Frozen {
     /// Lane processes `scenerun device` started before it called the lock command, for
     /// the inner run to adopt (docs/lanes.md, lanes started before the lock).
     #[serde(default)]
-    pub prestarted: Vec<prestart::Prestarted>,
+    pub prestarted: Vec<Prestarted>,
+}
+
+/// A lane process started before the lock, as the frozen plan tells the inner run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prestarted {
+    pub lane: String,
+    /// Its batch: frozen scene indices, in batch order.
+    pub scenes: Vec<usize>,
+    /// Its number among the run's lane processes (its files are named by it).
+    pub n: usize,
+    /// Its leader (`sh -c`), which leads its process group; `start` 0: it had ended
+    /// before it could be looked at.
+    pub leader: ProcId,
+    /// Where its own output starts in its log (after the command line).
+    pub log_mark: u64,
+    /// When it was started (Unix seconds).
+    pub started_at: f64,
 }
 
 impl Frozen {
@@ -354,6 +353,35 @@ pub enum SceneOutcome {
 }
 
 impl SceneOutcome {
+    /// A scene's outcome from its attempts: the last one decides; a pass after a failed
+    /// attempt is flaky (a device fault before it does not count: the card failed).
+    pub fn of(attempts: &[events::Attempt]) -> SceneOutcome {
+        use events::AttemptOutcome;
+        let Some(last) = attempts.last() else {
+            return SceneOutcome::NotRun;
+        };
+        match last.outcome {
+            AttemptOutcome::Passed => {
+                if attempts.iter().any(|a| a.outcome.scene_failed()) {
+                    SceneOutcome::Flaky
+                } else {
+                    SceneOutcome::Passed
+                }
+            }
+            AttemptOutcome::Skipped => SceneOutcome::Skipped,
+            AttemptOutcome::Xfailed => SceneOutcome::Xfailed,
+            AttemptOutcome::Xpassed => SceneOutcome::Xpassed,
+            AttemptOutcome::Error => SceneOutcome::Error,
+            AttemptOutcome::NotReached => SceneOutcome::NotReached,
+            AttemptOutcome::Failed | AttemptOutcome::DeviceFault | AttemptOutcome::CutShort => {
+                SceneOutcome::Failed
+            }
+            AttemptOutcome::TimedOut => SceneOutcome::TimedOut,
+            AttemptOutcome::Interrupted => SceneOutcome::Interrupted,
+            AttemptOutcome::NotRun => SceneOutcome::NotRun,
+        }
+    }
+
     pub fn word(self) -> &'static str {
         match self {
             SceneOutcome::Passed => "passed",
@@ -499,6 +527,25 @@ pub struct SceneResult {
     pub lane: Option<String>,
 }
 
+impl SceneResult {
+    /// Scene `s`'s result before (or without) a run: no devices, no time, no log.
+    pub fn unrun(s: &FrozenScene, outcome: SceneOutcome, message: Option<String>) -> SceneResult {
+        SceneResult {
+            name: s.name.clone(),
+            outcome,
+            devices: Vec::new(),
+            start_secs: 0.0,
+            duration_secs: 0.0,
+            message,
+            log: None,
+            log_tail: None,
+            infra: None,
+            attempts: Vec::new(),
+            lane: s.lane().map(str::to_string),
+        }
+    }
+}
+
 /// What the inner run writes into the job dir for the outer to read.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
@@ -537,22 +584,6 @@ pub fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Wait, at most `limit`, until no inner run holds the run dir's lock. A lock tool may
-/// return before the inner run has exited (it killed only the shell around it, or left it
-/// in the background); its results are complete only once it has. False: still running.
-pub fn wait_for_inner(run_dir: &Path, limit: std::time::Duration) -> bool {
-    let start = std::time::Instant::now();
-    loop {
-        if !runs::inner_running(run_dir) {
-            return true;
-        }
-        if start.elapsed() >= limit {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// The inner run's live lines, which the outer follows (docs/lanes.md).
 pub fn live_path(run_dir: &Path) -> PathBuf {
     run_dir.join("live.jsonl")
@@ -578,4 +609,42 @@ pub fn inner_command(frozen: &Path) -> String {
         crate::template::quote(&exe),
         crate::template::quote(&frozen.display().to_string())
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::events::{Attempt, AttemptOutcome::*};
+    use super::SceneOutcome;
+
+    fn a(outcome: super::events::AttemptOutcome) -> Attempt {
+        Attempt {
+            outcome,
+            devices: vec!["0".into()],
+            start_secs: 0.0,
+            duration_secs: 1.0,
+            message: None,
+            output_tail: None,
+            log: None,
+            lane_process: None,
+        }
+    }
+
+    #[test]
+    fn the_last_attempt_decides_and_a_pass_after_a_failure_is_flaky() {
+        assert_eq!(SceneOutcome::of(&[]), SceneOutcome::NotRun);
+        assert_eq!(
+            SceneOutcome::of(&[a(Failed), a(Passed)]),
+            SceneOutcome::Flaky
+        );
+        assert_eq!(
+            SceneOutcome::of(&[a(Failed), a(Failed)]),
+            SceneOutcome::Failed
+        );
+        assert_eq!(SceneOutcome::of(&[a(Passed)]), SceneOutcome::Passed);
+        // A device fault is the card's failure, not the scene's.
+        assert_eq!(
+            SceneOutcome::of(&[a(DeviceFault), a(Passed)]),
+            SceneOutcome::Passed
+        );
+    }
 }

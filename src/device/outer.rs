@@ -8,17 +8,19 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use super::events::Notice;
+use super::freeze::{freeze, grace, lay_out, write_frozen};
+use super::lane::prestart::{self, Prestart};
+use super::live::notify;
 use super::lockrun::{self, Killed, LockEnding, LockRun};
 use super::not_warm::{self, Missing};
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
-use super::{
-    Artifact, Frozen, FrozenDevice, FrozenScene, Infra, Results, SceneOutcome, TestVerdict,
-};
+use super::{Frozen, FrozenScene, Infra, Results, SceneOutcome, SceneResult};
 use crate::cache::history::{History, HistoryId};
 use crate::error::Error;
 use crate::exit::Exit;
-use crate::plan::{Plan, Status};
+use crate::plan::Plan;
 use crate::template::{Ph, Val};
 use crate::ui::Ui;
 
@@ -31,132 +33,6 @@ pub struct Options<'a> {
     pub sink: &'a dyn Sink,
     /// Which setting chose the cache dir (named when something is not warm).
     pub cache_from: crate::layout::CacheFrom,
-}
-
-/// Freeze the plan into `run_dir`, and list what is missing (the lock is never taken
-/// then).
-pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Missing>) {
-    let mut missing = Vec::new();
-    let mut scenes = Vec::new();
-    for ps in &plan.scenes {
-        let scene = &plan.manifest.scenes[ps.index];
-        let mut warm_failure = None;
-        let mut arts: Vec<Option<Artifact>> = Vec::new();
-        // Prepare steps leave nothing the device step reads, but a scene runs only once
-        // they are done: failed, the scene failed in warm; not built, it is not warm.
-        for &si in &ps.prepare {
-            let step = &plan.steps[si];
-            match (&step.status, &step.entry) {
-                (Status::Failed(why), _) => {
-                    warm_failure
-                        .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
-                }
-                (_, Some(_)) => {}
-                (_, None) => missing.push(Missing::of(scenes.len(), step)),
-            }
-        }
-        for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
-            let step = &plan.steps[si];
-            if let Status::Failed(why) = &step.status {
-                warm_failure
-                    .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
-                arts.push(None);
-                continue;
-            }
-            // The plan's own lookup, moments ago, is the cheap check before the lock.
-            match step.entry.clone() {
-                Some(e) => arts.push(Some(Artifact {
-                    name: step.name.clone(),
-                    key: step.key.clone(),
-                    out: e.out(),
-                    files: e.meta.files.clone(),
-                })),
-                None => {
-                    missing.push(Missing::of(scenes.len(), step));
-                    arts.push(None);
-                }
-            }
-        }
-        let mut verdict = None;
-        if let Some(ti) = ps.test {
-            let step = &plan.steps[ti];
-            match (&step.status, &step.entry) {
-                (Status::Failed(why), _) => {
-                    warm_failure.get_or_insert_with(|| format!("test: {why}"));
-                }
-                (_, Some(e)) => match crate::verdict::read(&e.out()) {
-                    Ok(v) => {
-                        let log = step.id.log_path(&plan.job_dir);
-                        verdict = Some(TestVerdict::of(v, log, e.meta.duration_secs));
-                    }
-                    Err(why) => {
-                        warm_failure.get_or_insert(format!("test: {why}"));
-                    }
-                },
-                (_, None) => missing.push(Missing::of(scenes.len(), step)),
-            }
-        }
-        let mut it = arts.into_iter();
-        let kernels: Vec<Artifact> = ps
-            .kernels
-            .iter()
-            .filter_map(|_| it.next().flatten())
-            .collect();
-        let fixture = ps.fixture.and_then(|_| it.next().flatten());
-        let golden = ps.golden.and_then(|_| it.next().flatten());
-        scenes.push(FrozenScene {
-            name: ps.name.clone(),
-            nodeid: scene.nodeid.clone(),
-            case: scene.case.clone(),
-            platform: scene.platform.clone(),
-            env: scene.env.clone(),
-            device: ps
-                .device
-                .as_ref()
-                .map(|d| FrozenDevice::of(d, ps.device_estimate)),
-            kernels,
-            fixture,
-            golden,
-            warm_failure,
-            verdict,
-        });
-    }
-    let lock = plan.manifest.lock.as_ref();
-    let frozen = Frozen {
-        version: super::FROZEN_VERSION,
-        manifest_dir: plan.manifest.dir.clone(),
-        job_dir: plan.job_dir.clone(),
-        run_dir: run_dir.to_path_buf(),
-        report_dir: report_dir.to_path_buf(),
-        results: runs::results_path(run_dir),
-        device_env: lock
-            .map(|l| l.device_env.clone())
-            .unwrap_or_else(|| "TASK_DEVICE".into()),
-        device_count: plan.device_count as usize,
-        grace_secs: grace(plan).as_secs_f64(),
-        outer: super::ProcId::me(),
-        lock_tool: None,
-        through_lock: false,
-        lanes: super::lanes::frozen_lanes(plan, &scenes),
-        lane_startup: super::lanes::startup_estimates(plan),
-        device_fault: plan
-            .manifest
-            .lock
-            .as_ref()
-            .and_then(|l| l.device_fault.clone()),
-        scenes,
-        prestarted: Vec::new(),
-    };
-    (frozen, missing)
-}
-
-/// Between SIGTERM and SIGKILL for device steps when cancelled.
-fn grace(plan: &Plan) -> Duration {
-    plan.manifest
-        .lock
-        .as_ref()
-        .and_then(|l| l.grace)
-        .unwrap_or(super::DEFAULT_GRACE)
 }
 
 fn device_report(r: &Results, held: f64) -> DeviceReport {
@@ -177,25 +53,21 @@ fn device_report(r: &Results, held: f64) -> DeviceReport {
     }
 }
 
-/// Write the frozen plan where the inner run reads it.
-fn write_frozen(frozen: &Frozen) -> Result<()> {
-    let path = runs::plan_path(&frozen.run_dir);
-    crate::fsutil::write_atomic(
-        &path,
-        &serde_json::to_vec_pretty(frozen).expect("frozen serializes"),
-    )
-    .map_err(|e| crate::err!(Infra, "cannot write {}: {e}", path.display()))
-}
-
+/// What the inner run left, if it is the results of this frozen plan: one result per
+/// frozen scene, in order (the report joins them by index).
 fn read_results(frozen: &Frozen) -> Option<Results> {
     crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
+        .filter(|r| {
+            r.scenes.len() == frozen.scenes.len()
+                && r.scenes
+                    .iter()
+                    .zip(&frozen.scenes)
+                    .all(|(r, f)| r.name == f.name)
+        })
 }
 
-/// Call the lock command — the one acquisition — and read what the inner run left.
-/// Anything but complete results from an inner run that ended inside the lock is an
-/// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
 /// The fixed surroundings of one device phase, handed to its helpers together.
 #[derive(Clone, Copy)]
 struct Phase<'a> {
@@ -229,22 +101,20 @@ impl LockFailure {
 /// lock) and write the frozen plan that names them, for the inner run to adopt. From
 /// here on a cancel stops them too; the caller `finish`es them once the lock command
 /// has returned.
-fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (super::prestart::Prestart, Result<()>) {
+fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
     let Phase { plan, ui, .. } = ph;
     crate::proc::set_grace(grace(plan));
-    let prestart = super::prestart::start(frozen, grace(plan), |w| {
-        ui.always(&format!("warning: device: {w}"))
+    let first_wave = match prestart::wanted(frozen) {
+        true => super::inner::first_wave(frozen, frozen.device_count),
+        false => Vec::new(),
+    };
+    let prestart = prestart::start(frozen, first_wave, grace(plan), |w| {
+        notify(ui, Notice::PrestartWarning(w))
     });
     let counts = prestart.counts();
     if !counts.is_empty() {
-        let each: Vec<String> = counts
-            .iter()
-            .map(|(l, n)| format!("{n} of lane {l}"))
-            .collect();
-        ui.info(&format!(
-            "device: lane processes started before the lock: {}",
-            each.join(", ")
-        ));
+        let counts = counts.iter().map(|(l, n)| (l.to_string(), *n)).collect();
+        notify(ui, Notice::Prestarted(counts));
     }
     let written = write_frozen(frozen);
     (prestart, written)
@@ -254,16 +124,16 @@ fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (super::prestart::Prestart,
 /// had to be killed for not returning.
 fn warn_lock_ending(ui: &Ui, ran: &LockRun, repeated: bool, release_timeout: Duration) {
     if repeated {
-        ui.always("warning: device: the lock command started the inner run more than once; only the first run counted");
+        notify(ui, Notice::LockRanInnerTwice);
     }
     if ran.killed == Some(Killed::ReleaseTimeout) {
-        ui.always(&format!(
-            "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
-            crate::units::short_duration(release_timeout)
-        ));
+        notify(ui, Notice::LockKilledAfterRelease { release_timeout });
     }
 }
 
+/// Call the lock command — the one acquisition — and read what the inner run left.
+/// Anything but complete results from an inner run that ended inside the lock is an
+/// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
 fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<Results> {
     let Phase { plan, ui, .. } = ph;
     let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
@@ -298,7 +168,12 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         let f = LockFailure::before(Exit::Infra, format!("was not called: {e:#}"));
         return Err(fail(ph, frozen, report, lock, f));
     }
-    ui.info(&format!("device: taking the lock once: {command}"));
+    notify(
+        ui,
+        Notice::TakingLock {
+            command: command.to_string(),
+        },
+    );
     let run_dir = frozen.run_dir.clone();
     let live = super::live::Follower::start(super::live_path(&run_dir), ui, true);
     let ran = lockrun::run(
@@ -315,7 +190,8 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
     );
     // Read the results only once the inner run has really ended (bounded: it kills its
     // steps within the grace after a SIGTERM, at once when the lock tool is gone).
-    let inner_ended = super::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
+    let inner_ended =
+        super::runs::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
     prestart.finish(); // the lock is released: none of them runs on
     drop(live);
     let tail = crate::proc::log_tail(&log, 3000);
@@ -482,10 +358,13 @@ fn fail(
     } else {
         Infra::LockFailed
     };
-    report.scenes = scene_reports(plan, results.as_ref(), frozen);
+    report.scenes = scene_reports(plan, frozen, results.map(|r| r.scenes));
     // Scenes that finished keep their outcome; the rest did not run because of this,
     // and a scene the last results found running was cut short by it.
-    for s in report.scenes.iter_mut().filter(|s| s.infra.is_none()) {
+    for s in report.scenes.iter_mut().map(|s| &mut s.result) {
+        if s.infra.is_some() {
+            continue;
+        }
         match s.outcome {
             SceneOutcome::NotRun => s.message = Some(what.clone()),
             SceneOutcome::Interrupted => {
@@ -515,14 +394,6 @@ fn fail(
     })
 }
 
-/// Everything the inner run reads, laid out before the lock: the private copies of the
-/// artifacts `device.writes` names, the frozen plan, the `{kernels}` links.
-fn lay_out(frozen: &mut Frozen) -> Result<()> {
-    super::private::copy_for_writers(frozen)?;
-    write_frozen(frozen)?;
-    link_kernels(frozen)
-}
-
 /// The device steps' durations (passed ones) and lane start-ups, into the history.
 fn record_history(plan: &Plan, r: &Results) {
     let durations: Vec<(String, f64)> = r
@@ -530,27 +401,14 @@ fn record_history(plan: &Plan, r: &Results) {
         .iter()
         .filter(|s| s.outcome.passed() && s.duration_secs > 0.0)
         .map(|s| (HistoryId::Device(&s.name).key(), s.duration_secs))
-        .chain(super::lanes::startup_history(r))
+        .chain(r.lanes.iter().filter_map(|l| {
+            let key = HistoryId::LaneStartup(&l.lane).key();
+            l.startup_secs.map(|s| (key, s))
+        }))
         .collect();
     if plan.store.root.join("locks").is_dir() {
         History::record(&plan.store.root, &durations);
     }
-}
-
-/// Lay out each scene's `{kernels}` directory: one symlink per kernel into the cache
-/// (never a copy), before the lock is taken.
-fn link_kernels(frozen: &Frozen) -> Result<()> {
-    for s in frozen.scenes.iter().filter(|s| s.warm_failure.is_none()) {
-        let dir = super::kernels_dir(&frozen.run_dir, &s.name);
-        let _ = crate::fsutil::remove_any(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| crate::err!(Infra, "cannot create {}: {e}", dir.display()))?;
-        for k in &s.kernels {
-            std::os::unix::fs::symlink(&k.out, dir.join(&k.name))
-                .map_err(|e| crate::err!(Infra, "cannot link kernel {}: {e}", k.name))?;
-        }
-    }
-    Ok(())
 }
 
 /// The lock command as `--plan` and `--dry-run` show it (the run dir exists only at
@@ -580,7 +438,6 @@ fn step_reports(plan: &Plan, scene: usize) -> Vec<StepReport> {
         .iter()
         .chain(&ps.fixture)
         .chain(&ps.golden)
-        .chain(&ps.test)
         .chain(&ps.prepare)
         .map(|&i| {
             let s = &plan.steps[i];
@@ -594,72 +451,39 @@ fn step_reports(plan: &Plan, scene: usize) -> Vec<StepReport> {
         .collect()
 }
 
-/// Every selected scene was decided in warm (failed there, or its test ran there): report
-/// them without the lock; exit 1 when any failed.
-fn settled_in_warm(
+/// Every frozen scene's row of the report: its result from the inner run when there is
+/// one (the results hold the frozen scenes in order, so row `i` is scene `i`), else as
+/// it stands without a run; beside it what the plan knew of it.
+fn scene_reports(
     plan: &Plan,
     frozen: &Frozen,
-    mut report: Report,
-    opts: &Options,
-    ui: &Ui,
-) -> Result<Exit> {
-    report.scenes = scene_reports(plan, None, frozen);
-    let all_failed = frozen.scenes.iter().all(|s| s.warm_failure.is_some());
-    let exit = match report.scenes.iter().all(|s| s.outcome.passed()) {
-        true => Exit::Ok,
-        false => Exit::Failed,
-    };
-    report.exit_code = exit.code();
-    if all_failed {
-        report.error = Some("every selected scene failed in warm; the lock was not taken".into());
-    }
-    opts.sink.write(&report)?;
-    opts.sink.show(&report);
-    ui.always(match all_failed {
-        true => "device: every selected scene failed in warm; the lock was not taken",
-        false => "device: every selected scene was decided in warm; the lock was not taken",
-    });
-    Ok(exit)
-}
-
-fn scene_reports(plan: &Plan, results: Option<&Results>, frozen: &Frozen) -> Vec<SceneReport> {
-    frozen
-        .scenes
-        .iter()
+    results: Option<Vec<SceneResult>>,
+) -> Vec<SceneReport> {
+    let results = results.unwrap_or_else(|| frozen.scenes.iter().map(unrun).collect());
+    results
+        .into_iter()
+        .zip(&frozen.scenes)
         .enumerate()
-        .map(|(i, fs)| {
-            let r = results.and_then(|r| r.scenes.iter().find(|s| s.name == fs.name));
-            SceneReport {
-                name: fs.name.clone(),
-                nodeid: fs.nodeid.clone(),
-                case: fs.case.clone(),
-                outcome: match (r, &fs.warm_failure, &fs.verdict) {
-                    (Some(r), _, _) => r.outcome,
-                    (None, Some(_), _) => SceneOutcome::FailedInWarm,
-                    (None, None, Some(v)) => v.outcome,
-                    (None, None, None) => SceneOutcome::NotRun,
-                },
-                message: r
-                    .and_then(|r| r.message.clone())
-                    .or_else(|| fs.warm_failure.clone())
-                    .or_else(|| fs.verdict.as_ref().and_then(|v| v.message.clone())),
-                devices: r.map(|r| r.devices.clone()).unwrap_or_default(),
-                start_secs: r.map(|r| r.start_secs).unwrap_or(0.0),
-                duration_secs: r
-                    .map(|r| r.duration_secs)
-                    .or_else(|| fs.verdict.as_ref().map(|v| v.secs))
-                    .unwrap_or(0.0),
-                log: r
-                    .and_then(|r| r.log.clone())
-                    .or_else(|| fs.verdict.as_ref().map(|v| v.log.clone())),
-                log_tail: r.and_then(|r| r.log_tail.clone()),
-                lane: fs.lane().map(str::to_string),
-                attempts: r.map(|r| r.attempts.clone()).unwrap_or_default(),
-                steps: step_reports(plan, i),
-                infra: r.and_then(|r| r.infra),
-            }
+        .map(|(i, (result, fs))| SceneReport {
+            result,
+            nodeid: fs.nodeid.clone(),
+            case: fs.case.clone(),
+            steps: step_reports(plan, i),
         })
         .collect()
+}
+
+/// A frozen scene's result when the inner run gave none: failed in warm, or not run.
+fn unrun(fs: &FrozenScene) -> SceneResult {
+    match (&fs.warm_failure, &fs.verdict) {
+        (Some(w), _) => SceneResult::unrun(fs, SceneOutcome::FailedInWarm, Some(w.clone())),
+        (None, Some(v)) => SceneResult {
+            duration_secs: v.secs,
+            log: Some(v.log.clone()),
+            ..SceneResult::unrun(fs, v.outcome, v.message.clone())
+        },
+        (None, None) => SceneResult::unrun(fs, SceneOutcome::NotRun, None),
+    }
 }
 
 pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
@@ -699,40 +523,40 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     let (mut frozen, missing) = freeze(plan, &opts.report_dir, &inv.dir);
     let mut report = Report::new(&plan.manifest.file);
     if !missing.is_empty() {
-        report.scenes = scene_reports(plan, None, &frozen);
-        for (i, s) in report.scenes.iter_mut().enumerate() {
-            let what: Vec<String> = missing
-                .iter()
-                .filter(|m| m.scene == i)
-                .map(Missing::line)
-                .collect();
-            if !what.is_empty() {
-                s.infra = Some(Infra::NotWarm);
-                s.message = Some(what.join("\n"));
-            } else if s.outcome == SceneOutcome::NotRun {
-                s.infra = Some(Infra::NotWarm);
-                s.message =
-                    Some("not run: other scenes are not warm, the lock was not taken".into());
-            }
-        }
-        let msg = not_warm::summary(&missing, &plan.store.root, opts.cache_from);
-        report.exit_code = Exit::NotWarm.code();
-        report.error = Some(msg.clone());
-        opts.sink.write(&report)?;
-        return Err(anyhow::Error::new(Error::NotWarm(msg)));
+        return Err(not_warm(plan, opts, &frozen, &missing, report));
     }
     if frozen.scenes.iter().all(FrozenScene::settled_in_warm) {
-        return settled_in_warm(plan, &frozen, report, opts, ui);
+        // Every scene failed in warm or had its test run there: no lock.
+        report.scenes = scene_reports(plan, &frozen, None);
+        let exit = match report.scenes.iter().all(|s| s.result.outcome.passed()) {
+            true => Exit::Ok,
+            false => Exit::Failed,
+        };
+        report.exit_code = exit.code();
+        let all_failed = frozen.scenes.iter().all(|s| s.warm_failure.is_some());
+        if all_failed {
+            report.error =
+                Some("every selected scene failed in warm; the lock was not taken".into());
+        }
+        opts.sink.write(&report)?;
+        opts.sink.show(&report);
+        notify(
+            ui,
+            match all_failed {
+                true => Notice::AllFailedInWarm,
+                false => Notice::AllDecidedInWarm,
+            },
+        );
+        return Ok(exit);
     }
     frozen.through_lock = !opts.no_lock;
     if let Err(e) = lay_out(&mut frozen) {
-        report.scenes = scene_reports(plan, None, &frozen);
+        report.scenes = scene_reports(plan, &frozen, None);
         report.exit_code = Exit::Infra.code();
         report.error = Some(format!("{e:#}"));
         let _ = opts.sink.write(&report);
         return Err(e);
     }
-
     let r = if opts.no_lock {
         // Parsed (strictly) by the command line already.
         let ids = opts.devices.clone();
@@ -746,24 +570,67 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     } else {
         through_lock(Phase { plan, opts, ui }, &mut frozen, &mut report)?
     };
-    report.scenes = scene_reports(plan, Some(&r), &frozen);
     record_history(plan, &r);
     if r.no_healthy_device {
-        ui.always(&format!(
-            "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
-            r.quarantined.join(",")
-        ));
+        notify(
+            ui,
+            Notice::NoHealthyDevice {
+                quarantined: r.quarantined.clone(),
+            },
+        );
     }
     let exit = if crate::proc::interrupted() {
         Exit::Interrupted
     } else {
         super::ending::exit_of(&r)
     };
+    report.scenes = scene_reports(plan, &frozen, Some(r.scenes));
+    finish(opts, report, exit)
+}
+
+/// Exit 6 before any lock: every scene's row says what it misses (or that others
+/// miss something), the report is written, and the error is the summary.
+fn not_warm(
+    plan: &Plan,
+    opts: &Options,
+    frozen: &Frozen,
+    missing: &[Missing],
+    mut report: Report,
+) -> anyhow::Error {
+    report.scenes = scene_reports(plan, frozen, None);
+    for (i, s) in report.scenes.iter_mut().enumerate() {
+        let s = &mut s.result;
+        let what: Vec<String> = missing
+            .iter()
+            .filter(|m| m.scene == i)
+            .map(Missing::line)
+            .collect();
+        if !what.is_empty() {
+            s.infra = Some(Infra::NotWarm);
+            s.message = Some(what.join("\n"));
+        } else if s.outcome == SceneOutcome::NotRun {
+            s.infra = Some(Infra::NotWarm);
+            s.message = Some("not run: other scenes are not warm, the lock was not taken".into());
+        }
+    }
+    let msg = not_warm::summary(missing, &plan.store.root, opts.cache_from);
+    report.exit_code = Exit::NotWarm.code();
+    report.error = Some(msg.clone());
+    match opts.sink.write(&report) {
+        Ok(()) => anyhow::Error::new(Error::NotWarm(msg)),
+        Err(e) => e,
+    }
+}
+
+/// The end of a device phase whose inner run ran: the report's exit code and error
+/// (the scenes infrastructure cut short, or the interrupt), written and shown.
+fn finish(opts: &Options, mut report: Report, exit: Exit) -> Result<Exit> {
     report.exit_code = exit.code();
     if exit == Exit::Infra {
-        let why: Vec<String> = r
+        let why: Vec<String> = report
             .scenes
             .iter()
+            .map(|s| &s.result)
             .filter(|s| s.infra.is_some())
             .map(|s| format!("{}: {}", s.name, s.message.clone().unwrap_or_default()))
             .collect();

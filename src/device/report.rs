@@ -4,12 +4,12 @@
 //! (report.json, junit.xml, the CI outputs, the table) through a [`Sink`] the command
 //! hands in; a phase renders nothing itself.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{Infra, SceneOutcome};
+use super::{SceneOutcome, SceneResult};
 use crate::stepid::Kind;
 
 /// Where a device phase's report goes.
@@ -31,28 +31,120 @@ pub struct StepReport {
     pub status: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One scene's row of report.json: its result — the one record of its outcome, as the
+/// inner run wrote it or as it stands without a run — and what the plan knew of it
+/// (its test node and case, its warm steps), joined to it by index.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "json::Scene")]
 pub struct SceneReport {
-    pub name: String,
+    pub result: SceneResult,
     /// The test node it ran (a pytest node id) and its case, when the manifest says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodeid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub case: Option<String>,
-    pub outcome: SceneOutcome,
-    pub message: Option<String>,
-    pub devices: Vec<String>,
-    pub start_secs: f64,
-    pub duration_secs: f64,
-    pub log: Option<PathBuf>,
-    pub log_tail: Option<String>,
-    /// The lane it ran in (docs/lanes.md).
-    pub lane: Option<String>,
-    /// Every try of its device step.
-    pub attempts: Vec<super::events::Attempt>,
     pub steps: Vec<StepReport>,
-    /// Set when infrastructure, not the scene, decided its ending (docs/reports.md).
-    pub infra: Option<Infra>,
+}
+
+/// A scene of report.json as it is written (docs/reports.md): one flat object, its
+/// fields in the documented order.
+mod json {
+    use std::path::{Path, PathBuf};
+
+    use serde::{Deserialize, Serialize};
+
+    use super::{SceneReport, StepReport};
+    use crate::device::events::Attempt;
+    use crate::device::{Infra, SceneOutcome, SceneResult};
+
+    #[derive(Serialize)]
+    pub(super) struct SceneRef<'a> {
+        name: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        nodeid: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        case: Option<&'a str>,
+        outcome: SceneOutcome,
+        message: Option<&'a str>,
+        devices: &'a [String],
+        start_secs: f64,
+        duration_secs: f64,
+        log: Option<&'a Path>,
+        log_tail: Option<&'a str>,
+        lane: Option<&'a str>,
+        attempts: &'a [Attempt],
+        steps: &'a [StepReport],
+        infra: Option<Infra>,
+    }
+
+    impl<'a> From<&'a SceneReport> for SceneRef<'a> {
+        fn from(s: &'a SceneReport) -> SceneRef<'a> {
+            let r = &s.result;
+            SceneRef {
+                name: &r.name,
+                nodeid: s.nodeid.as_deref(),
+                case: s.case.as_deref(),
+                outcome: r.outcome,
+                message: r.message.as_deref(),
+                devices: &r.devices,
+                start_secs: r.start_secs,
+                duration_secs: r.duration_secs,
+                log: r.log.as_deref(),
+                log_tail: r.log_tail.as_deref(),
+                lane: r.lane.as_deref(),
+                attempts: &r.attempts,
+                steps: &s.steps,
+                infra: r.infra,
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Scene {
+        name: String,
+        #[serde(default)]
+        nodeid: Option<String>,
+        #[serde(default)]
+        case: Option<String>,
+        outcome: SceneOutcome,
+        message: Option<String>,
+        devices: Vec<String>,
+        start_secs: f64,
+        duration_secs: f64,
+        log: Option<PathBuf>,
+        log_tail: Option<String>,
+        lane: Option<String>,
+        attempts: Vec<Attempt>,
+        steps: Vec<StepReport>,
+        infra: Option<Infra>,
+    }
+
+    impl From<Scene> for SceneReport {
+        fn from(s: Scene) -> SceneReport {
+            SceneReport {
+                result: SceneResult {
+                    name: s.name,
+                    outcome: s.outcome,
+                    devices: s.devices,
+                    start_secs: s.start_secs,
+                    duration_secs: s.duration_secs,
+                    message: s.message,
+                    log: s.log,
+                    log_tail: s.log_tail,
+                    infra: s.infra,
+                    attempts: s.attempts,
+                    lane: s.lane,
+                },
+                nodeid: s.nodeid,
+                case: s.case,
+                steps: s.steps,
+            }
+        }
+    }
+}
+
+impl Serialize for SceneReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        json::SceneRef::from(self).serialize(s)
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -147,12 +239,12 @@ impl Report {
             .into_iter()
             .map(|n| {
                 let scenes = &members[n];
-                let outcome = node_outcome(scenes.iter().map(|s| s.outcome));
+                let outcome = node_outcome(scenes.iter().map(|s| s.result.outcome));
                 NodeReport {
                     nodeid: n.to_string(),
                     outcome,
                     pytest: outcome.pytest_word().to_string(),
-                    scenes: scenes.iter().map(|s| s.name.clone()).collect(),
+                    scenes: scenes.iter().map(|s| s.result.name.clone()).collect(),
                 }
             })
             .collect()
@@ -240,6 +332,63 @@ mod tests {
         assert_eq!(v(&[Passed, TimedOut, Failed]), TimedOut);
         assert_eq!(TimedOut.pytest_word(), "failed");
         assert_eq!(Error.pytest_word(), "error");
+    }
+
+    #[test]
+    fn a_scene_row_is_one_flat_object_in_the_documented_order_and_reads_back() {
+        let row = SceneReport {
+            result: SceneResult {
+                name: "vector_ops".into(),
+                outcome: SceneOutcome::Failed,
+                devices: vec!["4".into()],
+                start_secs: 0.5,
+                duration_secs: 0.47,
+                message: Some("exited with status 1".into()),
+                log: Some("/r/logs/vector_ops/device.log".into()),
+                log_tail: Some("mismatch".into()),
+                infra: None,
+                attempts: Vec::new(),
+                lane: None,
+            },
+            nodeid: Some("tests/test_ops.py::TestOps::test_run".into()),
+            case: None,
+            steps: vec![StepReport {
+                kind: Kind::Kernel,
+                name: "vadd".into(),
+                key: "k".into(),
+                status: "hit".into(),
+            }],
+        };
+        let v = serde_json::to_value(&row).unwrap();
+        let text = serde_json::to_string(&row).unwrap();
+        let keys: Vec<&str> = [
+            "name",
+            "nodeid",
+            "outcome",
+            "message",
+            "devices",
+            "start_secs",
+            "duration_secs",
+            "log",
+            "log_tail",
+            "lane",
+            "attempts",
+            "steps",
+            "infra",
+        ]
+        .into();
+        let at: Vec<usize> = keys
+            .iter()
+            .map(|k| text.find(&format!("\"{k}\":")).expect(k))
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert!(
+            v.get("case").is_none(),
+            "left out when the manifest gives none"
+        );
+        assert_eq!(v["steps"][0]["status"], "hit");
+        let back: SceneReport = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&back).unwrap(), v);
     }
 
     #[test]

@@ -183,22 +183,23 @@ pub fn clear_stale_reports(dir: &Path) {
     }
 }
 
-/// A second inner run of one invocation runs nothing: it says so and exits as the
-/// first run's results call for (3 when there are none), so that a lock tool passing
-/// on the last exit code hides nothing.
-pub fn repeat_exit(frozen: &super::Frozen) -> crate::exit::Exit {
-    eprintln!(
-        "scenerun inner: warning: the lock command started the inner run of this invocation \
-         again; this run does nothing (only the first run counts)"
-    );
-    crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<super::Results>(&b).ok())
-        .map(|r| super::ending::exit_of(&r))
-        .unwrap_or(crate::exit::Exit::Infra)
-}
-
 /// The run dir as previews show it: one exists only while an invocation runs.
 pub fn preview_dir(job_dir: &Path) -> PathBuf {
     crate::layout::device_runs(job_dir).join("<run>")
+}
+
+/// Wait, at most `limit`, until no inner run holds the run dir's lock. A lock tool may
+/// return before the inner run has exited (it killed only the shell around it, or left it
+/// in the background); its results are complete only once it has. False: still running.
+pub fn wait_for_inner(run_dir: &Path, limit: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if !inner_running(run_dir) {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

@@ -10,13 +10,13 @@
 //!   acquisition for the device packing, lane start-ups included.
 //!
 //! Device packings are what `device --plan` shows: the same units, packer and history
-//! estimates (`device::pack`), never a scheduler of our own.
+//! estimates (`device::packing`), never a scheduler of our own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::cache::history::{History, HistoryId};
-use crate::device::pack::{self, LaneSpec, SceneSpec};
+use crate::device::packing::packer::{self as pack, LaneSpec, SceneSpec};
 use crate::device::report::{Report, StepReport};
 use crate::record::{Outcome as WarmOutcome, WarmRecord};
 use crate::stepid::StepId;
@@ -283,8 +283,8 @@ fn read_report(dir: &Path) -> Result<Report, ReadError> {
 fn check_records(dir: &Path, report: &Report, record: &WarmRecord) -> Result<(), ReadError> {
     let time = time_check(dir);
     for (i, s) in report.scenes.iter().enumerate() {
-        time(format!("scene {i}'s duration_secs"), s.duration_secs)?;
-        time(format!("scene {i}'s start_secs"), s.start_secs)?;
+        time(format!("scene {i}'s duration_secs"), s.result.duration_secs)?;
+        time(format!("scene {i}'s start_secs"), s.result.start_secs)?;
     }
     for (i, l) in report.device.iter().flat_map(|d| &d.lanes).enumerate() {
         if let Some(t) = l.startup_secs {
@@ -374,8 +374,9 @@ pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
     let scenes: Vec<SceneWork> = report
         .scenes
         .iter()
-        .map(|s| SceneWork {
-            warm_secs: s.steps.iter().map(|st| built.secs(&s.name, st)).sum(),
+        .map(|row| (row, &row.result))
+        .map(|(row, s)| SceneWork {
+            warm_secs: row.steps.iter().map(|st| built.secs(&s.name, st)).sum(),
             device_secs: ctx
                 .history
                 .estimate(HistoryId::Device(&s.name))

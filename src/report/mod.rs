@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::device::report::{Cause, NodeReport, Report, SceneReport, Sink};
-use crate::device::{SceneOutcome, Tally};
+use crate::device::report::{Cause, NodeReport, Report, Sink};
+use crate::device::{SceneOutcome, SceneResult, Tally};
 use crate::ui::Ui;
 
 /// Lines of a failed scene's output shown under it in the summary table and its
@@ -20,13 +20,13 @@ use crate::ui::Ui;
 const CAUSE_LINES: usize = 10;
 
 /// A failed scene's verdict and the last lines of its output.
-fn cause(s: &SceneReport) -> Cause {
+fn cause(s: &SceneResult) -> Cause {
     Cause::of(s.message.as_deref(), s.log_tail.as_deref(), CAUSE_LINES)
 }
 
 /// The step summary's one-line note: the verdict, and for a failure the output's last
 /// line (the error, usually).
-fn note(s: &SceneReport) -> String {
+fn note(s: &SceneResult) -> String {
     let c = cause(s);
     match (s.outcome.passed(), c.last.last()) {
         (false, Some(last)) => format!("{}: {last}", c.verdict),
@@ -34,15 +34,25 @@ fn note(s: &SceneReport) -> String {
     }
 }
 
-/// Where a device phase's report goes: `dir`, and the terminal `ui`.
+/// Where a device phase's report goes: `dir`, and the terminal `ui`. Everything is
+/// built from the one report in memory: report.json, junit.xml, the GitHub outputs, the
+/// device part of the trace, the table.
 pub struct Writer<'a> {
     pub dir: PathBuf,
     pub ui: &'a Ui,
+    /// When the device phase started (Unix seconds): the trace's start when the report
+    /// has no lock timings.
+    pub started: f64,
 }
 
 impl Sink for Writer<'_> {
     fn write(&self, report: &Report) -> Result<()> {
-        report.write(&self.dir, self.ui.github)
+        report.write(&self.dir, self.ui.github)?;
+        if let Err(e) = trace::write_device(&self.dir, report, self.started, self.ui.github) {
+            self.ui
+                .info(&format!("warning: cannot write the trace: {e}"));
+        }
+        Ok(())
     }
 
     fn show(&self, report: &Report) {
@@ -81,12 +91,13 @@ impl Report {
         use quick_junit::{TestCase, TestSuite};
         let mut report = quick_junit::Report::new("scenerun");
         let mut suite = TestSuite::new("scenes");
-        for s in &self.scenes {
+        for row in &self.scenes {
+            let s = &row.result;
             let status = junit_status(s);
             let mut case = TestCase::new(s.name.as_str(), status);
             case.set_classname("scenerun");
             // The test node and case it ran, so a junit reader can match pytest's own.
-            for (name, value) in [("nodeid", &s.nodeid), ("case", &s.case)] {
+            for (name, value) in [("nodeid", &row.nodeid), ("case", &row.case)] {
                 if let Some(v) = value {
                     case.add_property(quick_junit::Property::new(name, v.as_str()));
                 }
@@ -103,10 +114,32 @@ impl Report {
         report.to_string().unwrap_or_default()
     }
 
+    /// Under GitHub Actions: an `::error` annotation per failed scene (and for the
+    /// run's error) on stdout, and the Markdown table appended to
+    /// `$GITHUB_STEP_SUMMARY`.
     fn github(&self) {
+        for line in self.annotations() {
+            println!("{line}");
+        }
+        let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
+            return;
+        };
+        if let Ok(mut f) = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = f.write_all(self.step_summary().as_bytes());
+        }
+    }
+
+    /// The `::error` annotations: one per failed scene, and one for the run's error.
+    fn annotations(&self) -> Vec<String> {
+        let mut lines = Vec::new();
         for s in self
             .scenes
             .iter()
+            .map(|s| &s.result)
             .filter(|s| s.outcome.tally() == Tally::Failed || s.outcome == SceneOutcome::Error)
             .filter(|s| s.outcome != SceneOutcome::NotRun)
         {
@@ -117,25 +150,27 @@ impl Report {
                 Some(_) => cause(s).text(),
                 None => "failed".to_string(),
             };
-            println!(
+            lines.push(format!(
                 "::error title={}::{}",
                 gh_escape_property(&format!("scenerun: {} {}", s.name, s.outcome.word())),
                 gh_escape_data(&crate::ui::escape(&text))
-            );
+            ));
         }
         if let Some(e) = &self.error {
-            println!(
+            lines.push(format!(
                 "::error title=scenerun::{}",
                 gh_escape_data(&crate::ui::escape(e))
-            );
+            ));
         }
-        let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
-            return;
-        };
+        lines
+    }
+
+    /// The step summary: a Markdown table of the scenes, the counts, and the lock's.
+    fn step_summary(&self) -> String {
         let mut md = String::from(
             "### scenerun\n\n| scene | result | devices | time | note |\n|---|---|---|---|---|\n",
         );
-        for s in &self.scenes {
+        for s in self.scenes.iter().map(|s| &s.result) {
             md.push_str(&format!(
                 "| {} | {} {} | {} | {:.2}s | {} |\n",
                 s.name,
@@ -161,13 +196,7 @@ impl Report {
                 }
             ));
         }
-        if let Ok(mut f) = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = f.write_all(md.as_bytes());
-        }
+        md
     }
 
     /// The summary table for stdout.
@@ -175,7 +204,7 @@ impl Report {
         let w = self
             .scenes
             .iter()
-            .map(|s| s.name.len())
+            .map(|s| s.result.name.len())
             .max()
             .unwrap_or(5)
             .max(5);
@@ -183,7 +212,7 @@ impl Report {
             "{:<w$}  {:<15} {:>8}  {}\n",
             "scene", "result", "time", "devices"
         );
-        for s in &self.scenes {
+        for s in self.scenes.iter().map(|s| &s.result) {
             let word = format!("{:<15}", s.outcome.word());
             let word = match s.outcome.tally() {
                 Tally::Passed | Tally::Xpassed => ui.green(&word),
@@ -273,9 +302,9 @@ impl Report {
         let flaky = self
             .scenes
             .iter()
-            .filter(|s| s.outcome == SceneOutcome::Flaky)
+            .filter(|s| s.result.outcome == SceneOutcome::Flaky)
             .count();
-        let mut scenes = Tally::line(self.scenes.iter().map(|s| s.outcome.tally()));
+        let mut scenes = Tally::line(self.scenes.iter().map(|s| s.result.outcome.tally()));
         if flaky > 0 {
             scenes = scenes.replacen(" passed", &format!(" passed ({flaky} flaky)"), 1);
         }
@@ -303,7 +332,7 @@ fn icon(o: SceneOutcome) -> &'static str {
 
 /// A scene's junit status: failures carry the message and the output's tail; a flaky
 /// scene passes with one `<flakyFailure>` per failed attempt.
-fn junit_status(s: &SceneReport) -> quick_junit::TestCaseStatus {
+fn junit_status(s: &SceneResult) -> quick_junit::TestCaseStatus {
     use crate::device::events::AttemptOutcome;
     use quick_junit::{NonSuccessKind, TestCaseStatus, TestRerun};
     if let Some(infra) = s.infra {
@@ -385,3 +414,7 @@ fn junit_status(s: &SceneReport) -> quick_junit::TestCaseStatus {
 use crate::warm::diagnostics::{
     escape_data as gh_escape_data, escape_property as gh_escape_property,
 };
+
+#[cfg(test)]
+#[path = "summary_tests.rs"]
+mod summary_tests;

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
-use crate::device::lanes::PreviewProcess;
+use crate::device::packing::input::PreviewProcess;
 use crate::plan::{Fill, Plan, Status};
 use crate::ui::Ui;
 use crate::units::count;
@@ -29,7 +29,7 @@ fn packing(plan: &Plan) -> Packing {
             ps.device.is_some() && !scene_failed(plan, i) && !too_wide(plan, i)
         })
         .collect();
-    let procs = crate::device::lanes::preview(plan, &runnable);
+    let procs = crate::device::packing::input::preview(plan, &runnable);
     let makespan = procs.iter().map(|p| p.end).fold(0.0, f64::max);
     Packing { procs, makespan }
 }

@@ -191,7 +191,7 @@ pub fn write_warm(plan: &Plan, spans: &[Span]) -> std::io::Result<()> {
     replace_part(&plan.job_dir, WARM_PID, &out)
 }
 
-/// The device part, from the report the device phase wrote (`report.json`): the lock's
+/// The device part, from the device phase's report: the lock's
 /// queue and held spans, each scene on every id it held, lane start-ups. `fallback_start`
 /// is when the inner run started if the report has no lock timings (`--no-lock`).
 pub fn device_events(report: &Report, fallback_start: f64) -> Vec<Value> {
@@ -209,7 +209,7 @@ pub fn device_events(report: &Report, fallback_start: f64) -> Vec<Value> {
         .iter()
         .flat_map(|d| d.granted.iter().map(String::as_str))
         .collect();
-    for d in report.scenes.iter().flat_map(|s| &s.devices) {
+    for d in report.scenes.iter().flat_map(|s| &s.result.devices) {
         if !ids.contains(&d.as_str()) {
             ids.push(d);
         }
@@ -224,7 +224,7 @@ pub fn device_events(report: &Report, fallback_start: f64) -> Vec<Value> {
             tid(id),
         ));
     }
-    for s in &report.scenes {
+    for s in report.scenes.iter().map(|s| &s.result) {
         for d in &s.devices {
             ev.push(span(
                 DEVICE_PID,
@@ -314,25 +314,16 @@ fn lock_events(l: &LockReport) -> Vec<Value> {
     ev
 }
 
-/// Read `report.json` from `dir` and replace the device part of the trace with it;
-/// under GitHub Actions also append the Mermaid gantt to the step summary.
-pub fn write_device(dir: &Path, fallback_start: f64, github: bool) -> std::io::Result<()> {
-    let file = dir.join("report.json");
-    // A report left by an earlier run says nothing about this one.
-    let fresh = std::fs::metadata(&file)
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| unix_secs(t) + 1.0 >= fallback_start);
-    if !fresh {
-        return Ok(());
-    }
-    let report: Report = match crate::fsutil::read_capped(&file, crate::fsutil::Cap::REPORT)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-    {
-        Some(r) => r,
-        None => return Ok(()),
-    };
-    let events = device_events(&report, fallback_start);
+/// Replace the device part of the trace in `dir` with `report`'s (the report the device
+/// phase writes beside it, in memory: nothing is read back from disk); under GitHub
+/// Actions also append the Mermaid gantt to the step summary.
+pub fn write_device(
+    dir: &Path,
+    report: &Report,
+    fallback_start: f64,
+    github: bool,
+) -> std::io::Result<()> {
+    let events = device_events(report, fallback_start);
     if github {
         if let Ok(p) = std::env::var("GITHUB_STEP_SUMMARY") {
             let g = gantt(&events);

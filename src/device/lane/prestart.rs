@@ -15,11 +15,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use super::lane_proc::{self, LaneFiles};
-use super::pack::Unit;
-use super::{Frozen, ProcId};
+use super::files::{self, LaneFiles};
+use crate::device::packing::packer::Unit;
+use crate::device::{Frozen, Prestarted, ProcId};
 use crate::proc;
 
 /// What `{devices}` and `SCENERUN_DEVICES` hold until the ids come.
@@ -27,23 +25,6 @@ pub const SENTINEL: &str = "__scenerun_devices__";
 
 /// How often an interrupt is looked for while the processes wait.
 const POLL: Duration = Duration::from_millis(20);
-
-/// A lane process started before the lock, as the frozen plan tells the inner run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Prestarted {
-    pub lane: String,
-    /// Its batch: frozen scene indices, in batch order.
-    pub scenes: Vec<usize>,
-    /// Its number among the run's lane processes (its files are named by it).
-    pub n: usize,
-    /// Its leader (`sh -c`), which leads its process group; `start` 0: it had ended
-    /// before it could be looked at.
-    pub leader: ProcId,
-    /// Where its own output starts in its log (after the command line).
-    pub log_mark: u64,
-    /// When it was started (Unix seconds).
-    pub started_at: f64,
-}
 
 struct Proc {
     rec: Prestarted,
@@ -62,25 +43,36 @@ pub struct Prestart {
     grace: Duration,
 }
 
-/// Start them, record them in `frozen.prestarted`, and watch for an interrupt (which
-/// stops those the inner run does not own). A process that cannot be started is left
-/// to the inner run, which starts its batch the normal way (`warn` says so).
-pub fn start(frozen: &mut Frozen, grace: Duration, warn: impl Fn(String)) -> Prestart {
+/// Some lane of the frozen plan starts before the lock (only then is its first wave
+/// worth computing).
+pub fn wanted(frozen: &Frozen) -> bool {
+    frozen.lanes.values().any(|l| l.prestart)
+}
+
+/// Start them — the `prestart` lane processes among `first_wave`, the jobs the inner
+/// run's scheduler starts at once — record them in `frozen.prestarted`, and watch for
+/// an interrupt (which stops those the inner run does not own). A process that cannot
+/// be started is left to the inner run, which starts its batch the normal way (`warn`
+/// says so).
+pub fn start(
+    frozen: &mut Frozen,
+    first_wave: Vec<Unit>,
+    grace: Duration,
+    warn: impl Fn(String),
+) -> Prestart {
     let mut procs = Vec::new();
-    if frozen.lanes.values().any(|l| l.prestart) {
-        for unit in super::inner::first_wave(frozen, frozen.device_count) {
-            let Unit::Lane { lane, scenes } = unit else {
-                continue;
-            };
-            if !frozen.lanes[&lane].prestart {
-                continue;
-            }
-            match spawn(frozen, &lane, scenes, procs.len()) {
-                Ok(p) => procs.push(p),
-                Err(e) => warn(format!(
-                    "lane `{lane}`: could not start a process before the lock ({e}); it starts inside the lock"
-                )),
-            }
+    for unit in first_wave {
+        let Unit::Lane { lane, scenes } = unit else {
+            continue;
+        };
+        if !frozen.lanes[&lane].prestart {
+            continue;
+        }
+        match spawn(frozen, &lane, scenes, procs.len()) {
+            Ok(p) => procs.push(p),
+            Err(e) => warn(format!(
+                "lane `{lane}`: could not start a process before the lock ({e}); it starts inside the lock"
+            )),
         }
     }
     frozen.prestarted = procs.iter().map(|p| p.rec.clone()).collect();
@@ -108,16 +100,16 @@ pub fn start(frozen: &mut Frozen, grace: Duration, warn: impl Fn(String)) -> Pre
 /// Start one lane process for `scenes` of `lane`, number `n`, waiting for its ids.
 fn spawn(frozen: &Frozen, lane: &str, scenes: Vec<usize>, n: usize) -> std::io::Result<Proc> {
     let files = LaneFiles::of(frozen, lane, n);
-    let (command, mut env) = lane_proc::lane_command(frozen, lane, &scenes, SENTINEL, &files);
+    let (command, mut env) = files::lane_command(frozen, lane, &scenes, SENTINEL, &files);
     env.insert("SCENERUN_GO".into(), files.go.display().to_string());
-    let log_mark = lane_proc::prepare_files(frozen, &scenes, &files, &command)?;
+    let log_mark = files::prepare_files(frozen, &scenes, &files, &command)?;
     let (tx, rx) = mpsc::channel::<std::io::Result<i32>>();
     let (dir, log, status) = (
         frozen.manifest_dir.clone(),
         files.log.clone(),
         files.status.clone(),
     );
-    let started_at = super::unix_now();
+    let started_at = crate::device::unix_now();
     let reaper = std::thread::spawn(move || {
         let spec = proc::Spec {
             command: &command,

@@ -1,6 +1,6 @@
 //! One lane process at a time (docs/lanes.md): start it with its batch, read its
 //! results file as it runs (`results_tail`), hand each line to the pure attribution in
-//! `lane`, keep its deadlines, stop it, and report every scene it settles as an event.
+//! `batch`, keep its deadlines, stop it, and report every scene it settles as an event.
 //! `run_lane` restarts a batch in fresh processes on the same ids.
 
 use std::collections::HashSet;
@@ -10,14 +10,15 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant};
 
-use super::events::{Attempt, AttemptOutcome, Event, LaneRecord};
-use super::exec::{log_tail, tail_lines, Cx};
-use super::lane::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
+use super::adopt::Pool;
+use super::batch::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
+use super::files::{lane_command, prepare_files, variant, LaneFiles};
 use super::restart::{OutputScan, RestartRules};
 use super::results_tail::Tail;
-use super::{Frozen, FrozenScene};
+use crate::device::events::{Attempt, AttemptOutcome, Event, LaneRecord};
+use crate::device::exec::{log_tail, tail_lines, Cx};
+use crate::device::FrozenScene;
 use crate::proc::{self, Ended};
-use crate::template::{Ph, Val};
 
 /// How often a running lane's results file is read.
 const POLL: Duration = Duration::from_millis(5);
@@ -42,6 +43,7 @@ fn output_since(log: &Path, mark: &mut u64) -> String {
 /// and when the process asks for a restart (at most its `max_restarts` times).
 pub fn run_lane(
     cx: &Cx,
+    pool: &Pool,
     job: usize,
     lane: &str,
     scenes: Vec<usize>,
@@ -50,6 +52,7 @@ pub fn run_lane(
 ) {
     let mut slot = Slot {
         cx,
+        pool,
         lane,
         slots,
         tx,
@@ -64,7 +67,7 @@ pub fn run_lane(
     let mut batch = Vec::with_capacity(scenes.len());
     for i in scenes {
         let frozen = cx.frozen;
-        match super::inner::prepare(frozen, &frozen.scenes[i]) {
+        match crate::device::recheck::scene(frozen, &frozen.scenes[i]) {
             Ok(()) => batch.push(i),
             Err(gone) => slot.failed_before_start(i, &gone.to_string()),
         }
@@ -109,6 +112,8 @@ enum Next {
 /// short once already.
 struct Slot<'a> {
     cx: &'a Cx<'a>,
+    /// The processes started before the lock, one of which its first process may adopt.
+    pool: &'a Pool,
     lane: &'a str,
     slots: &'a [usize],
     tx: &'a Sender<Event>,
@@ -131,7 +136,7 @@ impl Slot<'_> {
     /// reported, and the whole batch runs in a fresh process.
     fn process(&mut self, batch: &[usize]) -> Option<(ProcessEnd, Vec<usize>)> {
         let adopted = match std::mem::take(&mut self.adopting) {
-            true => self.cx.prestarted.take(self.lane, batch),
+            true => self.pool.take(self.lane, batch),
             false => None,
         };
         let adopted = match adopted {
@@ -164,7 +169,7 @@ impl Slot<'_> {
         };
         let now = p.t.elapsed().as_secs_f64();
         let unready = p.prestart.is_some() && p.machine.silent() && p.killing.is_none();
-        if unready && !proc::interrupted() && !super::watch::lock_lost() {
+        if unready && !proc::interrupted() && !crate::device::watch::lock_lost() {
             p.unready(&ended);
             return None;
         }
@@ -381,7 +386,7 @@ impl<'a> LaneProcess<'a> {
         self.scan = OutputScan::from(self.mark);
         self.start = self.cx.now();
         self.t = Instant::now();
-        self.prestart = Some((a.started_at(), super::unix_now()));
+        self.prestart = Some((a.started_at(), crate::device::unix_now()));
         let pgid = a.pgid();
         if let Err(e) = a.go(&self.devices.join(",")) {
             // It waits for ever otherwise; it ends before it was ready, and its batch
@@ -708,10 +713,10 @@ impl<'a> LaneProcess<'a> {
                     AttemptOutcome::TimedOut | AttemptOutcome::Interrupted,
                 ) = (stop, self.stopped_at, outcome)
                 {
-                    output = super::exec::stop_output(&stop, &self.log, from);
+                    output = crate::device::exec::stop_output(&stop, &self.log, from);
                     message = Some(match message {
-                        Some(m) => format!("{m}; {}", super::exec::stop_note(&stop)),
-                        None => super::exec::stop_note(&stop),
+                        Some(m) => format!("{m}; {}", crate::device::exec::stop_note(&stop)),
+                        None => crate::device::exec::stop_note(&stop),
                     });
                 }
                 let _ = self.tx.send(Event::Attempt {
@@ -732,135 +737,6 @@ impl<'a> LaneProcess<'a> {
     }
 }
 
-/// The files of lane process `n` of `lane` in a run: its `{scenes}` and `{results}`,
-/// its log, and for one started before the lock its go, status and claim files. The one
-/// place they are named, for the processes the inner run starts and those `scenerun
-/// device` starts before the lock alike.
-#[derive(Debug, Clone)]
-pub(super) struct LaneFiles {
-    pub scenes: PathBuf,
-    pub results: PathBuf,
-    pub log: PathBuf,
-    /// Where its ids come, one JSON line (written by rename).
-    pub go: PathBuf,
-    /// Its leader's raw wait status, written by `scenerun device` once it has ended.
-    pub status: PathBuf,
-    /// Locked (flock) by whichever of `scenerun device` and the inner run owns it.
-    pub claim: PathBuf,
-}
-
-impl LaneFiles {
-    pub fn of(frozen: &Frozen, lane: &str, n: usize) -> LaneFiles {
-        let dir = frozen.run_dir.join("lanes");
-        let at = |what: &str| dir.join(format!("{lane}.{n}.{what}"));
-        LaneFiles {
-            scenes: at("scenes.jsonl"),
-            results: at("results.jsonl"),
-            log: frozen
-                .report_dir
-                .join("logs")
-                .join("lanes")
-                .join(format!("{lane}.{n}.log")),
-            go: at("go"),
-            status: at("status"),
-            claim: at("claim"),
-        }
-    }
-}
-
-/// The lane process variant a batch needs (every scene of a batch has the same).
-fn variant(frozen: &Frozen, batch: &[usize]) -> crate::manifest::Variant {
-    let first = &frozen.scenes[batch[0]];
-    first.device().run.variant().cloned().unwrap_or_default()
-}
-
-/// The `{scenes}` file of a batch: one JSON object per scene, in run order.
-fn scenes_text(frozen: &Frozen, batch: &[usize]) -> String {
-    let mut text = String::new();
-    for s in batch.iter().map(|&i| &frozen.scenes[i]) {
-        let kernels = (!s.kernels.is_empty()).then(|| super::kernels_dir(&frozen.run_dir, &s.name));
-        text.push_str(
-            &serde_json::json!({
-                "scene": s.name,
-                "args": s.device().args(),
-                "kernels": kernels,
-                "fixture": s.fixture.as_ref().map(|a| &a.out),
-                "golden": s.golden.as_ref().map(|a| &a.out),
-                "timeout_secs": s.device().timeout_secs,
-            })
-            .to_string(),
-        );
-        text.push('\n');
-    }
-    text
-}
-
-/// The command of a lane process for `batch` on `ids` (a comma list), every
-/// placeholder filled, and its environment.
-pub(super) fn lane_command(
-    frozen: &Frozen,
-    lane: &str,
-    batch: &[usize],
-    ids: &str,
-    files: &LaneFiles,
-) -> (String, std::collections::BTreeMap<String, String>) {
-    let cfg = &frozen.lanes[lane];
-    // The batch shares one variant: its words come first, then each scene's.
-    let variant = variant(frozen, batch);
-    let args: Vec<String> = variant
-        .args
-        .iter()
-        .cloned()
-        .chain(
-            batch
-                .iter()
-                .flat_map(|&i| frozen.scenes[i].device().args().iter().cloned()),
-        )
-        .collect();
-    let platform = &frozen.scenes[batch[0]].platform;
-    let scenes = files.scenes.display().to_string();
-    let results = files.results.display().to_string();
-    let command = cfg.run.render(|ph| match ph {
-        Ph::Devices => Val::One(ids.into()),
-        Ph::Args => Val::Many(args.as_slice().into()),
-        Ph::Scenes => Val::One(scenes.as_str().into()),
-        Ph::Results => Val::One(results.as_str().into()),
-        Ph::Platform => Val::One(platform.as_str().into()),
-        _ => Val::Raw("".into()),
-    });
-    let mut env = cfg.env.clone();
-    env.extend(variant.env.clone());
-    env.insert("SCENERUN_DEVICES".into(), ids.to_string());
-    env.insert("SCENERUN_SCENES".into(), scenes);
-    env.insert("SCENERUN_RESULTS".into(), results);
-    env.insert("SCENERUN_LANE".into(), lane.to_string());
-    if let Some(stop) = cfg.stop {
-        // The scenerun-pytest plugin routes this signal's stack dump past pytest's
-        // capture, into the lane's log (docs/pytest.md).
-        env.insert("SCENERUN_STOP_SIGNAL".into(), stop.signal_name());
-    }
-    (command, env)
-}
-
-/// Write a lane process's scenes file, clear an earlier results file, start its log
-/// with its command; the log's length then (where its own output starts).
-pub(super) fn prepare_files(
-    frozen: &Frozen,
-    batch: &[usize],
-    files: &LaneFiles,
-    command: &str,
-) -> std::io::Result<u64> {
-    let dir = files.scenes.parent().expect("lane files have a dir");
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(&files.scenes, scenes_text(frozen, batch))?;
-    match std::fs::remove_file(&files.results) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    crate::fsutil::start_log(&frozen.report_dir, &files.log, &format!("$ {command}\n"))?;
-    Ok(std::fs::metadata(&files.log).map(|m| m.len()).unwrap_or(0))
-}
-
 #[cfg(test)]
-#[path = "lane_proc_tests.rs"]
+#[path = "process_tests.rs"]
 mod tests;

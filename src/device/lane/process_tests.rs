@@ -6,6 +6,7 @@ use super::*;
 use std::sync::atomic::AtomicUsize;
 
 use crate::device::exec::FaultRules;
+use crate::device::lane::files::scenes_text;
 use crate::device::testing::{frozen, in_lane};
 use crate::device::Frozen;
 use crate::template::{allowed, Template};
@@ -24,7 +25,6 @@ fn cx<'a>(f: &'a Frozen, granted: &'a [String]) -> Cx<'a> {
         t0: Instant::now(),
         faults: FaultRules::default(),
         lane_procs: AtomicUsize::new(0),
-        prestarted: Default::default(),
     }
 }
 

@@ -6,8 +6,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 
-use super::events::Event;
-use super::lane::{Batch, Effect, ProcessEnd, ProtocolError};
+use super::batch::{Batch, Effect, ProcessEnd, ProtocolError};
+use crate::device::events::Event;
 use crate::proc;
 
 /// Warnings shown per lane process (ignored results lines); the rest are counted.

@@ -13,10 +13,9 @@ use std::process::ExitStatus;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::lane::{parse_line, Line};
-use super::lane_proc::LaneFiles;
-use super::prestart::Prestarted;
-use super::Frozen;
+use super::files::LaneFiles;
+use super::protocol::{parse_line, LaneEvent, Line};
+use crate::device::{Frozen, Prestarted};
 use crate::proc;
 
 /// How long a leader that is gone may take to have its status written (the outer reaps
@@ -99,7 +98,7 @@ fn wrote_results(path: &Path) -> bool {
     String::from_utf8_lossy(&text)
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .any(|l| !matches!(parse_line(l), Line::Ready { .. }))
+        .any(|l| !matches!(parse_line(l), Line::Event(LaneEvent::Ready { .. })))
 }
 
 impl Pool {
@@ -188,7 +187,7 @@ impl Pool {
                 proc::disown(pgid);
                 continue;
             }
-            if !e.unusable && !proc::interrupted() && !super::watch::lock_lost() {
+            if !e.unusable && !proc::interrupted() && !crate::device::watch::lock_lost() {
                 warnings.push(format!(
                     "lane `{}`: the process started before the lock for its batch of {} scene{} (pid {pgid}) was not used: the packing inside the lock differed; it was stopped",
                     e.rec.lane,

@@ -1,34 +1,17 @@
-//! Lane glue between the plan and the device phase (docs/lanes.md): what the frozen plan
-//! carries for lanes, their start-up history, and the one packing preview (which scenes
-//! share which process) that `--plan` and `plan --format json` show.
+//! The packer's input, built in one place for the `--plan` preview and the inner run
+//! (docs/lanes.md, packing): each scene's device step and each lane with its start-up
+//! estimate, grouped into processes (units) and jobs. Invariant: the preview packs what
+//! the inner run will pack, through the same builder and the same packer.
 
 use std::collections::BTreeMap;
 
-use super::pack::{self, LaneSpec, SceneSpec, Unit};
-use super::{FrozenDevice, FrozenScene, Results};
+use super::packer::{self, LaneSpec, SceneSpec, Unit};
 use crate::cache::history::HistoryId;
+use crate::device::FrozenDevice;
 use crate::manifest::LaneConfig;
 use crate::plan::Plan;
 
-/// The lanes the frozen scenes use, each with the manifest's env under its own.
-pub fn frozen_lanes(plan: &Plan, scenes: &[FrozenScene]) -> BTreeMap<String, LaneConfig> {
-    let mut out = BTreeMap::new();
-    for s in scenes {
-        let Some(name) = s.lane() else { continue };
-        if out.contains_key(name) {
-            continue;
-        }
-        if let Some(l) = plan.manifest.lanes.get(name) {
-            let mut l = l.clone();
-            let mut env = plan.manifest.env.clone();
-            env.extend(std::mem::take(&mut l.env));
-            l.env = env;
-            out.insert(name.to_string(), l);
-        }
-    }
-    out
-}
-
+/// Each lane's start-up estimate from history (what its processes add to their jobs).
 pub fn startup_estimates(plan: &Plan) -> BTreeMap<String, f64> {
     plan.manifest
         .lanes
@@ -37,17 +20,6 @@ pub fn startup_estimates(plan: &Plan) -> BTreeMap<String, f64> {
             plan.history
                 .estimate(HistoryId::LaneStartup(l))
                 .map(|e| (l.clone(), e))
-        })
-        .collect()
-}
-
-/// History entries from a run: each lane process's start-up.
-pub fn startup_history(r: &Results) -> Vec<(String, f64)> {
-    r.lanes
-        .iter()
-        .filter_map(|l| {
-            let key = HistoryId::LaneStartup(&l.lane).key();
-            l.startup_secs.map(|s| (key, s))
         })
         .collect()
 }
@@ -80,8 +52,8 @@ pub fn packing<'a>(
     lanes: &BTreeMap<String, LaneConfig>,
     startups: &BTreeMap<String, f64>,
     ids: usize,
-) -> (Vec<Unit>, Vec<pack::Job>) {
-    let specs: Vec<SceneSpec> = scenes.map(FrozenDevice::spec).collect();
+) -> (Vec<Unit>, Vec<packer::Job>) {
+    let specs: Vec<SceneSpec> = scenes.map(spec).collect();
     let lanes: BTreeMap<String, LaneSpec> = lanes
         .iter()
         .map(|(n, l)| {
@@ -94,7 +66,7 @@ pub fn packing<'a>(
             )
         })
         .collect();
-    pack::units(&specs, &lanes, ids)
+    packer::units(&specs, &lanes, ids)
 }
 
 /// The device packing as it will run: `runnable` plan scenes (with a device step, not
@@ -117,9 +89,12 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
     // Without the lock (`--no-lock`) nothing starts before it.
     let first: Vec<usize> = match plan.no_lock {
         Some(_) => Vec::new(),
-        None => pack::first_wave(&jobs, ids).iter().map(|p| p.job).collect(),
+        None => packer::first_wave(&jobs, ids)
+            .iter()
+            .map(|p| p.job)
+            .collect(),
     };
-    pack::simulate(&jobs, plan.device_count as usize)
+    packer::simulate(&jobs, plan.device_count as usize)
         .into_iter()
         .map(|p| {
             let (lane, scenes) = match &units[p.job] {
@@ -148,4 +123,17 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
             }
         })
         .collect()
+}
+
+/// What the packer needs of a scene's device step.
+fn spec(d: &FrozenDevice) -> SceneSpec {
+    SceneSpec {
+        devices: d.devices,
+        exclusive: d.exclusive,
+        estimate: d.estimate,
+        lane: d.lane().map(str::to_string),
+        order: d.order,
+        variant: d.run.variant().cloned().unwrap_or_default(),
+        node: d.node.clone(),
+    }
 }

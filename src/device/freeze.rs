@@ -1,0 +1,196 @@
+//! The plan frozen for the inner run (docs/device.md): each selected scene with the
+//! artifacts the plan's own lookup found (or what is missing, or its warm failure), its
+//! device step and the lanes it uses; then everything the inner run reads laid out
+//! before the lock — private copies for `device.writes`, the frozen plan, the
+//! `{kernels}` links. Invariant: the inner run reads only this, never the manifest.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::not_warm::Missing;
+use super::runs;
+use super::{Artifact, Frozen, FrozenDevice, FrozenScene, TestVerdict};
+use crate::manifest::LaneConfig;
+use crate::plan::{Plan, Status};
+
+/// Freeze the plan into `run_dir`, and list what is missing (the lock is never taken
+/// then).
+pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Missing>) {
+    let mut missing = Vec::new();
+    let mut scenes = Vec::new();
+    for ps in &plan.scenes {
+        let scene = &plan.manifest.scenes[ps.index];
+        let mut warm_failure = None;
+        let mut arts: Vec<Option<Artifact>> = Vec::new();
+        // Prepare steps leave nothing the device step reads, but a scene runs only once
+        // they are done: failed, the scene failed in warm; not built, it is not warm.
+        for &si in &ps.prepare {
+            let step = &plan.steps[si];
+            match (&step.status, &step.entry) {
+                (Status::Failed(why), _) => {
+                    warm_failure
+                        .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
+                }
+                (_, Some(_)) => {}
+                (_, None) => missing.push(Missing::of(scenes.len(), step)),
+            }
+        }
+        for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
+            let step = &plan.steps[si];
+            if let Status::Failed(why) = &step.status {
+                warm_failure
+                    .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
+                arts.push(None);
+                continue;
+            }
+            // The plan's own lookup, moments ago, is the cheap check before the lock.
+            match step.entry.clone() {
+                Some(e) => arts.push(Some(Artifact {
+                    name: step.name.clone(),
+                    key: step.key.clone(),
+                    out: e.out(),
+                    files: e.meta.files.clone(),
+                })),
+                None => {
+                    missing.push(Missing::of(scenes.len(), step));
+                    arts.push(None);
+                }
+            }
+        }
+        let mut verdict = None;
+        if let Some(ti) = ps.test {
+            let step = &plan.steps[ti];
+            match (&step.status, &step.entry) {
+                (Status::Failed(why), _) => {
+                    warm_failure.get_or_insert_with(|| format!("test: {why}"));
+                }
+                (_, Some(e)) => match crate::verdict::read(&e.out()) {
+                    Ok(v) => {
+                        let log = step.id.log_path(&plan.job_dir);
+                        verdict = Some(TestVerdict::of(v, log, e.meta.duration_secs));
+                    }
+                    Err(why) => {
+                        warm_failure.get_or_insert(format!("test: {why}"));
+                    }
+                },
+                (_, None) => missing.push(Missing::of(scenes.len(), step)),
+            }
+        }
+        let mut it = arts.into_iter();
+        let kernels: Vec<Artifact> = ps
+            .kernels
+            .iter()
+            .filter_map(|_| it.next().flatten())
+            .collect();
+        let fixture = ps.fixture.and_then(|_| it.next().flatten());
+        let golden = ps.golden.and_then(|_| it.next().flatten());
+        scenes.push(FrozenScene {
+            name: ps.name.clone(),
+            nodeid: scene.nodeid.clone(),
+            case: scene.case.clone(),
+            platform: scene.platform.clone(),
+            env: scene.env.clone(),
+            device: ps
+                .device
+                .as_ref()
+                .map(|d| FrozenDevice::of(d, ps.device_estimate)),
+            kernels,
+            fixture,
+            golden,
+            warm_failure,
+            verdict,
+        });
+    }
+    let lock = plan.manifest.lock.as_ref();
+    let frozen = Frozen {
+        version: super::FROZEN_VERSION,
+        manifest_dir: plan.manifest.dir.clone(),
+        job_dir: plan.job_dir.clone(),
+        run_dir: run_dir.to_path_buf(),
+        report_dir: report_dir.to_path_buf(),
+        results: runs::results_path(run_dir),
+        device_env: lock
+            .map(|l| l.device_env.clone())
+            .unwrap_or_else(|| "TASK_DEVICE".into()),
+        device_count: plan.device_count as usize,
+        grace_secs: grace(plan).as_secs_f64(),
+        outer: super::ProcId::me(),
+        lock_tool: None,
+        through_lock: false,
+        lanes: frozen_lanes(plan, &scenes),
+        lane_startup: super::packing::input::startup_estimates(plan),
+        device_fault: plan
+            .manifest
+            .lock
+            .as_ref()
+            .and_then(|l| l.device_fault.clone()),
+        scenes,
+        prestarted: Vec::new(),
+    };
+    (frozen, missing)
+}
+
+/// Between SIGTERM and SIGKILL for device steps when cancelled.
+pub(super) fn grace(plan: &Plan) -> Duration {
+    plan.manifest
+        .lock
+        .as_ref()
+        .and_then(|l| l.grace)
+        .unwrap_or(super::DEFAULT_GRACE)
+}
+
+/// The lanes the frozen scenes use, each with the manifest's env under its own.
+fn frozen_lanes(plan: &Plan, scenes: &[FrozenScene]) -> BTreeMap<String, LaneConfig> {
+    let mut out = BTreeMap::new();
+    for s in scenes {
+        let Some(name) = s.lane() else { continue };
+        if out.contains_key(name) {
+            continue;
+        }
+        if let Some(l) = plan.manifest.lanes.get(name) {
+            let mut l = l.clone();
+            let mut env = plan.manifest.env.clone();
+            env.extend(std::mem::take(&mut l.env));
+            l.env = env;
+            out.insert(name.to_string(), l);
+        }
+    }
+    out
+}
+
+/// Write the frozen plan where the inner run reads it.
+pub(super) fn write_frozen(frozen: &Frozen) -> Result<()> {
+    let path = runs::plan_path(&frozen.run_dir);
+    crate::fsutil::write_atomic(
+        &path,
+        &serde_json::to_vec_pretty(frozen).expect("frozen serializes"),
+    )
+    .map_err(|e| crate::err!(Infra, "cannot write {}: {e}", path.display()))
+}
+
+/// Everything the inner run reads, laid out before the lock: the private copies of the
+/// artifacts `device.writes` names, the frozen plan, the `{kernels}` links.
+pub(super) fn lay_out(frozen: &mut Frozen) -> Result<()> {
+    super::private::copy_for_writers(frozen)?;
+    write_frozen(frozen)?;
+    link_kernels(frozen)
+}
+
+/// Lay out each scene's `{kernels}` directory: one symlink per kernel into the cache
+/// (never a copy), before the lock is taken.
+fn link_kernels(frozen: &Frozen) -> Result<()> {
+    for s in frozen.scenes.iter().filter(|s| s.warm_failure.is_none()) {
+        let dir = super::kernels_dir(&frozen.run_dir, &s.name);
+        let _ = crate::fsutil::remove_any(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| crate::err!(Infra, "cannot create {}: {e}", dir.display()))?;
+        for k in &s.kernels {
+            std::os::unix::fs::symlink(&k.out, dir.join(&k.name))
+                .map_err(|e| crate::err!(Infra, "cannot link kernel {}: {e}", k.name))?;
+        }
+    }
+    Ok(())
+}

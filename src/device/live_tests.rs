@@ -1,0 +1,202 @@
+//! Every kind of live line, as the inner run's reporter writes it and the terminal shows
+//! it (plain, in colour, under `-q`), and every notice of the outer, pinned by
+//! snapshots: a change to what the user reads during a device run shows up here first.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::device::events::LaneRecord;
+use crate::ui::BarSlot;
+
+fn ui(quiet: bool, color: bool) -> Ui {
+    Ui {
+        quiet,
+        verbose: 0,
+        color,
+        bars: false,
+        github: false,
+        bar: BarSlot::default(),
+    }
+}
+
+fn attempt(outcome: AttemptOutcome, message: Option<&str>, tail: Option<&str>) -> Attempt {
+    Attempt {
+        outcome,
+        devices: vec!["0".into(), "1".into()],
+        start_secs: 0.5,
+        duration_secs: 1.25,
+        message: message.map(str::to_string),
+        output_tail: tail.map(str::to_string),
+        log: Some(PathBuf::from("logs/s.log")),
+        lane_process: None,
+    }
+}
+
+fn lane(scenes: usize, startup: Option<f64>, before: Option<f64>, restart: bool) -> Event {
+    Event::Lane(LaneRecord {
+        lane: "npu".into(),
+        devices: vec!["2".into(), "3".into()],
+        start_secs: 0.0,
+        startup_secs: startup,
+        duration_secs: 4.0,
+        restarts: 0,
+        restart_reason: restart.then(|| "AICPU stream poisoned".into()),
+        variant: None,
+        scenes: (0..scenes).map(|i| format!("s{i}")).collect(),
+        ended: if restart {
+            "restarted: AICPU stream poisoned".into()
+        } else {
+            "exited with status 0".into()
+        },
+        log: PathBuf::from("logs/lane-0.log"),
+        prestarted: before.is_some(),
+        startup_before_lock_secs: before,
+    })
+}
+
+/// A run that writes one line of every kind, read back from the live file.
+fn every_line() -> Vec<Live> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.jsonl");
+    let mut r = Reporter::new(&path, 12);
+    r.note("device: 12 scenes on ids 0,1,2,3".into());
+    r.settled(
+        "warm_broke",
+        "failed in warm",
+        false,
+        Some("error: cc exited 1\nx.c:3: error"),
+    );
+    r.settled("no_device_step", "passed", true, Some("not shown: a pass"));
+    let attempt_event = |a: Attempt| Event::Attempt {
+        scene: 0,
+        attempt: a,
+    };
+    use AttemptOutcome::*;
+    for (name, a, follow) in [
+        ("vector_add", attempt(Passed, None, None), FollowUp::Final),
+        (
+            "skips",
+            attempt(Skipped, Some("no card"), None),
+            FollowUp::Final,
+        ),
+        (
+            "known_bug",
+            attempt(Xfailed, Some("known"), None),
+            FollowUp::Final,
+        ),
+        ("lucky", attempt(Xpassed, None, None), FollowUp::Final),
+        (
+            "case_2",
+            attempt(NotReached, Some("an earlier case of its node failed"), None),
+            FollowUp::Final,
+        ),
+        (
+            "matmul",
+            attempt(Failed, Some("MISMATCH with golden"), Some("line 1\nline 2")),
+            FollowUp::Retry,
+        ),
+        (
+            "matmul",
+            attempt(TimedOut, None, Some("still computing")),
+            FollowUp::Final,
+        ),
+        (
+            "conv",
+            attempt(DeviceFault, Some("exit status 139 is a device fault"), None),
+            FollowUp::FaultRerun,
+        ),
+        (
+            "conv",
+            attempt(Error, Some("fixture setup failed"), None),
+            FollowUp::Final,
+        ),
+        (
+            "pool",
+            attempt(CutShort, Some("the lane process restarted"), None),
+            FollowUp::InLane,
+        ),
+        ("pool", attempt(Interrupted, None, None), FollowUp::Final),
+        (
+            "never",
+            attempt(NotRun, Some("ids exhausted"), None),
+            FollowUp::Final,
+        ),
+    ] {
+        r.event(&attempt_event(a), name, follow);
+    }
+    r.event(
+        &Event::Warning("ignored a results line: not JSON".into()),
+        "",
+        FollowUp::Final,
+    );
+    r.event(&lane(1, Some(0.5), None, false), "", FollowUp::Final);
+    r.event(&lane(3, None, None, true), "", FollowUp::Final);
+    r.event(&lane(2, Some(0.25), Some(1.5), false), "", FollowUp::Final);
+    r.event(&Event::Fault { slots: vec![0] }, "", FollowUp::Final);
+    let text = std::fs::read_to_string(&path).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Lines as the terminal gets them, each headed by what the live file says of it.
+fn shown(ui: &Ui) -> String {
+    every_line()
+        .iter()
+        .map(|l| {
+            let head = format!("--- {}/{} loud={} ok={:?}", l.done, l.total, l.loud, l.ok);
+            match render(ui, l) {
+                // Escaped as `Ui::above` writes it.
+                Some(t) => format!("{head}\n{}\n", ui.safe(&t).replace('\x1b', "<ESC>")),
+                None => format!("{head} (not shown)\n"),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_live_line_as_the_terminal_shows_it() {
+    insta::assert_snapshot!("live_plain", shown(&ui(false, false)));
+}
+
+#[test]
+fn every_live_line_in_colour() {
+    insta::assert_snapshot!("live_colour", shown(&ui(false, true)));
+}
+
+#[test]
+fn quiet_keeps_failures_and_warnings() {
+    insta::assert_snapshot!("live_quiet", shown(&ui(true, false)));
+}
+
+/// Every notice of the outer part of the phase, and whether `-q` keeps it.
+#[test]
+fn every_notice_of_the_outer() {
+    let notices = [
+        Notice::PrestartWarning("lane `npu`: could not start: No such file".into()),
+        Notice::Prestarted(vec![("cpu".into(), 1), ("npu".into(), 2)]),
+        Notice::TakingLock {
+            command: "flock /tmp/npu.lock sh -c 'exec scenerun inner plan.json'".into(),
+        },
+        Notice::LockRanInnerTwice,
+        Notice::LockKilledAfterRelease {
+            release_timeout: std::time::Duration::from_secs(60),
+        },
+        Notice::AllFailedInWarm,
+        Notice::AllDecidedInWarm,
+        Notice::NoHealthyDevice {
+            quarantined: vec!["0".into(), "3".into()],
+        },
+    ];
+    let text: String = notices
+        .iter()
+        .map(|n| {
+            let (line, kept) = n.line();
+            format!(
+                "{} {line}\n",
+                if kept { "[-q keeps]" } else { "[info]    " }
+            )
+        })
+        .collect();
+    insta::assert_snapshot!("notices", text);
+}
