@@ -7,8 +7,9 @@
 # Scenarios: kernel cache warm + scene cache cold (what CI sees on a new commit), nothing
 # changed (both caches warm), kernel cache cold. Per run: job wall, lock held, CPU seconds
 # (user + system of everything the job started), compiles inside and outside the lock
-# (every g++-15/gcc-15 start, counted by a shim first on PATH, placed by its time against
-# the lock's acquire/release in the stand-in's log), and verdict differences per pytest node
+# (every g++-15/gcc-15 start that compiles or links, counted by a shim first on PATH,
+# placed by its time against the lock's acquire/release in the stand-in's log; toolchain
+# probes such as `g++-15 --version` are not compiles), and verdict differences per pytest node
 # against upstream's run of the same scenario (must be 0).
 #
 # Env: SCENERUN_SIMPLER_TREE (required: a tree built by the realsuite setup script, its
@@ -42,7 +43,10 @@ mkdir -p "$SHIMS"
 export COMPILE_LOG=$BENCH_TMP/compiles.log
 for cc in g++-15 gcc-15; do
     real=$(command -v "$cc")
-    printf '#!/bin/sh\necho "$(date +%%s.%%N) %s" >> "$COMPILE_LOG"\nexec %s "$@"\n' "$cc" "$real" > "$SHIMS/$cc"
+    # A start that compiles or links (has -c or -o) counts; a toolchain probe
+    # (`g++-15 --version`, `-print-file-name=...`) is logged as a probe and does not.
+    # The output path is logged too (where a compile writes tells whose it is).
+    printf '#!/bin/sh\nkind=probe; out=-; next=\nfor a in "$@"; do [ -n "$next" ] && out=$a && next=; case "$a" in -c) kind=compile ;; -o) kind=compile; next=1 ;; esac; done\necho "$(date +%%s.%%N) %s $kind $out" >> "$COMPILE_LOG"\nexec %s "$@"\n' "$cc" "$real" > "$SHIMS/$cc"
     chmod +x "$SHIMS/$cc"
 done
 export PATH=$SHIMS:$(dirname "$SCENERUN"):$ROOT/fixtures/bin:$PATH
@@ -73,7 +77,10 @@ for line in open(sys.argv[2]):
 held = sum(b - a for a, b in spans)
 inside = outside = 0
 for line in open(sys.argv[3]):
-    t = float(line.split()[0])
+    w = line.split()
+    if w[2] == "probe":
+        continue
+    t = float(w[0])
     if any(a <= t <= b for a, b in spans):
         inside += 1
     else:
