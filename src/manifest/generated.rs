@@ -8,10 +8,9 @@ use std::fmt::Write as _;
 
 use super::yaml::{self, Kind, Node as Value};
 use anyhow::Result;
-use serde::Deserialize;
 
 use super::locate::Locations;
-use super::{Ctx, FileRef, Manifest, Scene};
+use super::{raw, Ctx, FileRef, Manifest, Scene};
 use crate::template::{Ph, Template, Val};
 
 /// One entry of `scenes_from:`.
@@ -44,14 +43,6 @@ impl Generator {
     }
 }
 
-#[derive(Deserialize)]
-pub(super) struct RawGenerator {
-    run: String,
-    #[serde(default)]
-    inputs: Vec<String>,
-    timeout: Option<super::raw::Scalar>,
-}
-
 impl Ctx {
     /// Validate `scenes_from:` (commands and inputs); nothing runs here.
     pub(super) fn generators(&mut self, v: Value, platform: &str) -> Vec<Generator> {
@@ -61,7 +52,7 @@ impl Ctx {
         let mut out = Vec::new();
         for (i, v) in list.into_iter().enumerate() {
             let path = format!("scenes_from[{i}]");
-            let Some(g) = self.take::<RawGenerator>(v, &path) else {
+            let Some(g) = self.take::<raw::Generator>(v, &path) else {
                 continue;
             };
             let run = self.templ(&g.run, &format!("{path}.run"), &[Ph::Platform]);

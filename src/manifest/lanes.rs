@@ -174,21 +174,6 @@ impl Variant {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawLane {
-    run: String,
-    devices: Option<u32>,
-    restarts: Option<u32>,
-    timeout: Option<raw::Scalar>,
-    #[serde(default)]
-    env: BTreeMap<String, raw::Scalar>,
-    stop_signal: Option<String>,
-    stop_wait: Option<raw::Scalar>,
-    restart_on: Option<Value>,
-    max_restarts: Option<u32>,
-    prestart: Option<bool>,
-}
 /// Which steps a scene has as written: they decide which placeholders its device
 /// command may use.
 #[derive(Debug, Clone, Copy)]
@@ -198,14 +183,6 @@ pub(super) struct Steps {
     pub golden: bool,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawFault {
-    #[serde(default)]
-    exit_codes: Vec<i32>,
-    #[serde(default)]
-    patterns: Vec<String>,
-}
 impl Ctx {
     /// `lanes:`: every lane, keyed by name.
     pub(super) fn lanes(&mut self, v: Option<Value>) -> BTreeMap<String, LaneConfig> {
@@ -221,7 +198,7 @@ impl Ctx {
             }
             // Known even when broken: its scenes are not told "unknown lane" on top.
             self.lane_devices.insert(name.clone(), None);
-            let Some(l) = self.take::<RawLane>(v, &path) else {
+            let Some(l) = self.take::<raw::Lane>(v, &path) else {
                 continue;
             };
             // The process reports into `{results}`, as a placeholder or through
@@ -418,7 +395,7 @@ impl Ctx {
     /// `exit_codes` and `patterns` (regular expressions over a process's output) at
     /// `path`: `lock.device_fault` or `lanes.<name>.restart_on`.
     fn output_rule(&mut self, v: Value, path: &str) -> Option<DeviceFault> {
-        let f = self.take::<RawFault>(v, path)?;
+        let f = self.take::<raw::Fault>(v, path)?;
         for (i, p) in f.patterns.iter().enumerate() {
             if let Err(e) = regex::Regex::new(p) {
                 self.err(

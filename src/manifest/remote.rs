@@ -9,24 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use super::yaml::Node as Value;
 
-use super::raw::Scalar;
+use super::raw;
 use super::Ctx;
 
 pub const DEFAULT_TOKEN_ENV: &str = "SCENERUN_REMOTE_TOKEN";
 pub const DEFAULT_MAX_UPLOAD: u64 = 2 << 30;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Raw {
-    pub url: Option<String>,
-    pub write: Option<bool>,
-    pub token_env: Option<String>,
-    pub max_upload: Option<Scalar>,
-    pub timeout: Option<Scalar>,
-    pub verify_key: Option<String>,
-    pub sign_key_env: Option<String>,
-}
 
 /// `cache.remote` as the manifest says it (before `--remote` and friends).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -124,7 +112,7 @@ impl std::fmt::Display for BadKey {
 
 impl Ctx {
     pub(super) fn remote(&mut self, v: Value) -> Option<RemoteConfig> {
-        let r = self.take::<Raw>(v, "cache.remote")?;
+        let r = self.take::<raw::Remote>(v, "cache.remote")?;
         let mut c = RemoteConfig::default();
         if let Some(u) = r.url {
             if crate::proc::without_userinfo(&u) != u {
