@@ -9,7 +9,8 @@ use std::time::Duration;
 use super::yaml::Node as Value;
 use serde::{Deserialize, Serialize};
 
-use super::{raw, Ctx, DeviceStep, MAX_DEVICES};
+use super::validate::{bad_name, valid_name, Ctx};
+use super::{raw, DeviceStep, MAX_DEVICES};
 use crate::proc::Stop;
 use crate::template::{allowed, Ph, Template};
 
@@ -193,8 +194,8 @@ impl Ctx {
         };
         for (name, v) in map {
             let path = format!("lanes.{name}");
-            if !super::valid_name(&name) {
-                self.err(&path, super::bad_name("lane", &name));
+            if !valid_name(&name) {
+                self.err(&path, bad_name("lane", &name));
             }
             // Known even when broken: its scenes are not told "unknown lane" on top.
             self.lane_devices.insert(name.clone(), None);

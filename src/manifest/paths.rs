@@ -243,3 +243,16 @@ fn expand_vars_with(s: &str, mut var: impl FnMut(&str) -> Option<String>) -> Str
     out.push_str(rest);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_expansion() {
+        std::env::set_var("SCENERUN_TEST_HOME", "/opt/x");
+        assert_eq!(expand_vars("$SCENERUN_TEST_HOME/include"), "/opt/x/include");
+        assert_eq!(expand_vars("${SCENERUN_TEST_HOME}/inc"), "/opt/x/inc");
+        assert_eq!(expand_vars("a$"), "a$");
+    }
+}

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::yaml::Node as Value;
 
 use super::raw;
-use super::Ctx;
+use super::validate::{valid_env_name, Ctx};
 
 pub const DEFAULT_TOKEN_ENV: &str = "SCENERUN_REMOTE_TOKEN";
 pub const DEFAULT_MAX_UPLOAD: u64 = 2 << 30;
@@ -140,7 +140,7 @@ impl Ctx {
             (&r.token_env, "cache.remote.token_env"),
             (&r.sign_key_env, "cache.remote.sign_key_env"),
         ] {
-            if let Some(n) = name.as_deref().filter(|n| !super::valid_env_name(n)) {
+            if let Some(n) = name.as_deref().filter(|n| !valid_env_name(n)) {
                 self.err(path, format!("`{n}` is not a valid variable name"));
             }
         }
