@@ -1,82 +1,19 @@
-//! `scenes_from:` generators as the manifest declares them, and their output read as
-//! manifest scenes (YAML or JSON: a list of scenes, or a mapping with `scenes:`), which
-//! join the manifest's scenes as if written there. Running them, and keeping their
-//! output, is `plan::scenes_from`'s. Errors name the generator (`scenes_from[i]` and its
+//! What a `scenes_from:` generator printed, read as manifest scenes (YAML or JSON: a list
+//! of scenes, or a mapping with `scenes:`), which join the manifest's scenes as if
+//! written there. The generators themselves are a section of the top level (`top.rs`);
+//! running them, and keeping their output, is `plan::scenes_from`'s. Errors name the generator (`scenes_from[i]` and its
 //! command) and the line of its output; all are exit 4. See docs/pytest.md.
 
 use std::fmt::Write as _;
 
-use super::yaml::{self, Kind, Node as Value};
+use super::yaml::{self, Kind};
 use anyhow::Result;
 
 use super::locate::Locations;
-use super::{raw, Ctx, FileRef, Manifest, Scene};
-use crate::template::{Ph, Template, Val};
-
-/// One entry of `scenes_from:`.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Generator {
-    pub index: usize,
-    /// The command as run: `{platform}` filled.
-    pub run: String,
-    /// Files whose content is part of the generator's key.
-    pub inputs: Vec<FileRef>,
-    /// How long it may run (`timeout`, default 10 min); then its group is killed.
-    #[serde(default = "default_timeout")]
-    pub timeout: std::time::Duration,
-}
-
-/// A generator's `timeout` when the manifest gives none.
-pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+use super::{Ctx, Generator, Manifest, Scene};
 
 /// Output a generator may print (docs/manifest.md); more is an error, the rest unread.
 pub const MAX_OUTPUT: usize = 64 << 20;
-
-fn default_timeout() -> std::time::Duration {
-    DEFAULT_TIMEOUT
-}
-
-impl Generator {
-    /// `scenes_from[0] (`python -m ... collect tests`)`: how every message names it.
-    pub fn label(&self) -> String {
-        format!("scenes_from[{}] (`{}`)", self.index, self.run)
-    }
-}
-
-impl Ctx {
-    /// Validate `scenes_from:` (commands and inputs); nothing runs here.
-    pub(super) fn generators(&mut self, v: Value, platform: &str) -> Vec<Generator> {
-        let Some(list) = self.take::<Vec<Value>>(v, "scenes_from") else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (i, v) in list.into_iter().enumerate() {
-            let path = format!("scenes_from[{i}]");
-            let Some(g) = self.take::<raw::Generator>(v, &path) else {
-                continue;
-            };
-            let run = self.templ(&g.run, &format!("{path}.run"), &[Ph::Platform]);
-            let inputs = self.inputs(&g.inputs, &path);
-            let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
-            if let Some(run) = run {
-                out.push(Generator {
-                    index: i,
-                    run: fill_platform(&run, platform),
-                    inputs,
-                    timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
-                });
-            }
-        }
-        out
-    }
-}
-
-fn fill_platform(t: &Template, platform: &str) -> String {
-    t.render(|ph| match ph {
-        Ph::Platform => Val::One(platform.to_string().into()),
-        _ => Val::Raw("".into()),
-    })
-}
 
 /// Validate a generator's output as manifest scenes; each scene with its path in the
 /// output (as `locate` names paths).

@@ -9,8 +9,9 @@ use std::time::Duration;
 use super::yaml::Node as Value;
 use serde::{Deserialize, Serialize};
 
+use super::raw;
 use super::validate::{bad_name, valid_name, Ctx};
-use super::{raw, DeviceStep, MAX_DEVICES};
+use super::validate::{MAX_DEVICES, MAX_RESTARTS, MAX_RETRIES};
 use crate::proc::Stop;
 use crate::template::{allowed, Ph, Template};
 
@@ -175,6 +176,31 @@ impl Variant {
     }
 }
 
+/// A scene's `device:` step, validated.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceStep {
+    pub run: DeviceRun,
+    pub devices: u32,
+    pub exclusive: bool,
+    pub timeout: Option<Duration>,
+    /// Reruns of a failed device step in a fresh process (docs/lanes.md).
+    pub retries: u32,
+    /// `stop_signal` / `stop_wait` of its own command (a lane scene's process is its
+    /// lane's).
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    /// `device.order`: before, among or after every other scene of the run.
+    #[serde(default)]
+    pub order: Order,
+    /// The scene's `nodeid`: scenes of one node and lane run in one process, in
+    /// manifest order (the node's own runner would run its cases one after the other).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// `device.writes`: the artifacts it gets private, writable copies of.
+    #[serde(default)]
+    pub writes: Vec<Writes>,
+}
+
 /// Which steps a scene has as written: they decide which placeholders its device
 /// command may use.
 #[derive(Debug, Clone, Copy)]
@@ -215,11 +241,11 @@ impl Ctx {
                 );
             }
             let timeout = self.duration(l.timeout, &format!("{path}.timeout"));
-            self.at_most(l.restarts, &format!("{path}.restarts"), super::MAX_RESTARTS);
+            self.at_most(l.restarts, &format!("{path}.restarts"), MAX_RESTARTS);
             self.at_most(
                 l.max_restarts,
                 &format!("{path}.max_restarts"),
-                super::MAX_RESTARTS,
+                MAX_RESTARTS,
             );
             let env = self.env(l.env, &format!("{path}.env"));
             let stop = self.stop(l.stop_signal, l.stop_wait, &path);
@@ -309,7 +335,7 @@ impl Ctx {
             );
         }
         let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
-        self.at_most(d.retries, &format!("{dp}.retries"), super::MAX_RETRIES);
+        self.at_most(d.retries, &format!("{dp}.retries"), MAX_RETRIES);
         if d.lane.is_some() && d.stop_signal.is_some() {
             self.err(
                 &format!("{dp}.stop_signal"),

@@ -29,11 +29,13 @@ pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
 pub use discover::{dir_of, discover, Discovered, Unresolved};
-pub use lanes::{DeviceFault, DeviceRun, LaneConfig, Order, RestartOn, Variant, Writes};
-pub use paths::expand_vars;
+pub use lanes::{
+    DeviceFault, DeviceRun, DeviceStep, LaneConfig, Order, RestartOn, Variant, Writes,
+};
+pub use paths::{expand_vars, FileRef};
 pub use raw::{keys, Mapping};
 pub use types::*;
-pub use validate::valid_name;
+pub use validate::{valid_name, MAX_DEVICES, MAX_LABEL, MAX_RESTARTS, MAX_RETRIES, MAX_THREADS};
 
 use std::path::{Path, PathBuf};
 
@@ -81,7 +83,7 @@ pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), Manif
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
     let dir = dir_of(path).map_err(|e| single(e.to_string()))?;
     let key = memo::Key::of(&text, path, &dir);
-    if let Some(mut m) = memo::read(&key, path, &dir) {
+    if let Some(mut m) = memo::read(&key, &dir) {
         // Kept as written: the URL's variables, as they are now (the probes checked
         // they are what the kept parse saw).
         m.cache.remote.expand_url();
@@ -105,7 +107,7 @@ fn guard_children(m: &Manifest) {
 pub struct MemoWrite {
     key: memo::Key,
     dir: PathBuf,
-    probes: Vec<memo::Probe>,
+    probes: Vec<paths::Probe>,
 }
 
 impl MemoWrite {
@@ -125,7 +127,7 @@ fn parse_probed(
     text: &str,
     file: &Path,
     dir: &Path,
-) -> Result<(Manifest, Vec<memo::Probe>), ManifestErrors> {
+) -> Result<(Manifest, Vec<paths::Probe>), ManifestErrors> {
     // A UTF-8 byte order mark (editors on Windows write one) is not a second document.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut cx = Ctx::new(file.display().to_string(), dir);
@@ -147,7 +149,7 @@ fn parse_probed(
     if cx.diags.is_empty() {
         return Ok((
             manifest.expect("no errors means a manifest"),
-            cx.probes.take(),
+            cx.paths.take_probes(),
         ));
     }
     // Positions are needed only to report errors: index the text then, not on every load.

@@ -1,14 +1,108 @@
 //! Paths named by a manifest: `$VAR` expansion, resolution against the manifest's
 //! directory, and the rule that a relative path may not leave it (lexically through `..`
 //! or through a symlink). Absolute paths are allowed: toolchain headers live outside the
-//! checkout.
+//! checkout. Invariant: every fact the `Resolver` reads from outside the text (a path,
+//! a directory, a glob's matches, a variable) is recorded as a `Probe`, so a kept parse
+//! is used only while each still answers the same (`memo`).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
-use super::memo::Probe;
-use super::{Ctx, FileRef};
+use serde::{Deserialize, Serialize};
 
-impl Ctx {
+/// A file or directory named by the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileRef {
+    /// How keys and commands name it: relative to the manifest's directory (with `/`)
+    /// when it is inside it, else absolute.
+    pub rel: String,
+    /// Where to read it.
+    pub abs: PathBuf,
+}
+
+/// One outside fact the validation of a manifest depended on, with its answer then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) enum Probe {
+    /// `Resolver::resolve` of a path as written, and whether it was known as a directory.
+    Resolve {
+        raw: String,
+        found: Result<Option<FileRef>, String>,
+        dir: Option<bool>,
+    },
+    /// `Resolver::is_dir` answered from the file system.
+    IsDir { abs: PathBuf, is: bool },
+    /// An input glob's matches.
+    Glob {
+        pattern: String,
+        found: Result<Vec<FileRef>, String>,
+    },
+    /// An environment variable a `$VAR` named: where a value came from, and a seal of
+    /// the value (`seal::tag`), so a kept manifest never holds a secret's value.
+    Var {
+        name: String,
+        sealed: Option<String>,
+    },
+}
+
+impl Probe {
+    /// The probe of variable `name` holding `value` now.
+    pub(super) fn var(name: &str, value: Option<&str>) -> Probe {
+        Probe::Var {
+            name: name.to_string(),
+            sealed: value.map(|v| crate::seal::tag("environment variable", name, v.as_bytes())),
+        }
+    }
+
+    /// Whether `paths` (of the same directory) answers it the same way now.
+    pub(super) fn still_true(&self, paths: &Resolver) -> bool {
+        match self {
+            Probe::Resolve { raw, found, dir } => {
+                let now = paths.resolve_uncached(raw);
+                let now_dir = match &now {
+                    Ok(Some(f)) => paths.kinds.borrow().get(&f.abs).copied(),
+                    _ => None,
+                };
+                now == *found && now_dir == *dir
+            }
+            Probe::IsDir { abs, is } => abs.is_dir() == *is,
+            Probe::Glob { pattern, found } => paths.glob_inputs(pattern) == *found,
+            Probe::Var { name, .. } => {
+                Probe::var(name, std::env::var(name).ok().as_deref()) == *self
+            }
+        }
+    }
+}
+
+/// The paths of one manifest: resolved against its directory (each once: kernels share
+/// include dirs and sources), with the probes of everything looked at.
+pub(super) struct Resolver {
+    dir: PathBuf,
+    /// Paths already resolved.
+    resolved: RefCell<HashMap<String, Result<Option<FileRef>, String>>>,
+    /// Real paths of directories, and whether resolved paths are directories.
+    canon: RefCell<HashMap<PathBuf, Option<PathBuf>>>,
+    kinds: RefCell<HashMap<PathBuf, bool>>,
+    /// What was looked at outside the text, in the order it was.
+    probes: RefCell<Vec<Probe>>,
+}
+
+impl Resolver {
+    pub(super) fn new(dir: &Path) -> Resolver {
+        Resolver {
+            dir: dir.to_path_buf(),
+            resolved: Default::default(),
+            canon: Default::default(),
+            kinds: Default::default(),
+            probes: Default::default(),
+        }
+    }
+
+    /// The probes so far, taken.
+    pub(super) fn take_probes(&self) -> Vec<Probe> {
+        std::mem::take(&mut self.probes.borrow_mut())
+    }
+
     /// Resolve a path from the manifest. Relative paths are taken from the manifest's
     /// directory and may not leave it, lexically (`..`) or through a symlink.
     /// Returns Ok(None) when the path does not exist.
@@ -24,7 +118,7 @@ impl Ctx {
             Ok(Some(f)) => self.kinds.borrow().get(&f.abs).copied(),
             _ => None,
         };
-        self.probes.push(Probe::Resolve {
+        self.probes.borrow_mut().push(Probe::Resolve {
             raw: raw.to_string(),
             found: r.clone(),
             dir,
@@ -124,7 +218,7 @@ impl Ctx {
             return *d;
         }
         let is = f.abs.is_dir();
-        self.probes.push(Probe::IsDir {
+        self.probes.borrow_mut().push(Probe::IsDir {
             abs: f.abs.clone(),
             is,
         });
@@ -133,7 +227,7 @@ impl Ctx {
 
     pub(super) fn glob_inputs(&self, pattern: &str) -> Result<Vec<FileRef>, String> {
         let found = self.glob_uncached(pattern);
-        self.probes.push(Probe::Glob {
+        self.probes.borrow_mut().push(Probe::Glob {
             pattern: pattern.to_string(),
             found: found.clone(),
         });
@@ -145,7 +239,9 @@ impl Ctx {
     pub(super) fn expand(&self, s: &str) -> String {
         expand_vars_with(s, |name| {
             let value = std::env::var(name).ok();
-            self.probes.push(Probe::var(name, value.as_deref()));
+            self.probes
+                .borrow_mut()
+                .push(Probe::var(name, value.as_deref()));
             value
         })
     }

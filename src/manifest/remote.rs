@@ -121,7 +121,7 @@ impl Ctx {
                     "a user or password written in the URL would be committed with the manifest: take the URL from the environment (`url: \"$VAR\"`) or the token from `token_env`",
                 );
             }
-            let url = self.expand(&u).trim().to_string();
+            let url = self.paths.expand(&u).trim().to_string();
             if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
                 self.err(
                     "cache.remote.url",

@@ -6,9 +6,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::validate::{bad_name, valid_name, Ctx};
+use super::validate::{MAX_LABEL, MAX_THREADS};
 use super::yaml::Node as Value;
 use super::{lanes, raw};
-use super::{FileRef, GenStep, Kernel, Scene, Toolchain, MAX_LABEL, MAX_THREADS};
+use super::{FileRef, GenStep, Kernel, Scene, Toolchain};
 use crate::template::{allowed, Ph};
 
 impl Ctx {
@@ -183,8 +184,8 @@ impl Ctx {
                 ),
             );
         }
-        let source = match self.resolve(&k.source) {
-            Ok(Some(f)) if !self.is_dir(&f) => Some(f),
+        let source = match self.paths.resolve(&k.source) {
+            Ok(Some(f)) if !self.paths.is_dir(&f) => Some(f),
             Ok(Some(_)) => {
                 self.err(
                     &format!("{kp}.source"),
@@ -206,15 +207,15 @@ impl Ctx {
         };
         let mut include_dirs = Vec::with_capacity(k.include_dirs.len());
         for (j, d) in k.include_dirs.iter().enumerate() {
-            let expanded = self.expand(d);
+            let expanded = self.paths.expand(d);
             // `$VAR` of an unset variable names no dir: skipped, like a missing one.
             let resolved = if expanded.is_empty() && !d.is_empty() {
                 Ok(None)
             } else {
-                self.resolve(&expanded)
+                self.paths.resolve(&expanded)
             };
             match resolved {
-                Ok(Some(f)) if self.is_dir(&f) => include_dirs.push(f),
+                Ok(Some(f)) if self.paths.is_dir(&f) => include_dirs.push(f),
                 Ok(_) => self.notes.push(format!(
                     "{}.include_dirs[{j}]: `{d}`{} does not exist; skipped",
                     kp,
@@ -242,7 +243,7 @@ impl Ctx {
         let mut inputs = Vec::new();
         for (i, pattern) in patterns.iter().enumerate() {
             let ip = format!("{path}.inputs[{i}]");
-            match self.glob_inputs(pattern) {
+            match self.paths.glob_inputs(pattern) {
                 Ok(files) if files.is_empty() => {
                     self.err(&ip, format!("input `{pattern}` matches no file"))
                 }

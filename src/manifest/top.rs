@@ -1,16 +1,18 @@
 //! The top level of the manifest and the sections that are not scenes: `version`,
-//! `platform`, `env`, `suite_args`, `cache`, `toolchains`, `lock` and `prepare`, each
-//! validated into its part of the `Manifest`; the scenes, lanes, generators and the
-//! remote cache are taken apart by their own files.
+//! `platform`, `env`, `suite_args`, `cache`, `toolchains`, `lock`, `prepare` and
+//! `scenes_from` (nothing runs here), each validated into its part of the `Manifest`;
+//! the scenes, the lanes and the remote cache are taken apart by their own files.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::validate::MAX_DEVICES;
 use super::validate::{bad_name, valid_env_name, valid_name, Ctx};
 use super::yaml::{self, Node as Value};
 use super::{raw, suite_args};
-use super::{CacheConfig, LockConfig, Manifest, Prepare, Toolchain, DEFAULT_MAX_AGE, MAX_DEVICES};
-use crate::template::{allowed, Ph};
+use super::{CacheConfig, Generator, LockConfig, Manifest, Prepare, Toolchain};
+use super::{DEFAULT_MAX_AGE, GENERATOR_TIMEOUT};
+use crate::template::{allowed, Ph, Template, Val};
 
 impl Ctx {
     pub(super) fn manifest(&mut self, mut top: Value) -> Option<Manifest> {
@@ -252,4 +254,37 @@ impl Ctx {
         }
         out
     }
+
+    /// Validate `scenes_from:` (commands and inputs); nothing runs here.
+    pub(super) fn generators(&mut self, v: Value, platform: &str) -> Vec<Generator> {
+        let Some(list) = self.take::<Vec<Value>>(v, "scenes_from") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, v) in list.into_iter().enumerate() {
+            let path = format!("scenes_from[{i}]");
+            let Some(g) = self.take::<raw::Generator>(v, &path) else {
+                continue;
+            };
+            let run = self.templ(&g.run, &format!("{path}.run"), &[Ph::Platform]);
+            let inputs = self.inputs(&g.inputs, &path);
+            let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
+            if let Some(run) = run {
+                out.push(Generator {
+                    index: i,
+                    run: fill_platform(&run, platform),
+                    inputs,
+                    timeout: timeout.unwrap_or(GENERATOR_TIMEOUT),
+                });
+            }
+        }
+        out
+    }
+}
+
+fn fill_platform(t: &Template, platform: &str) -> String {
+    t.render(|ph| match ph {
+        Ph::Platform => Val::One(platform.to_string().into()),
+        _ => Val::Raw("".into()),
+    })
 }

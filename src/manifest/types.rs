@@ -1,6 +1,6 @@
 //! The manifest as loaded: the `Manifest` every command gets, and its parts, each with
 //! its paths resolved, its command templates parsed for their context and its defaults
-//! filled; and the bounds the loader holds every count to. Invariant: a value of these
+//! filled. Invariant: a value of these
 //! types passed validation (or came from a memo of a manifest that did).
 
 use std::collections::BTreeMap;
@@ -9,25 +9,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{generated, lanes::DeviceFault, lanes::DeviceRun, lanes::LaneConfig, lanes::Order};
-use super::{lanes::Writes, remote};
+use super::lanes::{DeviceFault, DeviceStep, LaneConfig};
+use super::paths::FileRef;
+use super::remote;
 use crate::template::{Ph, Template};
 
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
-
-/// The most device ids a scene or the lock may ask for (as many as `--devices 0-4095`
-/// grants): the packer keeps one slot per id.
-pub const MAX_DEVICES: u32 = 4096;
-
-/// The longest `nodeid` or `case` a scene may carry, in bytes.
-pub const MAX_LABEL: usize = 4096;
-/// The most `threads` a warm step may claim.
-pub const MAX_THREADS: u32 = 1024;
-
-/// The most `retries` of a device step, and `restarts` / `max_restarts` of a lane: each
-/// is a run of a scene or a process, so a count past these is a mistake, never a plan.
-pub const MAX_RETRIES: u32 = 100;
-pub const MAX_RESTARTS: u32 = 100;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -44,7 +31,7 @@ pub struct Manifest {
     pub lanes: BTreeMap<String, LaneConfig>,
     pub scenes: Vec<Scene>,
     /// `scenes_from:` generators; their scenes join `scenes` in `plan::scenes_from::expand`.
-    pub generators: Vec<generated::Generator>,
+    pub generators: Vec<Generator>,
     /// Top-level `prepare:` steps: run by warm for every selected scene, keyed once.
     #[serde(default)]
     pub prepare: Vec<Prepare>,
@@ -112,16 +99,6 @@ pub struct Scene {
     pub device: Option<DeviceStep>,
 }
 
-/// A file or directory named by the manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FileRef {
-    /// How keys and commands name it: relative to the manifest's directory (with `/`)
-    /// when it is inside it, else absolute.
-    pub rel: String,
-    /// Where to read it.
-    pub abs: PathBuf,
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Kernel {
     pub name: String,
@@ -161,28 +138,31 @@ pub struct Prepare {
     pub step: GenStep,
 }
 
+/// One entry of `scenes_from:`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DeviceStep {
-    pub run: DeviceRun,
-    pub devices: u32,
-    pub exclusive: bool,
-    pub timeout: Option<Duration>,
-    /// Reruns of a failed device step in a fresh process (docs/lanes.md).
-    pub retries: u32,
-    /// `stop_signal` / `stop_wait` of its own command (a lane scene's process is its
-    /// lane's).
-    #[serde(default)]
-    pub stop: Option<crate::proc::Stop>,
-    /// `device.order`: before, among or after every other scene of the run.
-    #[serde(default)]
-    pub order: Order,
-    /// The scene's `nodeid`: scenes of one node and lane run in one process, in
-    /// manifest order (the node's own runner would run its cases one after the other).
-    #[serde(default)]
-    pub node: Option<String>,
-    /// `device.writes`: the artifacts it gets private, writable copies of.
-    #[serde(default)]
-    pub writes: Vec<Writes>,
+pub struct Generator {
+    pub index: usize,
+    /// The command as run: `{platform}` filled.
+    pub run: String,
+    /// Files whose content is part of the generator's key.
+    pub inputs: Vec<FileRef>,
+    /// How long it may run (`timeout`, default 10 min); then its group is killed.
+    #[serde(default = "default_timeout")]
+    pub timeout: Duration,
+}
+
+/// A generator's `timeout` when the manifest gives none.
+pub const GENERATOR_TIMEOUT: Duration = Duration::from_secs(600);
+
+fn default_timeout() -> Duration {
+    GENERATOR_TIMEOUT
+}
+
+impl Generator {
+    /// `scenes_from[0] (`python -m ... collect tests`)`: how every message names it.
+    pub fn label(&self) -> String {
+        format!("scenes_from[{}] (`{}`)", self.index, self.run)
+    }
 }
 
 impl Manifest {

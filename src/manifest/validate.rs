@@ -4,15 +4,32 @@
 //! command template, a size, a duration, a count, an environment). Invariant: a check
 //! reports every problem it finds and goes on; nothing here stops at the first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
+use super::paths::Resolver;
 use super::yaml::{self, Node as Value};
-use super::{keys, locate, memo, raw, suite_args, Diag, FileRef};
+use super::{keys, locate, raw, suite_args, Diag};
 use crate::template::{Ph, Template};
+
+// The bounds the loader holds every count to.
+
+/// The most device ids a scene or the lock may ask for (as many as `--devices 0-4095`
+/// grants): the packer keeps one slot per id.
+pub const MAX_DEVICES: u32 = 4096;
+
+/// The longest `nodeid` or `case` a scene may carry, in bytes.
+pub const MAX_LABEL: usize = 4096;
+/// The most `threads` a warm step may claim.
+pub const MAX_THREADS: u32 = 1024;
+
+/// The most `retries` of a device step, and `restarts` / `max_restarts` of a lane: each
+/// is a run of a scene or a process, so a count past these is a mistake, never a plan.
+pub const MAX_RETRIES: u32 = 100;
+pub const MAX_RESTARTS: u32 = 100;
 
 /// Names of scenes, kernels and toolchains: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..`
 /// (names become directory names under logs/ and job/).
@@ -41,13 +58,9 @@ pub(super) struct Ctx {
     pub(super) dir: PathBuf,
     pub(super) diags: Vec<Diag>,
     pub(super) notes: Vec<String>,
-    /// Paths already resolved (kernels share include dirs and sources).
-    pub(super) resolved: std::cell::RefCell<HashMap<String, Result<Option<FileRef>, String>>>,
-    /// Real paths of directories, and whether resolved paths are directories.
-    pub(super) canon: std::cell::RefCell<HashMap<PathBuf, Option<PathBuf>>>,
-    pub(super) kinds: std::cell::RefCell<HashMap<PathBuf, bool>>,
-    /// What validation looked at outside the text, for the manifest memo.
-    pub(super) probes: memo::Probes,
+    /// The manifest's paths, and what validation looked at outside the text (for the
+    /// manifest memo).
+    pub(super) paths: Resolver,
     /// Toolchains that are defined but invalid: a kernel naming one is not told
     /// "unknown toolchain" on top of the toolchain's own error.
     pub(super) broken_toolchains: Vec<String>,
@@ -64,10 +77,7 @@ impl Ctx {
             dir: dir.to_path_buf(),
             diags: Vec::new(),
             notes: Vec::new(),
-            resolved: Default::default(),
-            canon: Default::default(),
-            kinds: Default::default(),
-            probes: Default::default(),
+            paths: Resolver::new(dir),
             broken_toolchains: Vec::new(),
             lane_devices: Default::default(),
             suite_args: None,

@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::key::{Files, KeyHasher};
-use crate::manifest::generated::{scenes_of, Generator};
+use crate::manifest::generated::scenes_of;
 use crate::manifest::locate::Locations;
+use crate::manifest::Generator;
 use crate::manifest::Manifest;
 
 /// The content key of a generator's output.
