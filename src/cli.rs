@@ -260,6 +260,9 @@ pub struct WarmFlags {
     /// Memory budget for steps' `memory` hints, e.g. 16GiB [default: 80% of physical memory].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory: Option<u64>,
+    /// Run every step as a process of its own, never in a `workers:` worker.
+    #[arg(long)]
+    pub no_workers: bool,
 }
 
 #[derive(Debug, Clone, Default, Args)]

@@ -105,7 +105,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             ui.out(&String::from_utf8_lossy(&out));
             Ok(Exit::Ok)
         }
-        Command::Plan(a) => plan_command(&cli, a, ui),
+        Command::Plan(a) => plan_command(&cli, a, jobs, ui),
         Command::Warm(a) => warm_command(&cli, a, jobs, ui),
         Command::Device(a) => device_command(&cli, a, ui),
         Command::Run(a) => run_command(&cli, a, jobs, ui),
@@ -135,11 +135,15 @@ fn explain(cli: &Cli, a: &crate::cli::ExplainArgs, ui: &Ui) -> Result<Exit> {
 }
 
 /// `scenerun plan`: both phases previewed.
-fn plan_command(cli: &Cli, a: &crate::cli::PlanArgs, ui: &Ui) -> Result<Exit> {
+fn plan_command(cli: &Cli, a: &crate::cli::PlanArgs, jobs: usize, ui: &Ui) -> Result<Exit> {
     let sel = a.select.selection();
     let Some(mut plan) = build_selected(cli, &sel, Some(&a.device), Lookups::Look, ui)? else {
         return Ok(Exit::Ok);
     };
+    // The hints as written, unless a runner's slots were named.
+    if cli.jobs.is_some() {
+        plan.fit_threads(jobs);
+    }
     let phases = Phases {
         warm: true,
         device: true,
@@ -157,6 +161,7 @@ fn warm_command(cli: &Cli, a: &crate::cli::WarmArgs, jobs: usize, ui: &Ui) -> Re
     let Some(mut plan) = build_selected(cli, &sel, None, mode, ui)? else {
         return Ok(Exit::Ok);
     };
+    fit_runner(&mut plan, &a.warm, jobs);
     let phases = Phases {
         warm: true,
         device: false,
@@ -207,12 +212,22 @@ fn device_command(cli: &Cli, a: &crate::cli::DeviceArgs, ui: &Ui) -> Result<Exit
     do_device(cli, &plan, &a.device, ui)
 }
 
+/// What a warm runs on: `jobs` slots (no step's `threads` asks for more), workers or
+/// not (`--no-workers`); previews show the same.
+fn fit_runner(plan: &mut Plan, w: &WarmFlags, jobs: usize) {
+    plan.fit_threads(jobs);
+    if w.no_workers {
+        plan.no_workers();
+    }
+}
+
 /// `scenerun run`: warm, then device on the same plan (or their preview).
 fn run_command(cli: &Cli, a: &crate::cli::RunArgs, jobs: usize, ui: &Ui) -> Result<Exit> {
     let (sel, mode) = (a.select.selection(), settle_unless(&a.preview));
     let Some(mut plan) = device_plan(cli, &sel, &a.device, mode, ui)? else {
         return Ok(Exit::Ok);
     };
+    fit_runner(&mut plan, &a.warm, jobs);
     let phases = Phases {
         warm: true,
         device: true,

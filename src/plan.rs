@@ -77,6 +77,32 @@ impl Plan {
         self.no_lock = Some(ids);
     }
 
+    /// `--no-workers`: every step runs as a process of its own (docs/warm.md, "Workers").
+    pub fn no_workers(&mut self) {
+        for w in self.manifest.workers.values_mut() {
+            w.enabled = false;
+        }
+    }
+
+    /// The runner has `jobs` slots: no step's `threads` hint asks for more (the
+    /// scheduler, `{threads}` and `$SCENERUN_THREADS` all see the clamped value; it is
+    /// in no key).
+    pub fn fit_threads(&mut self, jobs: usize) {
+        let most = u32::try_from(jobs.max(1)).unwrap_or(u32::MAX);
+        for s in &mut self.steps {
+            s.threads = s.threads.min(most);
+        }
+    }
+
+    /// The enabled worker that serves a fixture, golden or prepare step, if it names one.
+    pub fn worker_of(&self, step: &Step) -> Option<&crate::manifest::WorkerConfig> {
+        if step.kind == Kind::Kernel {
+            return None;
+        }
+        let name = self.gen(step).worker.as_ref()?;
+        self.manifest.workers.get(name).filter(|w| w.enabled)
+    }
+
     /// After warm: the units it published (or found) are hits now, the ones it failed
     /// are failed-in-warm, so the device phase reads an up-to-date plan without
     /// planning again. A unit warm re-keyed (an input changed while it ran) takes the

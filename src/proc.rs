@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::units::later;
 
+pub mod piped;
+
 /// Between SIGTERM and SIGKILL, unless a phase sets its own (`set_grace`).
 pub const GRACE: Duration = Duration::from_secs(2);
 
@@ -516,10 +518,13 @@ fn hidden_except(given: &BTreeMap<String, String>) -> Vec<String> {
 /// SIGINT/SIGTERM in its threads, a child gets the defaults. Callers add where its output
 /// goes and, through `before_spawn`, its process group.
 pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
-    let mut e = duct::cmd("sh", ["-c", command])
-        .dir(dir)
-        .stdin_null()
-        .unchecked();
+    shell(command, dir, env).stdin_null()
+}
+
+/// `sh` without its stdin: a piped child (`piped`) gets a pipe there (duct lets an inner
+/// redirection win, so `sh`'s own would).
+fn shell(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
+    let mut e = duct::cmd("sh", ["-c", command]).dir(dir).unchecked();
     // The URL variables redacted, whether given or inherited; each name is set once, so
     // which of two settings of a name duct would keep never matters.
     let redacted: BTreeMap<String, String> = url_vars_for_child(env).into_iter().collect();

@@ -46,6 +46,8 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
         .iter()
         .map(|(name, l)| (name.clone(), Some(l.devices)))
         .collect();
+    // And its workers.
+    cx.worker_names = m.workers.keys().cloned().collect();
     let mut scenes = Vec::new();
     let mut at: Vec<String> = Vec::new();
     for (i, v) in list.into_iter().enumerate() {

@@ -7,9 +7,9 @@
 //! module list. What lives where: `yaml` reads the text into nodes, `raw` holds the
 //! mappings as written, `validate` the validation context and its checks of single
 //! values, `top` the top level and its sections, `scenes` the scenes and their warm
-//! steps, `lanes` the device step and `lanes:`, `remote` the remote cache, `generated`
-//! `scenes_from:`, `paths` the paths, `types` the manifest as loaded, `discover` where
-//! the file is, `memo` the kept parse.
+//! steps, `lanes` the device step and `lanes:`, `workers` `workers:`, `remote` the
+//! remote cache, `generated` what `scenes_from:` printed, `paths` the paths, `types` the
+//! manifest as loaded, `discover` where the file is, `memo` the kept parse.
 
 pub mod depth;
 mod discover;
@@ -25,6 +25,7 @@ mod suite_args;
 mod top;
 mod types;
 mod validate;
+pub mod workers;
 pub mod yaml;
 
 pub use crate::error::{Diag, ManifestErrors};
@@ -36,6 +37,7 @@ pub use paths::{expand_vars, FileRef};
 pub use raw::{keys, Mapping};
 pub use types::*;
 pub use validate::{valid_name, MAX_DEVICES, MAX_LABEL, MAX_RESTARTS, MAX_RETRIES, MAX_THREADS};
+pub use workers::WorkerConfig;
 
 use std::path::{Path, PathBuf};
 

@@ -47,6 +47,7 @@ pub struct Top {
     lanes: Value,
     scenes_from: Value,
     prepare: Value,
+    workers: Value,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -120,6 +121,16 @@ pub struct Lane {
     pub prestart: Option<bool>,
 }
 
+/// One `workers.<name>` entry (docs/manifest.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Worker {
+    pub run: String,
+    pub memory_cap: Option<Scalar>,
+    pub enabled: Option<bool>,
+    pub start_timeout: Option<Scalar>,
+}
+
 /// One `scenes_from:` entry.
 #[derive(Debug, Deserialize)]
 pub struct Generator {
@@ -170,6 +181,7 @@ pub struct GenStep {
     pub threads: Option<u32>,
     pub timeout: Option<Scalar>,
     pub identity: Option<String>,
+    pub worker: Option<String>,
 }
 
 /// A top-level `prepare:` step: a named fixture-like step shared by every scene.
@@ -185,6 +197,7 @@ pub struct Prepare {
     pub threads: Option<u32>,
     pub timeout: Option<Scalar>,
     pub identity: Option<String>,
+    pub worker: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -235,6 +248,7 @@ pub fn keys() -> &'static [Mapping] {
             m::<Prepare>("prepare[]"),
             m::<Generator>("scenes_from[]"),
             m::<Lane>("lanes.<name>"),
+            m::<Worker>("workers.<name>"),
             m::<Scene>("scenes[]"),
             m::<Kernel>("scenes[].kernels[]"),
             m::<GenStep>("scenes[].fixture, scenes[].golden"),

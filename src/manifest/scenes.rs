@@ -275,6 +275,7 @@ impl Ctx {
         self.at_most(g.threads, &format!("{path}.threads"), MAX_THREADS);
         let memory = self.size(g.memory, &format!("{path}.memory"));
         let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
+        let worker = self.worker_ref(g.worker, path);
         Some(GenStep {
             run: run?,
             inputs,
@@ -283,6 +284,7 @@ impl Ctx {
             threads: g.threads.unwrap_or(1).max(1),
             timeout,
             identity: g.identity,
+            worker,
         })
     }
 }

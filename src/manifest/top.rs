@@ -70,6 +70,7 @@ impl Ctx {
         let generators = field("scenes_from")
             .map(|v| self.generators(v, &platform))
             .unwrap_or_default();
+        let workers = self.workers(field("workers"));
         let prepare = self.prepare_steps(field("prepare"));
         let scenes = match field("scenes") {
             None if !generators.is_empty() => Vec::new(),
@@ -92,6 +93,7 @@ impl Ctx {
             scenes,
             generators,
             prepare,
+            workers,
             notes: std::mem::take(&mut self.notes),
         })
     }
@@ -247,6 +249,7 @@ impl Ctx {
                 threads: p.threads,
                 timeout: p.timeout,
                 identity: p.identity,
+                worker: p.worker,
             };
             if let Some(step) = self.gen_fields(g, &path, allowed::PREPARE) {
                 out.push(Prepare { name: p.name, step });

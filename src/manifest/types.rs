@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::lanes::{DeviceFault, DeviceStep, LaneConfig};
 use super::paths::FileRef;
 use super::remote;
+use super::workers::WorkerConfig;
 use crate::template::{Ph, Template};
 
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
@@ -35,6 +36,9 @@ pub struct Manifest {
     /// Top-level `prepare:` steps: run by warm for every selected scene, keyed once.
     #[serde(default)]
     pub prepare: Vec<Prepare>,
+    /// `workers:` by name: persistent processes that serve steps naming them.
+    #[serde(default)]
+    pub workers: BTreeMap<String, WorkerConfig>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
 }
@@ -120,6 +124,9 @@ pub struct GenStep {
     /// A command whose output and success go into the step's key (interpreter and
     /// library versions), run once per process.
     pub identity: Option<String>,
+    /// `worker:`: the worker (of `workers:`) that serves the step; in no key.
+    #[serde(default)]
+    pub worker: Option<String>,
 }
 
 impl GenStep {

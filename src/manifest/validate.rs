@@ -68,6 +68,8 @@ pub(super) struct Ctx {
     pub(super) lane_devices: BTreeMap<String, Option<u32>>,
     /// What `{suite_args}` expands to in a command (None: no `suite_args:`).
     pub(super) suite_args: Option<String>,
+    /// The names under `workers:` (a broken worker's too).
+    pub(super) worker_names: Vec<String>,
 }
 
 impl Ctx {
@@ -81,6 +83,7 @@ impl Ctx {
             broken_toolchains: Vec::new(),
             lane_devices: Default::default(),
             suite_args: None,
+            worker_names: Vec::new(),
         }
     }
 

@@ -297,8 +297,12 @@ fn warm_text(plan: &Plan, ui: &Ui, out: &mut String) {
         );
         // `{:>7}` of "12.3s": the number right-aligned in 6, then the unit.
         let _ = match s.estimate {
-            Some(e) => writeln!(out, "{e:>6.1}s"),
-            None => writeln!(out, "{:>7}", "-"),
+            Some(e) => write!(out, "{e:>6.1}s"),
+            None => write!(out, "{:>7}", "-"),
+        };
+        let _ = match plan.worker_of(s) {
+            Some(w) => writeln!(out, "  in worker {}", w.name),
+            None => writeln!(out),
         };
         let why: Option<std::borrow::Cow<str>> = match &s.status {
             Status::Stale(why) => Some(why.to_string().into()),
@@ -379,6 +383,7 @@ pub fn json(plan: &Plan) -> Value {
                 "estimate_secs": s.estimate,
                 "threads": s.threads,
                 "memory": s.memory,
+                "worker": plan.worker_of(s).map(|w| w.name.as_str()),
                 "depends_on": s.deps.iter().map(|&d| json!({"kind": plan.steps[d].kind.name(), "key": plan.steps[d].key})).collect::<Vec<_>>(),
                 "command": plan.command(s, &Fill::DryRun),
             })
@@ -503,16 +508,41 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
     }
 }
 
+/// The workers the steps to run would start (one per slot that runs a step for it).
+fn dry_run_workers(plan: &Plan, out: &mut String) {
+    use crate::template::{Ph, Val};
+    let mut seen = std::collections::BTreeSet::new();
+    for s in plan.steps.iter().filter(|s| !s.status.is_hit()) {
+        let Some(w) = plan.worker_of(s) else { continue };
+        let platform = plan.step_context(s).0;
+        let command = w.run.render(|ph| match ph {
+            Ph::Platform => Val::One(platform.into()),
+            _ => Val::Raw("".into()),
+        });
+        if seen.insert((w.name.clone(), command.clone())) {
+            out.push_str(&format!(
+                "# worker {} (one per slot, started by its first step there):\n{command}\n",
+                w.name
+            ));
+        }
+    }
+}
+
 /// `--dry-run`: every command as it would run.
 pub fn dry_run(plan: &Plan, phases: Phases) -> String {
     let mut out = String::new();
     if phases.warm {
         out.push_str("# warm (in the manifest's directory, `sh -c`)\n");
+        dry_run_workers(plan, &mut out);
         for s in &plan.steps {
+            let worker = plan
+                .worker_of(s)
+                .map(|w| format!("  # in worker {}", w.name))
+                .unwrap_or_default();
             let note = if s.status.is_hit() {
                 "  # hit: would not run"
             } else {
-                ""
+                &worker
             };
             out.push_str(&format!(
                 "# {}{note}\n{}\n",

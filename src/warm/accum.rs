@@ -399,6 +399,7 @@ mod tests {
                 slot: 1,
                 wall_secs: 2.5,
                 input_changed: None,
+                worker: None,
                 outcome: UnitOutcome::Built {
                     secs: 2.0,
                     entry: entry(Kind::Kernel),
@@ -413,6 +414,7 @@ mod tests {
                 slot: 0,
                 wall_secs: 4.0,
                 input_changed: None,
+                worker: None,
                 outcome: UnitOutcome::Failed {
                     cause: FailCause::TimedOut {
                         limit: Duration::from_secs(4),
@@ -435,6 +437,7 @@ mod tests {
                 slot: 0,
                 wall_secs: 0.0,
                 input_changed: None,
+                worker: None,
                 outcome: UnitOutcome::Hit {
                     entry: entry(Kind::Fixture),
                 },
@@ -501,6 +504,7 @@ mod tests {
                     entry: entry(Kind::Kernel),
                 },
                 input_changed: None,
+                worker: None,
             },
         );
         // An input changed during the fixture: what is reported is its rerun's build.
@@ -516,6 +520,7 @@ mod tests {
                     sent: 0,
                 },
                 input_changed: Some("data.txt".into()),
+                worker: None,
             },
         );
         acc.finish(1.0);
@@ -551,6 +556,7 @@ mod tests {
                     wall_secs: 0.0,
                     outcome,
                     input_changed: None,
+                    worker: None,
                 },
             );
         }
@@ -595,6 +601,7 @@ mod tests {
                     slot: 0,
                     wall_secs: 0.1,
                     input_changed: None,
+                    worker: None,
                     outcome: UnitOutcome::Infra(anyhow::anyhow!("disk full {u}")),
                 },
             );

@@ -43,6 +43,11 @@ pub enum FailCause {
     },
     /// An input changed during the step, and again during its rerun.
     InputChangedAgain(String),
+    /// The worker running the step was lost (docs/warm.md, "Workers"); it is replaced.
+    WorkerLost {
+        worker: String,
+        loss: WorkerLoss,
+    },
     /// Anything a later stage adds that has no variant of its own yet.
     Other(String),
 }
@@ -87,7 +92,69 @@ impl fmt::Display for FailCause {
                 f,
                 "input changed during the step ({input} changed again on the rerun); nothing was published"
             ),
+            FailCause::WorkerLost { worker, loss } => {
+                write!(f, "worker {worker} replaced: {loss}")
+            }
             FailCause::Other(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+/// Why a worker was lost while it ran a step (or stopped after one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerLoss {
+    /// It ended by itself (how, as `proc::Ended` describes it).
+    Died(String),
+    /// The step passed its timeout: the worker's whole process group was killed.
+    TimedOut(Duration),
+    /// A process past the worker's `memory_cap`: the step's (`step`) or the worker's.
+    MemoryCap { cap: u64, rss: u64, step: bool },
+    /// It printed something that is not an answer to the request.
+    Protocol(String),
+}
+
+impl fmt::Display for WorkerLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkerLoss::Died(how) => write!(f, "the worker died while running the step ({how})"),
+            WorkerLoss::TimedOut(limit) => write!(
+                f,
+                "the step timed out after {} (its timeout; the worker's process group killed)",
+                short_duration(*limit)
+            ),
+            WorkerLoss::MemoryCap { cap, rss, step } => write!(
+                f,
+                "{} exceeded memory cap {} (resident {})",
+                if *step { "step" } else { "the worker" },
+                crate::units::short_size(*cap),
+                crate::units::short_size(*rss)
+            ),
+            WorkerLoss::Protocol(said) => {
+                write!(f, "the worker broke the protocol: it said `{said}`")
+            }
+        }
+    }
+}
+
+/// What a finished unit says about its worker besides its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerNote {
+    /// The worker could not start: this step and the next ones for it ran as processes.
+    CouldNotStart { worker: String, why: String },
+    /// The step ended well, then its worker was stopped (the next step starts a fresh one).
+    Replaced { worker: String, why: WorkerLoss },
+}
+
+impl fmt::Display for WorkerNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkerNote::CouldNotStart { worker, why } => write!(
+                f,
+                "worker {worker} could not start ({why}): its steps run one process each"
+            ),
+            WorkerNote::Replaced { worker, why } => {
+                write!(f, "worker {worker} replaced after the step: {why}")
+            }
         }
     }
 }
@@ -158,6 +225,8 @@ pub struct UnitEnd {
     /// it built was not published, and `outcome` is that of its one rerun under a key
     /// recomputed from the content as it is now.
     pub input_changed: Option<String>,
+    /// What there is to say about the worker that ran it.
+    pub worker: Option<WorkerNote>,
 }
 
 /// What the executor emits, in order, from the scheduler thread.
@@ -176,6 +245,8 @@ pub enum Event {
         outcome: UnitOutcome,
         /// See `UnitEnd::input_changed`.
         input_changed: Option<String>,
+        /// See `UnitEnd::worker`.
+        worker: Option<WorkerNote>,
     },
     Skipped {
         unit: usize,

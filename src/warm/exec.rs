@@ -112,13 +112,21 @@ fn settle_batch(
     out
 }
 
+/// What each slot thread builds with: `S` is made on the slot's thread when it starts
+/// (`new`, given the slot's number) and dropped there when the pool ends (warm workers
+/// live in it: started lazily, stopped with their slot).
+pub struct Builder<'a, S> {
+    pub new: &'a (dyn Fn(usize) -> S + Sync),
+    pub build: &'a (dyn Fn(&Plan, usize, &mut S) -> UnitEnd + Sync),
+}
+
 /// Run every unit of `plan` with `build` on `jobs` slots, within `memory`; emit events.
 /// `settle` ends a unit without the pool when it can (a hit the plan saw, still whole).
-pub fn execute(
+pub fn execute<S>(
     plan: &Plan,
     jobs: usize,
     memory: u64,
-    build: &(dyn Fn(&Plan, usize) -> UnitEnd + Sync),
+    build: Builder<S>,
     settle: &(dyn Fn(&Plan, usize) -> Option<UnitEnd> + Sync),
     on_event: &mut dyn FnMut(Event),
 ) {
@@ -135,6 +143,7 @@ pub fn execute(
         scheduler,
         skipped,
         stop,
+        clock: Instant::now(),
     };
     pool.run(jobs, build, on_event);
 }
@@ -187,6 +196,7 @@ fn emit_settled(
             wall_secs,
             outcome: end.outcome,
             input_changed: end.input_changed,
+            worker: end.worker,
         });
         done.push((u, ok));
     }
@@ -212,17 +222,14 @@ struct Pool<'a> {
     scheduler: sched::Scheduler,
     skipped: Vec<bool>,
     stop: bool,
+    /// The scheduler's clock (its decisions take the time as a number).
+    clock: Instant,
 }
 
 impl Pool<'_> {
     /// Run the units on `jobs` slot threads, emitting each unit's start and finish and
     /// the units skipped after a failure, until nothing is in flight.
-    fn run(
-        &mut self,
-        jobs: usize,
-        build: &(dyn Fn(&Plan, usize) -> UnitEnd + Sync),
-        on_event: &mut dyn FnMut(Event),
-    ) {
+    fn run<S>(&mut self, jobs: usize, build: Builder<S>, on_event: &mut dyn FnMut(Event)) {
         let plan = self.plan;
         let (job_tx, job_rx) = mpsc::channel::<usize>();
         let job_rx = Arc::new(Mutex::new(job_rx));
@@ -231,13 +238,15 @@ impl Pool<'_> {
             for slot in 0..jobs.max(1) {
                 let rx = job_rx.clone();
                 let tx = msg_tx.clone();
-                scope.spawn(move || slot_loop(plan, slot, build, &rx, &tx));
+                let (new, build) = (build.new, build.build);
+                scope.spawn(move || slot_loop(plan, slot, (new(slot), build), &rx, &tx));
             }
             drop(msg_tx);
             let mut in_flight = 0usize;
             loop {
                 if !self.stop && !proc::interrupted() {
-                    while let Some(u) = self.scheduler.next_task() {
+                    let now = self.clock.elapsed().as_secs_f64();
+                    while let Some(u) = self.scheduler.next_task(now) {
                         in_flight += 1;
                         let _ = job_tx.send(u);
                     }
@@ -267,6 +276,7 @@ impl Pool<'_> {
                     UnitEnd {
                         outcome,
                         input_changed,
+                        worker,
                     },
             } => {
                 self.stop |= matches!(outcome, UnitOutcome::Infra(_));
@@ -277,6 +287,7 @@ impl Pool<'_> {
                     wall_secs,
                     outcome,
                     input_changed,
+                    worker,
                 });
                 skip(&mut self.skipped, newly_skipped, on_event);
             }
@@ -284,11 +295,14 @@ impl Pool<'_> {
     }
 }
 
-/// One slot: take a unit, say it started, build it, say how it ended.
-fn slot_loop(
+/// One slot: take a unit, say it started, build it (with the slot's own state), say how
+/// it ended. The state is dropped here, on the slot's thread, when the pool ends.
+type SlotBuild<'a, S> = (S, &'a (dyn Fn(&Plan, usize, &mut S) -> UnitEnd + Sync));
+
+fn slot_loop<S>(
     plan: &Plan,
     slot: usize,
-    build: &(dyn Fn(&Plan, usize) -> UnitEnd + Sync),
+    (mut state, build): SlotBuild<S>,
     rx: &Mutex<mpsc::Receiver<usize>>,
     tx: &mpsc::Sender<Msg>,
 ) {
@@ -304,7 +318,7 @@ fn slot_loop(
             slot,
             at: SystemTime::now(),
         });
-        let end = build(plan, unit);
+        let end = build(plan, unit, &mut state);
         let done = Msg::Done {
             unit,
             slot,

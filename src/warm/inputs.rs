@@ -92,7 +92,12 @@ fn dep_changed_during(plan: &Plan, deps: &[Dep], started: i128) -> Option<PathBu
 
 /// Run the unit once more under a key recomputed from the files as they are now;
 /// `shown` names the input that changed.
-pub(super) fn rerun(plan: &Plan, unit: &Unit, shown: &str) -> Result<Done> {
+pub(super) fn rerun(
+    plan: &Plan,
+    unit: &Unit,
+    shown: &str,
+    slot: &mut super::workers::Slot,
+) -> Result<Done> {
     let step = &plan.steps[unit.steps[0]];
     next_tick(&plan.job_dir, &step.id.log_path(&plan.job_dir));
     let key = match plan.rekey(unit.steps[0]) {
@@ -104,7 +109,7 @@ pub(super) fn rerun(plan: &Plan, unit: &Unit, shown: &str) -> Result<Done> {
             }))
         }
     };
-    Ok(match build_as(plan, unit, &key)? {
+    Ok(match build_as(plan, unit, &key, slot)? {
         Attempt::Done(done) => done,
         Attempt::InputChanged(again) => Done::Failed(FailCause::InputChangedAgain(
             crate::key::key_name(&plan.manifest.dir, &again),

@@ -17,6 +17,7 @@ pub mod exec;
 mod inputs;
 pub mod reporter;
 pub mod sched;
+pub mod workers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -87,7 +88,10 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
         plan,
         opts.jobs,
         opts.memory,
-        &build_or_fail,
+        exec::Builder {
+            new: &|slot| workers::Slot::new(slot, &plan.job_dir),
+            build: &build_or_fail,
+        },
         &settle_hit,
         &mut |ev| {
             reporter.on(plan, &ev);
@@ -213,6 +217,7 @@ fn settle_hit(plan: &Plan, unit: usize) -> Option<UnitEnd> {
                 entry: seen.clone(),
             },
             input_changed: None,
+            worker: None,
         })
     };
     if plan.units[unit].settled {
@@ -228,13 +233,16 @@ fn settle_hit(plan: &Plan, unit: usize) -> Option<UnitEnd> {
 
 /// One unit's end: a failing step is `Failed`, a cache error `Infra`; an input that
 /// changed during the step is named beside the outcome of its one rerun.
-fn build_or_fail(plan: &Plan, unit: usize) -> UnitEnd {
+fn build_or_fail(plan: &Plan, unit: usize, slot: &mut workers::Slot) -> UnitEnd {
     let step = &plan.steps[plan.units[unit].steps[0]];
-    let (done, input_changed) = match build_as(plan, &plan.units[unit], &step.key) {
+    let (done, input_changed) = match build_as(plan, &plan.units[unit], &step.key, slot) {
         Ok(Attempt::Done(done)) => (Ok(done), None),
         Ok(Attempt::InputChanged(path)) => {
             let shown = crate::key::key_name(&plan.manifest.dir, &path);
-            (inputs::rerun(plan, &plan.units[unit], &shown), Some(shown))
+            (
+                inputs::rerun(plan, &plan.units[unit], &shown, slot),
+                Some(shown),
+            )
         }
         Err(e) => (Err(e), None),
     };
@@ -253,6 +261,7 @@ fn build_or_fail(plan: &Plan, unit: usize) -> UnitEnd {
     UnitEnd {
         outcome,
         input_changed,
+        worker: slot.take_note(),
     }
 }
 
@@ -283,7 +292,7 @@ enum Attempt {
 /// Build one unit under `key`: lock it, look again (locally, then in the remote cache),
 /// run the step into staging, check its inputs did not change meanwhile, publish, upload.
 /// Err only for infrastructure (the cache); a failing step is `Done::Failed`.
-fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
+fn build_as(plan: &Plan, unit: &Unit, key: &str, slot: &mut workers::Slot) -> Result<Attempt> {
     let step = &plan.steps[unit.steps[0]];
     let store = plan.store_of(step);
     // A hit, too, is decided and touched under the key lock: `cache prune` takes the same
@@ -330,14 +339,19 @@ fn build_as(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
             }
         }
     }
-    build_in_staging(plan, unit, key)
+    build_in_staging(plan, unit, key, slot)
 }
 
-/// Run a unit's step into a fresh staging directory and publish what it made under
-/// `key` (then upload it when writes are on): the step fails when it exits non-zero,
-/// leaves `{out}` empty or uncacheable, or names a bad depfile entry; nothing is
-/// published when a file its key read changed meanwhile.
-fn build_in_staging(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
+/// Run a unit's step into a fresh staging directory (as a process, or in its worker on
+/// this slot) and publish what it made under `key` (then upload it when writes are on):
+/// the step fails when it exits non-zero, leaves `{out}` empty or uncacheable, or names
+/// a bad depfile entry; nothing is published when a file its key read changed meanwhile.
+fn build_in_staging(
+    plan: &Plan,
+    unit: &Unit,
+    key: &str,
+    slot: &mut workers::Slot,
+) -> Result<Attempt> {
     let step = &plan.steps[unit.steps[0]];
     let store = plan.store_of(step);
     let staging = store.stage(step.kind)?;
@@ -354,19 +368,26 @@ fn build_in_staging(plan: &Plan, unit: &Unit, key: &str) -> Result<Attempt> {
     let log = step.id.log_path(&plan.job_dir);
     let started = inputs::start_log(&plan.job_dir, &log, &command);
     let t0 = Instant::now();
-    let ended = proc::run(&proc::Spec {
+    let spec = proc::Spec {
         command: &command,
         dir: &plan.manifest.dir,
         env: &env,
         log: &log,
         timeout: step.timeout,
         stop: None,
-    });
+    };
+    let ran = slot.run(plan, step, &spec);
     let secs = t0.elapsed().as_secs_f64();
     // A message without a variant of its own becomes `FailCause::Other`.
     fn fail(cause: impl Into<FailCause>) -> Result<Attempt> {
         Ok(Attempt::Done(Done::Failed(cause.into())))
     }
+    let ended = match ran {
+        workers::StepRun::Ended(ended) => ended,
+        workers::StepRun::Lost { worker, loss } => {
+            return fail(FailCause::WorkerLost { worker, loss })
+        }
+    };
     match ended {
         Err(e) => return fail(FailCause::CouldNotStart(e.to_string())),
         Ok(Ended::Exited(0)) => {}

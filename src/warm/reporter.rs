@@ -121,6 +121,7 @@ impl<'a> Reporter<'a> {
                 wall_secs,
                 outcome,
                 input_changed,
+                worker,
                 ..
             } => {
                 self.running.remove(unit);
@@ -142,11 +143,22 @@ impl<'a> Reporter<'a> {
                     _ => (self.ui.red("FAILED"), *wall_secs),
                 };
                 // Said once per unit, under its first step.
-                let note = input_changed.as_ref().map(|input| {
+                let changed = input_changed.as_ref().map(|input| {
                     format!(
                         "\n  note: input changed during the step ({input}): not published; ran it again with a recomputed key"
                     )
                 });
+                let note = match (changed, worker) {
+                    (None, None) => None,
+                    (changed, worker) => Some(format!(
+                        "{}{}",
+                        changed.unwrap_or_default(),
+                        worker
+                            .as_ref()
+                            .map(|w| format!("\n  note: {w}"))
+                            .unwrap_or_default()
+                    )),
+                };
                 for (n, &si) in plan.units[*unit].steps.iter().enumerate() {
                     let s = &plan.steps[si];
                     self.finished += 1;

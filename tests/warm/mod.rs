@@ -13,6 +13,7 @@ mod faults;
 mod invalidation;
 mod prepare;
 mod resources;
+mod workers;
 
 use std::fs;
 use std::path::{Path, PathBuf};

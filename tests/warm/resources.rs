@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::common::*;
+use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------
 // Resources and timeouts
@@ -85,6 +86,31 @@ fn memory_hints_keep_big_steps_from_overlapping() {
 #[test]
 fn threads_hint_takes_slots_and_is_exported() {
     let s = timing_suite(3, "      threads: 2\n");
+    warm(&s, &["-j", "2"]);
+    let iv = intervals(&s.path("times"));
+    assert_eq!(iv.len(), 3);
+    assert_no_overlap(&iv);
+    for i in 0..3 {
+        assert_eq!(s.read(&format!("threads/r{i}")).trim(), "2");
+    }
+}
+
+/// `threads: 8` on a 2-slot runner: the step takes both slots and is told it has 2 (in
+/// `$SCENERUN_THREADS` and `--plan`), not 8; `scenerun plan` without `-j` shows the hint.
+#[test]
+fn a_threads_hint_wider_than_the_runner_is_clamped_to_its_slots() {
+    let s = timing_suite(3, "      threads: 8\n");
+    let threads_of = |args: &[&str]| {
+        let o = s.cmd(args).output().unwrap();
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["warm"]["steps"][0]["threads"].clone()
+    };
+    assert_eq!(
+        threads_of(&["-j", "2", "warm", "--plan", "--format", "json"]),
+        2
+    );
+    assert_eq!(threads_of(&["plan", "--format", "json"]), 8);
     warm(&s, &["-j", "2"]);
     let iv = intervals(&s.path("times"));
     assert_eq!(iv.len(), 3);

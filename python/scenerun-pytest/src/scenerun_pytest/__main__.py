@@ -1,4 +1,4 @@
-"""``python -m scenerun_pytest collect|fixture|golden``; see docs/pytest.md."""
+"""``python -m scenerun_pytest collect|fixture|golden|worker``; see docs/pytest.md."""
 
 from __future__ import annotations
 
@@ -70,12 +70,12 @@ def _phase_parser(phase):
     return f
 
 
-USAGE = "usage: python -m scenerun_pytest {collect|fixture|golden} ...  (see docs/pytest.md)"
+USAGE = "usage: python -m scenerun_pytest {collect|fixture|golden|worker} ...  (see docs/pytest.md)"
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("collect", "fixture", "golden"):
+    if not argv or argv[0] not in ("collect", "fixture", "golden", "worker"):
         print(USAGE, file=sys.stderr)
         return 4 if argv and argv[0] not in ("-h", "--help") else 0
     command, rest = argv[0], argv[1:]
@@ -114,6 +114,10 @@ def main(argv=None) -> int:
             pytest_args=pytest_args,
         )
         return collect.main(opts)
+    if command == "worker":
+        from . import worker
+
+        return worker.main(rest)
     from . import phases
 
     opts = _phase_parser(command).parse_args(rest)

@@ -3,8 +3,13 @@
 The class is found the way the suite's own run finds it: pytest collects the one node
 (``PATH::Class``) with the suite's ini, conftests, import mode and ``sys.path``; the
 phase then runs inside that session, so a conftest's ``pytest_scenerun_save`` /
-``pytest_scenerun_load`` hooks apply. No test runs. Afterwards the project's Python
-files the process imported go into ``--depfile``.
+``pytest_scenerun_load`` hooks apply. No test runs. A warm worker
+(:mod:`scenerun_pytest.worker`) runs the same phase on the class it collected once.
+
+Invariant: a step's ``--depfile`` is what *that step* read (``step_deps``, one function
+for a process and a worker): the conftests pytest loaded for the node, the suite's ini,
+the project modules the class's module imports and those the step imported while it
+ran, never what else the process had imported.
 
 * fixture: ``generate_args(params)``, saved by :mod:`scenerun_pytest.codec`.
 * golden: the stored fixture is loaded (``generate_args`` is never called again: an
@@ -44,11 +49,12 @@ def split_nodeid(nodeid: str):
 class _Phase:
     """A pytest plugin that runs the phase once the node is collected."""
 
-    def __init__(self, phase, cls_name, case, out, fixture):
+    def __init__(self, phase, cls_name, case, out, fixture, imports, covered):
         self.phase, self.cls_name, self.case, self.out, self.fixture = phase, cls_name, case, out, fixture
+        self.imports, self.covered = imports, covered
         self.items = []
         self.error = None  # (exit code, text)
-        self.done = False
+        self.deps = None  # the depfile's lines, once the phase ran
 
     def pytest_itemcollected(self, item):
         # Before the suite's own deselection (a phase needs no --platform).
@@ -61,8 +67,7 @@ class _Phase:
             self.error = (4, f"no class {self.cls_name} was collected from that path")
             return
         try:
-            run(self.phase, self.items[0], self.case, self.out, self.fixture)
-            self.done = True
+            self.deps = run_step(self.phase, self.items[0], self.case, self.out, self.fixture, self.imports, self.covered)
         except UsageError as e:
             self.error = (4, str(e))
         except Exception:  # noqa: BLE001 -- the user's code failed: show where
@@ -131,55 +136,189 @@ def _outside_dirs():
     return [os.path.realpath(d) for d in dirs if d]
 
 
-def project_files(root: str):
-    """Source files of the modules imported so far that live in the project (under
-    ``root``, outside the interpreter's prefix and site-packages), relative to root."""
-    root = os.path.realpath(root)
-    outside = _outside_dirs()
-    found = set()
-    for module in list(sys.modules.values()):
-        f = getattr(module, "__file__", None)
-        if not f:
+class ImportLog:
+    """Which project module imported which, and what a step imported while it ran.
+
+    Installed before pytest starts (``install``), it wraps ``__import__`` and
+    ``importlib.import_module``: every import statement a project module (a file under
+    ``root``, outside the interpreter's prefix and site-packages) executes is an edge
+    from it to the names imported, whether the module was loaded then or long before.
+    While a step runs (``touched`` is a set), every import statement executed, by any
+    module, adds its names there instead. So what a step depends on is computed from
+    the node, not from what else the process happened to import: a worker that
+    collected the whole suite and a process that collected one class give the same
+    depfile.
+    """
+
+    def __init__(self, root: str):
+        self.root = os.path.realpath(root)
+        self.outside = _outside_dirs()
+        self.edges = {}  # importer module name -> names it imported
+        self.touched = None  # a set while a step runs
+        self._project = {}  # module name -> its project file, or None
+
+    def install(self) -> None:
+        import builtins
+        import importlib
+
+        original, import_module = builtins.__import__, importlib.import_module
+
+        def logged_import(name, globals=None, locals=None, fromlist=(), level=0):
+            module = original(name, globals, locals, fromlist, level)
+            self._record(name, globals, fromlist, level)
+            return module
+
+        def logged_import_module(name, package=None):
+            module = import_module(name, package)
+            self._record(name, sys._getframe(1).f_globals, (), 0, package)
+            return module
+
+        builtins.__import__ = logged_import
+        importlib.import_module = logged_import_module
+
+    def _record(self, name, importer, fromlist, level, package=None) -> None:
+        try:
+            if level or name.startswith("."):
+                import importlib.util
+
+                base = package or (importer or {}).get("__package__") or ""
+                name = importlib.util.resolve_name("." * level + name, base)
+            names = [name, *(f"{name}.{f}" for f in (fromlist or ()) if isinstance(f, str) and f != "*")]
+            if self.touched is not None:
+                self.touched.update(names)
+                return
+            who = (importer or {}).get("__name__")
+            if who and self._file(who, (importer or {}).get("__file__")):
+                self.edges.setdefault(who, set()).update(names)
+        except Exception:  # noqa: BLE001 -- a record never breaks an import
+            pass
+
+    def _file(self, name, file=None):
+        """The project file of module ``name`` (None: not a project module)."""
+        if name in self._project:
+            return self._project[name]
+        if file is None:
+            file = getattr(sys.modules.get(name), "__file__", None)
+        found = None
+        if file:
+            f = os.path.realpath(file)
+            inside = f.startswith(self.root + os.sep) and os.path.isfile(f)
+            if inside and not any(f == d or f.startswith(d + os.sep) for d in self.outside):
+                found = f
+        if found or name in sys.modules:
+            self._project[name] = found
+        return found
+
+    def files(self, roots) -> set:
+        """The project files of ``roots`` (module names) and of what they import, as far
+        as project modules go (a package's ``__init__`` counts for its submodules)."""
+        seen, found, todo = set(), set(), list(roots)
+        while todo:
+            parts = todo.pop().split(".")
+            for i in range(1, len(parts) + 1):
+                name = ".".join(parts[:i])
+                if name in seen:
+                    continue
+                seen.add(name)
+                f = self._file(name)
+                if f:
+                    found.add(f)
+                    todo.extend(self.edges.get(name, ()))
+        return found
+
+
+def _conftests(item) -> list:
+    """The conftest.py files pytest loaded for the node: those in its directory and the
+    directories above it (the rootdir's included)."""
+    here = os.path.realpath(str(item.path))
+    found = []
+    for plugin in item.config.pluginmanager.get_plugins():
+        f = getattr(plugin, "__file__", None)
+        if not f or os.path.basename(f) != "conftest.py":
             continue
         f = os.path.realpath(f)
-        if not f.startswith(root + os.sep) or not os.path.isfile(f):
-            continue
-        if any(f == d or f.startswith(d + os.sep) for d in outside):
-            continue
-        found.add(os.path.relpath(f, root))
-    return sorted(found)
+        if here.startswith(os.path.dirname(f) + os.sep):
+            found.append(f)
+    return found
 
 
-def write_depfile(path: str, root: str, covered=()) -> None:
-    """The project files imported, but those ``covered`` (the test module itself: its
-    part in the key is the ``--source-digest`` that collect wrote)."""
-    covered = {os.path.realpath(c) for c in covered}
-    files = [p for p in project_files(root) if os.path.realpath(os.path.join(root, p)) not in covered]
+def _configs(config) -> list:
+    """The suite's ini file, and its pyproject.toml when that has ``[tool.scenerun]``."""
+    found = []
+    if config.inipath and os.path.isfile(str(config.inipath)):
+        found.append(os.path.realpath(str(config.inipath)))
+    pyproject = os.path.join(str(config.rootpath), "pyproject.toml")
+    if os.path.isfile(pyproject):
+        with open(pyproject, encoding="utf-8", errors="replace") as f:
+            if any(line.strip().startswith("[tool.scenerun") for line in f):
+                found.append(os.path.realpath(pyproject))
+    return found
+
+
+def step_deps(item, touched, imports: ImportLog, covered=()) -> list:
+    """What one step read, for its depfile (relative to the project root, sorted): the
+    conftests pytest loaded for the node, the suite's ini (and pyproject.toml with
+    ``[tool.scenerun]``), the project modules the class's module imports (transitively)
+    and those the step imported while it ran, but ``covered`` (the test module itself:
+    its part in the key is the ``--source-digest`` that collect wrote). The one
+    computation, for a process and a worker alike."""
+    module = item.module
+    roots = [module.__name__, *touched]
+    files = imports.files(roots)
+    own = imports._file(module.__name__, getattr(module, "__file__", None))
+    if own:
+        files.add(own)
+    files.update(f for f in _conftests(item) + _configs(item.config) if f.startswith(imports.root + os.sep))
+    skip = {os.path.realpath(c) for c in covered}
+    return sorted(os.path.relpath(f, imports.root) for f in files if f not in skip)
+
+
+def run_step(phase: str, item, case: str, out: str, fixture, imports: ImportLog, covered=()) -> list:
+    """Run the phase on a collected item; the lines of its depfile."""
+    imports.touched = set()
+    try:
+        run(phase, item, case, out, fixture)
+    finally:
+        touched, imports.touched = imports.touched, None
+    return step_deps(item, touched, imports, covered)
+
+
+def write_depfile(path: str, lines) -> None:
     with open(path, "w") as f:
-        for p in files:
+        for p in lines:
             f.write(p + "\n")
 
 
-def run_phase(phase: str, nodeid: str, case: str, out: str, depfile, fixture, digest=None) -> int:
-    path, cls_name = split_nodeid(nodeid)
+def check_paths(path: str, out: str) -> None:
     if not os.path.isfile(path):
         raise UsageError(f"no such test file: {path}")
     if not os.path.isdir(out):
         raise UsageError(f"--out {out} is not a directory")
-    plugin = _Phase(phase, cls_name, case, os.path.abspath(out), fixture and os.path.abspath(fixture))
-    args = ["--collect-only", "-qq", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+
+
+def run_phase(phase: str, nodeid: str, case: str, out: str, depfile, fixture, digest=None) -> int:
+    path, cls_name = split_nodeid(nodeid)
+    check_paths(path, out)
+    imports = ImportLog(os.getcwd())
+    imports.install()
+    covered = [path] if digest else []
+    plugin = _Phase(phase, cls_name, case, os.path.abspath(out), fixture and os.path.abspath(fixture), imports, covered)
     # pytest's report goes to stderr: a phase's stdout is the step's log either way.
     with contextlib.redirect_stdout(sys.stderr):
-        code = pytest.main([*args, f"{path}::{cls_name}"], plugins=[plugin])
+        code = pytest.main([*COLLECT_ARGS, f"{path}::{cls_name}"], plugins=[plugin])
     if plugin.error:
         status, text = plugin.error
         if status == 4:
             raise UsageError(text)
         print(text, file=sys.stderr, end="")
         return status
-    if not plugin.done:
+    if plugin.deps is None:
         print(f"pytest could not collect {path}::{cls_name} (exit {int(code)}); see its report above", file=sys.stderr)
         return 4 if int(code) in (4, 5) else 1
     if depfile:
-        write_depfile(depfile, os.getcwd(), [path] if digest else [])
+        write_depfile(depfile, plugin.deps)
     return 0
+
+
+#: How a phase (and a worker) runs pytest: collection only, no cache, quiet.
+COLLECT_ARGS = ["--collect-only", "-qq", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning"]

@@ -1,0 +1,424 @@
+//! Warm workers (docs/warm.md, "Workers"): persistent processes that run fixture,
+//! golden and prepare steps one request at a time, so a suite's interpreter, imports,
+//! conftests and collection are paid once per worker instead of once per step.
+//!
+//! Invariants kept here:
+//! - At most one worker process per slot for each (worker, platform, environment),
+//!   started when the slot gets its first step for it (a warm with nothing to build
+//!   starts none), and stopped when the slot ends with the warm.
+//! - Per step nothing changes: the step keeps its key, command, log, depfile, timeout
+//!   and publish rule; the worker is handed the step's rendered command, directory,
+//!   environment and log, and answers with how it ended.
+//! - A worker that dies, hangs past the step's timeout (its whole process group is
+//!   killed, the step's fork included) or grows past its `memory_cap` is gone: that
+//!   step fails saying so, and the slot's next step starts a fresh worker. A worker
+//!   that cannot start, or a command it does not serve, falls back to a process.
+//!
+//! The protocol is one JSON line each way over the worker's stdin and stdout
+//! (docs/warm.md): `Request` and `Reply` below.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::events::{WorkerLoss, WorkerNote};
+use crate::manifest::WorkerConfig;
+use crate::plan::{Plan, Step};
+use crate::proc::piped::{self, Piped, Received};
+use crate::proc::{self, Ended};
+use crate::template::{Ph, Val};
+
+/// How often a running step's memory is looked at when its worker has a cap.
+const MEMORY_POLL: Duration = Duration::from_millis(50);
+
+/// How long a worker has to exit once told to (its stdin closed) at the end of a warm.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// One step, as the worker is asked to run it.
+#[derive(Serialize)]
+struct Request<'a> {
+    id: u64,
+    /// The step's command as it would run under `sh -c`, placeholders filled.
+    command: &'a str,
+    cwd: &'a Path,
+    /// Set on top of the worker's own environment for this step only.
+    env: &'a BTreeMap<String, String>,
+    /// The step's log: its output goes there.
+    log: &'a Path,
+    timeout_secs: Option<f64>,
+}
+
+/// A line a worker prints on its protocol channel.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Reply {
+    /// It does not serve this command: scenerun runs it as a process.
+    Unsupported { id: u64, unsupported: String },
+    /// It ran the step: its exit status, or the signal that killed it.
+    Done {
+        id: u64,
+        status: i32,
+        #[serde(default)]
+        signal: Option<i32>,
+    },
+    /// Once, after its start-up: it takes requests now; `pid` is the process that
+    /// forks the steps (its children are the steps).
+    Ready { ready: bool, pid: i32 },
+}
+
+/// How a step run through `Slot::run` ended.
+pub enum StepRun {
+    /// How its process (or the worker's fork of it) ended.
+    Ended(std::io::Result<Ended>),
+    /// Its worker was lost while it ran: the step failed, the worker is replaced.
+    Lost { worker: String, loss: WorkerLoss },
+}
+
+/// What a slot thread keeps between its steps: its live workers.
+pub struct Slot {
+    slot: usize,
+    job_dir: PathBuf,
+    workers: HashMap<PoolKey, Worker>,
+    /// Workers that could not start in this warm: their steps run as processes.
+    broken: HashSet<PoolKey>,
+    /// Worker logs already started in this warm (a replacement appends to its log).
+    logs: HashSet<PathBuf>,
+    /// What the last step run here has to say about its worker (`take_note`).
+    note: Option<WorkerNote>,
+}
+
+/// One worker process serves steps of one worker, platform and environment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    name: String,
+    platform: String,
+    env: BTreeMap<String, String>,
+}
+
+struct Worker {
+    piped: Piped,
+    /// The process that forks the steps.
+    pid: i32,
+    next_id: u64,
+}
+
+/// What came back from one request.
+enum Served {
+    Done(Ended),
+    Unsupported(String),
+    /// The conversation ended without an answer; `over` when the memory cap ended it.
+    Lost(Option<WorkerLoss>),
+}
+
+impl Slot {
+    pub fn new(slot: usize, job_dir: &Path) -> Slot {
+        Slot {
+            slot,
+            job_dir: job_dir.to_path_buf(),
+            workers: HashMap::new(),
+            broken: HashSet::new(),
+            logs: HashSet::new(),
+            note: None,
+        }
+    }
+
+    /// What the steps run since the last call had to say about their worker (the
+    /// first note, when a rerun had one too).
+    pub fn take_note(&mut self) -> Option<WorkerNote> {
+        self.note.take()
+    }
+
+    /// Run `step` as `spec` says: in its worker when it has one, else (or when the worker
+    /// cannot start or does not serve the command) as a process. A note about the
+    /// worker is kept for `take_note`.
+    pub fn run(&mut self, plan: &Plan, step: &Step, spec: &proc::Spec) -> StepRun {
+        let (run, note) = self.run_noted(plan, step, spec);
+        if self.note.is_none() {
+            self.note = note;
+        }
+        run
+    }
+
+    /// `run`, with what is worth saying about the worker beside the end.
+    fn run_noted(
+        &mut self,
+        plan: &Plan,
+        step: &Step,
+        spec: &proc::Spec,
+    ) -> (StepRun, Option<WorkerNote>) {
+        let Some(cfg) = plan.worker_of(step) else {
+            return (StepRun::Ended(proc::run(spec)), None);
+        };
+        let (platform, env) = plan.step_context(step);
+        let key = PoolKey {
+            name: cfg.name.clone(),
+            platform: platform.to_string(),
+            env: env.clone(),
+        };
+        if self.broken.contains(&key) {
+            return (StepRun::Ended(proc::run(spec)), None);
+        }
+        // One that ended between two steps is no step's loss: a fresh one takes over.
+        if let Some(gone) = self.workers.remove(&key) {
+            if gone.piped.exited() || gone.piped.stopping() {
+                let _ = gone.piped.wait();
+            } else {
+                self.workers.insert(key.clone(), gone);
+            }
+        }
+        if !self.workers.contains_key(&key) {
+            match self.start(plan, cfg, &key) {
+                Ok(w) => {
+                    self.workers.insert(key.clone(), w);
+                }
+                Err(why) => {
+                    self.broken.insert(key);
+                    let note = WorkerNote::CouldNotStart {
+                        worker: cfg.name.clone(),
+                        why,
+                    };
+                    return (StepRun::Ended(proc::run(spec)), Some(note));
+                }
+            }
+        }
+        let worker = self.workers.get_mut(&key).expect("started above");
+        append(
+            spec.log,
+            &format!("# run by worker {} (pid {})\n", cfg.name, worker.pid),
+        );
+        match serve(worker, spec, cfg.memory_cap) {
+            Served::Done(ended) => {
+                let note = self.retire_if_over(&key, cfg);
+                (StepRun::Ended(Ok(ended)), note)
+            }
+            Served::Unsupported(why) => {
+                append(
+                    spec.log,
+                    &format!(
+                        "# worker {} does not serve it ({why}): run as a process\n",
+                        cfg.name
+                    ),
+                );
+                (StepRun::Ended(proc::run(spec)), None)
+            }
+            Served::Lost(over) => {
+                let worker = self.workers.remove(&key).expect("served above");
+                let ended = worker.piped.wait();
+                (lost(cfg, spec, over, ended), None)
+            }
+        }
+    }
+
+    /// Start a worker for `key` and wait for its ready line (at most its
+    /// `start_timeout`). Err: why it could not start.
+    fn start(&mut self, plan: &Plan, cfg: &WorkerConfig, key: &PoolKey) -> Result<Worker, String> {
+        let command = cfg.run.render(|ph| match ph {
+            Ph::Platform => Val::One(key.platform.as_str().into()),
+            _ => Val::Raw("".into()),
+        });
+        let log = self
+            .job_dir
+            .join("logs/workers")
+            .join(format!("{}.{}.log", cfg.name, self.slot));
+        let header = format!("$ {command}\n");
+        let logged = if self.logs.insert(log.clone()) {
+            crate::fsutil::start_log(&self.job_dir, &log, &header)
+        } else {
+            crate::fsutil::append_log(&log).and_then(|mut f| f.write_all(header.as_bytes()))
+        };
+        logged.map_err(|e| format!("cannot start its log {}: {e}", log.display()))?;
+        let mut env = key.env.clone();
+        env.insert("SCENERUN_WORKER".into(), cfg.name.clone());
+        let piped = match piped::spawn(&command, &plan.manifest.dir, &env, &log) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err("interrupted".into()),
+            Err(e) => return Err(format!("could not start `sh -c`: {e}")),
+        };
+        piped.set_deadline(Some(cfg.start_timeout));
+        let ready = loop {
+            match piped.recv(Duration::from_secs(1)) {
+                Received::Nothing => continue,
+                Received::Line(l) => match serde_json::from_str::<Reply>(&l) {
+                    Ok(Reply::Ready { ready: true, pid }) => break Ok(pid),
+                    _ => {
+                        break Err(format!(
+                            "said `{}` before it was ready",
+                            crate::error::clip(&l, 120)
+                        ))
+                    }
+                },
+                Received::Closed => break Err(String::new()),
+            }
+        };
+        piped.set_deadline(None);
+        match ready {
+            Ok(pid) if !piped.stopping() => Ok(Worker {
+                piped,
+                pid,
+                next_id: 0,
+            }),
+            Ok(_) | Err(_) => {
+                let said = ready.err().filter(|s| !s.is_empty());
+                piped.kill();
+                let ended = piped.wait();
+                let how = match (said, ended) {
+                    (Some(s), _) => s,
+                    (None, Ok(Ended::TimedOut)) => format!(
+                        "not ready within its start_timeout ({})",
+                        crate::units::short_duration(cfg.start_timeout)
+                    ),
+                    (None, Ok(e)) => e.describe(),
+                    (None, Err(e)) => e.to_string(),
+                };
+                Err(format!("{how}; see {}", log.display()))
+            }
+        }
+    }
+
+    /// After a step it ran: a worker grown past its memory cap is stopped (the next
+    /// step starts a fresh one).
+    fn retire_if_over(&mut self, key: &PoolKey, cfg: &WorkerConfig) -> Option<WorkerNote> {
+        let cap = cfg.memory_cap?;
+        let w = self.workers.get(key)?;
+        let rss = piped::resident(w.pid).filter(|&r| r > cap);
+        if rss.is_none() && !w.piped.stopping() {
+            return None;
+        }
+        let w = self.workers.remove(key)?;
+        let _ = w.piped.close(CLOSE_WAIT);
+        rss.map(|rss| WorkerNote::Replaced {
+            worker: cfg.name.clone(),
+            why: WorkerLoss::MemoryCap {
+                cap,
+                rss,
+                step: false,
+            },
+        })
+    }
+}
+
+impl Drop for Slot {
+    /// The warm is over for this slot: every worker is told to exit (its stdin closed),
+    /// and stopped like a step if it does not.
+    fn drop(&mut self) {
+        for (_, w) in self.workers.drain() {
+            let _ = w.piped.close(CLOSE_WAIT);
+        }
+    }
+}
+
+/// Ask `w` to run the step `spec` describes, and wait for its answer, keeping the step's
+/// timeout (on the worker's whole group) and the worker's memory cap.
+fn serve(w: &mut Worker, spec: &proc::Spec, cap: Option<u64>) -> Served {
+    w.next_id += 1;
+    let id = w.next_id;
+    let request = Request {
+        id,
+        command: spec.command,
+        cwd: spec.dir,
+        env: spec.env,
+        log: spec.log,
+        timeout_secs: spec.timeout.map(|t| t.as_secs_f64()),
+    };
+    let line = serde_json::to_string(&request).expect("a request is JSON");
+    w.piped.set_deadline(spec.timeout);
+    if w.piped.send(&line).is_err() {
+        w.piped.kill();
+        return Served::Lost(None);
+    }
+    let wait = if cap.is_some() {
+        MEMORY_POLL
+    } else {
+        Duration::from_secs(1)
+    };
+    let served = loop {
+        match w.piped.recv(wait) {
+            Received::Line(l) => match serde_json::from_str::<Reply>(&l) {
+                Ok(Reply::Done {
+                    id: got,
+                    status,
+                    signal,
+                }) if got == id => {
+                    break Served::Done(match signal {
+                        Some(s) => Ended::Signaled(s),
+                        None => Ended::Exited(status),
+                    });
+                }
+                Ok(Reply::Unsupported {
+                    id: got,
+                    unsupported,
+                }) if got == id => {
+                    break Served::Unsupported(unsupported);
+                }
+                _ => {
+                    w.piped.kill();
+                    let said = crate::error::clip(&l, 120).to_string();
+                    break Served::Lost(Some(WorkerLoss::Protocol(said)));
+                }
+            },
+            Received::Nothing => {
+                if let Some(over) = cap.and_then(|cap| over_cap(w.pid, cap)) {
+                    w.piped.kill();
+                    break Served::Lost(Some(over));
+                }
+            }
+            Received::Closed => break Served::Lost(None),
+        }
+    };
+    w.piped.set_deadline(None);
+    served
+}
+
+/// The worker process `pid` or one of its children (the step) past `cap`.
+fn over_cap(pid: i32, cap: u64) -> Option<WorkerLoss> {
+    for child in piped::descendants(pid) {
+        if let Some(rss) = piped::resident(child).filter(|&r| r > cap) {
+            return Some(WorkerLoss::MemoryCap {
+                cap,
+                rss,
+                step: true,
+            });
+        }
+    }
+    let rss = piped::resident(pid).filter(|&r| r > cap)?;
+    Some(WorkerLoss::MemoryCap {
+        cap,
+        rss,
+        step: false,
+    })
+}
+
+/// How a step ended whose worker was lost while it ran: an interrupt is the step's
+/// interrupt; anything else fails the step with the worker's loss.
+fn lost(
+    cfg: &WorkerConfig,
+    spec: &proc::Spec,
+    over: Option<WorkerLoss>,
+    ended: std::io::Result<Ended>,
+) -> StepRun {
+    let loss = match (over, ended) {
+        (_, Ok(Ended::Interrupted)) => return StepRun::Ended(Ok(Ended::Interrupted)),
+        (Some(loss), _) => loss,
+        (None, Ok(Ended::TimedOut)) => WorkerLoss::TimedOut(spec.timeout.unwrap_or_default()),
+        (None, Ok(e)) => WorkerLoss::Died(e.describe()),
+        (None, Err(e)) => WorkerLoss::Died(e.to_string()),
+    };
+    append(
+        spec.log,
+        &format!("# worker {} replaced: {loss}\n", cfg.name),
+    );
+    StepRun::Lost {
+        worker: cfg.name.clone(),
+        loss,
+    }
+}
+
+/// Add a line of scenerun's own to a step's log.
+fn append(log: &Path, text: &str) {
+    if let Ok(mut f) = crate::fsutil::append_log(log) {
+        let _ = f.write_all(text.as_bytes());
+    }
+}
