@@ -1,23 +1,23 @@
 //! What a `scenes_from:` generator printed, read as manifest scenes (YAML or JSON: a list
 //! of scenes, or a mapping with `scenes:`), which join the manifest's scenes as if
 //! written there. The generators themselves are a section of the top level (`top.rs`);
-//! running them, and keeping their output, is `plan::scenes_from`'s. Errors name the generator (`scenes_from[i]` and its
-//! command) and the line of its output; all are exit 4. See docs/pytest.md.
+//! running them, and keeping their output, is `plan::scenes_from`'s. Errors name the
+//! generator (`scenes_from[i]` and its command) and the line of its output, taken from
+//! the output's nodes; all are exit 4. See docs/pytest.md.
 
 use std::fmt::Write as _;
 
 use super::yaml::{self, Kind};
 use anyhow::Result;
 
-use super::locate::Locations;
 use super::{Ctx, Generator, Manifest, Scene};
 
 /// Output a generator may print (docs/manifest.md); more is an error, the rest unread.
 pub const MAX_OUTPUT: usize = 64 << 20;
 
-/// Validate a generator's output as manifest scenes; each scene with its path in the
-/// output (as `locate` names paths).
-pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>, Vec<String>)> {
+/// Validate a generator's output as manifest scenes; each scene with the line of the
+/// output it starts at.
+pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>, Vec<usize>)> {
     let value = yaml::parse(text).map_err(|e| {
         crate::err!(
             Usage,
@@ -28,7 +28,8 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
             e.message
         )
     })?;
-    // Where scene `i` is in the output, as `locate` names paths.
+    let at = yaml::Positions::of(&value);
+    // Where scene `i` is in the output, as `Positions` names paths.
     let (list, prefix) = match value.kind {
         Kind::Seq(list) => (list, ""),
         Kind::Map(mut entries) if entries.len() == 1 && entries[0].0.as_str() == Some("scenes") => {
@@ -49,20 +50,19 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
     // And its workers.
     cx.worker_names = m.workers.keys().cloned().collect();
     let mut scenes = Vec::new();
-    let mut at: Vec<String> = Vec::new();
+    let mut lines: Vec<usize> = Vec::new();
     for (i, v) in list.into_iter().enumerate() {
         let path = format!("{prefix}[{i}]");
         if let Some(s) = cx.scene(v, &path, &m.platform, &m.env, &m.toolchains) {
             scenes.push(s);
-            at.push(path);
+            lines.push(at.find(&path).map_or(1, |p| p.line));
         }
     }
     m.notes.append(&mut cx.notes);
-    let locs = Locations::index(text);
     if !cx.diags.is_empty() {
         let mut diags = std::mem::take(&mut cx.diags);
         for d in &mut diags {
-            if let Some(pos) = locs.find(&d.path) {
+            if let Some(pos) = at.find(&d.path) {
                 d.line = Some(pos.line);
                 d.col = Some(pos.col);
             }
@@ -94,7 +94,7 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
         }
         return Err(crate::err!(Usage, "{msg}"));
     }
-    Ok((scenes, at))
+    Ok((scenes, lines))
 }
 
 fn shape_error(g: &Generator) -> anyhow::Error {

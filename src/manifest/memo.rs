@@ -21,7 +21,7 @@ use super::paths::{Probe, Resolver};
 use super::{FileRef, Manifest};
 
 /// Bump when `Manifest`, the key or the probes change shape.
-const SCHEMA: u32 = 3;
+const SCHEMA: u32 = 4;
 
 thread_local! {
     /// The manifest directory while a memo is written or read on this thread: a path

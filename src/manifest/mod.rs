@@ -15,7 +15,6 @@ pub mod depth;
 mod discover;
 pub mod generated;
 pub mod lanes;
-pub mod locate;
 mod memo;
 mod paths;
 mod raw;
@@ -41,23 +40,7 @@ pub use workers::WorkerConfig;
 
 use std::path::{Path, PathBuf};
 
-use locate::Locations;
 use validate::Ctx;
-
-/// `file:line:column` of a key path in the manifest (`lock.device_count`,
-/// `scenes[3].device.devices`), for errors found after loading; just the file when the
-/// file cannot be read again or has no such key.
-pub fn position(m: &Manifest, key: &str) -> String {
-    let file = m.file.display();
-    match crate::fsutil::read_capped_following(&m.file, crate::fsutil::Cap::MANIFEST)
-        .ok()
-        .and_then(|t| String::from_utf8(t).ok())
-        .and_then(|t| Locations::index(&t).find(key))
-    {
-        Some(p) => format!("{file}:{}:{}", p.line, p.col),
-        None => file.to_string(),
-    }
-}
 
 pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
     let (m, memo) = load_deferred(path)?;
@@ -147,17 +130,16 @@ fn parse_probed(
             });
         }
     };
+    // Taken before validation consumes the nodes.
+    let at = yaml::Positions::of(&value);
     let manifest = cx.manifest(value);
     if cx.diags.is_empty() {
-        return Ok((
-            manifest.expect("no errors means a manifest"),
-            cx.paths.take_probes(),
-        ));
+        let mut m = manifest.expect("no errors means a manifest");
+        m.layout = Layout::of(text, &at, m.scenes.len());
+        return Ok((m, cx.paths.take_probes()));
     }
-    // Positions are needed only to report errors: index the text then, not on every load.
-    let locs = Locations::index(text);
     for d in cx.diags.iter_mut().filter(|d| d.line.is_none()) {
-        if let Some(pos) = locs.find(&d.path) {
+        if let Some(pos) = at.find(&d.path) {
             d.line = Some(pos.line);
             d.col = Some(pos.col);
         }

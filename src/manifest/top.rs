@@ -95,6 +95,7 @@ impl Ctx {
             prepare,
             workers,
             notes: std::mem::take(&mut self.notes),
+            layout: Default::default(),
         })
     }
 

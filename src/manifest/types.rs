@@ -13,6 +13,7 @@ use super::lanes::{DeviceFault, DeviceStep, LaneConfig};
 use super::paths::FileRef;
 use super::remote;
 use super::workers::WorkerConfig;
+use super::yaml::{Pos, Positions};
 use crate::template::{Ph, Template};
 
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
@@ -41,6 +42,62 @@ pub struct Manifest {
     pub workers: BTreeMap<String, WorkerConfig>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
+    /// Where its parts are in the file, for what is said about them after loading.
+    #[serde(default)]
+    pub layout: Layout,
+}
+
+/// Where parts of the manifest are in its file, taken from its nodes when it was
+/// parsed (a memo is of the same text): what `affected` and the messages made after
+/// loading point at, without reading the file again.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Layout {
+    /// Lines of the text.
+    pub lines: usize,
+    /// The lines of the top-level keys.
+    pub top_lines: Vec<usize>,
+    /// The manifest's own scenes, in order (generated scenes have none).
+    pub scenes: Vec<SceneAt>,
+    /// `scenes` (or the document): where a scene that is not the manifest's points.
+    pub scenes_key: Option<Pos>,
+    /// `lock.device_count` (or its nearest ancestor).
+    pub device_count: Option<Pos>,
+}
+
+/// Where one of the manifest's scenes is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SceneAt {
+    /// Where its entry starts.
+    pub start: Option<Pos>,
+    /// Its `device.devices` (or the nearest ancestor of it that is written).
+    pub devices: Option<Pos>,
+}
+
+impl Layout {
+    /// The layout of the manifest `text`, whose nodes' positions are `at` and which has
+    /// `scenes` scenes of its own.
+    pub(super) fn of(text: &str, at: &Positions, scenes: usize) -> Layout {
+        Layout {
+            lines: text.lines().count(),
+            top_lines: at.top_level_lines(),
+            scenes: (0..scenes)
+                .map(|i| SceneAt {
+                    start: at.find_exact(&format!("scenes[{i}]")),
+                    devices: at.find(&format!("scenes[{i}].device.devices")),
+                })
+                .collect(),
+            scenes_key: at.find("scenes"),
+            device_count: at.find("lock.device_count"),
+        }
+    }
+
+    /// Where scene `index` of the manifest asks for its devices.
+    pub fn devices_of(&self, index: usize) -> Option<Pos> {
+        match self.scenes.get(index) {
+            Some(s) => s.devices,
+            None => self.scenes_key,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -173,6 +230,15 @@ impl Generator {
 }
 
 impl Manifest {
+    /// `file:line:column` of `at`, or the file alone.
+    pub fn place(&self, at: Option<Pos>) -> String {
+        let file = self.file.display();
+        match at {
+            Some(p) => format!("{file}:{}:{}", p.line, p.col),
+            None => file.to_string(),
+        }
+    }
+
     /// The variables the manifest names as secret: the remote cache's token and signing
     /// key, and the token's default name (docs/remote-cache.md). They never reach a
     /// child (`proc::hide_from_children`).

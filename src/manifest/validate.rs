@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use super::paths::Resolver;
 use super::yaml::{self, Node as Value};
-use super::{keys, locate, raw, suite_args, Diag};
+use super::{keys, raw, suite_args, Diag};
 use crate::template::{Ph, Template};
 
 // The bounds the loader holds every count to.
@@ -96,7 +96,7 @@ impl Ctx {
         });
     }
 
-    pub(super) fn err_at(&mut self, path: &str, pos: locate::Pos, message: impl Into<String>) {
+    pub(super) fn err_at(&mut self, path: &str, pos: yaml::Pos, message: impl Into<String>) {
         self.diags.push(Diag {
             line: Some(pos.line),
             col: Some(pos.col),

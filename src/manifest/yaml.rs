@@ -6,7 +6,9 @@
 //!
 //! A raw struct field of type [`Node`] keeps that part of the document as a node (with
 //! its positions), to be taken apart later on its own, so one mistake does not hide the
-//! next (see `Ctx::take` in `mod.rs`).
+//! next (see `Ctx::take` in `validate.rs`). [`Positions`] is what a check that runs after
+//! serde consumed the nodes looks a position up in: taken from the nodes, never from a
+//! second reading of the text.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -17,7 +19,12 @@ use serde::Deserialize;
 use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
-use super::locate::Pos;
+/// Where a node starts: 1-based line and column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pos {
+    pub line: usize,
+    pub col: usize,
+}
 
 /// One YAML node and where it starts. Kept small: a big manifest is hundreds of
 /// thousands of nodes, all alive at once, and they set a `plan`'s peak memory.
@@ -316,6 +323,83 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             plain: true,
         },
     )))
+}
+
+/// The position of every node of a document by its key path
+/// (`scenes[2].kernels[0].source`): a mapping entry at its key, a sequence item and the
+/// root where they start; of a key given twice, the first. Taken from the nodes before
+/// serde consumes them, so checks made after deserialization can still point into the
+/// file.
+#[derive(Debug, Default)]
+pub struct Positions {
+    map: HashMap<String, Pos>,
+}
+
+impl Positions {
+    /// The positions of `root` and everything under it.
+    pub fn of(root: &Node) -> Positions {
+        let mut map = HashMap::new();
+        map.insert(String::new(), root.pos());
+        // Iterative: the depth is bounded by `MAX_DEPTH`, but no recursion is needed.
+        let mut todo: Vec<(String, &Node)> = vec![(String::new(), root)];
+        while let Some((path, n)) = todo.pop() {
+            match &n.kind {
+                Kind::Scalar { .. } => {}
+                Kind::Seq(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        let p = format!("{path}[{i}]");
+                        map.entry(p.clone()).or_insert(item.pos());
+                        todo.push((p, item));
+                    }
+                }
+                Kind::Map(entries) => {
+                    for (k, v) in entries {
+                        let name = k.as_str().unwrap_or("?");
+                        let p = if path.is_empty() {
+                            name.to_string()
+                        } else {
+                            format!("{path}.{name}")
+                        };
+                        if map.contains_key(&p) {
+                            continue;
+                        }
+                        map.insert(p.clone(), k.pos());
+                        todo.push((p, v));
+                    }
+                }
+            }
+        }
+        Positions { map }
+    }
+
+    /// The position of exactly `path`.
+    pub fn find_exact(&self, path: &str) -> Option<Pos> {
+        self.map.get(path).copied()
+    }
+
+    /// The lines of the document's top-level keys, in order.
+    pub fn top_level_lines(&self) -> Vec<usize> {
+        let mut lines: Vec<usize> = self
+            .map
+            .iter()
+            .filter(|(k, _)| !k.is_empty() && !k.contains(['.', '[']))
+            .map(|(_, p)| p.line)
+            .collect();
+        lines.sort_unstable();
+        lines
+    }
+
+    /// The position of `path`, or of its nearest ancestor that has one.
+    pub fn find(&self, path: &str) -> Option<Pos> {
+        let mut p = path;
+        loop {
+            if let Some(pos) = self.map.get(p) {
+                return Some(*pos);
+            }
+            let cut = p.rfind(['.', '['])?;
+            p = &p[..cut];
+        }
+    }
 }
 
 /// One step of a key path.
@@ -746,6 +830,19 @@ impl<'de> de::MapAccess<'de> for Map {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positions_point_at_lines() {
+        let text = "version: 1\nscenes:\n  - name: a\n    kernels:\n      - name: k\n        source: x.c\n  - name: b\n";
+        let l = Positions::of(&parse(text).unwrap());
+        assert_eq!(l.find("version").unwrap().line, 1);
+        assert_eq!(l.find("scenes[0].kernels[0].source").unwrap().line, 6);
+        assert_eq!(l.find("scenes[1].name").unwrap().line, 7);
+        assert_eq!(l.find("scenes[1].nope").unwrap().line, 7);
+        assert_eq!(l.find("scenes[0].kernels[0].source").unwrap().col, 9);
+        assert_eq!(l.find_exact("scenes[1]").unwrap().line, 7);
+        assert_eq!(l.top_level_lines(), [1, 2]);
+    }
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
