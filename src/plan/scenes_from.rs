@@ -198,8 +198,15 @@ fn write_cached(path: &Path, key: &str, text: &str) -> std::io::Result<()> {
 fn run(g: &Generator, m: &Manifest) -> Result<String> {
     use crate::manifest::generated::MAX_OUTPUT;
     use crate::proc::Ended;
-    let out = crate::proc::capture(&g.run, &m.dir, &m.env, g.timeout, MAX_OUTPUT)
-        .map_err(|e| crate::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
+    let out = crate::proc::capture(
+        &g.run,
+        &m.dir,
+        &m.env,
+        g.timeout,
+        MAX_OUTPUT,
+        crate::proc::Stderr::Tail,
+    )
+    .map_err(|e| crate::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n    ");
