@@ -93,18 +93,12 @@ pub fn dir_of(path: &Path) -> Result<PathBuf, Unresolved> {
         .map_err(Unresolved::Dir)
 }
 
-/// A manifest path that cannot be resolved: the path itself, or its directory.
-#[derive(Debug)]
+/// A manifest path that cannot be resolved: the path itself, or its directory. The
+/// message holds the system's words too: it is shown as one line (a manifest error).
+#[derive(Debug, thiserror::Error)]
 pub enum Unresolved {
-    Path(std::io::Error),
-    Dir(std::io::Error),
-}
-
-impl std::fmt::Display for Unresolved {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unresolved::Path(e) => write!(f, "cannot resolve it: {e}"),
-            Unresolved::Dir(e) => write!(f, "cannot resolve its directory: {e}"),
-        }
-    }
+    #[error("cannot resolve it: {0}")]
+    Path(#[source] std::io::Error),
+    #[error("cannot resolve its directory: {0}")]
+    Dir(#[source] std::io::Error),
 }

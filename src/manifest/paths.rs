@@ -21,10 +21,46 @@ pub struct FileRef {
     pub abs: PathBuf,
 }
 
+/// Why a path the manifest names cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("empty path")]
+    Empty,
+    #[error("`{raw}` escapes the manifest's directory through `..`")]
+    DotDot { raw: String },
+    #[error("`{raw}` is not a usable path")]
+    Unusable { raw: String },
+    #[error("`{raw}` is a dangling symlink")]
+    Dangling { raw: String },
+    #[error("`{raw}` escapes the manifest's directory through a symlink (it resolves to {})", .real.display())]
+    ThroughLink { raw: String, real: PathBuf },
+}
+
+/// Why an input (a path or a glob) names no usable file.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error("input `{pattern}` is not a file")]
+    NotAFile { pattern: String },
+    #[error("input file not found: `{pattern}`")]
+    NotFound { pattern: String },
+    #[error("`{pattern}`: `..` is not allowed in an input glob")]
+    DotDot { pattern: String },
+    // The manifest's messages are one line each: the glob's own words are in it.
+    #[error("bad glob `{pattern}`: {source}")]
+    Glob {
+        pattern: String,
+        #[source]
+        source: glob::PatternError,
+    },
+}
+
 /// One outside fact the validation of a manifest depended on, with its answer then.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) enum Probe {
-    /// `Resolver::resolve` of a path as written, and whether it was known as a directory.
+    /// `Resolver::resolve` of a path as written (an error as it reads: the answer is
+    /// compared, never acted on), and whether it was known as a directory.
     Resolve {
         raw: String,
         found: Result<Option<FileRef>, String>,
@@ -63,10 +99,12 @@ impl Probe {
                     Ok(Some(f)) => paths.kinds.borrow().get(&f.abs).copied(),
                     _ => None,
                 };
-                now == *found && now_dir == *dir
+                now.map_err(|e| e.to_string()) == *found && now_dir == *dir
             }
             Probe::IsDir { abs, is } => abs.is_dir() == *is,
-            Probe::Glob { pattern, found } => paths.glob_inputs(pattern) == *found,
+            Probe::Glob { pattern, found } => {
+                paths.glob_inputs(pattern).map_err(|e| e.to_string()) == *found
+            }
             Probe::Var { name, .. } => {
                 Probe::var(name, std::env::var(name).ok().as_deref()) == *self
             }
@@ -79,7 +117,7 @@ impl Probe {
 pub(super) struct Resolver {
     dir: PathBuf,
     /// Paths already resolved.
-    resolved: RefCell<HashMap<String, Result<Option<FileRef>, String>>>,
+    resolved: RefCell<HashMap<String, Result<Option<FileRef>, PathError>>>,
     /// Real paths of directories, and whether resolved paths are directories.
     canon: RefCell<HashMap<PathBuf, Option<PathBuf>>>,
     kinds: RefCell<HashMap<PathBuf, bool>>,
@@ -106,7 +144,7 @@ impl Resolver {
     /// Resolve a path from the manifest. Relative paths are taken from the manifest's
     /// directory and may not leave it, lexically (`..`) or through a symlink.
     /// Returns Ok(None) when the path does not exist.
-    pub(super) fn resolve(&self, raw: &str) -> Result<Option<FileRef>, String> {
+    pub(super) fn resolve(&self, raw: &str) -> Result<Option<FileRef>, PathError> {
         if let Some(r) = self.resolved.borrow().get(raw) {
             return r.clone();
         }
@@ -120,15 +158,15 @@ impl Resolver {
         };
         self.probes.borrow_mut().push(Probe::Resolve {
             raw: raw.to_string(),
-            found: r.clone(),
+            found: r.clone().map_err(|e| e.to_string()),
             dir,
         });
         r
     }
 
-    pub(super) fn resolve_uncached(&self, raw: &str) -> Result<Option<FileRef>, String> {
+    pub(super) fn resolve_uncached(&self, raw: &str) -> Result<Option<FileRef>, PathError> {
         if raw.is_empty() {
-            return Err("empty path".into());
+            return Err(PathError::Empty);
         }
         let p = Path::new(raw);
         if p.is_absolute() {
@@ -154,12 +192,10 @@ impl Resolver {
                 Component::CurDir => {}
                 Component::ParentDir => {
                     if !norm.pop() {
-                        return Err(format!(
-                            "`{raw}` escapes the manifest's directory through `..`"
-                        ));
+                        return Err(PathError::DotDot { raw: raw.into() });
                     }
                 }
-                _ => return Err(format!("`{raw}` is not a usable path")),
+                _ => return Err(PathError::Unusable { raw: raw.into() }),
             }
         }
         if norm.as_os_str().is_empty() {
@@ -177,7 +213,7 @@ impl Resolver {
                     let is_dir = real.is_dir();
                     (real, is_dir)
                 }
-                Err(_) => return Err(format!("`{raw}` is a dangling symlink")),
+                Err(_) => return Err(PathError::Dangling { raw: raw.into() }),
             }
         } else {
             let parent = abs.parent().unwrap_or(Path::new("/"));
@@ -190,10 +226,10 @@ impl Resolver {
             }
         };
         if !real.starts_with(&self.dir) {
-            return Err(format!(
-                "`{raw}` escapes the manifest's directory through a symlink (it resolves to {})",
-                real.display()
-            ));
+            return Err(PathError::ThroughLink {
+                raw: raw.into(),
+                real,
+            });
         }
         self.kinds.borrow_mut().insert(abs.clone(), is_dir);
         Ok(Some(FileRef {
@@ -225,11 +261,14 @@ impl Resolver {
         is
     }
 
-    pub(super) fn glob_inputs(&self, pattern: &str) -> Result<Vec<FileRef>, String> {
+    pub(super) fn glob_inputs(&self, pattern: &str) -> Result<Vec<FileRef>, InputError> {
         let found = self.glob_uncached(pattern);
         self.probes.borrow_mut().push(Probe::Glob {
             pattern: pattern.to_string(),
-            found: found.clone(),
+            found: match &found {
+                Ok(files) => Ok(files.clone()),
+                Err(e) => Err(e.to_string()),
+            },
         });
         found
     }
@@ -246,12 +285,17 @@ impl Resolver {
         })
     }
 
-    fn glob_uncached(&self, pattern: &str) -> Result<Vec<FileRef>, String> {
+    fn glob_uncached(&self, pattern: &str) -> Result<Vec<FileRef>, InputError> {
+        let pattern_owned = || pattern.to_string();
         if !pattern.contains(['*', '?', '[']) {
             return match self.resolve(pattern)? {
                 Some(f) if !self.is_dir(&f) => Ok(vec![f]),
-                Some(_) => Err(format!("input `{pattern}` is not a file")),
-                None => Err(format!("input file not found: `{pattern}`")),
+                Some(_) => Err(InputError::NotAFile {
+                    pattern: pattern_owned(),
+                }),
+                None => Err(InputError::NotFound {
+                    pattern: pattern_owned(),
+                }),
             };
         }
         // Check the pattern's fixed prefix for escapes, then expand it.
@@ -259,7 +303,9 @@ impl Resolver {
             .components()
             .any(|c| c == Component::ParentDir)
         {
-            return Err(format!("`{pattern}`: `..` is not allowed in an input glob"));
+            return Err(InputError::DotDot {
+                pattern: pattern_owned(),
+            });
         }
         let full = if Path::new(pattern).is_absolute() {
             pattern.to_string()
@@ -270,7 +316,10 @@ impl Resolver {
                 pattern
             )
         };
-        let paths = glob::glob(&full).map_err(|e| format!("bad glob `{pattern}`: {e}"))?;
+        let paths = glob::glob(&full).map_err(|source| InputError::Glob {
+            pattern: pattern_owned(),
+            source,
+        })?;
         let mut out = Vec::new();
         for p in paths.flatten() {
             if !p.is_file() {
@@ -343,6 +392,26 @@ fn expand_vars_with(s: &str, mut var: impl FnMut(&str) -> Option<String>) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each error reads as the manifest's messages always did, and the glob's own
+    /// error stays reachable as the source.
+    #[test]
+    fn errors_read_as_before_and_keep_their_source() {
+        let t = tempfile::tempdir().unwrap();
+        let paths = Resolver::new(&t.path().canonicalize().unwrap());
+        assert_eq!(
+            paths.resolve("../x").unwrap_err().to_string(),
+            "`../x` escapes the manifest's directory through `..`"
+        );
+        assert_eq!(paths.resolve("").unwrap_err(), PathError::Empty);
+        let e = paths.glob_inputs("a/[*.c").unwrap_err();
+        assert!(e.to_string().starts_with("bad glob `a/[*.c`: "), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
+        assert_eq!(
+            paths.glob_inputs("none.c").unwrap_err().to_string(),
+            "input file not found: `none.c`"
+        );
+    }
 
     #[test]
     fn env_expansion() {

@@ -87,27 +87,21 @@ pub fn parse_ed25519(text: &str) -> Result<[u8; 32], BadKey> {
     };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
-        .map_err(|e| BadKey::NotBase64(e.to_string()))?;
+        .map_err(BadKey::NotBase64)?;
     <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| BadKey::Length(bytes.len()))
 }
 
 /// Why a key written as `ed25519:<base64>` cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BadKey {
+    #[error("expected `ed25519:<base64 of 32 bytes>`")]
     NoPrefix,
-    NotBase64(String),
+    // One line, as every manifest message: the decoder's words are in it.
+    #[error("not base64 after `ed25519:` ({0})")]
+    NotBase64(#[source] base64::DecodeError),
     /// The number of bytes it has.
+    #[error("an ed25519 key has 32 bytes, this one has {0}")]
     Length(usize),
-}
-
-impl std::fmt::Display for BadKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BadKey::NoPrefix => f.write_str("expected `ed25519:<base64 of 32 bytes>`"),
-            BadKey::NotBase64(e) => write!(f, "not base64 after `ed25519:` ({e})"),
-            BadKey::Length(n) => write!(f, "an ed25519 key has 32 bytes, this one has {n}"),
-        }
-    }
 }
 
 impl Ctx {
@@ -177,5 +171,25 @@ impl Ctx {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_key_says_why_and_keeps_the_decoders_error() {
+        assert_eq!(parse_ed25519("x"), Err(BadKey::NoPrefix));
+        let e = parse_ed25519("ed25519:!!").unwrap_err();
+        assert!(
+            e.to_string().starts_with("not base64 after `ed25519:` ("),
+            "{e}"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        assert_eq!(
+            parse_ed25519("ed25519:AAAA").unwrap_err().to_string(),
+            "an ed25519 key has 32 bytes, this one has 3"
+        );
     }
 }

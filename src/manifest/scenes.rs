@@ -201,7 +201,7 @@ impl Ctx {
                 None
             }
             Err(e) => {
-                self.err(&format!("{kp}.source"), e);
+                self.err(&format!("{kp}.source"), e.to_string());
                 None
             }
         };
@@ -225,7 +225,7 @@ impl Ctx {
                         String::new()
                     }
                 )),
-                Err(e) => self.err(&format!("{kp}.include_dirs[{j}]"), e),
+                Err(e) => self.err(&format!("{kp}.include_dirs[{j}]"), e.to_string()),
             }
         }
         Some(Kernel {
@@ -248,7 +248,7 @@ impl Ctx {
                     self.err(&ip, format!("input `{pattern}` matches no file"))
                 }
                 Ok(files) => inputs.extend(files),
-                Err(e) => self.err(&ip, e),
+                Err(e) => self.err(&ip, e.to_string()),
             }
         }
         inputs.sort();

@@ -56,7 +56,7 @@ impl Ctx {
         {
             match suite_args::expansion(&words) {
                 Ok(e) => self.suite_args = Some(e),
-                Err(e) => self.err("suite_args", e),
+                Err(e) => self.err("suite_args", e.to_string()),
             }
         }
 

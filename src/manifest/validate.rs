@@ -192,7 +192,7 @@ impl Ctx {
             None => None,
             Some(Ok(t)) => Some(t),
             Some(Err(e)) => {
-                self.err(path, e);
+                self.err(path, e.to_string());
                 return None;
             }
         };
