@@ -28,7 +28,7 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
             e.message
         )
     })?;
-    let at = yaml::Positions::of(&value);
+    let mut at = yaml::Positions::of(&value);
     // Where scene `i` is in the output, as `Positions` names paths.
     let (list, prefix) = match value.kind {
         Kind::Seq(list) => (list, ""),
@@ -53,9 +53,10 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
     let mut lines: Vec<usize> = Vec::new();
     for (i, v) in list.into_iter().enumerate() {
         let path = format!("{prefix}[{i}]");
+        let line = v.pos().line;
         if let Some(s) = cx.scene(v, &path, &m.platform, &m.env, &m.toolchains) {
             scenes.push(s);
-            lines.push(at.find(&path).map_or(1, |p| p.line));
+            lines.push(line);
         }
     }
     m.notes.append(&mut cx.notes);

@@ -131,11 +131,12 @@ fn parse_probed(
         }
     };
     // Taken before validation consumes the nodes.
-    let at = yaml::Positions::of(&value);
+    let layout = Layout::of(text, &value);
+    let mut at = yaml::Positions::of(&value);
     let manifest = cx.manifest(value);
     if cx.diags.is_empty() {
         let mut m = manifest.expect("no errors means a manifest");
-        m.layout = Layout::of(text, &at, m.scenes.len());
+        m.layout = layout;
         return Ok((m, cx.paths.take_probes()));
     }
     for d in cx.diags.iter_mut().filter(|d| d.line.is_none()) {

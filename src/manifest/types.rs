@@ -13,7 +13,7 @@ use super::lanes::{DeviceFault, DeviceStep, LaneConfig};
 use super::paths::FileRef;
 use super::remote;
 use super::workers::WorkerConfig;
-use super::yaml::{Pos, Positions};
+use super::yaml::{Kind, Node, Pos};
 use crate::template::{Ph, Template};
 
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
@@ -74,20 +74,42 @@ pub struct SceneAt {
 }
 
 impl Layout {
-    /// The layout of the manifest `text`, whose nodes' positions are `at` and which has
-    /// `scenes` scenes of its own.
-    pub(super) fn of(text: &str, at: &Positions, scenes: usize) -> Layout {
-        Layout {
-            lines: text.lines().count(),
-            top_lines: at.top_level_lines(),
-            scenes: (0..scenes)
-                .map(|i| SceneAt {
-                    start: at.find_exact(&format!("scenes[{i}]")),
-                    devices: at.find(&format!("scenes[{i}].device.devices")),
+    /// The layout of the manifest `text` whose parsed tree is `root`, read from its
+    /// nodes (a key path's position as `yaml::Positions::find` gives it: a written key,
+    /// else its nearest written ancestor).
+    pub(super) fn of(text: &str, root: &Node) -> Layout {
+        let top = match &root.kind {
+            Kind::Map(entries) => entries
+                .iter()
+                .filter(|(k, _)| {
+                    let name = k.as_str().unwrap_or("?");
+                    !name.is_empty() && !name.contains(['.', '['])
+                })
+                .map(|(k, _)| k.pos().line)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let (scenes_key, scenes) = under(Some(root), "scenes", root.pos());
+        let scenes = match scenes.map(|s| &s.kind) {
+            Some(Kind::Seq(items)) => items
+                .iter()
+                .map(|item| {
+                    let (device, d) = under(Some(item), "device", item.pos());
+                    SceneAt {
+                        start: Some(item.pos()),
+                        devices: Some(under(d, "devices", device).0),
+                    }
                 })
                 .collect(),
-            scenes_key: at.find("scenes"),
-            device_count: at.find("lock.device_count"),
+            _ => Vec::new(),
+        };
+        let (lock, l) = under(Some(root), "lock", root.pos());
+        Layout {
+            lines: text.lines().count(),
+            top_lines: top,
+            scenes,
+            scenes_key: Some(scenes_key),
+            device_count: Some(under(l, "device_count", lock).0),
         }
     }
 
@@ -249,5 +271,40 @@ impl Manifest {
             .chain(r.sign_key_env.clone())
             .chain(self.cache.sign_key_env.clone())
             .collect()
+    }
+}
+
+/// `key` of mapping `parent` (which is at `at`): where the key is written and its value,
+/// else `at` (a path's nearest written ancestor).
+fn under<'n>(parent: Option<&'n Node>, key: &str, at: Pos) -> (Pos, Option<&'n Node>) {
+    match parent.and_then(|p| p.entry(key)) {
+        Some((k, v)) => (k.pos(), Some(v)),
+        None => (at, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_points_where_positions_point() {
+        let text = "version: 1\nlock:\n  submit: x\n  device_count: 2\nscenes:\n  - name: a\n    device:\n      run: r\n      devices: 2\n  - name: b\n    device:\n      run: r\n";
+        let root = super::super::yaml::parse(text).unwrap();
+        let l = Layout::of(text, &root);
+        let mut at = super::super::yaml::Positions::of(&root);
+        assert_eq!(l.lines, 12);
+        assert_eq!(l.top_lines, [1, 2, 5]);
+        assert_eq!(l.device_count, at.find("lock.device_count"));
+        assert_eq!(l.scenes_key, at.find("scenes"));
+        for i in 0..2 {
+            assert_eq!(l.scenes[i].start, at.find_exact(&format!("scenes[{i}]")));
+            assert_eq!(
+                l.devices_of(i),
+                at.find(&format!("scenes[{i}].device.devices"))
+            );
+        }
+        assert_eq!(l.devices_of(1).unwrap().line, 11);
+        assert_eq!(l.devices_of(2), l.scenes_key);
     }
 }
