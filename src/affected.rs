@@ -12,7 +12,6 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use crate::key::normalize;
-use crate::manifest::locate::Locations;
 use crate::plan::Plan;
 use crate::select::Selection;
 
@@ -120,24 +119,18 @@ pub fn affected(plan: &Plan, c: &Changes) -> Result<Vec<String>> {
         match &c.manifest_lines {
             None => whole_manifest = true,
             Some(lines) => {
-                let text =
-                    crate::fsutil::read_capped_following(&m.file, crate::fsutil::Cap::MANIFEST)
-                        .ok()
-                        .and_then(|t| String::from_utf8(t).ok())
-                        .unwrap_or_default();
-                let loc = Locations::index(&text);
-                let total = text.lines().count() + 1;
+                // Where the manifest's parts were when it was loaded.
+                let layout = &m.layout;
+                let total = layout.lines + 1;
                 let mut bounds: Vec<usize> = Vec::new();
                 let mut starts: Vec<(usize, usize)> = Vec::new();
-                for (i, _) in m.scenes.iter().enumerate() {
-                    if let Some(p) = loc.find_exact(&format!("scenes[{i}]")) {
+                for (i, at) in layout.scenes.iter().enumerate() {
+                    if let Some(p) = at.start {
                         starts.push((i, p.line));
                         bounds.push(p.line);
                     }
                 }
-                for key in loc.top_level_lines() {
-                    bounds.push(key);
-                }
+                bounds.extend(&layout.top_lines);
                 bounds.sort();
                 bounds.push(total + 1);
                 for &line in lines {

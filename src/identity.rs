@@ -1,19 +1,23 @@
 //! Identity commands (a toolchain's `identity:`, docs/cache-trust.md): their output and
 //! success go into keys. Invariants kept here: each distinct command (per manifest
 //! directory) runs at most once per process, even when asked for from many threads at
-//! once; and it is bounded by its timeout (`identity_timeout`, default 60 s) — when that
-//! expires its whole process group is killed and the caller gets `TimedOut` (exit 3),
-//! never a hang.
+//! once; and it runs as every child does, through `proc`'s registry (`proc::capture`):
+//! bounded by its timeout (`identity_timeout`, default 60 s; then its whole process
+//! group is stopped and the caller gets `TimedOut`, exit 3, never a hang), stopped by a
+//! cancel, and killed by the watchdog if scenerun dies.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// `identity_timeout` when the manifest does not set one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Output an identity command may print (stdout and stderr together); one byte more
+/// kills it and is an error: an identity is a version string, not a payload.
+pub const MAX_OUTPUT: usize = 16 << 20;
 
 /// Why an identity command gave no identity.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -28,6 +32,10 @@ pub enum IdentityError {
     },
     #[error("identity command `{command}` did not finish within {}s (identity_timeout); it was killed", .limit.as_secs_f64())]
     TimedOut { command: String, limit: Duration },
+    #[error("identity command `{command}` was stopped: the run was interrupted")]
+    Interrupted { command: String },
+    #[error("identity command `{command}` printed more than {max} bytes; it was killed")]
+    TooLong { command: String, max: usize },
 }
 
 type Slot = Arc<Mutex<Option<Result<Vec<u8>, IdentityError>>>>;
@@ -70,79 +78,54 @@ fn run_once(
     env: &BTreeMap<String, String>,
     timeout: Duration,
 ) -> Result<Vec<u8>, IdentityError> {
-    let start_err = |e: std::io::Error| IdentityError::Start {
+    use crate::proc::Ended;
+    let out = crate::proc::capture(
+        command,
+        dir,
+        env,
+        timeout,
+        MAX_OUTPUT,
+        crate::proc::Stderr::IntoStdout,
+    )
+    .map_err(|e| IdentityError::Start {
         command: command.to_string(),
         why: e.to_string(),
-    };
-    let (mut reader, writer) = std::io::pipe().map_err(start_err)?;
-    let cmd = crate::proc::sh(command, dir, env)
-        .stderr_to_stdout()
-        .stdout_file(writer)
-        // Its own process group: a timeout kills everything it started.
-        .before_spawn(|c| {
-            c.process_group(0);
-            Ok(())
-        });
-    let deadline = crate::units::later(Instant::now(), timeout);
-    let child = cmd.start().map_err(start_err)?;
-    // The write end now lives only in the child (and what it starts).
-    drop(cmd);
+    })?;
     STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let _ = reader.read_to_end(&mut out);
-        let _ = tx.send(out);
-    });
-    let kill = |child: &duct::Handle| {
-        crate::proc::signal_group(crate::proc::leader(child), libc::SIGKILL);
-        let _ = child.wait();
+    let status = match out.ended {
+        Ended::TimedOut => {
+            return Err(IdentityError::TimedOut {
+                command: command.to_string(),
+                limit: timeout,
+            })
+        }
+        Ended::Interrupted => {
+            return Err(IdentityError::Interrupted {
+                command: command.to_string(),
+            })
+        }
+        _ if out.overflowed => {
+            return Err(IdentityError::TooLong {
+                command: command.to_string(),
+                max: MAX_OUTPUT,
+            })
+        }
+        Ended::Exited(0) => return Ok(out.stdout),
+        // As `ExitStatus` says it (`exit status: 3`, `signal: 9 (SIGKILL)`).
+        Ended::Exited(c) => std::process::ExitStatus::from_raw((c & 0xff) << 8),
+        Ended::Signaled(s) => std::process::ExitStatus::from_raw(s & 0x7f),
     };
-    let timed_out = || IdentityError::TimedOut {
+    Err(IdentityError::Failed {
         command: command.to_string(),
-        limit: timeout,
-    };
-    // The output is whole once every holder of the pipe has closed it (the command and
-    // anything it left running): waited for first, up to the deadline, so a command
-    // that takes 2 ms is not found 5 ms later by polling its status (a plan waits for
-    // its identities before any key).
-    let left = deadline.saturating_duration_since(Instant::now());
-    let output = match rx.recv_timeout(left) {
-        Ok(out) => out,
-        Err(_) => {
-            kill(&child);
-            return Err(timed_out());
-        }
-    };
-    // It closed its output; it exits at once, or within what is left of the deadline
-    // (polled at 1, 2, 4, then every 5 ms).
-    let mut nap = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait().map_err(start_err)? {
-            Some(out) => break out.status,
-            None if Instant::now() >= deadline => {
-                kill(&child);
-                return Err(timed_out());
-            }
-            None => {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(5));
-            }
-        }
-    };
-    if !status.success() {
-        return Err(IdentityError::Failed {
-            command: command.to_string(),
-            status: status.to_string(),
-            output: String::from_utf8_lossy(&output).trim().to_string(),
-        });
-    }
-    Ok(output)
+        status: status.to_string(),
+        output: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     /// `command` run in `/` with no extra environment.
     fn run_in_root(command: &str, timeout: Duration) -> Result<Vec<u8>, IdentityError> {

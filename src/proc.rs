@@ -650,23 +650,41 @@ pub struct Captured {
 /// The end of a captured command's standard error that is kept.
 const STDERR_TAIL: usize = 16 << 10;
 
+/// Where `capture` puts a command's standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stderr {
+    /// Apart: its last `STDERR_TAIL` bytes in `Captured::stderr`.
+    Tail,
+    /// Into its standard output, as `2>&1` would (`Captured::stderr` stays empty).
+    IntoStdout,
+}
+
 /// Run `sh -c command` as `run` does (its own registered group: the timeout, a cancel
 /// and scenerun's death kill the whole group), its output captured: stdout up to `max`
-/// bytes (one more kills the group at once), the end of stderr. The output counts as
-/// whole when every holder of the pipes closed them; a process that left the group and
-/// holds them past the timeout makes it `TimedOut`.
+/// bytes (one more kills the group at once), stderr as `stderr` says. The output counts
+/// as whole when every holder of the pipes closed them; a process that left the group
+/// and holds them past the timeout makes it `TimedOut`.
 pub fn capture(
     command: &str,
     dir: &Path,
     env: &BTreeMap<String, String>,
     timeout: Duration,
     max: usize,
+    stderr: Stderr,
 ) -> io::Result<Captured> {
     use std::io::Read;
     let deadline = later(Instant::now(), timeout);
     let (mut out_r, out_w) = io::pipe()?;
     let (mut err_r, err_w) = io::pipe()?;
-    let cmd = sh(command, dir, env).stdout_file(out_w).stderr_file(err_w);
+    let cmd = match stderr {
+        // duct applies the outer redirection first: join stderr to stdout *after*
+        // stdout points at the pipe (`>pipe 2>&1`).
+        Stderr::IntoStdout => {
+            drop(err_w);
+            sh(command, dir, env).stderr_to_stdout().stdout_file(out_w)
+        }
+        Stderr::Tail => sh(command, dir, env).stdout_file(out_w).stderr_file(err_w),
+    };
     let started = start(cmd, Some(timeout), |deadline| {
         Group::new(deadline, None, None)
     })?;

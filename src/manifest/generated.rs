@@ -1,95 +1,23 @@
-//! `scenes_from:` generators as the manifest declares them, and their output read as
-//! manifest scenes (YAML or JSON: a list of scenes, or a mapping with `scenes:`), which
-//! join the manifest's scenes as if written there. Running them, and keeping their
-//! output, is `plan::scenes_from`'s. Errors name the generator (`scenes_from[i]` and its
-//! command) and the line of its output; all are exit 4. See docs/pytest.md.
+//! What a `scenes_from:` generator printed, read as manifest scenes (YAML or JSON: a list
+//! of scenes, or a mapping with `scenes:`), which join the manifest's scenes as if
+//! written there. The generators themselves are a section of the top level (`top.rs`);
+//! running them, and keeping their output, is `plan::scenes_from`'s. Errors name the
+//! generator (`scenes_from[i]` and its command) and the line of its output, taken from
+//! the output's nodes; all are exit 4. See docs/pytest.md.
 
 use std::fmt::Write as _;
 
-use super::yaml::{self, Kind, Node as Value};
+use super::yaml::{self, Kind};
 use anyhow::Result;
-use serde::Deserialize;
 
-use super::locate::Locations;
-use super::{Ctx, FileRef, Manifest, Scene};
-use crate::template::{Ph, Template, Val};
-
-/// One entry of `scenes_from:`.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Generator {
-    pub index: usize,
-    /// The command as run: `{platform}` filled.
-    pub run: String,
-    /// Files whose content is part of the generator's key.
-    pub inputs: Vec<FileRef>,
-    /// How long it may run (`timeout`, default 10 min); then its group is killed.
-    #[serde(default = "default_timeout")]
-    pub timeout: std::time::Duration,
-}
-
-/// A generator's `timeout` when the manifest gives none.
-pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+use super::{Ctx, Generator, Manifest, Scene};
 
 /// Output a generator may print (docs/manifest.md); more is an error, the rest unread.
 pub const MAX_OUTPUT: usize = 64 << 20;
 
-fn default_timeout() -> std::time::Duration {
-    DEFAULT_TIMEOUT
-}
-
-impl Generator {
-    /// `scenes_from[0] (`python -m ... collect tests`)`: how every message names it.
-    pub fn label(&self) -> String {
-        format!("scenes_from[{}] (`{}`)", self.index, self.run)
-    }
-}
-
-#[derive(Deserialize)]
-pub(super) struct RawGenerator {
-    run: String,
-    #[serde(default)]
-    inputs: Vec<String>,
-    timeout: Option<super::raw::Scalar>,
-}
-
-impl Ctx {
-    /// Validate `scenes_from:` (commands and inputs); nothing runs here.
-    pub(super) fn generators(&mut self, v: Value, platform: &str) -> Vec<Generator> {
-        let Some(list) = self.take::<Vec<Value>>(v, "scenes_from") else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (i, v) in list.into_iter().enumerate() {
-            let path = format!("scenes_from[{i}]");
-            let Some(g) = self.take::<RawGenerator>(v, &path) else {
-                continue;
-            };
-            let run = self.templ(&g.run, &format!("{path}.run"), &[Ph::Platform]);
-            let inputs = self.inputs(&g.inputs, &path);
-            let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
-            if let Some(run) = run {
-                out.push(Generator {
-                    index: i,
-                    run: fill_platform(&run, platform),
-                    inputs,
-                    timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
-                });
-            }
-        }
-        out
-    }
-}
-
-fn fill_platform(t: &Template, platform: &str) -> String {
-    t.render(|ph| match ph {
-        Ph::Platform => Val::One(platform.to_string().into()),
-        _ => Val::Raw("".into()),
-    })
-}
-
-/// Validate a generator's output as manifest scenes; each scene with its path in the
-/// output (as `locate` names paths).
-pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>, Vec<String>)> {
+/// Validate a generator's output as manifest scenes; each scene with the line of the
+/// output it starts at.
+pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>, Vec<usize>)> {
     let value = yaml::parse(text).map_err(|e| {
         crate::err!(
             Usage,
@@ -100,7 +28,8 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
             e.message
         )
     })?;
-    // Where scene `i` is in the output, as `locate` names paths.
+    let mut at = yaml::Positions::of(&value);
+    // Where scene `i` is in the output, as `Positions` names paths.
     let (list, prefix) = match value.kind {
         Kind::Seq(list) => (list, ""),
         Kind::Map(mut entries) if entries.len() == 1 && entries[0].0.as_str() == Some("scenes") => {
@@ -121,20 +50,20 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
     // And its workers.
     cx.worker_names = m.workers.keys().cloned().collect();
     let mut scenes = Vec::new();
-    let mut at: Vec<String> = Vec::new();
+    let mut lines: Vec<usize> = Vec::new();
     for (i, v) in list.into_iter().enumerate() {
         let path = format!("{prefix}[{i}]");
+        let line = v.pos().line;
         if let Some(s) = cx.scene(v, &path, &m.platform, &m.env, &m.toolchains) {
             scenes.push(s);
-            at.push(path);
+            lines.push(line);
         }
     }
     m.notes.append(&mut cx.notes);
-    let locs = Locations::index(text);
     if !cx.diags.is_empty() {
         let mut diags = std::mem::take(&mut cx.diags);
         for d in &mut diags {
-            if let Some(pos) = locs.find(&d.path) {
+            if let Some(pos) = at.find(&d.path) {
                 d.line = Some(pos.line);
                 d.col = Some(pos.col);
             }
@@ -166,7 +95,7 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
         }
         return Err(crate::err!(Usage, "{msg}"));
     }
-    Ok((scenes, at))
+    Ok((scenes, lines))
 }
 
 fn shape_error(g: &Generator) -> anyhow::Error {

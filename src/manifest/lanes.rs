@@ -9,7 +9,9 @@ use std::time::Duration;
 use super::yaml::Node as Value;
 use serde::{Deserialize, Serialize};
 
-use super::{raw, Ctx, DeviceStep, MAX_DEVICES};
+use super::raw;
+use super::validate::{bad_name, valid_name, Ctx};
+use super::validate::{MAX_DEVICES, MAX_RESTARTS, MAX_RETRIES};
 use crate::proc::Stop;
 use crate::template::{allowed, Ph, Template};
 
@@ -174,21 +176,31 @@ impl Variant {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawLane {
-    run: String,
-    devices: Option<u32>,
-    restarts: Option<u32>,
-    timeout: Option<raw::Scalar>,
+/// A scene's `device:` step, validated.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceStep {
+    pub run: DeviceRun,
+    pub devices: u32,
+    pub exclusive: bool,
+    pub timeout: Option<Duration>,
+    /// Reruns of a failed device step in a fresh process (docs/lanes.md).
+    pub retries: u32,
+    /// `stop_signal` / `stop_wait` of its own command (a lane scene's process is its
+    /// lane's).
     #[serde(default)]
-    env: BTreeMap<String, raw::Scalar>,
-    stop_signal: Option<String>,
-    stop_wait: Option<raw::Scalar>,
-    restart_on: Option<Value>,
-    max_restarts: Option<u32>,
-    prestart: Option<bool>,
+    pub stop: Option<Stop>,
+    /// `device.order`: before, among or after every other scene of the run.
+    #[serde(default)]
+    pub order: Order,
+    /// The scene's `nodeid`: scenes of one node and lane run in one process, in
+    /// manifest order (the node's own runner would run its cases one after the other).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// `device.writes`: the artifacts it gets private, writable copies of.
+    #[serde(default)]
+    pub writes: Vec<Writes>,
 }
+
 /// Which steps a scene has as written: they decide which placeholders its device
 /// command may use.
 #[derive(Debug, Clone, Copy)]
@@ -198,14 +210,6 @@ pub(super) struct Steps {
     pub golden: bool,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawFault {
-    #[serde(default)]
-    exit_codes: Vec<i32>,
-    #[serde(default)]
-    patterns: Vec<String>,
-}
 impl Ctx {
     /// `lanes:`: every lane, keyed by name.
     pub(super) fn lanes(&mut self, v: Option<Value>) -> BTreeMap<String, LaneConfig> {
@@ -216,12 +220,12 @@ impl Ctx {
         };
         for (name, v) in map {
             let path = format!("lanes.{name}");
-            if !super::valid_name(&name) {
-                self.err(&path, super::bad_name("lane", &name));
+            if !valid_name(&name) {
+                self.err(&path, bad_name("lane", &name));
             }
             // Known even when broken: its scenes are not told "unknown lane" on top.
             self.lane_devices.insert(name.clone(), None);
-            let Some(l) = self.take::<RawLane>(v, &path) else {
+            let Some(l) = self.take::<raw::Lane>(v, &path) else {
                 continue;
             };
             // The process reports into `{results}`, as a placeholder or through
@@ -237,11 +241,11 @@ impl Ctx {
                 );
             }
             let timeout = self.duration(l.timeout, &format!("{path}.timeout"));
-            self.at_most(l.restarts, &format!("{path}.restarts"), super::MAX_RESTARTS);
+            self.at_most(l.restarts, &format!("{path}.restarts"), MAX_RESTARTS);
             self.at_most(
                 l.max_restarts,
                 &format!("{path}.max_restarts"),
-                super::MAX_RESTARTS,
+                MAX_RESTARTS,
             );
             let env = self.env(l.env, &format!("{path}.env"));
             let stop = self.stop(l.stop_signal, l.stop_wait, &path);
@@ -331,7 +335,7 @@ impl Ctx {
             );
         }
         let timeout = self.duration(d.timeout, &format!("{dp}.timeout"));
-        self.at_most(d.retries, &format!("{dp}.retries"), super::MAX_RETRIES);
+        self.at_most(d.retries, &format!("{dp}.retries"), MAX_RETRIES);
         if d.lane.is_some() && d.stop_signal.is_some() {
             self.err(
                 &format!("{dp}.stop_signal"),
@@ -418,7 +422,7 @@ impl Ctx {
     /// `exit_codes` and `patterns` (regular expressions over a process's output) at
     /// `path`: `lock.device_fault` or `lanes.<name>.restart_on`.
     fn output_rule(&mut self, v: Value, path: &str) -> Option<DeviceFault> {
-        let f = self.take::<RawFault>(v, path)?;
+        let f = self.take::<raw::Fault>(v, path)?;
         for (i, p) in f.patterns.iter().enumerate() {
             if let Err(e) = regex::Regex::new(p) {
                 self.err(

@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{Ctx, FileRef, Manifest};
+use super::paths::{Probe, Resolver};
+use super::{FileRef, Manifest};
 
 /// Bump when `Manifest`, the key or the probes change shape.
-const SCHEMA: u32 = 3;
+const SCHEMA: u32 = 4;
 
 thread_local! {
     /// The manifest directory while a memo is written or read on this thread: a path
@@ -96,54 +97,6 @@ fn joined(dir: &Path, rel: &str) -> PathBuf {
     abs
 }
 
-/// One outside fact the validation of a manifest depended on, with its answer then.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) enum Probe {
-    /// `Ctx::resolve` of a path as written, and whether it was known as a directory.
-    Resolve {
-        raw: String,
-        found: Result<Option<FileRef>, String>,
-        dir: Option<bool>,
-    },
-    /// `Ctx::is_dir` answered from the file system.
-    IsDir { abs: PathBuf, is: bool },
-    /// An input glob's matches.
-    Glob {
-        pattern: String,
-        found: Result<Vec<FileRef>, String>,
-    },
-    /// An environment variable a `$VAR` named: where a value came from, and a seal of
-    /// the value (`seal::tag`), so a kept manifest never holds a secret's value.
-    Var {
-        name: String,
-        sealed: Option<String>,
-    },
-}
-
-impl Probe {
-    /// The probe of variable `name` holding `value` now.
-    pub(super) fn var(name: &str, value: Option<&str>) -> Probe {
-        Probe::Var {
-            name: name.to_string(),
-            sealed: value.map(|v| crate::seal::tag("environment variable", name, v.as_bytes())),
-        }
-    }
-}
-
-/// The probes of one load, in the order they were made.
-#[derive(Default)]
-pub(super) struct Probes(RefCell<Vec<Probe>>);
-
-impl Probes {
-    pub(super) fn push(&self, p: Probe) {
-        self.0.borrow_mut().push(p);
-    }
-
-    pub(super) fn take(&self) -> Vec<Probe> {
-        std::mem::take(&mut self.0.borrow_mut())
-    }
-}
-
 /// The file: `M` is `Manifest` as read, `&Manifest` as written.
 #[derive(Serialize, Deserialize)]
 struct MemoFile<M> {
@@ -190,7 +143,7 @@ const SEAL_LINE: &str = "\n# sealed ";
 
 /// The memo's manifest, if this user's scenerun wrote it (its seal verifies), it is for
 /// this text, and every probe still answers the same.
-pub(super) fn read(key: &Key, file: &Path, dir: &Path) -> Option<Manifest> {
+pub(super) fn read(key: &Key, dir: &Path) -> Option<Manifest> {
     let bytes = crate::fsutil::read_kept(&path(dir), crate::fsutil::Cap::MANIFEST_MEMO)?;
     let at = memchr_last(&bytes, SEAL_LINE.as_bytes())?;
     let (body, tag) = (&bytes[..at], &bytes[at + SEAL_LINE.len()..]);
@@ -205,8 +158,8 @@ pub(super) fn read(key: &Key, file: &Path, dir: &Path) -> Option<Manifest> {
     // Asked again in runs, each by a context of its own: a big suite resolves thousands
     // of paths, an `lstat` each.
     let fresh = memo.probes.par_chunks(512).all(|run| {
-        let cx = Ctx::new(file.display().to_string(), dir);
-        run.iter().all(|p| still_true(&cx, p))
+        let paths = Resolver::new(dir);
+        run.iter().all(|p| p.still_true(&paths))
     });
     fresh.then_some(memo.manifest)
 }
@@ -219,22 +172,6 @@ fn memchr_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// What a memo is sealed as: the directory it is for.
 fn seal_name(dir: &Path) -> String {
     dir.display().to_string()
-}
-
-fn still_true(cx: &Ctx, probe: &Probe) -> bool {
-    match probe {
-        Probe::Resolve { raw, found, dir } => {
-            let now = cx.resolve_uncached(raw);
-            let now_dir = match &now {
-                Ok(Some(f)) => cx.kinds.borrow().get(&f.abs).copied(),
-                _ => None,
-            };
-            now == *found && now_dir == *dir
-        }
-        Probe::IsDir { abs, is } => abs.is_dir() == *is,
-        Probe::Glob { pattern, found } => cx.glob_inputs(pattern) == *found,
-        Probe::Var { name, .. } => Probe::var(name, std::env::var(name).ok().as_deref()) == *probe,
-    }
 }
 
 /// Keep a manifest that loaded without errors, with its probes. Only into an existing

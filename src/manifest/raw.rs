@@ -1,6 +1,9 @@
-//! The manifest as written: serde types, one per YAML mapping. Sub-mappings that need
-//! their own error locations stay `Value` here and are taken apart one by one in
-//! `mod.rs`, so one mistake does not hide the next.
+//! The manifest as written: serde types, one per kind of YAML mapping the manifest has,
+//! all of them here, with the table of their keys (`keys()`) that the loader and
+//! docs/manifest.md are checked against. Invariant: this file imports no other part of
+//! the manifest but the YAML reader, so every part that validates a mapping imports it,
+//! never the other way round. Sub-mappings that need their own error locations stay
+//! `Value` here and are taken apart one by one, so one mistake does not hide the next.
 
 use std::collections::BTreeMap;
 
@@ -58,6 +61,18 @@ pub struct Cache {
     pub sign_key_env: Option<String>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Remote {
+    pub url: Option<String>,
+    pub write: Option<bool>,
+    pub token_env: Option<String>,
+    pub max_upload: Option<Scalar>,
+    pub timeout: Option<Scalar>,
+    pub verify_key: Option<String>,
+    pub sign_key_env: Option<String>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Toolchain {
@@ -77,6 +92,52 @@ pub struct Lock {
     pub release_timeout: Option<Scalar>,
     pub grace: Option<Scalar>,
     pub device_fault: Option<Value>,
+}
+
+/// `lock.device_fault` and `lanes.<name>.restart_on`: an output rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    #[serde(default)]
+    pub exit_codes: Vec<i32>,
+    #[serde(default)]
+    pub patterns: Vec<String>,
+}
+
+/// One `lanes.<name>` entry (docs/lanes.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lane {
+    pub run: String,
+    pub devices: Option<u32>,
+    pub restarts: Option<u32>,
+    pub timeout: Option<Scalar>,
+    #[serde(default)]
+    pub env: BTreeMap<String, Scalar>,
+    pub stop_signal: Option<String>,
+    pub stop_wait: Option<Scalar>,
+    pub restart_on: Option<Value>,
+    pub max_restarts: Option<u32>,
+    pub prestart: Option<bool>,
+}
+
+/// One `workers.<name>` entry (docs/manifest.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Worker {
+    pub run: String,
+    pub memory_cap: Option<Scalar>,
+    pub enabled: Option<bool>,
+    pub start_timeout: Option<Scalar>,
+}
+
+/// One `scenes_from:` entry.
+#[derive(Debug, Deserialize)]
+pub struct Generator {
+    pub run: String,
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    pub timeout: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,7 +233,6 @@ pub struct Mapping {
 /// `take` asserts (in debug builds) that a struct it deserializes is listed here, and a
 /// test asserts every key here is in docs/manifest.md.
 pub fn keys() -> &'static [Mapping] {
-    use super::{generated::RawGenerator, lanes::RawFault, lanes::RawLane};
     static KEYS: std::sync::OnceLock<Vec<Mapping>> = std::sync::OnceLock::new();
     fn m<T: serde::de::DeserializeOwned>(path: &'static str) -> Mapping {
         let keys = fields_of::<T>().expect("a struct");
@@ -182,14 +242,14 @@ pub fn keys() -> &'static [Mapping] {
         vec![
             m::<Top>("top level"),
             m::<Cache>("cache"),
-            m::<super::remote::Raw>("cache.remote"),
+            m::<Remote>("cache.remote"),
             m::<Toolchain>("toolchains.<name>"),
             m::<Lock>("lock"),
-            m::<RawFault>("lock.device_fault, lanes.<name>.restart_on"),
+            m::<Fault>("lock.device_fault, lanes.<name>.restart_on"),
             m::<Prepare>("prepare[]"),
-            m::<RawGenerator>("scenes_from[]"),
-            m::<RawLane>("lanes.<name>"),
-            m::<super::workers::RawWorker>("workers.<name>"),
+            m::<Generator>("scenes_from[]"),
+            m::<Lane>("lanes.<name>"),
+            m::<Worker>("workers.<name>"),
             m::<Scene>("scenes[]"),
             m::<Kernel>("scenes[].kernels[]"),
             m::<GenStep>("scenes[].fixture, scenes[].golden, scenes[].test"),

@@ -9,24 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use super::yaml::Node as Value;
 
-use super::raw::Scalar;
-use super::Ctx;
+use super::raw;
+use super::validate::{valid_env_name, Ctx};
 
 pub const DEFAULT_TOKEN_ENV: &str = "SCENERUN_REMOTE_TOKEN";
 pub const DEFAULT_MAX_UPLOAD: u64 = 2 << 30;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Raw {
-    pub url: Option<String>,
-    pub write: Option<bool>,
-    pub token_env: Option<String>,
-    pub max_upload: Option<Scalar>,
-    pub timeout: Option<Scalar>,
-    pub verify_key: Option<String>,
-    pub sign_key_env: Option<String>,
-}
 
 /// `cache.remote` as the manifest says it (before `--remote` and friends).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,32 +87,26 @@ pub fn parse_ed25519(text: &str) -> Result<[u8; 32], BadKey> {
     };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
-        .map_err(|e| BadKey::NotBase64(e.to_string()))?;
+        .map_err(BadKey::NotBase64)?;
     <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| BadKey::Length(bytes.len()))
 }
 
 /// Why a key written as `ed25519:<base64>` cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BadKey {
+    #[error("expected `ed25519:<base64 of 32 bytes>`")]
     NoPrefix,
-    NotBase64(String),
+    // One line, as every manifest message: the decoder's words are in it.
+    #[error("not base64 after `ed25519:` ({0})")]
+    NotBase64(#[source] base64::DecodeError),
     /// The number of bytes it has.
+    #[error("an ed25519 key has 32 bytes, this one has {0}")]
     Length(usize),
-}
-
-impl std::fmt::Display for BadKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BadKey::NoPrefix => f.write_str("expected `ed25519:<base64 of 32 bytes>`"),
-            BadKey::NotBase64(e) => write!(f, "not base64 after `ed25519:` ({e})"),
-            BadKey::Length(n) => write!(f, "an ed25519 key has 32 bytes, this one has {n}"),
-        }
-    }
 }
 
 impl Ctx {
     pub(super) fn remote(&mut self, v: Value) -> Option<RemoteConfig> {
-        let r = self.take::<Raw>(v, "cache.remote")?;
+        let r = self.take::<raw::Remote>(v, "cache.remote")?;
         let mut c = RemoteConfig::default();
         if let Some(u) = r.url {
             if crate::proc::without_userinfo(&u) != u {
@@ -133,7 +115,7 @@ impl Ctx {
                     "a user or password written in the URL would be committed with the manifest: take the URL from the environment (`url: \"$VAR\"`) or the token from `token_env`",
                 );
             }
-            let url = self.expand(&u).trim().to_string();
+            let url = self.paths.expand(&u).trim().to_string();
             if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
                 self.err(
                     "cache.remote.url",
@@ -152,7 +134,7 @@ impl Ctx {
             (&r.token_env, "cache.remote.token_env"),
             (&r.sign_key_env, "cache.remote.sign_key_env"),
         ] {
-            if let Some(n) = name.as_deref().filter(|n| !super::valid_env_name(n)) {
+            if let Some(n) = name.as_deref().filter(|n| !valid_env_name(n)) {
                 self.err(path, format!("`{n}` is not a valid variable name"));
             }
         }
@@ -189,5 +171,25 @@ impl Ctx {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_key_says_why_and_keeps_the_decoders_error() {
+        assert_eq!(parse_ed25519("x"), Err(BadKey::NoPrefix));
+        let e = parse_ed25519("ed25519:!!").unwrap_err();
+        assert!(
+            e.to_string().starts_with("not base64 after `ed25519:` ("),
+            "{e}"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        assert_eq!(
+            parse_ed25519("ed25519:AAAA").unwrap_err().to_string(),
+            "an ed25519 key has 32 bytes, this one has 3"
+        );
     }
 }

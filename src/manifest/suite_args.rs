@@ -9,10 +9,20 @@ use crate::template::quote;
 /// The placeholder as written in a command.
 pub const PLACEHOLDER: &str = "{suite_args}";
 
+/// Why `suite_args:` or a command's `{suite_args}` cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SuiteArgsError {
+    /// A word of `suite_args:` has a placeholder other than `{platform}`.
+    #[error("`{name}` in `{word}`: only `{{platform}}` is filled in suite_args")]
+    Placeholder { name: String, word: String },
+    #[error("`{{suite_args}}` is used, and the manifest has no top-level `suite_args:`")]
+    NoSuiteArgs,
+}
+
 /// The shell text `words` expand to: each word quoted, `{platform}` kept as the
 /// placeholder (filled like any other), literal braces doubled for the template parser.
 /// Err: a word with a placeholder other than `{platform}`.
-pub fn expansion(words: &[String]) -> Result<String, String> {
+pub fn expansion(words: &[String]) -> Result<String, SuiteArgsError> {
     let mut out = Vec::with_capacity(words.len());
     for w in words {
         let mut text = String::new();
@@ -25,9 +35,10 @@ pub fn expansion(words: &[String]) -> Result<String, String> {
                     let end = part[start..].find('}').map(|e| start + e + 1);
                     let name = end.map_or(&part[start..], |e| &part[start..e]);
                     if end.is_some() && !name.contains(' ') {
-                        return Err(format!(
-                            "`{name}` in `{w}`: only `{{platform}}` is filled in suite_args"
-                        ));
+                        return Err(SuiteArgsError::Placeholder {
+                            name: name.to_string(),
+                            word: w.clone(),
+                        });
                     }
                 }
             }
@@ -45,7 +56,7 @@ pub fn expansion(words: &[String]) -> Result<String, String> {
 
 /// `text` with every `{suite_args}` (not `{{suite_args}}`) replaced by `expansion`;
 /// None when it has none. Err when it has one and the manifest has no `suite_args:`.
-pub fn substitute(text: &str, expansion: Option<&str>) -> Option<Result<String, String>> {
+pub fn substitute(text: &str, expansion: Option<&str>) -> Option<Result<String, SuiteArgsError>> {
     if !text.contains(PLACEHOLDER) {
         return None;
     }
@@ -62,12 +73,7 @@ pub fn substitute(text: &str, expansion: Option<&str>) -> Option<Result<String, 
             found = true;
             match expansion {
                 Some(e) => out.push_str(e),
-                None => {
-                    return Some(Err(
-                        "`{suite_args}` is used, and the manifest has no top-level `suite_args:`"
-                            .into(),
-                    ))
-                }
+                None => return Some(Err(SuiteArgsError::NoSuiteArgs)),
             }
             rest = after;
         } else {

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::raw;
+use super::validate::{bad_name, valid_name, Ctx};
 use super::yaml::Node as Value;
-use super::{raw, Ctx};
 use crate::template::{Ph, Template};
 
 /// How long a worker may take from its start to its first "ready" line when the
@@ -32,15 +33,6 @@ pub struct WorkerConfig {
     pub start_timeout: Duration,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawWorker {
-    run: String,
-    memory_cap: Option<raw::Scalar>,
-    enabled: Option<bool>,
-    start_timeout: Option<raw::Scalar>,
-}
-
 impl Ctx {
     /// `workers:` by name. Every name is remembered, a broken worker's too, so a step
     /// naming it is not told "unknown worker" on top of the worker's own error.
@@ -51,11 +43,11 @@ impl Ctx {
         };
         for (name, v) in map {
             let path = format!("workers.{name}");
-            if !super::valid_name(&name) {
-                self.err(&path, super::bad_name("worker", &name));
+            if !valid_name(&name) {
+                self.err(&path, bad_name("worker", &name));
             }
             self.worker_names.push(name.clone());
-            let Some(w) = self.take::<RawWorker>(v, &path) else {
+            let Some(w) = self.take::<raw::Worker>(v, &path) else {
                 continue;
             };
             let run = self.templ(&w.run, &format!("{path}.run"), &[Ph::Platform]);

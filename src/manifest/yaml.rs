@@ -6,7 +6,9 @@
 //!
 //! A raw struct field of type [`Node`] keeps that part of the document as a node (with
 //! its positions), to be taken apart later on its own, so one mistake does not hide the
-//! next (see `Ctx::take` in `mod.rs`).
+//! next (see `Ctx::take` in `validate.rs`). [`Positions`] is what a check that runs after
+//! serde consumed the nodes looks a position up in: taken from the nodes, never from a
+//! second reading of the text.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -17,7 +19,12 @@ use serde::Deserialize;
 use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
-use super::locate::Pos;
+/// Where a node starts: 1-based line and column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pos {
+    pub line: usize,
+    pub col: usize,
+}
 
 /// One YAML node and where it starts. Kept small: a big manifest is hundreds of
 /// thousands of nodes, all alive at once, and they set a `plan`'s peak memory.
@@ -105,6 +112,17 @@ impl Node {
             }
             (Kind::Scalar { text, .. }, _) => crate::error::clip(text, QUOTED).into_owned(),
         }
+    }
+
+    /// The first entry of key `name` in a mapping: its key node and its value.
+    pub fn entry(&self, name: &str) -> Option<(&Node, &Node)> {
+        let Kind::Map(entries) = &self.kind else {
+            return None;
+        };
+        entries
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(name))
+            .map(|(k, v)| (k, v))
     }
 
     /// The node of key `name` in a mapping, taken out of it.
@@ -316,6 +334,136 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             plain: true,
         },
     )))
+}
+
+/// The position of every node of a document by its key path
+/// (`scenes[2].kernels[0].source`): a mapping entry at its key, a sequence item and the
+/// root where they start; of two nodes with one path, the first in the document. Taken
+/// from the nodes before serde consumes them, so checks made after deserialization can
+/// still point into the file.
+///
+/// Taken on every load, so it is cheap: a path is kept as the FNV-1a hash of its text,
+/// computed a segment at a time (nothing allocated per node), in one vector that is
+/// sorted only when a position is first looked up (a manifest without errors never
+/// is). Two paths of one manifest sharing a 64-bit hash would at worst put a message on
+/// the wrong line.
+#[derive(Debug, Default)]
+pub struct Positions {
+    /// (hash of the path, line, column), in document order until `sorted`; then by
+    /// hash, of equal hashes the first in the document only.
+    at: Vec<(u64, u32, u32)>,
+    sorted: bool,
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+
+fn fnv(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(FNV_PRIME))
+}
+
+/// The hash of `parent` + `[i]`.
+fn index_hash(parent: u64, i: usize) -> u64 {
+    let mut buf = [0u8; 22];
+    let mut at = buf.len() - 1;
+    buf[at] = b']';
+    let mut n = i;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    at -= 1;
+    buf[at] = b'[';
+    fnv(parent, &buf[at..])
+}
+
+/// The hash of `parent` + `.name` (of `name` alone under the empty path), and whether
+/// that path is empty.
+fn key_hash(parent: u64, parent_empty: bool, name: &str) -> (u64, bool) {
+    if parent_empty {
+        (fnv(parent, name.as_bytes()), name.is_empty())
+    } else {
+        (fnv(fnv(parent, b"."), name.as_bytes()), false)
+    }
+}
+
+impl Positions {
+    /// The positions of `root` and everything under it.
+    pub fn of(root: &Node) -> Positions {
+        enum Kids<'a> {
+            Seq(std::iter::Enumerate<std::slice::Iter<'a, Node>>),
+            Map(std::slice::Iter<'a, (Node, Node)>),
+        }
+        fn kids(n: &Node) -> Option<Kids<'_>> {
+            match &n.kind {
+                Kind::Scalar { .. } => None,
+                Kind::Seq(items) => Some(Kids::Seq(items.iter().enumerate())),
+                Kind::Map(entries) => Some(Kids::Map(entries.iter())),
+            }
+        }
+        let mut at = vec![(FNV_OFFSET, root.line, root.col)];
+        // Depth first, in document order, without recursion: a frame per open
+        // collection (the depth is bounded by `MAX_DEPTH`).
+        let mut stack: Vec<(u64, bool, Kids)> = Vec::new();
+        if let Some(k) = kids(root) {
+            stack.push((FNV_OFFSET, true, k));
+        }
+        while let Some((h, empty, kids_of)) = stack.last_mut() {
+            let next = match kids_of {
+                Kids::Seq(it) => it
+                    .next()
+                    .map(|(i, n)| (index_hash(*h, i), false, n.line, n.col, n)),
+                Kids::Map(it) => it.next().map(|(k, v)| {
+                    let (kh, ke) = key_hash(*h, *empty, k.as_str().unwrap_or("?"));
+                    (kh, ke, k.line, k.col, v)
+                }),
+            };
+            let Some((ch, ce, line, col, n)) = next else {
+                stack.pop();
+                continue;
+            };
+            at.push((ch, line, col));
+            if let Some(k) = kids(n) {
+                stack.push((ch, ce, k));
+            }
+        }
+        Positions { at, sorted: false }
+    }
+
+    /// The position of exactly `path`.
+    pub fn find_exact(&mut self, path: &str) -> Option<Pos> {
+        if !self.sorted {
+            // Stable: of equal hashes, the first in the document stays first.
+            self.at.sort_by_key(|e| e.0);
+            self.at.dedup_by_key(|e| e.0);
+            self.sorted = true;
+        }
+        let h = fnv(FNV_OFFSET, path.as_bytes());
+        let i = self.at.binary_search_by_key(&h, |e| e.0).ok()?;
+        let (_, line, col) = self.at[i];
+        Some(Pos {
+            line: line as usize,
+            col: col as usize,
+        })
+    }
+
+    /// The position of `path`, or of its nearest ancestor that has one.
+    pub fn find(&mut self, path: &str) -> Option<Pos> {
+        let mut p = path;
+        loop {
+            if let Some(pos) = self.find_exact(p) {
+                return Some(pos);
+            }
+            let cut = p.rfind(['.', '['])?;
+            p = &p[..cut];
+        }
+    }
 }
 
 /// One step of a key path.
@@ -746,6 +894,18 @@ impl<'de> de::MapAccess<'de> for Map {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positions_point_at_lines() {
+        let text = "version: 1\nscenes:\n  - name: a\n    kernels:\n      - name: k\n        source: x.c\n  - name: b\n";
+        let mut l = Positions::of(&parse(text).unwrap());
+        assert_eq!(l.find("version").unwrap().line, 1);
+        assert_eq!(l.find("scenes[0].kernels[0].source").unwrap().line, 6);
+        assert_eq!(l.find("scenes[1].name").unwrap().line, 7);
+        assert_eq!(l.find("scenes[1].nope").unwrap().line, 7);
+        assert_eq!(l.find("scenes[0].kernels[0].source").unwrap().col, 9);
+        assert_eq!(l.find_exact("scenes[1]").unwrap().line, 7);
+    }
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]

@@ -275,9 +275,9 @@ impl Plan {
                 let m = &self.manifest;
                 Err(crate::err!(Usage,
                     "{}: lock.device_count is {n}, but scene `{}` needs {need} devices\n  {}: scenes[{}].device.devices: {need}",
-                    crate::manifest::position(m, "lock.device_count"),
+                    m.place(m.layout.device_count),
                     scene.name,
-                    crate::manifest::position(m, &format!("scenes[{}].device.devices", scene.index)),
+                    m.place(m.layout.devices_of(scene.index)),
                     scene.index,
                 ))
             }

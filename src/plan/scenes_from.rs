@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::key::{Files, KeyHasher};
-use crate::manifest::generated::{scenes_of, Generator};
-use crate::manifest::locate::Locations;
+use crate::manifest::generated::scenes_of;
+use crate::manifest::Generator;
 use crate::manifest::Manifest;
 
 /// The content key of a generator's output.
@@ -41,16 +41,12 @@ pub struct Expanded {
 /// Where a scene name came from, for clash messages.
 enum Origin {
     Literal(usize),
-    /// Index into the outputs, and the scene's path in that output.
-    Generated(usize, String),
+    /// Index into the outputs, and the line of that output the scene starts at.
+    Generated(usize, usize),
 }
 
 /// `scenes_from[0] (`cmd`) output line 12`.
-fn place((g, text): &(Generator, String), path: &str) -> String {
-    let line = Locations::index(text)
-        .find(path)
-        .map(|p| p.line)
-        .unwrap_or(1);
+fn place((g, _): &(Generator, String), line: usize) -> String {
     format!("{} output line {line}", g.label())
 }
 
@@ -80,7 +76,7 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
             Some(text) => (text, false),
             None => (run(&g, m)?, true),
         };
-        let (scenes, paths) = scenes_of(&g, &text, m)?;
+        let (scenes, lines) = scenes_of(&g, &text, m)?;
         if fresh {
             crate::cache::Store::at(cache_root.to_path_buf()).ensure()?;
             write_cached(&cached, &key, &text).map_err(|e| {
@@ -106,21 +102,21 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
         }
         outputs.push((g, text));
         let here = outputs.len() - 1;
-        for (s, path) in scenes.into_iter().zip(paths) {
+        for (s, line) in scenes.into_iter().zip(lines) {
             let clash = match names.get(&s.name) {
                 Some(Origin::Literal(i)) => format!("clashes with scenes[{i}] of the manifest"),
-                Some(Origin::Generated(o, p)) => {
-                    format!("clashes with the one at {}", place(&outputs[*o], p))
+                Some(Origin::Generated(o, l)) => {
+                    format!("clashes with the one at {}", place(&outputs[*o], *l))
                 }
                 None => {
-                    names.insert(s.name.clone(), Origin::Generated(here, path));
+                    names.insert(s.name.clone(), Origin::Generated(here, line));
                     m.scenes.push(s);
                     continue;
                 }
             };
             clashes.push(format!(
                 "{}: scene `{}` {clash}",
-                place(&outputs[here], &path),
+                place(&outputs[here], line),
                 s.name
             ));
         }
@@ -202,8 +198,15 @@ fn write_cached(path: &Path, key: &str, text: &str) -> std::io::Result<()> {
 fn run(g: &Generator, m: &Manifest) -> Result<String> {
     use crate::manifest::generated::MAX_OUTPUT;
     use crate::proc::Ended;
-    let out = crate::proc::capture(&g.run, &m.dir, &m.env, g.timeout, MAX_OUTPUT)
-        .map_err(|e| crate::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
+    let out = crate::proc::capture(
+        &g.run,
+        &m.dir,
+        &m.env,
+        g.timeout,
+        MAX_OUTPUT,
+        crate::proc::Stderr::Tail,
+    )
+    .map_err(|e| crate::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n    ");

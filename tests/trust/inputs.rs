@@ -60,6 +60,65 @@ fn a_hanging_identity_command_is_exit_3_at_its_timeout() {
     );
 }
 
+/// SIGTERM of scenerun while an identity command runs: scenerun ends (exit 2) and the
+/// command's whole process group, a background child included, ends with it (it runs
+/// through the registry a cancel stops, not under a deadline of its own).
+#[test]
+fn sigterm_during_a_slow_identity_command_leaves_no_child_behind() {
+    let s = light_suite();
+    let yaml = s.read("scenes.yaml").replace(
+        "    compile: \"echo run",
+        "    identity: \"sleep 1000 & echo $$ > logs/identity.pid; sleep 1000\"\n    identity_timeout: 1h\n    compile: \"echo run",
+    );
+    s.manifest(&yaml);
+    let mut child = scenerun_process()
+        .current_dir(s.dir())
+        .arg("--manifest")
+        .arg(s.path("scenes.yaml"))
+        .arg("plan")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = s.path("logs/identity.pid");
+    assert!(
+        wait_until(Duration::from_secs(60), || fs::read_to_string(&pid_file)
+            .is_ok_and(|t| t.ends_with('\n'))),
+        "the identity command never started"
+    );
+    // The shell leads the command's process group.
+    let group: i32 = s.read("logs/identity.pid").trim().parse().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || members(group) == 3),
+        "sh and its two sleeps run"
+    );
+    // SAFETY: a plain signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_bounded(&mut child, Duration::from_secs(60)).expect("scenerun ended");
+    assert_eq!(status.code(), Some(2), "interrupted");
+    assert!(
+        wait_until(Duration::from_secs(10), || members(group) == 0),
+        "{} process(es) of the identity command outlived scenerun",
+        members(group)
+    );
+}
+
+/// Live (not zombie) processes in process group `pgid`.
+fn members(pgid: i32) -> usize {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f.len() > 2 && !matches!(f[0], "Z" | "X") && f[2].parse() == Ok(pgid)
+        })
+        .count()
+}
+
 /// An identity command runs once per process, however many kernels share it.
 #[test]
 fn an_identity_command_runs_once_per_process() {
