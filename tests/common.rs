@@ -304,6 +304,12 @@ pub fn wait_bounded(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 
 /// Whether a process is alive (a zombie counts as dead: nobody may reap orphans here).
 pub fn pid_alive(pid: impl std::fmt::Display) -> bool {
+    // Only a pid: an empty or partly written one would name /proc/stat itself.
+    let pid = pid.to_string();
+    let pid = pid.trim();
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        panic!("pid_alive: {pid:?} is not a pid");
+    }
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             let state = stat

@@ -658,7 +658,14 @@ fn an_interrupted_or_killed_warm_leaves_no_worker_or_step_behind() {
             wait_for_file(&hung, std::time::Duration::from_secs(60)),
             "the step never started"
         );
-        let step = fs::read_to_string(&hung).unwrap();
+        // The file exists before its pid is written into it.
+        let written = || {
+            fs::read_to_string(&hung)
+                .ok()
+                .filter(|p| p.trim().parse::<u32>().is_ok())
+        };
+        assert!(wait_until(std::time::Duration::from_secs(10), || written().is_some()));
+        let step = written().unwrap().trim().to_string();
         let worker = worker_pid(&w, "A.hang1");
         // SAFETY: a plain signal to the child this test started.
         unsafe { libc::kill(child.id() as i32, signal) };
