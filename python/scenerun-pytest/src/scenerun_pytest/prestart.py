@@ -23,12 +23,14 @@ import os
 import sys
 import time
 
+import pytest
+
 SENTINEL = "__scenerun_devices__"
 # How often the go file is looked for: the ids reach the process at most this late.
 POLL_SECS = 0.01
 
 
-def _swap(value, devices):
+def _swap(value: object, devices: str) -> object:
     if isinstance(value, str):
         return value.replace(SENTINEL, devices)
     if isinstance(value, (list, tuple)) and any(isinstance(v, str) and SENTINEL in v for v in value):
@@ -36,7 +38,7 @@ def _swap(value, devices):
     return value
 
 
-def _ready(results):
+def _ready(results: str | None) -> None:
     """Say the process is ready (one line, one write: a crash never leaves half of it)."""
     if not results:
         return
@@ -48,7 +50,7 @@ def _ready(results):
         os.close(fd)
 
 
-def wait_for_ids(config):
+def wait_for_ids(config: pytest.Config) -> str | None:
     """Under ``SCENERUN_GO``: say ready, wait for the ids, put them where the sentinel was.
     Returns the ids (a comma list), or None when the process was not started before the
     lock."""
@@ -65,6 +67,6 @@ def wait_for_ids(config):
         swapped = _swap(value, devices)
         if swapped is not value:
             setattr(config.option, name, swapped)
-    config.args[:] = [_swap(a, devices) for a in config.args]
-    sys.argv[:] = [_swap(a, devices) for a in sys.argv]
+    config.args[:] = [a.replace(SENTINEL, devices) for a in config.args]
+    sys.argv[:] = [a.replace(SENTINEL, devices) for a in sys.argv]
     return devices

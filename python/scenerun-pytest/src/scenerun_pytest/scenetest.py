@@ -34,13 +34,13 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.verdict: Verdict | None = None
-        self.item: Any = None
+        self.item: pytest.Item | None = None
 
-    def pytest_collection_finish(self, session: Any) -> None:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:
             self.item = session.items[0]
 
-    def pytest_runtest_logreport(self, report: Any) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         v = of_report(report)
         if self.verdict is None or v.outcome.rank > self.verdict.outcome.rank:
             self.verdict = v
@@ -67,11 +67,12 @@ def main(argv: list[str]) -> int:
         return 4
     imports = phases.ImportLog(os.getcwd())
     imports.install()
-    imports.touched = set()
+    touched: set[str] = set()
+    imports.touched = touched
     rec = _Recorder()
     with contextlib.redirect_stdout(sys.stderr):
         code = int(pytest.main(["-p", "no:cacheprovider", *args], plugins=[rec]))
-    touched, imports.touched = imports.touched, None
+    imports.touched = None
     if rec.verdict is None or rec.item is None:
         print(f"scenerun_pytest test: pytest ran no test of {args[0]} (exit {code})", file=sys.stderr)
         return 4 if code in (4, 5) else (code or 1)
