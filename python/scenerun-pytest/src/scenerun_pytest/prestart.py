@@ -25,6 +25,8 @@ import time
 
 import pytest
 
+from .lane import ResultsFile
+
 SENTINEL = "__scenerun_devices__"
 # How often the go file is looked for: the ids reach the process at most this late.
 POLL_SECS = 0.01
@@ -38,18 +40,6 @@ def _swap(value: object, devices: str) -> object:
     return value
 
 
-def _ready(results: str | None) -> None:
-    """Say the process is ready (one line, one write: a crash never leaves half of it)."""
-    if not results:
-        return
-    line = (json.dumps({"event": "ready", "unix_secs": time.time()}) + "\n").encode()
-    fd = os.open(results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
 def wait_for_ids(config: pytest.Config) -> str | None:
     """Under ``SCENERUN_GO``: say ready, wait for the ids, put them where the sentinel was.
     Returns the ids (a comma list), or None when the process was not started before the
@@ -57,7 +47,8 @@ def wait_for_ids(config: pytest.Config) -> str | None:
     go = os.environ.get("SCENERUN_GO")
     if not go:
         return None
-    _ready(os.environ.get("SCENERUN_RESULTS"))
+    # Ready (one line, one write: a crash never leaves half of it).
+    ResultsFile(os.environ.get("SCENERUN_RESULTS")).write({"event": "ready", "unix_secs": time.time()})
     while not os.path.exists(go):
         time.sleep(POLL_SECS)
     with open(go) as f:

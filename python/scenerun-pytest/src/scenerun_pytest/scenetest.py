@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TypedDict
 
 import pytest
 
@@ -27,6 +27,16 @@ from .outcome import Outcome, Verdict, of_report
 
 #: The longest failure text kept in a verdict (the log has all of it).
 MAX_MESSAGE = 4000
+
+
+class _Outcome(TypedDict):
+    outcome: str  # an Outcome's value
+
+
+class VerdictFile(_Outcome, total=False):
+    """``DIR/verdict.json``: the node's verdict; a message unless it passed."""
+
+    message: str
 
 
 class _Recorder:
@@ -79,7 +89,7 @@ def main(argv: list[str]) -> int:
     if code not in (0, 1):
         print(f"scenerun_pytest test: pytest ended with exit {code}; no verdict is kept", file=sys.stderr)
         return code
-    verdict: dict[str, Any] = {"outcome": rec.verdict.outcome.value}
+    verdict: VerdictFile = {"outcome": rec.verdict.outcome.value}
     if rec.verdict.outcome is not Outcome.PASSED and rec.verdict.message:
         verdict["message"] = rec.verdict.message[-MAX_MESSAGE:]
     with open(os.path.join(opts.out, "verdict.json"), "w", encoding="utf-8") as f:

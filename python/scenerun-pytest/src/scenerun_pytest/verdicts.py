@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
 from .outcome import Verdict, of_report
 
 ENV = "SCENERUN_VERDICTS"
+
+
+class VerdictLine(TypedDict):
+    """One line of ``SCENERUN_VERDICTS``: a node's verdict in one process."""
+
+    nodeid: str
+    verdict: str  # an Outcome's value
+    pid: int
 
 
 class _Recorder:
@@ -40,7 +48,8 @@ class _Recorder:
         verdict = self.verdicts.pop(nodeid, None)
         if verdict is None:
             return
-        line = json.dumps({"nodeid": nodeid, "verdict": verdict.outcome.value, "pid": os.getpid()}) + "\n"
+        record: VerdictLine = {"nodeid": nodeid, "verdict": verdict.outcome.value, "pid": os.getpid()}
+        line = json.dumps(record) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())

@@ -44,7 +44,8 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence, Union
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence, TypedDict, Union
 
 import pytest
 
@@ -56,10 +57,12 @@ _SHELL = frozenset("|&;<>()`$")
 #: Modules the codec's libraries import on first use (a save, a load): imported once in
 #: the worker, when the library is loaded, not again in every fork. Imports only: no
 #: operation of the library runs before a fork.
-_LAZY: Mapping[str, tuple[str, ...]] = {
-    "torch": ("torch.utils.serialization", "torch._weights_only_unpickler"),
-    "numpy": ("numpy.lib.format",),
-}
+_LAZY: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "torch": ("torch.utils.serialization", "torch._weights_only_unpickler"),
+        "numpy": ("numpy.lib.format",),
+    }
+)
 
 
 def _preload() -> None:
@@ -74,24 +77,63 @@ def _preload() -> None:
                     pass
 
 
-#: A request's step: (its phase, the phase's arguments), or None with why it is not one.
-Step = Union[tuple[tuple[phases.Phase, list[str]], None], tuple[None, str]]
+# The protocol's lines (see above); the key order of each JSON line is the order the
+# keys are set in.
 
 
-def phase_of(command: str) -> Step:
+class Request(TypedDict, total=False):
+    """What scenerun asks for: one step."""
+
+    id: Any  # echoed back as it came
+    command: str
+    cwd: str
+    env: dict[str, str] | None
+    log: str
+    timeout_secs: float
+
+
+class Ready(TypedDict):
+    ready: bool
+    pid: int
+    threads: int
+    classes: int
+
+
+class Unsupported(TypedDict):
+    id: Any
+    unsupported: str
+
+
+class _Ran(TypedDict):
+    id: Any
+    status: int
+    note: str | None
+
+
+class Ran(_Ran, total=False):
+    """A step that ran in a fork: its exit status, and the signal that ended it if one did."""
+
+    signal: int
+    depfile_written: bool
+
+
+Answer = Union[Ready, Unsupported, Ran]
+
+
+def phase_of(command: str) -> tuple[phases.Phase, list[str]] | str:
     """(phase, its arguments) of ``[any interpreter] -m scenerun_pytest fixture|golden
-    ...``; None with why for anything else."""
+    ...``; for anything else, why a worker does not run it."""
     if any(c in _SHELL for c in command):
-        return None, "the command uses shell syntax"
+        return "the command uses shell syntax"
     try:
         argv = shlex.split(command)
     except ValueError as e:
-        return None, f"cannot split the command: {e}"
+        return f"cannot split the command: {e}"
     if len(argv) < 4 or "=" in argv[0] or argv[1:3] != ["-m", "scenerun_pytest"]:
-        return None, "not a `python -m scenerun_pytest` command"
+        return "not a `python -m scenerun_pytest` command"
     if argv[3] not in ("fixture", "golden"):
-        return None, f"`scenerun_pytest {argv[3]}` is not served by a worker"
-    return (phases.Phase(argv[3]), argv[4:]), None
+        return f"`scenerun_pytest {argv[3]}` is not served by a worker"
+    return phases.Phase(argv[3]), argv[4:]
 
 
 def _depfile_of(args: Sequence[str]) -> str | None:
@@ -150,7 +192,7 @@ class _Serve:
     def find(self, path: str, cls_name: str) -> pytest.Function | None:
         return self.items.get((os.path.realpath(path), cls_name))
 
-    def say(self, record: Mapping[str, Any]) -> None:
+    def say(self, record: Answer) -> None:
         line = (json.dumps(record) + "\n").encode()
         while line:
             line = line[os.write(self.proto, line) :]
@@ -193,11 +235,11 @@ class _Serve:
             self.serve(session, json.loads(line))
         return True
 
-    def serve(self, session: pytest.Session, request: Mapping[str, Any]) -> None:
+    def serve(self, session: pytest.Session, request: Request) -> None:
         rid = request.get("id")
-        found, why = phase_of(request.get("command", ""))
-        if found is None:
-            self.say({"id": rid, "unsupported": why})
+        found = phase_of(request.get("command", ""))
+        if isinstance(found, str):
+            self.say({"id": rid, "unsupported": found})
             return
         phase, args = found
         sys.stdout.flush()
@@ -210,14 +252,14 @@ class _Serve:
         depfile = _depfile_of(args)
         if depfile and not os.path.isabs(depfile):
             depfile = os.path.join(request.get("cwd", "."), depfile)
-        reply: dict[str, Any] = {"id": rid, "status": os.waitstatus_to_exitcode(status), "note": None}
+        reply: Ran = {"id": rid, "status": os.waitstatus_to_exitcode(status), "note": None}
         if os.WIFSIGNALED(status):
             reply["signal"] = os.WTERMSIG(status)
         reply["depfile_written"] = bool(depfile and os.path.isfile(depfile))
         self.say(reply)
 
     def _child(
-        self, session: pytest.Session, request: Mapping[str, Any], phase: phases.Phase, args: list[str], threads: int
+        self, session: pytest.Session, request: Request, phase: phases.Phase, args: list[str], threads: int
     ) -> NoReturn:
         """The step, in the fork (the worker had `threads` threads then): never returns."""
         code = 70
