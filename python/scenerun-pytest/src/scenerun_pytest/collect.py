@@ -30,6 +30,7 @@ import shlex
 import sys
 import textwrap
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypedDict, cast
 
 import pytest
@@ -421,16 +422,18 @@ def _hook_overrides(hook: Any, u: Unit) -> Overrides:
     return cast(Overrides, over)
 
 
-_OVERRIDE_TYPES: Mapping[str, tuple[type, ...]] = {
-    "lane": (str,),
-    "devices": (int,),
-    "tags": (list, tuple),
-    "order": (str,),
-    "persist": (bool,),
-    "skip": (bool, str),
-    "timeout": (int, float),
-    "phase": (str,),
-}
+_OVERRIDE_TYPES: Mapping[str, tuple[type, ...]] = MappingProxyType(
+    {
+        "lane": (str,),
+        "devices": (int,),
+        "tags": (list, tuple),
+        "order": (str,),
+        "persist": (bool,),
+        "skip": (bool, str),
+        "timeout": (int, float),
+        "phase": (str,),
+    }
+)
 
 
 def _check_overrides(over: Mapping[str, Any], nodeid: str) -> None:

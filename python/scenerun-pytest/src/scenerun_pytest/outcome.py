@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Mapping
 
 import pytest
@@ -43,15 +44,17 @@ class Outcome(str, enum.Enum):
         return self in (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED, Outcome.XFAILED)
 
 
-_RANK: Mapping[Outcome, int] = {
-    Outcome.PASSED: 0,
-    Outcome.XPASSED: 1,
-    Outcome.XFAILED: 2,
-    Outcome.SKIPPED: 3,
-    Outcome.NOT_REACHED: 4,
-    Outcome.FAILED: 5,
-    Outcome.ERROR: 6,
-}
+_RANK: Mapping[Outcome, int] = MappingProxyType(
+    {
+        Outcome.PASSED: 0,
+        Outcome.XPASSED: 1,
+        Outcome.XFAILED: 2,
+        Outcome.SKIPPED: 3,
+        Outcome.NOT_REACHED: 4,
+        Outcome.FAILED: 5,
+        Outcome.ERROR: 6,
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -21,20 +21,23 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping, Tuple
+from types import MappingProxyType
+from typing import Any, Mapping
 
 import pytest
 
 #: What the suite's files say a case is: a mapping with a ``name`` (any other fields).
 Case = Mapping[str, Any]
 
-DEFAULTS: Mapping[str, str] = {
-    "cases": "CASES",
-    "generate": "generate_args",
-    "golden": "compute_golden",
-    "runner": "test_run",
-}
-MANUAL_MODES: Tuple[str, ...] = ("exclude", "include", "only")
+DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "cases": "CASES",
+        "generate": "generate_args",
+        "golden": "compute_golden",
+        "runner": "test_run",
+    }
+)
+MANUAL_MODES: tuple[str, ...] = ("exclude", "include", "only")
 
 
 @dataclass(frozen=True)
