@@ -726,6 +726,35 @@ fn the_codec_round_trips_what_a_suite_generates() {
     assert!(passed.is_some_and(|n| n >= 25), "{}", show(&o));
 }
 
+/// The plugin type-checks: mypy (the version .ci/deps.sh pins) over the whole package,
+/// with the settings of python/scenerun-pytest/pyproject.toml (`strict`). Its cache goes
+/// to a temporary directory: the plugin's tree gains nothing.
+#[test]
+fn the_plugin_type_checks_under_mypy_strict() {
+    let venv = venv();
+    let cache = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(venv.join("bin/python"))
+        .current_dir(Path::new(REPO).join("python/scenerun-pytest"))
+        .args([
+            "-m",
+            "mypy",
+            "--config-file",
+            "pyproject.toml",
+            "--cache-dir",
+        ])
+        .arg(cache.path())
+        .env_remove("PYTHONPATH")
+        .env_remove("MYPYPATH")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        stdout(&o).starts_with("Success: no issues found in "),
+        "{}",
+        show(&o)
+    );
+}
+
 /// A small suite written here: a conftest with options of its own and the override hook.
 fn selection_suite() -> (Suite, PathBuf) {
     let venv = venv();

@@ -83,10 +83,10 @@ def test_a_golden_refers_to_the_unchanged_fixture_leaves(tmp_path):
     codec.save(sample(), str(fix))
     args = codec.load(str(fix)).clone()
     args.out[:] = args.x.sum(axis=0)  # computed in place
-    codec.save(args, str(gold), base=str(fix), mode="in_place")
+    codec.save(args, str(gold), base=str(fix), mode=codec.GoldenMode.IN_PLACE)
     stored = sorted(f for f in os.listdir(gold) if f.startswith("leaf-"))
     assert stored == ["leaf-6.npy"], stored  # only `out` is stored again
-    assert codec.mode(str(gold)) == "in_place"
+    assert codec.mode(str(gold)) is codec.GoldenMode.IN_PLACE
     golden = codec.load(str(gold), base=str(fix))
     check_same(golden.out, np.array([12, 15, 18, 21], dtype=np.float32))
     check_same(golden.x, sample().x)

@@ -87,7 +87,7 @@ def test_every_record_the_lane_writes_validates(tmp_path):
 def test_the_ready_line_validates(tmp_path):
     v = validator()
     results = tmp_path / "results.jsonl"
-    prestart._ready(str(results))
+    prestart.ready(str(results))
     (record,) = written(results)
     assert record["event"] == "ready"
     v.validate(record)

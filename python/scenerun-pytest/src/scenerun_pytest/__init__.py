@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["Kernel", "SceneTest", "assert_allclose", "__version__"]
 __version__ = "0.1.0"
@@ -37,7 +37,9 @@ class Kernel:
     toolchain: str | None = None
 
 
-def assert_allclose(actual, expected, rtol: float, atol: float, name: str = "output") -> None:
+def assert_allclose(
+    actual: Iterable[float], expected: Iterable[float], rtol: float, atol: float, name: str = "output"
+) -> None:
     """Raise AssertionError naming the first element out of tolerance."""
     actual, expected = list(actual), list(expected)
     if len(actual) != len(expected):
@@ -71,19 +73,23 @@ class SceneTest:
     def generate_args(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         raise NotImplementedError("a scene test defines generate_args(params)")
 
-    def compute_golden(self, args, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    def compute_golden(self, args: Any, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
         raise NotImplementedError("a scene test defines compute_golden(args, params)")
 
-    def run_device(self, device, kernels, args, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    def run_device(
+        self, device: Any, kernels: Mapping[str, str], args: Any, params: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
         raise NotImplementedError("a scene test defines run_device(device, kernels, args, params)")
 
-    def compare_outputs(self, outputs, golden, params: Mapping[str, Any]) -> None:
+    def compare_outputs(self, outputs: Mapping[str, Any], golden: Mapping[str, Any], params: Mapping[str, Any]) -> None:
         """Every golden tensor must be among the outputs and match within RTOL/ATOL."""
         for name, expected in golden.items():
             if name not in outputs:
                 raise AssertionError(f"the device run returned no output `{name}`")
             assert_allclose(outputs[name], expected, self.RTOL, self.ATOL, name)
 
-    def test_scene(self, scene_case, scene_run):
+    def test_scene(
+        self, scene_case: Mapping[str, Any], scene_run: Callable[[SceneTest, Mapping[str, Any]], None]
+    ) -> None:
         """The device side of one case, with artifacts scenerun built (see plugin)."""
         scene_run(self, scene_case)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Sequence
 
 
-def _collect_parser():
+def _collect_parser() -> argparse.ArgumentParser:
     c = argparse.ArgumentParser(
         prog="python -m scenerun_pytest collect",
         description="print the scenes of the scene classes pytest collects (JSON); every "
@@ -54,7 +55,7 @@ def split_exclude(spec: str) -> tuple[str, str] | None:
     return None
 
 
-def _phase_parser(phase):
+def _phase_parser(phase: str) -> argparse.ArgumentParser:
     f = argparse.ArgumentParser(prog=f"python -m scenerun_pytest {phase}", allow_abbrev=False)
     f.add_argument("nodeid", help="PATH::Class")
     f.add_argument("--case", required=True)
@@ -73,7 +74,7 @@ def _phase_parser(phase):
 USAGE = "usage: python -m scenerun_pytest {collect|fixture|golden|worker|test} ...  (see docs/pytest.md)"
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("collect", "fixture", "golden", "worker", "test"):
         print(USAGE, file=sys.stderr)
@@ -89,14 +90,14 @@ def main(argv=None) -> int:
         from . import collect
 
         parsed, pytest_args = _collect_parser().parse_known_args(rest)
-        lanes = {}
+        lanes: dict[int, str] = {}
         for spec in parsed.lane_for:
             n, _, name = spec.partition("=")
             if not n.isdigit() or not name:
                 print(f"--lane-for {spec!r}: write N=LANE", file=sys.stderr)
                 return 4
             lanes[int(n)] = name
-        excludes = {}
+        excludes: dict[str, str] = {}
         for spec in parsed.exclude:
             pair = split_exclude(spec)
             if pair is None:
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
             python=parsed.python,
             lane=parsed.lane,
             lanes=lanes,
-            device_mode=parsed.device_mode,
+            device_mode=collect.DeviceMode(parsed.device_mode),
             identity=parsed.identity,
             worker=parsed.worker,
             excludes=excludes,
@@ -124,10 +125,16 @@ def main(argv=None) -> int:
         return scenetest.main(rest)
     from . import phases
 
-    opts = _phase_parser(command).parse_args(rest)
+    args = _phase_parser(command).parse_args(rest)
     try:
         return phases.run_phase(
-            command, opts.nodeid, opts.case, opts.out, opts.depfile, getattr(opts, "fixture", None), opts.source_digest
+            phases.Phase(command),
+            args.nodeid,
+            args.case,
+            args.out,
+            args.depfile,
+            getattr(args, "fixture", None),
+            args.source_digest,
         )
     except phases.UsageError as e:
         print(f"scenerun_pytest {command}: {e}", file=sys.stderr)

@@ -37,11 +37,17 @@ that trusts whoever can write the cache to run code in its tests.
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 import os
 import pickle
 import sys
+from typing import IO, Any, Callable, Tuple, TypedDict
+
+from pluggy import HookRelay
+
+from .protocol import scenerun_table
 
 FORMAT = 1
 INDEX = "scenerun-codec.json"
@@ -77,6 +83,33 @@ class CodecError(Exception):
     """An artifact this codec cannot read (or an object it cannot write)."""
 
 
+class GoldenMode(str, enum.Enum):
+    """How a golden was computed: by changing the arguments in place, or returned."""
+
+    IN_PLACE = "in_place"
+    RETURNED = "returned"
+
+
+class Leaf(TypedDict, total=False):
+    """One leaf of an artifact's index: a file of its own, or the fixture's leaf ``k``."""
+
+    file: str
+    fixture: int
+
+
+class Index(TypedDict, total=False):
+    """``scenerun-codec.json``: the format, who wrote the artifact, and its leaves."""
+
+    format: int
+    codec: str  # "pickle" or "hook"
+    mode: str | None  # a GoldenMode's value for a golden, else None
+    leaves: list[Leaf]
+
+
+#: What ``value.pkl`` names a leaf by: ``("leaf", k)`` or ``("fixture", k)``.
+LeafId = Tuple[str, int]
+
+
 def _pyproject_trust(start: str) -> str:
     """``[tool.scenerun] codec_trust`` of the first ``pyproject.toml`` from ``start``
     upwards: ``data`` (the default) or ``pickle``."""
@@ -84,18 +117,13 @@ def _pyproject_trust(start: str) -> str:
     while True:
         path = os.path.join(d, "pyproject.toml")
         if os.path.isfile(path):
-            try:
-                import tomllib  # Python 3.11+
-            except ImportError:  # pragma: no cover - older interpreters
-                try:
-                    import tomli as tomllib
-                except ImportError:
-                    return DATA
-            with open(path, "rb") as f:
-                value = tomllib.load(f).get("tool", {}).get("scenerun", {}).get(TRUST_KEY, DATA)
+            table = scenerun_table(path)
+            if table is None:
+                return DATA
+            value = table.get(TRUST_KEY, DATA)
             if value not in (DATA, PICKLE):
                 raise CodecError(f"{path}: [tool.scenerun] {TRUST_KEY} is {value!r}: {DATA!r} or {PICKLE!r}")
-            return value
+            return str(value)
         parent = os.path.dirname(d)
         if parent == d:
             return DATA
@@ -115,16 +143,16 @@ def trust() -> str:
     return _pyproject_trust(os.getcwd())
 
 
-def _lookup(module: str, name: str):
+def _lookup(module: str, name: str) -> Any:
     """The object ``module.name`` names, from a module already imported (never an
     import: importing runs code); None when there is none."""
-    obj = sys.modules.get(module)
+    obj: Any = sys.modules.get(module)
     for part in name.split("."):
         obj = getattr(obj, part, None) if obj is not None else None
     return obj
 
 
-def _allowed(module: str, name: str):
+def _allowed(module: str, name: str) -> Any:
     """What a data-only load may construct for a global ``module.name``; None: not it."""
     if module == "builtins":
         return getattr(__import__("builtins"), name) if name in _SAFE_BUILTINS else None
@@ -156,15 +184,15 @@ def _refusal(what: str, module: str, name: str) -> str:
     )
 
 
-def _torch():
+def _torch() -> Any:
     return sys.modules.get("torch")
 
 
-def _numpy():
+def _numpy() -> Any:
     return sys.modules.get("numpy")
 
 
-def _is_tensor(obj) -> bool:
+def _is_tensor(obj: object) -> bool:
     torch = _torch()
     return (
         torch is not None
@@ -173,12 +201,12 @@ def _is_tensor(obj) -> bool:
     )
 
 
-def _is_array(obj) -> bool:
+def _is_array(obj: object) -> bool:
     np = _numpy()
     return np is not None and isinstance(obj, np.ndarray) and obj.dtype != object
 
 
-def _same(a, b) -> bool:
+def _same(a: Any, b: Any) -> bool:
     """Equal leaves: same kind, dtype, shape and layout, equal bytes."""
     if _is_tensor(a) and _is_tensor(b):
         torch = _torch()
@@ -204,13 +232,13 @@ class _Pickler(pickle.Pickler):
     """Pickles the object's skeleton: each tensor or array becomes a persistent id, the
     same object the same id (first occurrence order), and is handed to ``leaf``."""
 
-    def __init__(self, file, leaf):
+    def __init__(self, file: IO[bytes], leaf: Callable[[Any, int], LeafId]):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self._leaf = leaf
-        self._ids = {}
-        self._keep = []  # the ids stay valid while we hold the objects
+        self._ids: dict[int, LeafId] = {}
+        self._keep: list[object] = []  # the ids stay valid while we hold the objects
 
-    def persistent_id(self, obj):
+    def persistent_id(self, obj: Any) -> LeafId | None:
         if not (_is_tensor(obj) or _is_array(obj)):
             return None
         pid = self._ids.get(id(obj))
@@ -221,17 +249,19 @@ class _Pickler(pickle.Pickler):
         return pid
 
 
-def save(obj, out_dir: str, *, hook=None, base: str | None = None, mode: str | None = None) -> None:
+def save(
+    obj: Any, out_dir: str, *, hook: HookRelay | None = None, base: str | None = None, mode: GoldenMode | None = None
+) -> None:
     """Write ``obj`` into the (existing) directory ``out_dir``. ``base``: the fixture a
     golden was computed from; ``mode``: how a golden was computed (``in_place`` or
     ``returned``), kept for the lane."""
     if hook is not None and hook.pytest_scenerun_save(obj=obj, path=out_dir):
-        _write_index(out_dir, {"format": FORMAT, "codec": "hook", "mode": mode})
+        _write_index(out_dir, {"format": FORMAT, "codec": "hook", "mode": mode.value if mode else None})
         return
     base_leaves = _load_leaf_list(base, hook) if base else []
-    leaves = []
+    leaves: list[Leaf] = []
 
-    def leaf(o, k):
+    def leaf(o: Any, k: int) -> LeafId:
         if k < len(base_leaves) and base_leaves[k] is not None and _same(o, base_leaves[k]):
             leaves.append({"fixture": k})
             return ("fixture", k)
@@ -258,19 +288,21 @@ def save(obj, out_dir: str, *, hook=None, base: str | None = None, mode: str | N
                 raise CodecError(_refusal(f"cannot save a {type(obj).__name__}: it", module, name))
     with open(os.path.join(out_dir, VALUE), "wb") as f:
         f.write(buf.getvalue())
-    _write_index(out_dir, {"format": FORMAT, "codec": "pickle", "mode": mode, "leaves": leaves})
+    _write_index(
+        out_dir, {"format": FORMAT, "codec": "pickle", "mode": mode.value if mode else None, "leaves": leaves}
+    )
 
 
-def _write_index(out_dir, index):
+def _write_index(out_dir: str, index: Index) -> None:
     with open(os.path.join(out_dir, INDEX), "w") as f:
         json.dump(index, f, indent=1)
 
 
-def read_index(in_dir: str) -> dict:
+def read_index(in_dir: str) -> Index:
     path = os.path.join(in_dir, INDEX)
     try:
         with open(path) as f:
-            index = json.load(f)
+            index: Index = json.load(f)
     except FileNotFoundError:
         raise CodecError(f"{in_dir} is not a scenerun artifact (no {INDEX})") from None
     if index.get("format") != FORMAT:
@@ -278,7 +310,7 @@ def read_index(in_dir: str) -> dict:
     return index
 
 
-def _load_file(in_dir: str, name: str):
+def _load_file(in_dir: str, name: str) -> Any:
     path = os.path.join(in_dir, name)
     if name.endswith(".pt"):
         import torch
@@ -297,12 +329,12 @@ def _load_file(in_dir: str, name: str):
         return np.load(path, allow_pickle=False)
 
 
-def _load_leaf_list(in_dir: str, hook):
+def _load_leaf_list(in_dir: str, hook: HookRelay | None) -> list[Any]:
     """The fixture's leaves, each loaded afresh (None: a hook-saved artifact)."""
     index = read_index(in_dir)
     if index.get("codec") != "pickle":
         return []
-    out = []
+    out: list[Any] = []
     for entry in index.get("leaves", []):
         out.append(_load_file(in_dir, entry["file"]) if "file" in entry else None)
     return out
@@ -312,19 +344,19 @@ class _Unpickler(pickle.Unpickler):
     """Reads ``value.pkl``: leaves through ``resolve``; with ``data_only``, a global is
     constructed only when ``_allowed`` names it."""
 
-    def __init__(self, file, resolve, data_only: bool, what: str = VALUE):
+    def __init__(self, file: IO[bytes], resolve: Callable[[LeafId], Any], data_only: bool, what: str = VALUE):
         super().__init__(file)
         self._resolve = resolve
-        self._loaded = {}
+        self._loaded: dict[LeafId, Any] = {}
         self._data_only = data_only
         self._what = what
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> Any:
         if pid not in self._loaded:
             self._loaded[pid] = self._resolve(pid)
         return self._loaded[pid]
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> Any:
         if not self._data_only:
             return super().find_class(module, name)
         found = _allowed(module, name)
@@ -336,48 +368,48 @@ class _Unpickler(pickle.Unpickler):
 class _Anything:
     """Stands in for every global while ``_globals_of`` reads a pickle."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: object, **kwargs: object):
         pass
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: object, **kwargs: object) -> _Anything:
         return _Anything()
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: object) -> None:
         pass
 
-    def __setitem__(self, key, value):
+    def __setitem__(self, key: object, value: object) -> None:
         pass
 
-    def append(self, value):
+    def append(self, value: object) -> None:
         pass
 
-    def extend(self, values):
+    def extend(self, values: object) -> None:
         pass
 
 
 class _Recorder(pickle.Unpickler):
     """Lists the globals a pickle names, constructing none of them."""
 
-    def __init__(self, file):
+    def __init__(self, file: IO[bytes]):
         super().__init__(file)
-        self.names = []
+        self.names: list[tuple[str, str]] = []
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> None:
         return None
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> type[_Anything]:
         self.names.append((module, name))
         return _Anything
 
 
-def _globals_of(data: bytes):
+def _globals_of(data: bytes) -> list[tuple[str, str]]:
     """Every (module, name) the pickle ``data`` names."""
     r = _Recorder(io.BytesIO(data))
     r.load()
     return r.names
 
 
-def load(in_dir: str, *, hook=None, base: str | None = None):
+def load(in_dir: str, *, hook: HookRelay | None = None, base: str | None = None) -> Any:
     """The object saved in ``in_dir``; ``base``: the fixture directory a golden's
     references point into."""
     index = read_index(in_dir)
@@ -390,7 +422,7 @@ def load(in_dir: str, *, hook=None, base: str | None = None):
         return obj
     leaves = index.get("leaves", [])
 
-    def resolve(pid):
+    def resolve(pid: LeafId) -> Any:
         kind, k = pid
         if kind == "leaf":
             return _load_file(in_dir, leaves[k]["file"])
@@ -405,12 +437,13 @@ def load(in_dir: str, *, hook=None, base: str | None = None):
         return _Unpickler(f, resolve, data_only=trust() != PICKLE, what=path).load()
 
 
-def mode(in_dir: str):
-    """How the golden in ``in_dir`` was computed: ``in_place``, ``returned`` or None."""
-    return read_index(in_dir).get("mode")
+def mode(in_dir: str) -> GoldenMode | None:
+    """How the golden in ``in_dir`` was computed (None: not a golden, or not said)."""
+    value = read_index(in_dir).get("mode")
+    return GoldenMode(value) if value in (GoldenMode.IN_PLACE.value, GoldenMode.RETURNED.value) else None
 
 
-def assign(target, source) -> None:
+def assign(target: Any, source: Any) -> None:
     """Make ``target`` hold what ``source`` holds, in place: the golden computed in place
     on a clone of the arguments is handed back through the caller's object."""
     if _is_tensor(target):

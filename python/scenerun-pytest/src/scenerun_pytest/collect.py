@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import enum
 import hashlib
 import inspect
 import json
@@ -29,13 +30,90 @@ import shlex
 import sys
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypedDict, cast
 
 import pytest
 
 from . import protocol
 from .lane import CASE_OPTION
-_BUILTIN_MARKS = {"parametrize", "usefixtures", "filterwarnings", "skip", "skipif", "xfail", "timeout"}
+
+_BUILTIN_MARKS = frozenset({"parametrize", "usefixtures", "filterwarnings", "skip", "skipif", "xfail", "timeout"})
+
+
+class DeviceMode(enum.Enum):
+    """How a scene's device side runs: in a lane's processes, or one pytest per scene."""
+
+    LANE = "lane"
+    PROCESS = "process"
+
+
+class Overrides(TypedDict, total=False):
+    """What a suite's ``pytest_scenerun_scene`` hook may return (docs/pytest.md); a key
+    set to None counts as absent. Checked by ``_check_overrides`` against ``_OVERRIDE_TYPES``."""
+
+    lane: str | None
+    devices: int | None
+    tags: Sequence[str] | None
+    order: str | None  # first, any or last
+    persist: bool | None
+    skip: bool | str | None
+    timeout: float | None
+    phase: str | None  # device or warm
+
+
+# The scene collect emits (scenerun's manifest schema for a scene, docs/pytest.md); the
+# key order of the JSON is the order the keys are set in.
+
+
+class Kernel(TypedDict):
+    name: str
+    toolchain: str
+    source: str
+    include_dirs: list[str]
+    flags: list[str]
+
+
+class _StepRun(TypedDict):
+    run: str
+
+
+class Step(_StepRun, total=False):
+    """A warm step: a case's fixture or golden, or a node's ``test``."""
+
+    persist: bool
+    timeout: str
+    identity: str
+    worker: str
+
+
+class _DeviceIds(TypedDict):
+    devices: int
+
+
+class Device(_DeviceIds, total=False):
+    """A scene's device side: a lane with the node's arguments, or a command."""
+
+    lane: str
+    args: list[str]
+    run: str
+    order: str
+    timeout: str
+
+
+class _SceneIds(TypedDict):
+    name: str
+    nodeid: str
+    tags: list[str]
+
+
+class Scene(_SceneIds, total=False):
+    case: str
+    kernels: list[Kernel]
+    fixture: Step
+    golden: Step
+    test: Step
+    device: Device
 
 
 class CollectError(Exception):
@@ -49,7 +127,7 @@ class Options:
     python: str = "python"
     lane: str = "pytest"
     lanes: Mapping[int, str] = field(default_factory=dict)
-    device_mode: str = "lane"
+    device_mode: DeviceMode = DeviceMode.LANE
     identity: str | None = None
     worker: str | None = None
     excludes: Mapping[str, str] = field(default_factory=dict)
@@ -60,17 +138,17 @@ class Options:
 class Unit:
     """One scene to emit: a case of a scene class (``case`` set) or a whole node."""
 
-    item: Any
+    item: pytest.Item
     nodeid: str  # pytest's own id (rootdir-relative): what reports compare
     arg: str  # the same node as a path relative to the current directory: what lanes run
     path: str
     case: Mapping[str, Any] | None = None
     index: int = 0  # the case's position in CASES
     per_case_node: bool = False  # a SceneTest test_scene[case] node
-    overrides: Mapping[str, Any] = field(default_factory=dict)
+    overrides: Overrides = field(default_factory=lambda: Overrides())
 
     @property
-    def cls(self):
+    def cls(self) -> type | None:
         return getattr(self.item, "cls", None)
 
 
@@ -94,7 +172,7 @@ def _rel(path: str) -> str:
     return os.path.relpath(os.path.normpath(path), os.getcwd()).replace(os.sep, "/")
 
 
-def _arg_of(item) -> str:
+def _arg_of(item: pytest.Item) -> str:
     """The node as the current directory sees it (collect and lanes run in the manifest's
     directory; pytest's ids are relative to its rootdir)."""
     path = _rel(str(item.path))
@@ -125,6 +203,8 @@ def _safe(name: str) -> str:
 def is_stub(function: Callable[..., Any] | None) -> bool:
     """A method whose body only raises NotImplementedError (a base class's placeholder)."""
     function = getattr(function, "__func__", function)
+    if function is None:
+        return False
     try:
         source = textwrap.dedent(inspect.getsource(function))
         tree = ast.parse(source)
@@ -141,7 +221,7 @@ def is_stub(function: Callable[..., Any] | None) -> bool:
     return isinstance(target, ast.Name) and target.id == "NotImplementedError"
 
 
-def runner_is_own(cls, runner: str) -> bool:
+def runner_is_own(cls: type, runner: str) -> bool:
     """The class defines the runner itself while a base class defines it too: its own
     test decides what runs, so its cases are not served one by one."""
     if runner not in vars(cls):
@@ -149,20 +229,20 @@ def runner_is_own(cls, runner: str) -> bool:
     return any(runner in vars(base) for base in cls.__mro__[1:])
 
 
-def serves_cases(cls, names: protocol.Names) -> bool:
+def serves_cases(cls: type | None, names: protocol.Names) -> bool:
     """Whether the class's cases become case scenes (fixture and golden built in warm)."""
-    if not protocol.is_scene_class(cls, names):
+    if cls is None or not protocol.is_scene_class(cls, names):
         return False
     if is_stub(getattr(cls, names.generate, None)):
         return False
     return not runner_is_own(cls, names.runner)
 
 
-def _test_name(item) -> str:
-    return getattr(getattr(item, "function", None), "__name__", item.name)
+def _test_name(item: pytest.Item) -> str:
+    return str(getattr(getattr(item, "function", None), "__name__", item.name))
 
 
-def units_of(items: Sequence[Any], config) -> list[Unit]:
+def units_of(items: Sequence[pytest.Item], config: pytest.Config) -> list[Unit]:
     """Every collected node, as case units (one per selected case) or one node unit."""
     names = protocol.names(config)
     platform, manual_mode = protocol.session_filters(config)
@@ -177,7 +257,7 @@ def units_of(items: Sequence[Any], config) -> list[Unit]:
             units.append(Unit(item, item.nodeid, arg, path, case, index, per_case_node=True))
             continue
         if cls is not None and _test_name(item) == names.runner and serves_cases(cls, names):
-            cased = []
+            cased: list[Unit] = []
             for i, case in enumerate(protocol.cases_of(cls, names)):
                 try:
                     protocol.case_name(case, cls, i)
@@ -192,7 +272,9 @@ def units_of(items: Sequence[Any], config) -> list[Unit]:
     return units
 
 
-def _index_of(cls, names, case) -> int:
+def _index_of(cls: type | None, names: protocol.Names, case: protocol.Case) -> int:
+    if cls is None:
+        return 0
     for i, c in enumerate(protocol.cases_of(cls, names)):
         if isinstance(c, Mapping) and c.get("name") == case.get("name"):
             return i
@@ -241,7 +323,7 @@ class _Sources:
     the file (a method, a module constant) changes them all. A ``CASES`` that is not a
     literal list counts whole."""
 
-    def __init__(self, cases_attr: str):
+    def __init__(self, cases_attr: str) -> None:
         self.attr = cases_attr
         self.files: dict[str, tuple[bytes, dict[str, tuple[int, int, list[tuple[int, int]]]]]] = {}
 
@@ -267,8 +349,13 @@ class _Sources:
                     continue
                 if any(isinstance(e, ast.Starred) for e in value.elts):
                     continue
+                # end_lineno and end_col_offset are set by ast.parse (None only in
+                # trees built by hand).
                 elts = [
-                    (starts[e.lineno - 1] + e.col_offset, starts[e.end_lineno - 1] + e.end_col_offset)
+                    (
+                        starts[e.lineno - 1] + e.col_offset,
+                        starts[(e.end_lineno or e.lineno) - 1] + (e.end_col_offset or 0),
+                    )
                     for e in value.elts
                 ]
                 spans[node.name] = (elts[0][0], elts[-1][1], elts)
@@ -292,15 +379,16 @@ class _Sources:
         return hashlib.blake2b(bytes(out), digest_size=12).hexdigest()
 
 
-def _timeout_secs(item, overrides: Mapping[str, Any]) -> float | None:
+def _timeout_secs(item: pytest.Item, overrides: Overrides) -> float | None:
     """The node's own limit: the hook's ``timeout``, else a ``timeout`` marker
     (pytest-timeout's ``@pytest.mark.timeout(90)``)."""
-    if overrides.get("timeout") is not None:
-        return float(overrides["timeout"])
+    timeout = overrides.get("timeout")
+    if timeout is not None:
+        return float(timeout)
     marker = item.get_closest_marker("timeout")
     if marker is None:
         return None
-    value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+    value: Any = marker.args[0] if marker.args else marker.kwargs.get("timeout")
     try:
         secs = float(value)
     except (TypeError, ValueError):
@@ -309,8 +397,9 @@ def _timeout_secs(item, overrides: Mapping[str, Any]) -> float | None:
 
 
 def _devices(u: Unit) -> int:
-    if u.overrides.get("devices") is not None:
-        return int(u.overrides["devices"])
+    devices = u.overrides.get("devices")
+    if devices is not None:
+        return int(devices)
     if u.case is not None:
         return protocol.devices_of(u.case)
     marker = u.item.get_closest_marker("device_count")
@@ -319,7 +408,7 @@ def _devices(u: Unit) -> int:
     return 1
 
 
-def _hook_overrides(hook, u: Unit) -> Mapping[str, Any]:
+def _hook_overrides(hook: Any, u: Unit) -> Overrides:
     try:
         over = hook.pytest_scenerun_scene(item=u.item, case=u.case if u.case is not None else {})
     except Exception as e:  # noqa: BLE001 -- the suite's hook failed: say which node
@@ -330,19 +419,21 @@ def _hook_overrides(hook, u: Unit) -> Mapping[str, Any]:
             f"pytest_scenerun_scene returned a {type(over).__name__} for {u.nodeid}, not a dict or None"
         )
     _check_overrides(over, u.nodeid)
-    return over
+    return cast(Overrides, over)
 
 
-_OVERRIDE_TYPES: dict[str, tuple[type, ...]] = {
-    "lane": (str,),
-    "devices": (int,),
-    "tags": (list, tuple),
-    "order": (str,),
-    "persist": (bool,),
-    "skip": (bool, str),
-    "timeout": (int, float),
-    "phase": (str,),
-}
+_OVERRIDE_TYPES: Mapping[str, tuple[type, ...]] = MappingProxyType(
+    {
+        "lane": (str,),
+        "devices": (int,),
+        "tags": (list, tuple),
+        "order": (str,),
+        "persist": (bool,),
+        "skip": (bool, str),
+        "timeout": (int, float),
+        "phase": (str,),
+    }
+)
 
 
 def _check_overrides(over: Mapping[str, Any], nodeid: str) -> None:
@@ -353,7 +444,9 @@ def _check_overrides(over: Mapping[str, Any], nodeid: str) -> None:
             raise CollectError(f"pytest_scenerun_scene for {nodeid}: unknown key {key!r} (known: {known})")
         if value is None:
             continue
-        if not isinstance(value, kinds) or (key == "devices" and (isinstance(value, bool) or value < 1)):
+        if not isinstance(value, kinds) or (
+            key == "devices" and (isinstance(value, bool) or (isinstance(value, int) and value < 1))
+        ):
             raise CollectError(f"pytest_scenerun_scene for {nodeid}: {key} = {value!r} is not valid")
     if over.get("phase") not in (None, "device", "warm"):
         raise CollectError(f"pytest_scenerun_scene for {nodeid}: phase must be 'device' or 'warm'")
@@ -368,33 +461,38 @@ def _excluded_by(excludes: Mapping[str, str], nodeid: str) -> str | None:
     return None
 
 
-def _warm_steps(u: Unit, opts: Options, sources: _Sources) -> dict[str, Any]:
+def _add_warm_steps(scene: Scene, u: Unit, cls: type, case: protocol.Case, opts: Options, sources: _Sources) -> None:
+    """The case's fixture and golden steps (a case unit's), into ``scene``."""
     q = shlex.quote
     phase = [opts.python, "-m", "scenerun_pytest"]
-    class_id = f"{u.path}::{u.cls.__name__}"
-    digest = sources.digest(u.path, u.cls.__name__, u.index)
-    which = [q(class_id), "--case", q(str(u.case["name"])), "--source-digest", digest]
-    fixture: dict[str, Any] = {"run": _words(*phase, "fixture", *which) + " --out {out} --depfile {depfile}"}
-    if u.overrides.get("persist", u.case.get("scenerun_persist", True)) is False:
+    class_id = f"{u.path}::{cls.__name__}"
+    digest = sources.digest(u.path, cls.__name__, u.index)
+    which = [q(class_id), "--case", q(str(case["name"])), "--source-digest", digest]
+    fixture: Step = {"run": _words(*phase, "fixture", *which) + " --out {out} --depfile {depfile}"}
+    if u.overrides.get("persist", case.get("scenerun_persist", True)) is False:
         fixture["persist"] = False
-    steps: dict[str, Any] = {"fixture": fixture}
-    if not protocol.skips_golden(u.cls, u.case):
-        steps["golden"] = {
+    scene["fixture"] = _in_warm(fixture, opts)
+    if not protocol.skips_golden(cls, case):
+        golden: Step = {
             "run": _words(*phase, "golden", *which) + " --fixture {fixture} --out {out} --depfile {depfile}"
         }
-    for step in steps.values():
-        if opts.identity:
-            step["identity"] = opts.identity
-        if opts.worker:
-            step["worker"] = opts.worker
-    return steps
+        scene["golden"] = _in_warm(golden, opts)
 
 
-def _device(u: Unit, opts: Options) -> dict[str, Any]:
+def _in_warm(step: Step, opts: Options) -> Step:
+    """The step, with the identity command and the warm worker collect was given."""
+    if opts.identity:
+        step["identity"] = opts.identity
+    if opts.worker:
+        step["worker"] = opts.worker
+    return step
+
+
+def _device(u: Unit, opts: Options) -> Device:
     devices = _devices(u)
     args = [u.arg] if u.case is None or u.per_case_node else [u.arg, f"{CASE_OPTION}={u.case['name']}"]
-    if opts.device_mode == "lane":
-        device: dict[str, Any] = {
+    if opts.device_mode is DeviceMode.LANE:
+        device: Device = {
             "lane": u.overrides.get("lane") or lane_name(opts.lane, devices, opts.lanes),
             "args": args,
             "devices": devices,
@@ -404,27 +502,29 @@ def _device(u: Unit, opts: Options) -> dict[str, Any]:
             "run": _words(opts.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(shlex.quote, args)),
             "devices": devices,
         }
-    if u.overrides.get("order"):
-        device["order"] = u.overrides["order"]
+    order = u.overrides.get("order")
+    if order:
+        device["order"] = order
     timeout = _timeout_secs(u.item, u.overrides)
     if timeout is not None:
         device["timeout"] = f"{int(math.ceil(timeout))}s"
     return device
 
 
-def _kernels(u: Unit) -> list[dict[str, Any]]:
+def _kernels(u: Unit) -> list[Kernel]:
     """SceneTest's ``KERNELS`` (``Kernel`` objects), paths relative to the test file."""
     if u.case is None or u.cls is None:
         return []
     cls_dir = os.path.dirname(str(u.item.path))
-    out = []
+    out: list[Kernel] = []
     for k in getattr(u.cls, "KERNELS", ()) or ():
         if not all(hasattr(k, a) for a in ("name", "source")):
             continue
+        toolchain: str = getattr(k, "toolchain", "") or getattr(u.cls, "TOOLCHAIN", "cc")
         out.append(
             {
                 "name": k.name,
-                "toolchain": getattr(k, "toolchain", None) or getattr(u.cls, "TOOLCHAIN", "cc"),
+                "toolchain": toolchain,
                 "source": _rel(os.path.join(cls_dir, k.source)),
                 "include_dirs": [_rel(os.path.join(cls_dir, d)) for d in getattr(k, "include_dirs", ())],
                 "flags": list(getattr(k, "flags", ())),
@@ -433,19 +533,21 @@ def _kernels(u: Unit) -> list[dict[str, Any]]:
     return out
 
 
-def _scene(u: Unit, name: str, opts: Options, sources: _Sources) -> dict[str, Any]:
+def _scene(u: Unit, name: str, opts: Options, sources: _Sources) -> Scene:
     marks = [m.name for m in u.item.iter_markers() if m.name not in _BUILTIN_MARKS]
     case_tags = list(u.case.get("tags", ())) if u.case is not None else []
-    tags = ["pytest", *getattr(u.cls, "TAGS", ()), *case_tags, *marks, *u.overrides.get("tags", ())]
-    scene: dict[str, Any] = {"name": name, "nodeid": u.nodeid}
+    tags = ["pytest", *getattr(u.cls, "TAGS", ()), *case_tags, *marks, *(u.overrides.get("tags") or ())]
+    unique = list(dict.fromkeys(str(t) for t in tags))
+    scene: Scene
     if u.case is not None:
-        scene["case"] = str(u.case["name"])
-    scene["tags"] = list(dict.fromkeys(str(t) for t in tags))
+        scene = {"name": name, "nodeid": u.nodeid, "case": str(u.case["name"]), "tags": unique}
+    else:
+        scene = {"name": name, "nodeid": u.nodeid, "tags": unique}
     kernels = _kernels(u)
     if kernels:
         scene["kernels"] = kernels
-    if u.case is not None:
-        scene.update(_warm_steps(u, opts, sources))
+    if u.case is not None and u.cls is not None:
+        _add_warm_steps(scene, u, u.cls, u.case, opts, sources)
     if u.overrides.get("phase") == "warm":
         scene["test"] = _test(u, opts)
     else:
@@ -453,14 +555,14 @@ def _scene(u: Unit, name: str, opts: Options, sources: _Sources) -> dict[str, An
     return scene
 
 
-def _test(u: Unit, opts: Options) -> dict[str, Any]:
+def _test(u: Unit, opts: Options) -> Step:
     """A CPU-only node (the hook's ``"phase": "warm"``): run in warm, without the lock,
     by ``scenerun_pytest test``, with collect's own options but its paths."""
     args = [u.arg] if u.case is None or u.per_case_node else [u.arg, f"{CASE_OPTION}={u.case['name']}"]
     options = [a for a in opts.pytest_args if a.startswith("-") or not os.path.exists(a.split("::")[0])]
     run = _words(opts.python, "-m", "scenerun_pytest", "test")
     run += " --out {out} --depfile {depfile} -- " + _words(*map(shlex.quote, [*args, *options]))
-    step: dict[str, Any] = {"run": run}
+    step: Step = {"run": run}
     timeout = _timeout_secs(u.item, u.overrides)
     if timeout is not None:
         step["timeout"] = f"{int(math.ceil(timeout))}s"
@@ -469,7 +571,7 @@ def _test(u: Unit, opts: Options) -> dict[str, Any]:
     return step
 
 
-def scenes_of(items: Sequence[Any], config, opts: Options) -> tuple[list[dict[str, Any]], Coverage]:
+def scenes_of(items: Sequence[pytest.Item], config: pytest.Config, opts: Options) -> tuple[list[Scene], Coverage]:
     """The scenes of the collected ``items`` (after the suite's own deselection), and
     which nodes they cover."""
     names = protocol.names(config)
@@ -499,14 +601,14 @@ def scenes_of(items: Sequence[Any], config, opts: Options) -> tuple[list[dict[st
 class _Collector:
     """Computes the scenes inside the collecting session, where the suite's hooks live."""
 
-    def __init__(self, opts: Options):
+    def __init__(self, opts: Options) -> None:
         self.opts = opts
-        self.scenes: list[dict[str, Any]] | None = None
+        self.scenes: list[Scene] | None = None
         self.coverage: Coverage | None = None
         self.nodeids: list[str] = []
         self.error: CollectError | None = None
 
-    def pytest_collection_finish(self, session) -> None:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
         # After every deselection (-m, -k, the suite's own modifyitems).
         items = list(session.items)
         self.nodeids = [i.nodeid for i in items]
@@ -516,7 +618,7 @@ class _Collector:
             self.error = e
 
 
-def collect_scenes(opts: Options) -> tuple[list[dict[str, Any]], Coverage, list[str]]:
+def collect_scenes(opts: Options) -> tuple[list[Scene], Coverage, list[str]]:
     grab = _Collector(opts)
     args = ["--collect-only", "-qq", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     # pytest's own report goes to stderr: stdout carries the scenes only.

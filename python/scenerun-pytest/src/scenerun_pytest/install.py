@@ -15,12 +15,12 @@ WHEEL = "scenerun"
 PLUGIN_ONLY = "scenerun-pytest"
 
 
-def _installed_beside() -> dict:
+def _installed_beside() -> dict[str, str]:
     """{distribution: version} of the two, from the dist-info directories beside this
     package (one directory listing: this runs in every fixture, golden and lane process).
     Empty when the package is not installed there (an editable install, a source tree)."""
     site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = {}
+    found: dict[str, str] = {}
     try:
         entries = os.listdir(site)
     except OSError:

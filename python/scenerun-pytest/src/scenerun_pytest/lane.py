@@ -13,11 +13,43 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, TypedDict, Union
 
 from .outcome import Outcome, Verdict
 
 CASE_OPTION = "--scenerun-case"
+
+
+# The records this process writes to the results file (docs/lanes.md); the key order of
+# each JSON line is the order the keys are set in.
+
+
+class StartRecord(TypedDict):
+    scene: str
+    event: Literal["start"]
+
+
+class EndRecord(TypedDict):
+    scene: str
+    event: Literal["end"]
+    outcome: str  # an Outcome's value
+    duration_secs: float
+    message: str
+
+
+class RestartRecord(TypedDict):
+    event: Literal["restart"]
+    reason: str
+
+
+class ReadyRecord(TypedDict):
+    """A process started before the lock is collected and waits for its ids (prestart)."""
+
+    event: Literal["ready"]
+    unix_secs: float
+
+
+Record = Union[StartRecord, EndRecord, RestartRecord, ReadyRecord]
 
 
 def case_of_args(args: Any) -> str | None:
@@ -72,7 +104,7 @@ class ResultsFile:
     def __init__(self, path: str | None):
         self.path = path
 
-    def write(self, record: Mapping[str, Any]) -> None:
+    def write(self, record: Record) -> None:
         if not self.path:
             return
         line = (json.dumps(record) + "\n").encode()

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Mapping
+
+import pytest
 
 
 class Outcome(str, enum.Enum):
@@ -41,15 +44,17 @@ class Outcome(str, enum.Enum):
         return self in (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED, Outcome.XFAILED)
 
 
-_RANK = {
-    Outcome.PASSED: 0,
-    Outcome.XPASSED: 1,
-    Outcome.XFAILED: 2,
-    Outcome.SKIPPED: 3,
-    Outcome.NOT_REACHED: 4,
-    Outcome.FAILED: 5,
-    Outcome.ERROR: 6,
-}
+_RANK: Mapping[Outcome, int] = MappingProxyType(
+    {
+        Outcome.PASSED: 0,
+        Outcome.XPASSED: 1,
+        Outcome.XFAILED: 2,
+        Outcome.SKIPPED: 3,
+        Outcome.NOT_REACHED: 4,
+        Outcome.FAILED: 5,
+        Outcome.ERROR: 6,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -58,14 +63,14 @@ class Verdict:
     message: str = ""
 
 
-def _skip_reason(report: Any) -> str:
+def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         return str(longrepr[2])
     return "skipped"
 
 
-def _failure_text(report: Any) -> str:
+def _failure_text(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
         return str(crash.message)
@@ -73,7 +78,7 @@ def _failure_text(report: Any) -> str:
     return lines[-1] if lines else ""
 
 
-def of_report(report: Any) -> Verdict:
+def of_report(report: pytest.TestReport) -> Verdict:
     """The verdict one phase report (setup, call or teardown) gives its node."""
     xfail = getattr(report, "wasxfail", None)
     if report.when == "call" and xfail is not None:
@@ -94,8 +99,6 @@ def of_report(report: Any) -> Verdict:
 def of_exception(exc: BaseException, when: str = "call") -> Verdict:
     """The verdict of a test body that raised ``exc`` (the plugin calls a class's own test
     once per case, and sees its exceptions before pytest does)."""
-    import pytest
-
     if isinstance(exc, pytest.skip.Exception):
         return Verdict(Outcome.SKIPPED, str(exc) or "skipped")
     if isinstance(exc, pytest.xfail.Exception):

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import enum
 import os
 import site
 import sys
 import traceback
+from types import ModuleType
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pytest
 
@@ -38,7 +41,15 @@ class UsageError(Exception):
     """Bad command line or a node id that names no scene class: exit 4."""
 
 
-def split_nodeid(nodeid: str):
+class Phase(enum.Enum):
+    """A warm step of a case: its fixture, or its golden (the ``python -m scenerun_pytest``
+    command of the same name)."""
+
+    FIXTURE = "fixture"
+    GOLDEN = "golden"
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str]:
     """``tests/test_x.py::TestX`` (or a test id under it) -> (path, class name)."""
     path, sep, rest = nodeid.partition("::")
     if not sep or not rest:
@@ -49,20 +60,29 @@ def split_nodeid(nodeid: str):
 class _Phase:
     """A pytest plugin that runs the phase once the node is collected."""
 
-    def __init__(self, phase, cls_name, case, out, fixture, imports, covered):
+    def __init__(
+        self,
+        phase: Phase,
+        cls_name: str,
+        case: str,
+        out: str,
+        fixture: str | None,
+        imports: ImportLog,
+        covered: Sequence[str],
+    ):
         self.phase, self.cls_name, self.case, self.out, self.fixture = phase, cls_name, case, out, fixture
         self.imports, self.covered = imports, covered
-        self.items = []
-        self.error = None  # (exit code, text)
-        self.deps = None  # the depfile's lines, once the phase ran
+        self.items: list[pytest.Function] = []
+        self.error: tuple[int, str] | None = None  # (exit code, text)
+        self.deps: list[str] | None = None  # the depfile's lines, once the phase ran
 
-    def pytest_itemcollected(self, item):
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
         # Before the suite's own deselection (a phase needs no --platform).
         cls = getattr(item, "cls", None)
-        if cls is not None and cls.__name__ == self.cls_name:
+        if isinstance(item, pytest.Function) and cls is not None and cls.__name__ == self.cls_name:
             self.items.append(item)
 
-    def pytest_collection_finish(self, session):
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not self.items:
             self.error = (4, f"no class {self.cls_name} was collected from that path")
             return
@@ -74,7 +94,7 @@ class _Phase:
             self.error = (1, traceback.format_exc())
 
 
-def find_case(cls, names, name: str):
+def find_case(cls: type, names: protocol.Names, name: str) -> protocol.Case:
     for case in protocol.cases_of(cls, names):
         if isinstance(case, dict) and case.get("name") == name:
             return case
@@ -83,7 +103,7 @@ def find_case(cls, names, name: str):
 
 
 @contextlib.contextmanager
-def _thread_cap():
+def _thread_cap() -> Iterator[None]:
     torch = sys.modules.get("torch")
     threads = os.environ.get("SCENERUN_THREADS")
     if torch is None or not threads or not threads.isdigit() or not hasattr(torch, "set_num_threads"):
@@ -97,22 +117,22 @@ def _thread_cap():
         torch.set_num_threads(before)
 
 
-def _clone(args):
+def _clone(args: Any) -> Any:
     clone = getattr(args, "clone", None)
     return clone() if callable(clone) else copy.deepcopy(args)
 
 
-def run(phase: str, item, case_name: str, out: str, fixture) -> None:
+def run(phase: Phase, item: pytest.Function, case_name: str, out: str, fixture: str | None) -> None:
     config = item.config
     names = protocol.names(config)
     cls = item.cls
-    if not protocol.is_scene_class(cls, names):
+    if cls is None or not protocol.is_scene_class(cls, names):
         raise UsageError(f"{cls.__name__} is not a scene class (needs {names.cases}, {names.generate}, {names.golden})")
     case = find_case(cls, names, case_name)
     params = protocol.params_of(case)
     inst = cls()
     hook = config.hook
-    if phase == "fixture":
+    if phase is Phase.FIXTURE:
         codec.save(getattr(inst, names.generate)(params), out, hook=hook)
         return
     if not fixture:
@@ -121,12 +141,12 @@ def run(phase: str, item, case_name: str, out: str, fixture) -> None:
     with _thread_cap():
         returned = getattr(inst, names.golden)(args, params)
     if returned is None:
-        codec.save(args, out, hook=hook, base=fixture, mode="in_place")
+        codec.save(args, out, hook=hook, base=fixture, mode=codec.GoldenMode.IN_PLACE)
     else:
-        codec.save(returned, out, hook=hook, base=fixture, mode="returned")
+        codec.save(returned, out, hook=hook, base=fixture, mode=codec.GoldenMode.RETURNED)
 
 
-def _outside_dirs():
+def _outside_dirs() -> list[str]:
     dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     try:
         dirs.update(site.getsitepackages())
@@ -153,9 +173,9 @@ class ImportLog:
     def __init__(self, root: str):
         self.root = os.path.realpath(root)
         self.outside = _outside_dirs()
-        self.edges = {}  # importer module name -> names it imported
-        self.touched = None  # a set while a step runs
-        self._project = {}  # module name -> its project file, or None
+        self.edges: dict[str, set[str]] = {}  # importer module name -> names it imported
+        self.touched: set[str] | None = None  # a set while a step runs
+        self._project: dict[str, str | None] = {}  # module name -> its project file, or None
 
     def install(self) -> None:
         import builtins
@@ -163,12 +183,18 @@ class ImportLog:
 
         original, import_module = builtins.__import__, importlib.import_module
 
-        def logged_import(name, globals=None, locals=None, fromlist=(), level=0):
+        def logged_import(
+            name: str,
+            globals: Mapping[str, object] | None = None,
+            locals: Mapping[str, object] | None = None,
+            fromlist: Sequence[str] | None = (),
+            level: int = 0,
+        ) -> ModuleType:
             module = original(name, globals, locals, fromlist, level)
             self._record(name, globals, fromlist, level)
             return module
 
-        def logged_import_module(name, package=None):
+        def logged_import_module(name: str, package: str | None = None) -> ModuleType:
             module = import_module(name, package)
             self._record(name, sys._getframe(1).f_globals, (), 0, package)
             return module
@@ -176,7 +202,14 @@ class ImportLog:
         builtins.__import__ = logged_import
         importlib.import_module = logged_import_module
 
-    def _record(self, name, importer, fromlist, level, package=None) -> None:
+    def _record(
+        self,
+        name: str,
+        importer: Mapping[str, Any] | None,
+        fromlist: Sequence[str] | None,
+        level: int,
+        package: str | None = None,
+    ) -> None:
         try:
             if level or name.startswith("."):
                 import importlib.util
@@ -193,7 +226,7 @@ class ImportLog:
         except Exception:  # noqa: BLE001 -- a record never breaks an import
             pass
 
-    def _file(self, name, file=None):
+    def _file(self, name: str, file: str | None = None) -> str | None:
         """The project file of module ``name`` (None: not a project module)."""
         if name in self._project:
             return self._project[name]
@@ -209,10 +242,12 @@ class ImportLog:
             self._project[name] = found
         return found
 
-    def files(self, roots) -> set:
+    def files(self, roots: Iterable[str]) -> set[str]:
         """The project files of ``roots`` (module names) and of what they import, as far
         as project modules go (a package's ``__init__`` counts for its submodules)."""
-        seen, found, todo = set(), set(), list(roots)
+        seen: set[str] = set()
+        found: set[str] = set()
+        todo = list(roots)
         while todo:
             parts = todo.pop().split(".")
             for i in range(1, len(parts) + 1):
@@ -227,7 +262,7 @@ class ImportLog:
         return found
 
 
-def _conftests(item) -> list:
+def _conftests(item: pytest.Item) -> list[str]:
     """The conftest.py files pytest loaded for the node: those in its directory and the
     directories above it (the rootdir's included)."""
     here = os.path.realpath(str(item.path))
@@ -242,7 +277,7 @@ def _conftests(item) -> list:
     return found
 
 
-def _configs(config) -> list:
+def _configs(config: pytest.Config) -> list[str]:
     """The suite's ini file, and its pyproject.toml when that has ``[tool.scenerun]``."""
     found = []
     if config.inipath and os.path.isfile(str(config.inipath)):
@@ -255,14 +290,14 @@ def _configs(config) -> list:
     return found
 
 
-def step_deps(item, touched, imports: ImportLog, covered=()) -> list:
+def step_deps(item: pytest.Item, touched: Iterable[str], imports: ImportLog, covered: Iterable[str] = ()) -> list[str]:
     """What one step read, for its depfile (relative to the project root, sorted): the
     conftests pytest loaded for the node, the suite's ini (and pyproject.toml with
     ``[tool.scenerun]``), the project modules the class's module imports (transitively)
     and those the step imported while it ran, but ``covered`` (the test module itself:
     its part in the key is the ``--source-digest`` that collect wrote). The one
     computation, for a process and a worker alike."""
-    module = item.module
+    module: ModuleType = getattr(item, "module")  # a Python test's (pytest.Function's) module
     roots = [module.__name__, *touched]
     files = imports.files(roots)
     own = imports._file(module.__name__, getattr(module, "__file__", None))
@@ -273,17 +308,26 @@ def step_deps(item, touched, imports: ImportLog, covered=()) -> list:
     return sorted(os.path.relpath(f, imports.root) for f in files if f not in skip)
 
 
-def run_step(phase: str, item, case: str, out: str, fixture, imports: ImportLog, covered=()) -> list:
+def run_step(
+    phase: Phase,
+    item: pytest.Function,
+    case: str,
+    out: str,
+    fixture: str | None,
+    imports: ImportLog,
+    covered: Sequence[str] = (),
+) -> list[str]:
     """Run the phase on a collected item; the lines of its depfile."""
-    imports.touched = set()
+    touched: set[str] = set()
+    imports.touched = touched
     try:
         run(phase, item, case, out, fixture)
     finally:
-        touched, imports.touched = imports.touched, None
+        imports.touched = None
     return step_deps(item, touched, imports, covered)
 
 
-def write_depfile(path: str, lines) -> None:
+def write_depfile(path: str, lines: Iterable[str]) -> None:
     with open(path, "w") as f:
         for p in lines:
             f.write(p + "\n")
@@ -296,7 +340,9 @@ def check_paths(path: str, out: str) -> None:
         raise UsageError(f"--out {out} is not a directory")
 
 
-def run_phase(phase: str, nodeid: str, case: str, out: str, depfile, fixture, digest=None) -> int:
+def run_phase(
+    phase: Phase, nodeid: str, case: str, out: str, depfile: str | None, fixture: str | None, digest: str | None = None
+) -> int:
     path, cls_name = split_nodeid(nodeid)
     check_paths(path, out)
     imports = ImportLog(os.getcwd())
@@ -305,7 +351,7 @@ def run_phase(phase: str, nodeid: str, case: str, out: str, depfile, fixture, di
     plugin = _Phase(phase, cls_name, case, os.path.abspath(out), fixture and os.path.abspath(fixture), imports, covered)
     # pytest's report goes to stderr: a phase's stdout is the step's log either way.
     with contextlib.redirect_stdout(sys.stderr):
-        code = pytest.main([*COLLECT_ARGS, f"{path}::{cls_name}"], plugins=[plugin])
+        code = int(pytest.main([*COLLECT_ARGS, f"{path}::{cls_name}"], plugins=[plugin]))
     if plugin.error:
         status, text = plugin.error
         if status == 4:
@@ -321,4 +367,4 @@ def run_phase(phase: str, nodeid: str, case: str, out: str, depfile, fixture, di
 
 
 #: How a phase (and a worker) runs pytest: collection only, no cache, quiet.
-COLLECT_ARGS = ["--collect-only", "-qq", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+COLLECT_ARGS = ("--collect-only", "-qq", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")

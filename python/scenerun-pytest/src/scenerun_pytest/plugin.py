@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Generator, Mapping
 
 import pytest
 
@@ -40,11 +40,11 @@ _BATCH = pytest.StashKey["Batch | None"]()
 LANE_PLUGIN = "scenerun-lane"
 
 
-def pytest_addhooks(pluginmanager):
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("scenerun")
     group.addoption(
         "--scene-devices",
@@ -64,7 +64,9 @@ def pytest_addoption(parser):
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_load_initial_conftests(early_config, parser, args):
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Generator[None, object, None]:
     """Before capture starts, keep the real stderr (stop-signal dumps go there); after the
     suite's own conftests, give it ``--platform`` unless it has one (scenerun's manifests
     pass ``--platform {platform}`` to `collect` either way)."""
@@ -76,7 +78,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
         pass  # the suite defines it
 
 
-def pytest_generate_tests(metafunc):
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     cls = metafunc.cls
     if cls is None or not issubclass(cls, SceneTest) or "scene_case" not in metafunc.fixturenames:
         return
@@ -88,7 +90,7 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     clash = install.conflict()
     if clash:
         raise pytest.UsageError(clash)
@@ -103,7 +105,7 @@ def pytest_configure(config):
     config.pluginmanager.register(LanePlugin(config, batch, sinks), LANE_PLUGIN)
 
 
-def _own_the_results(config, results):
+def _own_the_results(config: pytest.Config, results: str | None) -> None:
     """Inside a lane the plugin writes the results file itself, one whole line per write.
     A lane command that also asks pytest-reportlog to write there (``--report-log
     {results}``, the recipe for suites without this plugin) would make two writers on one
@@ -124,17 +126,17 @@ def _own_the_results(config, results):
         config.option.report_log = None
 
 
-def _cwd_id(item) -> str:
+def _cwd_id(item: pytest.Item) -> str:
     rel = os.path.relpath(str(item.path), os.getcwd()).replace(os.sep, "/")
     return rel + "::" + item.nodeid.split("::", 1)[1] if "::" in item.nodeid else rel
 
 
-def _is_per_case(item) -> bool:
+def _is_per_case(item: pytest.Item) -> bool:
     spec = getattr(item, "callspec", None)
     return spec is not None and "scene_case" in spec.params
 
 
-def _expected_xfail(item) -> bool:
+def _expected_xfail(item: pytest.Item) -> bool:
     try:
         from _pytest.skipping import xfailed_key
     except ImportError:  # pragma: no cover - a pytest without it
@@ -146,29 +148,30 @@ def _expected_xfail(item) -> bool:
 class LanePlugin:
     """The hooks of a process scenerun started for a batch; its state is the batch's."""
 
-    def __init__(self, config, batch: Batch, sinks: Sinks):
+    def __init__(self, config: pytest.Config, batch: Batch, sinks: Sinks) -> None:
         self.config = config
         self.batch = batch
         self.sinks = sinks
         self.names = protocol.names(config)
 
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionstart(self, session):
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
         # After every pytest_configure, so after the suite's own registration (simpler:
         # SIGUSR1 -> faulthandler onto the stderr pytest captures).
         dumps.route_stop_signal(session.config, os.environ.get("SCENERUN_STOP_SIGNAL"))
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config, items):
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Keep the batch's tests (after the suite's own selection), and put each scene
         class whose cases the batch runs under the plugin's serving."""
-        keep, drop = [], []
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
         served: dict[type, list[Entry]] = {}
         for item in items:
             owners = [e for e in self.batch.entries if e.owns(_cwd_id(item))]
             cls = getattr(item, "cls", None)
             cased = [e for e in owners if e.case is not None]
-            if cased and not _is_per_case(item) and protocol.is_scene_class(cls, self.names):
+            if cased and cls is not None and not _is_per_case(item) and protocol.is_scene_class(cls, self.names):
                 self.batch.cases_of[item.nodeid] = cased
                 for e in cased:
                     self.batch.expect(e)
@@ -187,14 +190,15 @@ class LanePlugin:
         for cls, entries in served.items():
             self._serve(cls, entries)
 
-    def _serve(self, cls, entries: list[Entry]) -> None:
+    def _serve(self, cls: type, entries: list[Entry]) -> None:
         """Restrict the class's cases to the batch's (the suite's own fixtures, e.g. a
         Worker sized by the cases, then see only what runs here), and answer its
         generate/golden calls for the running case from the stored artifacts. Any other
         call (another test of the class, other arguments) runs the suite's own function."""
         names = self.names
         all_cases = {c.get("name"): c for c in protocol.cases_of(cls, names) if isinstance(c, dict)}
-        batch, seen = [], set()
+        batch: list[protocol.Case] = []
+        seen: set[str | None] = set()
         for e in entries:
             case = all_cases.get(e.case)
             if case is not None and e.case not in seen:
@@ -204,16 +208,18 @@ class LanePlugin:
         setattr(cls, names.generate, self._served_generate(getattr(cls, names.generate), all_cases))
         setattr(cls, names.golden, self._served_golden(getattr(cls, names.golden), all_cases))
 
-    def _running_case(self, all_cases, params) -> Entry | None:
+    def _running_case(self, all_cases: Mapping[Any, protocol.Case], params: Any) -> Entry | None:
         entry = self.batch.current
         if entry is None or entry.case not in all_cases:
             return None
         return entry if params == protocol.params_of(all_cases[entry.case]) else None
 
-    def _served_generate(self, original: Callable[..., Any], all_cases) -> Callable[..., Any]:
+    def _served_generate(
+        self, original: Callable[..., Any], all_cases: Mapping[Any, protocol.Case]
+    ) -> Callable[..., Any]:
         hook = self.config.hook
 
-        def generate(inst, *args, **kwargs):
+        def generate(inst: object, *args: Any, **kwargs: Any) -> Any:
             entry = self._running_case(all_cases, args[0]) if len(args) == 1 and not kwargs else None
             if entry is None:
                 return original(inst, *args, **kwargs)
@@ -223,17 +229,19 @@ class LanePlugin:
 
         return generate
 
-    def _served_golden(self, original: Callable[..., Any], all_cases) -> Callable[..., Any]:
+    def _served_golden(
+        self, original: Callable[..., Any], all_cases: Mapping[Any, protocol.Case]
+    ) -> Callable[..., Any]:
         hook = self.config.hook
 
-        def golden(inst, *args, **kwargs):
+        def golden(inst: object, *args: Any, **kwargs: Any) -> Any:
             entry = self._running_case(all_cases, args[1]) if len(args) == 2 and not kwargs else None
             if entry is None:
                 return original(inst, *args, **kwargs)
             if not entry.golden:
                 raise AssertionError(f"scene {entry.scene}: no golden artifact")
             stored = codec.load(entry.golden, hook=hook, base=entry.fixture)
-            if codec.mode(entry.golden) == "returned":
+            if codec.mode(entry.golden) is codec.GoldenMode.RETURNED:
                 return stored
             codec.assign(args[0], stored)
             return None
@@ -241,7 +249,7 @@ class LanePlugin:
         return golden
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_pyfunc_call(self, pyfuncitem):
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
         """A runner node, called once per batch case with the class restricted to that
         case; each case's verdict is its scene's. The cases after the first that raised
         are not run, as the suite's own runner would not reach them."""
@@ -252,6 +260,7 @@ class LanePlugin:
 
         __tracebackhide__ = True
         cls = pyfuncitem.cls
+        assert cls is not None, "a runner node is a scene class's test"
         cases = getattr(cls, self.names.cases)
         first: tuple[Entry, BaseException] | None = None
         for entry in entries:
@@ -268,7 +277,14 @@ class LanePlugin:
             raise first[1]  # the suite's own traceback, for pytest's report of the node
         return True
 
-    def _call_case(self, call_test, item, cls, cases, entry: Entry) -> BaseException | None:
+    def _call_case(
+        self,
+        call_test: Callable[[pytest.Function], object],
+        item: pytest.Function,
+        cls: type,
+        cases: list[protocol.Case],
+        entry: Entry,
+    ) -> BaseException | None:
         case = next((c for c in cases if c.get("name") == entry.case), None)
         raised: BaseException | None = None
         try:
@@ -290,7 +306,7 @@ class LanePlugin:
         return raised
 
     @staticmethod
-    def _case_verdict(item, raised: BaseException | None) -> Verdict:
+    def _case_verdict(item: pytest.Item, raised: BaseException | None) -> Verdict:
         expected_fail = _expected_xfail(item)
         if raised is None:
             return Verdict(Outcome.XPASSED, "xpassed") if expected_fail else Verdict(Outcome.PASSED)
@@ -307,7 +323,7 @@ class LanePlugin:
         )
         self.batch.finish(entry)
 
-    def _check_restart(self, item, excinfo) -> None:
+    def _check_restart(self, item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """A failure that poisoned the runtime (the suite's exception types or its
         ``pytest_scenerun_restart`` hook) restarts the lane after this scene."""
         if not self.batch.in_lane or self.batch.restart:
@@ -318,14 +334,16 @@ class LanePlugin:
             item.session.shouldstop = f"scenerun: the device runtime is poisoned ({why})"
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, object, None]:
         yield
         if call.excinfo is None or item.nodeid not in self.batch.scene_of:
             return
         if not call.excinfo.errisinstance(pytest.skip.Exception):
             self._check_restart(item, call.excinfo)
 
-    def pytest_runtest_logstart(self, nodeid, location):
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         entry = self.batch.scene_of.get(nodeid)
         # The process's first test builds the session's fixtures in its setup (a device
         # runtime's init, seconds): that is the lane's start-up, not the scene's time, so
@@ -333,7 +351,7 @@ class LanePlugin:
         if entry and self.batch.started:
             self.batch.start(entry)
 
-    def pytest_runtest_logreport(self, report):
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self._poisoned_skip(report):
             return
         cased = self.batch.cases_of.get(report.nodeid)
@@ -347,13 +365,13 @@ class LanePlugin:
                     self.batch.note(entry, verdict)
                     self.batch.finish(entry)
             return
-        entry = self.batch.scene_of.get(report.nodeid)
-        if entry:
+        node_entry = self.batch.scene_of.get(report.nodeid)
+        if node_entry:
             if report.when == "setup":
-                self.batch.start(entry)
-            self.batch.note(entry, of_report(report))
+                self.batch.start(node_entry)
+            self.batch.note(node_entry, of_report(report))
 
-    def _poisoned_skip(self, report) -> bool:
+    def _poisoned_skip(self, report: pytest.TestReport) -> bool:
         """A skip the suite made because its runtime is poisoned (its sink names the
         node): the node's scenes get no verdict here; the lane restarts."""
         if not report.skipped or not self.batch.in_lane:
@@ -367,15 +385,17 @@ class LanePlugin:
             self.batch.ended.add(entry.scene)  # no end record: scenerun reruns it
         self.batch.poison(f"the suite skipped {report.nodeid}: its device runtime is poisoned")
         self.batch.say_restart()
-        self.config.pluginmanager.get_plugin("session").shouldstop = "scenerun: the device runtime is poisoned"
+        session = self.config.pluginmanager.get_plugin("session")
+        if session is not None:
+            session.shouldstop = "scenerun: the device runtime is poisoned"
         return True
 
-    def pytest_runtest_logfinish(self, nodeid, location):
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         entry = self.batch.scene_of.get(nodeid)
         if entry and entry.scene not in self.batch.ended:
             self.batch.finish(entry)
 
-    def pytest_sessionfinish(self, session, exitstatus):
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
         if not self.batch.in_lane:
             return
         # Failed cases are results, not a crash: the lane process ends 0 when it reported
@@ -386,7 +406,7 @@ class LanePlugin:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session):
+def pytest_runtestloop(session: pytest.Session) -> None:
     """A lane process started before the lock waits here for its device ids: after
     collection, before any test or session fixture runs (:mod:`scenerun_pytest.prestart`)."""
     if not session.config.option.collectonly:
@@ -407,7 +427,7 @@ def granted_ids(text: str, source: str) -> list[int]:
 
 
 @pytest.fixture(scope="session")
-def scenerun_devices(pytestconfig):
+def scenerun_devices(pytestconfig: pytest.Config) -> list[int]:
     """The device ids this process was granted (``SCENERUN_DEVICES``)."""
     if os.environ.get("SCENERUN_DEVICES"):
         return granted_ids(os.environ["SCENERUN_DEVICES"], "SCENERUN_DEVICES")
@@ -415,14 +435,14 @@ def scenerun_devices(pytestconfig):
 
 
 @pytest.fixture(scope="session")
-def scene_device(scenerun_devices):
+def scene_device(scenerun_devices: list[int]) -> Any:
     """What ``run_device`` receives as ``device``; a conftest overrides it to start the
     device runtime once per process (shared by every class and case of the batch)."""
     return scenerun_devices
 
 
 @pytest.fixture
-def scene_run(request):
+def scene_run(request: pytest.FixtureRequest) -> Callable[[SceneTest, protocol.Case], None]:
     """Run one SceneTest case's device side with the artifacts scenerun built. Under
     scenerun the device (``scene_device``: a runtime that takes seconds to start) is set
     up here, in the test's setup, so a process's first scene starts after it: its
@@ -431,7 +451,7 @@ def scene_run(request):
     entry = batch.scene_of.get(request.node.nodeid) if batch else None
     device = request.getfixturevalue("scene_device") if entry else None
 
-    def run(test: SceneTest, case):
+    def run(test: SceneTest, case: protocol.Case) -> None:
         if not entry:
             pytest.skip("not run by scenerun: kernels, fixture and golden come from `scenerun warm`")
         params = dict(case.get("params", {}))

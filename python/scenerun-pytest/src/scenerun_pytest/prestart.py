@@ -23,12 +23,16 @@ import os
 import sys
 import time
 
+import pytest
+
+from .lane import ResultsFile
+
 SENTINEL = "__scenerun_devices__"
 # How often the go file is looked for: the ids reach the process at most this late.
 POLL_SECS = 0.01
 
 
-def _swap(value, devices):
+def _swap(value: object, devices: str) -> object:
     if isinstance(value, str):
         return value.replace(SENTINEL, devices)
     if isinstance(value, (list, tuple)) and any(isinstance(v, str) and SENTINEL in v for v in value):
@@ -36,26 +40,19 @@ def _swap(value, devices):
     return value
 
 
-def _ready(results):
-    """Say the process is ready (one line, one write: a crash never leaves half of it)."""
-    if not results:
-        return
-    line = (json.dumps({"event": "ready", "unix_secs": time.time()}) + "\n").encode()
-    fd = os.open(results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+def ready(results: str | None) -> None:
+    """Say ready: one line, one write (a crash never leaves half of it)."""
+    ResultsFile(results).write({"event": "ready", "unix_secs": time.time()})
 
 
-def wait_for_ids(config):
+def wait_for_ids(config: pytest.Config) -> str | None:
     """Under ``SCENERUN_GO``: say ready, wait for the ids, put them where the sentinel was.
     Returns the ids (a comma list), or None when the process was not started before the
     lock."""
     go = os.environ.get("SCENERUN_GO")
     if not go:
         return None
-    _ready(os.environ.get("SCENERUN_RESULTS"))
+    ready(os.environ.get("SCENERUN_RESULTS"))
     while not os.path.exists(go):
         time.sleep(POLL_SECS)
     with open(go) as f:
@@ -65,6 +62,6 @@ def wait_for_ids(config):
         swapped = _swap(value, devices)
         if swapped is not value:
             setattr(config.option, name, swapped)
-    config.args[:] = [_swap(a, devices) for a in config.args]
-    sys.argv[:] = [_swap(a, devices) for a in sys.argv]
+    config.args[:] = [a.replace(SENTINEL, devices) for a in config.args]
+    sys.argv[:] = [a.replace(SENTINEL, devices) for a in sys.argv]
     return devices

@@ -19,11 +19,25 @@ class attribute ``SKIP_GOLDEN`` is its default).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Mapping
 
-DEFAULTS = {"cases": "CASES", "generate": "generate_args", "golden": "compute_golden", "runner": "test_run"}
-MANUAL_MODES = ("exclude", "include", "only")
+import pytest
+
+#: What the suite's files say a case is: a mapping with a ``name`` (any other fields).
+Case = Mapping[str, Any]
+
+DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "cases": "CASES",
+        "generate": "generate_args",
+        "golden": "compute_golden",
+        "runner": "test_run",
+    }
+)
+MANUAL_MODES: tuple[str, ...] = ("exclude", "include", "only")
 
 
 @dataclass(frozen=True)
@@ -35,27 +49,34 @@ class Names:
     runner: str = DEFAULTS["runner"]
 
 
-def _pyproject(rootpath) -> dict:
-    path = os.path.join(str(rootpath), "pyproject.toml")
-    if not os.path.isfile(path):
-        return {}
-    try:
-        import tomllib  # Python 3.11+
-    except ImportError:  # pragma: no cover - older interpreters
+def scenerun_table(path: str) -> dict[str, Any] | None:
+    """``[tool.scenerun]`` of the ``pyproject.toml`` at ``path`` (empty when it has none);
+    None when this interpreter has no TOML reader (Python < 3.11 without ``tomli``)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - older interpreters
         try:
             import tomli as tomllib
         except ImportError:
-            return {}
+            return None
     with open(path, "rb") as f:
-        return tomllib.load(f).get("tool", {}).get("scenerun", {})
+        table: dict[str, Any] = tomllib.load(f).get("tool", {}).get("scenerun", {})
+    return table
 
 
-def pyproject_table(config) -> dict:
+def _pyproject(rootpath: str | os.PathLike[str]) -> dict[str, Any]:
+    path = os.path.join(str(rootpath), "pyproject.toml")
+    if not os.path.isfile(path):
+        return {}
+    return scenerun_table(path) or {}
+
+
+def pyproject_table(config: pytest.Config) -> dict[str, Any]:
     """``[tool.scenerun]`` of the suite's ``pyproject.toml`` (empty when absent)."""
     return _pyproject(config.rootpath)
 
 
-def names(config) -> Names:
+def names(config: pytest.Config) -> Names:
     """The protocol's attribute names for this pytest session."""
     found = dict(DEFAULTS)
     for key, value in _pyproject(config.rootpath).items():
@@ -68,7 +89,7 @@ def names(config) -> Names:
     return Names(**found)
 
 
-def excludes(config) -> dict[str, str]:
+def excludes(config: pytest.Config) -> dict[str, str]:
     """``[tool.scenerun] exclude``: node id (or a prefix: a file, ``path::Class``) -> reason."""
     table = _pyproject(config.rootpath).get("exclude", {})
     if not isinstance(table, dict):
@@ -76,7 +97,7 @@ def excludes(config) -> dict[str, str]:
     return {str(k): str(v) for k, v in table.items() if isinstance(v, str) and v.strip()}
 
 
-def is_scene_class(cls, n: Names) -> bool:
+def is_scene_class(cls: type | None, n: Names) -> bool:
     if cls is None:
         return False
     cases = getattr(cls, n.cases, None)
@@ -87,24 +108,25 @@ def is_scene_class(cls, n: Names) -> bool:
     )
 
 
-def cases_of(cls, n: Names):
+def cases_of(cls: type, n: Names) -> list[Any]:
+    """The class's cases as it lists them (not checked: an entry may be no mapping)."""
     return list(getattr(cls, n.cases))
 
 
-def case_name(case: Mapping[str, Any], cls, index: int) -> str:
+def case_name(case: Case, cls: type, index: int) -> str:
     name = case.get("name") if isinstance(case, Mapping) else None
     if not isinstance(name, str) or not name:
         raise ValueError(f"{cls.__name__}.{'CASES'}[{index}] needs a `name`")
     return name
 
 
-def params_of(case: Mapping[str, Any]):
+def params_of(case: Case) -> Any:
     """What the suite passes as ``params``: the case's own dict (not a copy)."""
     params = case.get("params")
     return params if params is not None else {}
 
 
-def devices_of(case: Mapping[str, Any]) -> int:
+def devices_of(case: Case) -> int:
     if "devices" in case:
         return int(case["devices"])
     config = case.get("config")
@@ -113,11 +135,11 @@ def devices_of(case: Mapping[str, Any]) -> int:
     return 1
 
 
-def skips_golden(cls, case: Mapping[str, Any]) -> bool:
+def skips_golden(cls: type, case: Case) -> bool:
     return bool(case.get("skip_golden", getattr(cls, "SKIP_GOLDEN", False)))
 
 
-def manual_applies(manual, platform) -> bool:
+def manual_applies(manual: object, platform: str | None) -> bool:
     """Whether a case's ``manual`` value makes it manual on ``platform``."""
     if isinstance(manual, str):
         return manual == platform
@@ -126,7 +148,7 @@ def manual_applies(manual, platform) -> bool:
     return bool(manual)
 
 
-def selected(case: Mapping[str, Any], platform, manual_mode) -> bool:
+def selected(case: Case, platform: str | None, manual_mode: str) -> bool:
     """Whether the suite would run this case: its ``platforms`` include the platform (when
     one is given) and its ``manual`` field agrees with the manual mode."""
     platforms = case.get("platforms")
@@ -138,7 +160,7 @@ def selected(case: Mapping[str, Any], platform, manual_mode) -> bool:
     return is_manual == (manual_mode == "only")
 
 
-def session_filters(config):
+def session_filters(config: pytest.Config) -> tuple[str | None, str]:
     """(platform, manual mode) as the suite's own options give them."""
     platform = config.getoption("platform", None) or None
     mode = config.getoption("manual", None)

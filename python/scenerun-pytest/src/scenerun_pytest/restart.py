@@ -18,14 +18,16 @@ process for the scenes not run yet.
 
 from __future__ import annotations
 
+import pytest
+
 INI = "scenerun_restart_on"
 
 
-def addini(parser):
+def addini(parser: pytest.Parser) -> None:
     parser.addini(INI, "exception types whose raising poisons the device runtime (restart the lane)", type="linelist", default=[])
 
 
-def _names(config) -> set:
+def _names(config: pytest.Config) -> set[str]:
     from . import protocol
 
     names = set(config.getini(INI) or [])
@@ -36,7 +38,7 @@ def _names(config) -> set:
     return names
 
 
-def reason(item, excinfo) -> str | None:
+def reason(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException] | None) -> str | None:
     """Why this failure of ``item`` poisoned the runtime, or None when it did not."""
     if excinfo is None:
         return None

@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TypedDict
 
 import pytest
 
@@ -29,18 +29,28 @@ from .outcome import Outcome, Verdict, of_report
 MAX_MESSAGE = 4000
 
 
+class _Outcome(TypedDict):
+    outcome: str  # an Outcome's value
+
+
+class VerdictFile(_Outcome, total=False):
+    """``DIR/verdict.json``: the node's verdict; a message unless it passed."""
+
+    message: str
+
+
 class _Recorder:
     """Keeps the worst verdict of the node's reports, and the collected item."""
 
     def __init__(self) -> None:
         self.verdict: Verdict | None = None
-        self.item: Any = None
+        self.item: pytest.Item | None = None
 
-    def pytest_collection_finish(self, session: Any) -> None:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:
             self.item = session.items[0]
 
-    def pytest_runtest_logreport(self, report: Any) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         v = of_report(report)
         if self.verdict is None or v.outcome.rank > self.verdict.outcome.rank:
             self.verdict = v
@@ -67,18 +77,19 @@ def main(argv: list[str]) -> int:
         return 4
     imports = phases.ImportLog(os.getcwd())
     imports.install()
-    imports.touched = set()
+    touched: set[str] = set()
+    imports.touched = touched
     rec = _Recorder()
     with contextlib.redirect_stdout(sys.stderr):
         code = int(pytest.main(["-p", "no:cacheprovider", *args], plugins=[rec]))
-    touched, imports.touched = imports.touched, None
+    imports.touched = None
     if rec.verdict is None or rec.item is None:
         print(f"scenerun_pytest test: pytest ran no test of {args[0]} (exit {code})", file=sys.stderr)
         return 4 if code in (4, 5) else (code or 1)
     if code not in (0, 1):
         print(f"scenerun_pytest test: pytest ended with exit {code}; no verdict is kept", file=sys.stderr)
         return code
-    verdict: dict[str, Any] = {"outcome": rec.verdict.outcome.value}
+    verdict: VerdictFile = {"outcome": rec.verdict.outcome.value}
     if rec.verdict.outcome is not Outcome.PASSED and rec.verdict.message:
         verdict["message"] = rec.verdict.message[-MAX_MESSAGE:]
     with open(os.path.join(opts.out, "verdict.json"), "w", encoding="utf-8") as f:

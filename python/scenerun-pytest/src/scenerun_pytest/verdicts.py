@@ -16,11 +16,21 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, TypedDict
+
+import pytest
 
 from .outcome import Verdict, of_report
 
 ENV = "SCENERUN_VERDICTS"
+
+
+class VerdictLine(TypedDict):
+    """One line of ``SCENERUN_VERDICTS``: a node's verdict in one process."""
+
+    nodeid: str
+    verdict: str  # an Outcome's value
+    pid: int
 
 
 class _Recorder:
@@ -28,17 +38,18 @@ class _Recorder:
         self.path = path
         self.verdicts: dict[str, Verdict] = {}
 
-    def pytest_runtest_logreport(self, report: Any) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         verdict = of_report(report)
         old = self.verdicts.get(report.nodeid)
         if old is None or verdict.outcome.rank > old.outcome.rank:
             self.verdicts[report.nodeid] = verdict
 
-    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         verdict = self.verdicts.pop(nodeid, None)
         if verdict is None:
             return
-        line = json.dumps({"nodeid": nodeid, "verdict": verdict.outcome.value, "pid": os.getpid()}) + "\n"
+        record: VerdictLine = {"nodeid": nodeid, "verdict": verdict.outcome.value, "pid": os.getpid()}
+        line = json.dumps(record) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())
@@ -46,7 +57,7 @@ class _Recorder:
             os.close(fd)
 
 
-def pytest_configure(config: Any) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     path = os.environ.get(ENV)
     if not path or hasattr(config, "workerinput"):
         return  # not asked, or an xdist worker (its controller records)
@@ -71,7 +82,7 @@ def node_verdicts_of_report(report: dict[str, Any]) -> dict[str, str]:
 
 def compare(upstream: dict[str, str], scenerun: dict[str, str]) -> list[str]:
     """One line per node whose verdicts differ (a node missing on one side included)."""
-    lines = []
+    lines: list[str] = []
     for nodeid in sorted(set(upstream) | set(scenerun)):
         a, b = upstream.get(nodeid, "(not run)"), scenerun.get(nodeid, "(not run)")
         if a != b:

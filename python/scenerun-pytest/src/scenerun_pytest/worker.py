@@ -34,6 +34,7 @@ worker's memory cap; neither needs anything from here.
 
 from __future__ import annotations
 
+import argparse
 import faulthandler
 import gc
 import json
@@ -43,21 +44,25 @@ import signal
 import sys
 import threading
 import traceback
+from types import MappingProxyType
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence, TypedDict, Union
 
 import pytest
 
 from . import phases
 
 #: Tokens of shell syntax: a command holding one needs the shell (run as a process).
-_SHELL = set("|&;<>()`$")
+_SHELL = frozenset("|&;<>()`$")
 
 #: Modules the codec's libraries import on first use (a save, a load): imported once in
 #: the worker, when the library is loaded, not again in every fork. Imports only: no
 #: operation of the library runs before a fork.
-_LAZY = {
-    "torch": ("torch.utils.serialization", "torch._weights_only_unpickler"),
-    "numpy": ("numpy.lib.format",),
-}
+_LAZY: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "torch": ("torch.utils.serialization", "torch._weights_only_unpickler"),
+        "numpy": ("numpy.lib.format",),
+    }
+)
 
 
 def _preload() -> None:
@@ -72,23 +77,66 @@ def _preload() -> None:
                     pass
 
 
-def phase_of(command: str):
+# The protocol's lines (see above); the key order of each JSON line is the order the
+# keys are set in.
+
+
+class Request(TypedDict, total=False):
+    """What scenerun asks for: one step."""
+
+    id: Any  # echoed back as it came
+    command: str
+    cwd: str
+    env: dict[str, str] | None
+    log: str
+    timeout_secs: float
+
+
+class Ready(TypedDict):
+    ready: bool
+    pid: int
+    threads: int
+    classes: int
+
+
+class Unsupported(TypedDict):
+    id: Any
+    unsupported: str
+
+
+class _Ran(TypedDict):
+    id: Any
+    status: int
+    note: str | None
+
+
+class Ran(_Ran, total=False):
+    """A step that ran in a fork: its exit status, and the signal that ended it if one did."""
+
+    signal: int
+    depfile_written: bool
+
+
+Answer = Union[Ready, Unsupported, Ran]
+
+
+def phase_of(command: str) -> tuple[phases.Phase, list[str]] | str:
     """(phase, its arguments) of ``[any interpreter] -m scenerun_pytest fixture|golden
-    ...``; None with why for anything else."""
+    ...``; for anything else, why a worker does not run it."""
     if any(c in _SHELL for c in command):
-        return None, "the command uses shell syntax"
+        return "the command uses shell syntax"
     try:
         argv = shlex.split(command)
     except ValueError as e:
-        return None, f"cannot split the command: {e}"
+        return f"cannot split the command: {e}"
     if len(argv) < 4 or "=" in argv[0] or argv[1:3] != ["-m", "scenerun_pytest"]:
-        return None, "not a `python -m scenerun_pytest` command"
+        return "not a `python -m scenerun_pytest` command"
     if argv[3] not in ("fixture", "golden"):
-        return None, f"`scenerun_pytest {argv[3]}` is not served by a worker"
-    return (argv[3], argv[4:]), None
+        return f"`scenerun_pytest {argv[3]}` is not served by a worker"
+    return phases.Phase(argv[3]), argv[4:]
 
 
-def _depfile_of(args):
+def _depfile_of(args: Sequence[str]) -> str | None:
     for i, a in enumerate(args):
         if a == "--depfile" and i + 1 < len(args):
             return args[i + 1]
@@ -132,24 +180,24 @@ class _Serve:
 
     def __init__(self, proto: int, requests: int, imports: phases.ImportLog):
         self.proto, self.requests, self.imports = proto, requests, imports
-        self.items = {}  # (real path of the file, class name) -> first item
+        self.items: dict[tuple[str, str], pytest.Function] = {}  # (real path, class name) -> first item
         self.served = False
-        self.parser = None  # the phases' argument parser, once serving
+        self.parser: Callable[[str], argparse.ArgumentParser] | None = None  # the phases' parser, once serving
 
-    def pytest_itemcollected(self, item):
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
         cls = getattr(item, "cls", None)
-        if cls is not None:
+        if isinstance(item, pytest.Function) and cls is not None:
             self.items.setdefault((os.path.realpath(str(item.path)), cls.__name__), item)
 
-    def find(self, path: str, cls_name: str):
+    def find(self, path: str, cls_name: str) -> pytest.Function | None:
         return self.items.get((os.path.realpath(path), cls_name))
 
-    def say(self, record) -> None:
+    def say(self, record: Answer) -> None:
         line = (json.dumps(record) + "\n").encode()
         while line:
             line = line[os.write(self.proto, line) :]
 
-    def _lines(self):
+    def _lines(self) -> Iterator[bytes]:
         buf = b""
         while True:
             chunk = os.read(self.requests, 65536)
@@ -162,7 +210,7 @@ class _Serve:
                     yield line
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session):
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
         self.served = True
         # What every fork needs of the plugin is loaded once, here (it is no suite code),
         # and which loaded module is a project file is known before the first fork.
@@ -187,11 +235,11 @@ class _Serve:
             self.serve(session, json.loads(line))
         return True
 
-    def serve(self, session, request) -> None:
+    def serve(self, session: pytest.Session, request: Request) -> None:
         rid = request.get("id")
-        found, why = phase_of(request.get("command", ""))
-        if found is None:
-            self.say({"id": rid, "unsupported": why})
+        found = phase_of(request.get("command", ""))
+        if isinstance(found, str):
+            self.say({"id": rid, "unsupported": found})
             return
         phase, args = found
         sys.stdout.flush()
@@ -204,13 +252,15 @@ class _Serve:
         depfile = _depfile_of(args)
         if depfile and not os.path.isabs(depfile):
             depfile = os.path.join(request.get("cwd", "."), depfile)
-        reply = {"id": rid, "status": os.waitstatus_to_exitcode(status), "note": None}
+        reply: Ran = {"id": rid, "status": os.waitstatus_to_exitcode(status), "note": None}
         if os.WIFSIGNALED(status):
             reply["signal"] = os.WTERMSIG(status)
-        reply["depfile_written"] = bool(depfile) and os.path.isfile(depfile)
+        reply["depfile_written"] = bool(depfile and os.path.isfile(depfile))
         self.say(reply)
 
-    def _child(self, session, request, phase: str, args, threads: int) -> None:
+    def _child(
+        self, session: pytest.Session, request: Request, phase: phases.Phase, args: list[str], threads: int
+    ) -> NoReturn:
         """The step, in the fork (the worker had `threads` threads then): never returns."""
         code = 70
         try:
@@ -241,8 +291,9 @@ class _Serve:
             finally:
                 os._exit(code)
 
-    def _run(self, session, phase: str, args) -> int:
-        opts = self.parser(phase).parse_args(args)
+    def _run(self, session: pytest.Session, phase: phases.Phase, args: list[str]) -> int:
+        assert self.parser is not None, "serving starts with the parser"
+        opts = self.parser(phase.value).parse_args(args)
         try:
             path, cls_name = phases.split_nodeid(opts.nodeid)
             phases.check_paths(path, opts.out)
@@ -266,13 +317,13 @@ class _Serve:
                 print(traceback.format_exc(), file=sys.stderr, end="")
                 return 1
         except phases.UsageError as e:
-            print(f"scenerun_pytest {phase}: {e}", file=sys.stderr)
+            print(f"scenerun_pytest {phase.value}: {e}", file=sys.stderr)
             return 4
         if opts.depfile:
             phases.write_depfile(opts.depfile, deps)
         return 0
 
-    def _collect(self, session, path: str, cls_name: str):
+    def _collect(self, session: pytest.Session, path: str, cls_name: str) -> pytest.Function | None:
         """The class is not in the worker's session: collect its file here, in the fork."""
         try:
             session.perform_collect([f"{path}::{cls_name}"])
@@ -281,7 +332,7 @@ class _Serve:
         return self.find(path, cls_name)
 
 
-def main(pytest_args) -> int:
+def main(pytest_args: Sequence[str]) -> int:
     # The protocol gets private fds before pytest (or anything else) can write to fd 1
     # or read fd 0; fd 1 then goes where stderr goes (the worker's log).
     proto = os.dup(1)
