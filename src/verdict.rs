@@ -12,7 +12,8 @@ pub const FILE: &str = "verdict.json";
 /// What warm writes for a test that exited 0 and wrote no verdict.
 pub const PASSED: &str = "{\"outcome\": \"passed\"}\n";
 
-/// The verdicts a test can end with, in pytest's words.
+/// How a test ended, in pytest's words, and `not_reached` (the suite's own runner would
+/// have stopped before it): a scene test's verdict and a lane's end event alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -22,6 +23,7 @@ pub enum Outcome {
     Xfailed,
     Xpassed,
     Error,
+    NotReached,
 }
 
 /// A test's verdict: how it ended and, for anything but a pass, why.
@@ -45,7 +47,7 @@ pub fn read(out: &Path) -> Result<Verdict, String> {
         .map_err(|e| format!("reading the test's verdict {}: {e}", path.display()))?;
     let mut v: Verdict = serde_json::from_slice(&bytes).map_err(|e| {
         format!(
-            "the test's verdict {} is not {{\"outcome\": passed|failed|skipped|xfailed|xpassed|error, \"message\": ...}}: {e}",
+            "the test's verdict {} is not {{\"outcome\": passed|failed|skipped|xfailed|xpassed|error|not_reached, \"message\": ...}}: {e}",
             path.display()
         )
     })?;

@@ -238,6 +238,7 @@ impl TestVerdict {
             Outcome::Xfailed => SceneOutcome::Xfailed,
             Outcome::Xpassed => SceneOutcome::Xpassed,
             Outcome::Error => SceneOutcome::Error,
+            Outcome::NotReached => SceneOutcome::NotReached,
         };
         TestVerdict {
             outcome,

@@ -67,18 +67,9 @@ impl LaneEvent {
     }
 }
 
-/// An end event's `outcome`: pytest's words, and `not_reached` (docs/lanes.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Passed,
-    Failed,
-    Skipped,
-    Xfailed,
-    Xpassed,
-    Error,
-    NotReached,
-}
+/// An end event's `outcome`: pytest's words, and `not_reached` (docs/lanes.md); the
+/// same words as a scene test's verdict.
+pub use crate::verdict::Outcome;
 
 impl From<Outcome> for AttemptOutcome {
     fn from(o: Outcome) -> AttemptOutcome {
