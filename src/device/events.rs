@@ -303,16 +303,7 @@ mod tests {
     use super::*;
 
     fn a(outcome: AttemptOutcome) -> Attempt {
-        Attempt {
-            outcome,
-            devices: vec!["0".into()],
-            start_secs: 0.0,
-            duration_secs: 1.0,
-            message: None,
-            output_tail: None,
-            log: None,
-            lane_process: None,
-        }
+        crate::device::testing::attempt(outcome, &["0"])
     }
     use AttemptOutcome::*;
 

@@ -618,16 +618,7 @@ mod tests {
     use super::SceneOutcome;
 
     fn a(outcome: super::events::AttemptOutcome) -> Attempt {
-        Attempt {
-            outcome,
-            devices: vec!["0".into()],
-            start_secs: 0.0,
-            duration_secs: 1.0,
-            message: None,
-            output_tail: None,
-            log: None,
-            lane_process: None,
-        }
+        super::testing::attempt(outcome, &["0"])
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::events::{Attempt, AttemptOutcome};
 use super::{Frozen, FrozenDevice, FrozenScene, FROZEN_VERSION};
 use crate::manifest::{DeviceRun, LaneConfig};
 use crate::template::{allowed, Template};
@@ -85,5 +86,19 @@ pub fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
         lane_startup: BTreeMap::new(),
         device_fault: None,
         prestarted: Vec::new(),
+    }
+}
+
+/// An attempt that ended `outcome` on `devices`: 1 s long, nothing else said.
+pub fn attempt(outcome: AttemptOutcome, devices: &[&str]) -> Attempt {
+    Attempt {
+        outcome,
+        devices: devices.iter().map(|d| d.to_string()).collect(),
+        start_secs: 0.0,
+        duration_secs: 1.0,
+        message: None,
+        output_tail: None,
+        log: None,
+        lane_process: None,
     }
 }

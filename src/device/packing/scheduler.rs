@@ -232,24 +232,11 @@ impl<'a> Scheduler<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::events::{Attempt, AttemptOutcome};
-    use crate::device::testing::{frozen, in_lane, plain};
+    use crate::device::events::AttemptOutcome;
+    use crate::device::testing::{attempt, frozen, in_lane, plain};
 
     fn ids(n: usize) -> Vec<String> {
         (0..n).map(|i| i.to_string()).collect()
-    }
-
-    fn attempt(outcome: AttemptOutcome, devices: &[&str]) -> Attempt {
-        Attempt {
-            outcome,
-            devices: devices.iter().map(|d| d.to_string()).collect(),
-            start_secs: 0.0,
-            duration_secs: 0.0,
-            message: None,
-            output_tail: None,
-            log: None,
-            lane_process: None,
-        }
     }
 
     #[test]
