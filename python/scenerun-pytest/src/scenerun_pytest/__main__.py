@@ -55,22 +55,6 @@ def split_exclude(spec: str) -> tuple[str, str] | None:
     return None
 
 
-def _phase_parser(phase: str) -> argparse.ArgumentParser:
-    f = argparse.ArgumentParser(prog=f"python -m scenerun_pytest {phase}", allow_abbrev=False)
-    f.add_argument("nodeid", help="PATH::Class")
-    f.add_argument("--case", required=True)
-    f.add_argument("--out", required=True)
-    f.add_argument("--depfile", default=None)
-    f.add_argument(
-        "--source-digest",
-        default=None,
-        help="what of the test file the step depends on (written by collect; part of the key)",
-    )
-    if phase == "golden":
-        f.add_argument("--fixture", required=True)
-    return f
-
-
 USAGE = "usage: python -m scenerun_pytest {collect|fixture|golden|worker|test} ...  (see docs/pytest.md)"
 
 
@@ -125,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return scenetest.main(rest)
     from . import phases
 
-    args = _phase_parser(command).parse_args(rest)
+    args = phases.phase_parser(command).parse_args(rest)
     try:
         return phases.run_phase(
             phases.Phase(command),

@@ -22,6 +22,7 @@ ran, never what else the process had imported.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import enum
@@ -368,3 +369,21 @@ def run_phase(
 
 #: How a phase (and a worker) runs pytest: collection only, no cache, quiet.
 COLLECT_ARGS = ("--collect-only", "-qq", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+
+
+def phase_parser(phase: str) -> argparse.ArgumentParser:
+    """The command line of ``python -m scenerun_pytest fixture|golden`` (and of a worker's
+    requests, which carry the same words)."""
+    f = argparse.ArgumentParser(prog=f"python -m scenerun_pytest {phase}", allow_abbrev=False)
+    f.add_argument("nodeid", help="PATH::Class")
+    f.add_argument("--case", required=True)
+    f.add_argument("--out", required=True)
+    f.add_argument("--depfile", default=None)
+    f.add_argument(
+        "--source-digest",
+        default=None,
+        help="what of the test file the step depends on (written by collect; part of the key)",
+    )
+    if phase == "golden":
+        f.add_argument("--fixture", required=True)
+    return f

@@ -214,9 +214,7 @@ class _Serve:
         self.served = True
         # What every fork needs of the plugin is loaded once, here (it is no suite code),
         # and which loaded module is a project file is known before the first fork.
-        from .__main__ import _phase_parser
-
-        self.parser = _phase_parser
+        self.parser = phases.phase_parser
         _preload()
         self.imports.files(list(sys.modules))
         # What collection made is never freed by a fork's garbage collector: its pages stay
