@@ -442,7 +442,18 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
         return Ok(Vec::new());
     };
     crate::identity::run(cmd, &manifest.dir, &manifest.env, tc.identity_timeout)
-        .map_err(|e| crate::err!(Infra, "toolchain `{}`: {e}", tc.name))
+        .map_err(|e| identity_error(e, &format!("toolchain `{}`", tc.name)))
+}
+
+/// An identity command that gave no identity: exit 2 when the run was interrupted
+/// meanwhile (it was stopped by the cancel), else an infrastructure error (exit 3).
+fn identity_error(e: crate::identity::IdentityError, what: &str) -> anyhow::Error {
+    match e {
+        crate::identity::IdentityError::Interrupted { .. } => {
+            crate::err!(Interrupted, "interrupted: {what}: {e}")
+        }
+        _ => crate::err!(Infra, "{what}: {e}"),
+    }
 }
 
 /// Start the identity commands the selection will need (toolchains of its kernels, its
@@ -525,7 +536,7 @@ fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<Str
                 crate::identity::DEFAULT_TIMEOUT,
             )
             .map(|o| (cmd.to_string(), o))
-            .map_err(|e| crate::err!(Infra, "{what} identity: {e}"))
+            .map_err(|e| identity_error(e, &format!("{what} identity")))
         },
     )
     .into_iter()
