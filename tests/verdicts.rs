@@ -499,3 +499,47 @@ fn a_node_the_hook_calls_cpu_only_runs_in_warm_and_device_reports_its_verdict_wi
         ran()
     );
 }
+
+/// A hook that returns garbage stops `collect` with exit 4 naming the node and what is
+/// wrong; a class with the scene methods but no `CASES` is a node of its own and runs as
+/// plain pytest runs it.
+#[test]
+fn a_hook_returning_garbage_is_exit_4_naming_the_node_and_a_class_without_cases_still_runs() {
+    let tests = format!(
+        "{TESTS}\nclass TestNoCases:\n    def generate_args(self, params):\n        return {{}}\n\n    def test_run(self):\n        pass\n"
+    );
+    for (ret, says) in [
+        ("['lane']", "returned a list for tests/test_scenes.py::test_plain, not a dict or None"),
+        ("{'devices': 'two'}", "pytest_scenerun_scene for tests/test_scenes.py::test_plain: devices = 'two' is not valid"),
+        ("{'phase': 'later'}", "pytest_scenerun_scene for tests/test_scenes.py::test_plain: phase must be 'device' or 'warm'"),
+    ] {
+        let n = Nodes::new(&tests);
+        n.suite.write(
+            "conftest.py",
+            &format!(
+                "{CONFTEST}\ndef pytest_scenerun_scene(item, case):\n    if item.name == 'test_plain':\n        return {ret}\n"
+            ),
+        );
+        let o = n.scenerun(&["plan"]);
+        assert_eq!(code(&o), 4, "{ret}: {}", show(&o));
+        assert!(stderr(&o).contains(says), "{ret}: {}", show(&o));
+    }
+
+    let n = Nodes::new(&tests);
+    let verdicts = n.pytest_verdicts();
+    assert_eq!(code(&n.scenerun(&["warm"])), 0);
+    let o = n.scenerun(&["device", "--no-lock", "--devices", "0"]);
+    assert_eq!(code(&o), 1, "{}", show(&o));
+    let r = report(&n.suite);
+    assert_eq!(
+        scene_in(&r, "TestNoCases.test_run")["outcome"],
+        "passed",
+        "{r:#}"
+    );
+    let cmp = n.compare(&verdicts);
+    assert!(
+        stdout(&cmp).contains("; 10 scenerun nodes; 0 differences"),
+        "{}",
+        show(&cmp)
+    );
+}
