@@ -250,6 +250,45 @@ fn removal_errors(store: &Store, failed: &[String]) -> Result<()> {
     ))
 }
 
+/// What a prune did, as it reports it.
+struct Pruned {
+    removed: usize,
+    freed: u64,
+    /// The cache's size after it (counted only when a size cap is set).
+    total: u64,
+    in_use: usize,
+}
+
+impl Pruned {
+    fn report(&self, max_size: Option<u64>, report: &mut dyn FnMut(String)) {
+        let Pruned {
+            removed,
+            freed,
+            total,
+            in_use,
+        } = *self;
+        if max_size.is_some() {
+            report(format!(
+                "pruned {removed} entries ({}); cache now {}",
+                short_size(freed),
+                short_size(total)
+            ));
+        } else {
+            report(format!("pruned {removed} entries ({})", short_size(freed)));
+        }
+        if in_use > 0 {
+            report(format!("kept {in_use} entries in use by another scenerun"));
+        }
+        if let Some(cap) = max_size.filter(|&cap| total > cap) {
+            report(format!(
+                "cache is still over its cap ({} > {}): the rest was used in the last 24 h",
+                short_size(total),
+                short_size(cap)
+            ));
+        }
+    }
+}
+
 /// Evict by age, then by size (least recently used first), never a recent entry.
 pub fn prune(
     store: &Store,
@@ -326,27 +365,13 @@ pub fn prune(
             Err(e) => failed_removals.push(format!("{} {key}: {e}", kind.name())),
         }
     }
-    if sized {
-        report(format!(
-            "pruned {removed} entries ({}); cache now {}",
-            short_size(freed),
-            short_size(total)
-        ));
-    } else {
-        report(format!("pruned {removed} entries ({})", short_size(freed)));
-    }
-    if in_use > 0 {
-        report(format!("kept {in_use} entries in use by another scenerun"));
-    }
-    if let Some(cap) = max_size {
-        if total > cap {
-            report(format!(
-                "cache is still over its cap ({} > {}): the rest was used in the last 24 h",
-                short_size(total),
-                short_size(cap)
-            ));
-        }
-    }
+    let pruned = Pruned {
+        removed,
+        freed,
+        total,
+        in_use,
+    };
+    pruned.report(max_size, report);
     removal_errors(store, &failed_removals)?;
     let done = LastPrune {
         max_age_secs: max_age.as_secs(),

@@ -22,87 +22,8 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
     let mut missing = Vec::new();
     let mut scenes = Vec::new();
     for ps in &plan.scenes {
-        let scene = &plan.manifest.scenes[ps.index];
-        let mut warm_failure = None;
-        let mut arts: Vec<Option<Artifact>> = Vec::new();
-        // Prepare steps leave nothing the device step reads, but a scene runs only once
-        // they are done: failed, the scene failed in warm; not built, it is not warm.
-        for &si in &ps.prepare {
-            let step = &plan.steps[si];
-            match (&step.status, &step.entry) {
-                (Status::Failed(why), _) => {
-                    warm_failure
-                        .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
-                }
-                (_, Some(_)) => {}
-                (_, None) => missing.push(Missing::of(scenes.len(), step)),
-            }
-        }
-        for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
-            let step = &plan.steps[si];
-            if let Status::Failed(why) = &step.status {
-                warm_failure
-                    .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
-                arts.push(None);
-                continue;
-            }
-            // The plan's own lookup, moments ago, is the cheap check before the lock.
-            match step.entry.clone() {
-                Some(e) => arts.push(Some(Artifact {
-                    name: step.name.clone(),
-                    key: step.key.clone(),
-                    out: e.out(),
-                    files: e.meta.files.clone(),
-                })),
-                None => {
-                    missing.push(Missing::of(scenes.len(), step));
-                    arts.push(None);
-                }
-            }
-        }
-        let mut verdict = None;
-        if let Some(ti) = ps.test {
-            let step = &plan.steps[ti];
-            match (&step.status, &step.entry) {
-                (Status::Failed(why), _) => {
-                    warm_failure.get_or_insert_with(|| format!("test: {why}"));
-                }
-                (_, Some(e)) => match crate::verdict::read(&e.out()) {
-                    Ok(v) => {
-                        let log = step.id.log_path(&plan.job_dir);
-                        verdict = Some(TestVerdict::of(v, log, e.meta.duration_secs));
-                    }
-                    Err(why) => {
-                        warm_failure.get_or_insert(format!("test: {why}"));
-                    }
-                },
-                (_, None) => missing.push(Missing::of(scenes.len(), step)),
-            }
-        }
-        let mut it = arts.into_iter();
-        let kernels: Vec<Artifact> = ps
-            .kernels
-            .iter()
-            .filter_map(|_| it.next().flatten())
-            .collect();
-        let fixture = ps.fixture.and_then(|_| it.next().flatten());
-        let golden = ps.golden.and_then(|_| it.next().flatten());
-        scenes.push(FrozenScene {
-            name: ps.name.clone(),
-            nodeid: scene.nodeid.clone(),
-            case: scene.case.clone(),
-            platform: scene.platform.clone(),
-            env: scene.env.clone(),
-            device: ps
-                .device
-                .as_ref()
-                .map(|d| FrozenDevice::of(d, ps.device_estimate)),
-            kernels,
-            fixture,
-            golden,
-            warm_failure,
-            verdict,
-        });
+        let scene = freeze_scene(plan, ps, scenes.len(), &mut missing);
+        scenes.push(scene);
     }
     let lock = plan.manifest.lock.as_ref();
     let frozen = Frozen {
@@ -131,6 +52,113 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
         prestarted: Vec::new(),
     };
     (frozen, missing)
+}
+
+/// One plan scene frozen as scene number `n`: its artifacts as the plan's own lookup
+/// found them, its warm failure or its test's verdict; what is not there goes to
+/// `missing`.
+fn freeze_scene(
+    plan: &Plan,
+    ps: &crate::plan::PlanScene,
+    n: usize,
+    missing: &mut Vec<Missing>,
+) -> FrozenScene {
+    let scene = &plan.manifest.scenes[ps.index];
+    let mut warm_failure = None;
+    let mut arts: Vec<Option<Artifact>> = Vec::new();
+    // Prepare steps leave nothing the device step reads, but a scene runs only once
+    // they are done: failed, the scene failed in warm; not built, it is not warm.
+    for &si in &ps.prepare {
+        let step = &plan.steps[si];
+        match (&step.status, &step.entry) {
+            (Status::Failed(why), _) => {
+                warm_failure
+                    .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
+            }
+            (_, Some(_)) => {}
+            (_, None) => missing.push(Missing::of(n, step)),
+        }
+    }
+    for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
+        let step = &plan.steps[si];
+        if let Status::Failed(why) = &step.status {
+            warm_failure.get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
+            arts.push(None);
+            continue;
+        }
+        // The plan's own lookup, moments ago, is the cheap check before the lock.
+        match step.entry.clone() {
+            Some(e) => arts.push(Some(Artifact {
+                name: step.name.clone(),
+                key: step.key.clone(),
+                out: e.out(),
+                files: e.meta.files.clone(),
+            })),
+            None => {
+                missing.push(Missing::of(n, step));
+                arts.push(None);
+            }
+        }
+    }
+    let verdict = ps
+        .test
+        .and_then(|ti| test_verdict(plan, ti, n, &mut warm_failure, missing));
+    let mut it = arts.into_iter();
+    let kernels: Vec<Artifact> = ps
+        .kernels
+        .iter()
+        .filter_map(|_| it.next().flatten())
+        .collect();
+    let fixture = ps.fixture.and_then(|_| it.next().flatten());
+    let golden = ps.golden.and_then(|_| it.next().flatten());
+    FrozenScene {
+        name: ps.name.clone(),
+        nodeid: scene.nodeid.clone(),
+        case: scene.case.clone(),
+        platform: scene.platform.clone(),
+        env: scene.env.clone(),
+        device: ps
+            .device
+            .as_ref()
+            .map(|d| FrozenDevice::of(d, ps.device_estimate)),
+        kernels,
+        fixture,
+        golden,
+        warm_failure,
+        verdict,
+    }
+}
+
+/// The verdict warm left for test step `ti` of scene number `n`; a failed step or an
+/// unreadable verdict is the scene's warm failure, a step not run is missing.
+fn test_verdict(
+    plan: &Plan,
+    ti: usize,
+    n: usize,
+    warm_failure: &mut Option<String>,
+    missing: &mut Vec<Missing>,
+) -> Option<TestVerdict> {
+    let step = &plan.steps[ti];
+    match (&step.status, &step.entry) {
+        (Status::Failed(why), _) => {
+            warm_failure.get_or_insert_with(|| format!("test: {why}"));
+            None
+        }
+        (_, Some(e)) => match crate::verdict::read(&e.out()) {
+            Ok(v) => {
+                let log = step.id.log_path(&plan.job_dir);
+                Some(TestVerdict::of(v, log, e.meta.duration_secs))
+            }
+            Err(why) => {
+                warm_failure.get_or_insert(format!("test: {why}"));
+                None
+            }
+        },
+        (_, None) => {
+            missing.push(Missing::of(n, step));
+            None
+        }
+    }
 }
 
 /// Between SIGTERM and SIGKILL for device steps when cancelled.

@@ -131,6 +131,20 @@ fn warn_lock_ending(ui: &Ui, ran: &LockRun, repeated: bool, release_timeout: Dur
     }
 }
 
+/// How long a cancel and a lock tool that does not return are given.
+fn lock_limits(plan: &Plan, frozen: &Frozen) -> lockrun::Limits {
+    lockrun::Limits {
+        // A cancel stops each step with its stop signal and wait first, then the grace.
+        grace: grace(plan) + frozen.longest_stop_wait(),
+        release_timeout: plan
+            .manifest
+            .lock
+            .as_ref()
+            .and_then(|l| l.release_timeout)
+            .unwrap_or(super::DEFAULT_RELEASE_TIMEOUT),
+    }
+}
+
 /// Call the lock command — the one acquisition — and read what the inner run left.
 /// Anything but complete results from an inner run that ended inside the lock is an
 /// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
@@ -144,14 +158,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
     };
     let log = crate::layout::lock_log(&plan.job_dir);
     let _ = std::fs::remove_file(&log);
-    let lock_cfg = plan.manifest.lock.as_ref();
-    let limits = lockrun::Limits {
-        // A cancel stops each step with its stop signal and wait first, then the grace.
-        grace: grace(plan) + frozen.longest_stop_wait(),
-        release_timeout: lock_cfg
-            .and_then(|l| l.release_timeout)
-            .unwrap_or(super::DEFAULT_RELEASE_TIMEOUT),
-    };
+    let limits = lock_limits(plan, frozen);
     let mut lock = LockReport {
         command: command.clone(),
         called_at: super::unix_now(),

@@ -70,32 +70,7 @@ impl Ctx {
         let has_kernels = !s.kernels.is_empty();
         let (has_fixture, has_golden, has_device) =
             (s.fixture.is_some(), s.golden.is_some(), s.device.is_some());
-        // Exact sizes: 20,000 kernels with growth slack are megabytes of a plan's peak.
-        let mut kernels = Vec::with_capacity(s.kernels.len());
-        let mut kernel_names: HashMap<String, usize> = HashMap::new();
-        for (i, kv) in s.kernels.into_iter().enumerate() {
-            let kp = format!("{path}.kernels[{i}]");
-            let Some(k) = self.take::<raw::Kernel>(kv, &kp) else {
-                continue;
-            };
-            if !valid_name(&k.name) {
-                self.err(&format!("{kp}.name"), bad_name("kernel", &k.name));
-            }
-            if let Some(first) = kernel_names.get(&k.name) {
-                self.err(
-                    &format!("{kp}.name"),
-                    format!(
-                        "duplicate kernel name `{}` in scene `{}` (first at kernels[{first}])",
-                        k.name, s.name
-                    ),
-                );
-            } else {
-                kernel_names.insert(k.name.clone(), i);
-            }
-            if let Some(k) = self.kernel(k, &kp, toolchains) {
-                kernels.push(k);
-            }
-        }
+        let kernels = self.scene_kernels(s.kernels, path, &s.name, toolchains);
 
         let fixture = s
             .fixture
@@ -150,6 +125,43 @@ impl Ctx {
             test,
             device,
         })
+    }
+
+    /// A scene's `kernels:`, each valid and named once in the scene.
+    fn scene_kernels(
+        &mut self,
+        list: Vec<Value>,
+        path: &str,
+        scene: &str,
+        toolchains: &BTreeMap<String, Toolchain>,
+    ) -> Vec<Kernel> {
+        // Exact sizes: 20,000 kernels with growth slack are megabytes of a plan's peak.
+        let mut kernels = Vec::with_capacity(list.len());
+        let mut kernel_names: HashMap<String, usize> = HashMap::new();
+        for (i, kv) in list.into_iter().enumerate() {
+            let kp = format!("{path}.kernels[{i}]");
+            let Some(k) = self.take::<raw::Kernel>(kv, &kp) else {
+                continue;
+            };
+            if !valid_name(&k.name) {
+                self.err(&format!("{kp}.name"), bad_name("kernel", &k.name));
+            }
+            if let Some(first) = kernel_names.get(&k.name) {
+                self.err(
+                    &format!("{kp}.name"),
+                    format!(
+                        "duplicate kernel name `{}` in scene `{scene}` (first at kernels[{first}])",
+                        k.name
+                    ),
+                );
+            } else {
+                kernel_names.insert(k.name.clone(), i);
+            }
+            if let Some(k) = self.kernel(k, &kp, toolchains) {
+                kernels.push(k);
+            }
+        }
+        kernels
     }
 
     /// A scene's `test:`: a generator step whose artifact is a verdict; `{fixture}` and

@@ -218,6 +218,32 @@ fn too_deep(pos: Pos, what: &str) -> SyntaxError {
     }
 }
 
+/// The node anchor `id` names, used at `at` under `depth` open collections, with its
+/// height; `expanded` counts the nodes aliases have put in the tree so far (bounded).
+fn expand_alias(
+    anchors: &HashMap<usize, (Node, usize)>,
+    id: usize,
+    at: Pos,
+    depth: usize,
+    expanded: &mut usize,
+) -> Result<(Node, usize), SyntaxError> {
+    let (n, height) = anchors.get(&id).cloned().ok_or_else(|| SyntaxError {
+        pos: at,
+        message: "alias to an unknown anchor".into(),
+    })?;
+    *expanded += count(&n);
+    if *expanded > MAX_EXPANDED {
+        return Err(SyntaxError {
+            pos: at,
+            message: format!("aliases expand to more than {MAX_EXPANDED} nodes"),
+        });
+    }
+    if depth + height > MAX_DEPTH {
+        return Err(too_deep(at, "collections (with aliases expanded)"));
+    }
+    Ok((n, height))
+}
+
 /// Parse the first document of `text` (an empty document is a null scalar). Text nested
 /// deeper than `MAX_DEPTH` is refused: flow nesting by a linear pre-scan before the
 /// parser sees it (the parser is quadratic in it), any nesting as it reaches the limit.
@@ -250,34 +276,12 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             Event::StreamEnd | Event::DocumentEnd if stack.is_empty() => break,
             Event::Scalar(text, style, anchor, tag) => {
                 // `!!str 1` is the string "1"; any other tag leaves the value as written.
-                let str_tag = tag.is_some_and(|t| t.suffix == "str");
-                Some((
-                    Node::new(
-                        pos(&mark),
-                        Kind::Scalar {
-                            text: text.into_boxed_str(),
-                            plain: style == TScalarStyle::Plain && !str_tag,
-                        },
-                    ),
-                    anchor,
-                    0,
-                ))
+                let plain = style == TScalarStyle::Plain && !tag.is_some_and(|t| t.suffix == "str");
+                Some((scalar(pos(&mark), text.into_boxed_str(), plain), anchor, 0))
             }
             Event::Alias(id) => {
-                let (n, height) = anchors.get(&id).cloned().ok_or_else(|| SyntaxError {
-                    pos: pos(&mark),
-                    message: "alias to an unknown anchor".into(),
-                })?;
-                expanded += count(&n);
-                if expanded > MAX_EXPANDED {
-                    return Err(SyntaxError {
-                        pos: pos(&mark),
-                        message: format!("aliases expand to more than {MAX_EXPANDED} nodes"),
-                    });
-                }
-                if stack.len() + height > MAX_DEPTH {
-                    return Err(too_deep(pos(&mark), "collections (with aliases expanded)"));
-                }
+                let at = pos(&mark);
+                let (n, height) = expand_alias(&anchors, id, at, stack.len(), &mut expanded)?;
                 Some((n, 0, height))
             }
             Event::SequenceStart(..) | Event::MappingStart(..) if stack.len() >= MAX_DEPTH => {
@@ -327,13 +331,11 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             (Kind::Scalar { .. }, _) => {}
         }
     }
-    Ok(root.unwrap_or(Node::new(
-        Pos { line: 1, col: 1 },
-        Kind::Scalar {
-            text: Box::default(),
-            plain: true,
-        },
-    )))
+    Ok(root.unwrap_or_else(|| scalar(Pos { line: 1, col: 1 }, Box::default(), true)))
+}
+
+fn scalar(at: Pos, text: Box<str>, plain: bool) -> Node {
+    Node::new(at, Kind::Scalar { text, plain })
 }
 
 /// The position of every node of a document by its key path
