@@ -311,3 +311,7 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
         ui.always(&format!("remote cache: {}", t.line()));
     }
 }
+
+#[cfg(test)]
+#[path = "reporter_tests.rs"]
+mod tests;
