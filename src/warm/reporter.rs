@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::accum::Summary;
 use super::diagnostics;
-use super::events::{Event, UnitOutcome};
+use super::events::{Event, UnitOutcome, WorkerNote};
 use crate::plan::Plan;
 use crate::ui::Ui;
 use crate::units::{short_duration, short_size};
@@ -131,75 +131,8 @@ impl<'a> Reporter<'a> {
                     _ => {}
                 }
                 self.show_running();
-                let (word, secs) = match outcome {
-                    UnitOutcome::Built { secs, sent: 0, .. } => ("built".to_string(), *secs),
-                    UnitOutcome::Built { secs, sent, .. } => {
-                        (format!("built, {} up", short_size(*sent)), *secs)
-                    }
-                    UnitOutcome::Hit { .. } => ("hit".to_string(), 0.0),
-                    UnitOutcome::Downloaded { secs, bytes, .. } => {
-                        (format!("remote-hit {}", short_size(*bytes)), *secs)
-                    }
-                    _ => (self.ui.red("FAILED"), *wall_secs),
-                };
-                // Said once per unit, under its first step.
-                let changed = input_changed.as_ref().map(|input| {
-                    format!(
-                        "\n  note: input changed during the step ({input}): not published; ran it again with a recomputed key"
-                    )
-                });
-                let note = match (changed, worker) {
-                    (None, None) => None,
-                    (changed, worker) => Some(format!(
-                        "{}{}",
-                        changed.unwrap_or_default(),
-                        worker
-                            .as_ref()
-                            .map(|w| format!("\n  note: {w}"))
-                            .unwrap_or_default()
-                    )),
-                };
-                for (n, &si) in plan.units[*unit].steps.iter().enumerate() {
-                    let s = &plan.steps[si];
-                    self.finished += 1;
-                    let fails =
-                        matches!(outcome, UnitOutcome::Failed { .. } | UnitOutcome::Infra(_));
-                    let hit = matches!(outcome, UnitOutcome::Hit { .. });
-                    if !fails && !self.shows(n == 0 && note.is_some(), hit) {
-                        if let Some(pb) = &self.bar {
-                            pb.inc(1);
-                        }
-                        continue;
-                    }
-                    let line = format!(
-                        "{} {} {} {word}",
-                        crate::ui::counter(self.finished, self.total),
-                        s.id.labelled(),
-                        short_duration(crate::units::secs(secs)),
-                    );
-                    let line = match (&note, n) {
-                        (Some(note), 0) => format!("{line}{note}"),
-                        _ => line,
-                    };
-                    match outcome {
-                        UnitOutcome::Failed { cause, log } => {
-                            let mut text = format!("{line}\n  {cause}");
-                            // The output once per unit, under its first step.
-                            if n == 0 {
-                                text.push_str(&self.failure_detail(
-                                    plan,
-                                    &s.id.labelled(),
-                                    &cause.to_string(),
-                                    log,
-                                ));
-                            }
-                            text.push_str(&format!("\n  log: {}", log.display()));
-                            self.say(&text, true);
-                        }
-                        UnitOutcome::Infra(e) => self.say(&format!("{line}\n  {e:#}"), true),
-                        _ => self.say(&line, n == 0 && note.is_some()),
-                    }
-                }
+                let note = unit_note(input_changed.as_deref(), worker.as_ref());
+                self.finished_unit(plan, *unit, *wall_secs, outcome, note.as_deref());
             }
             Event::Skipped { unit, cause } => {
                 for &si in &plan.units[*unit].steps {
@@ -215,6 +148,75 @@ impl<'a> Reporter<'a> {
                     );
                 }
             }
+        }
+    }
+
+    /// One line per step of a finished unit (shown as `shows` says), and under a failed
+    /// one its cause; `note` under its first step.
+    fn finished_unit(
+        &mut self,
+        plan: &Plan,
+        unit: usize,
+        wall_secs: f64,
+        outcome: &UnitOutcome,
+        note: Option<&str>,
+    ) {
+        let (word, secs) = self.outcome_word(outcome, wall_secs);
+        let fails = matches!(outcome, UnitOutcome::Failed { .. } | UnitOutcome::Infra(_));
+        let hit = matches!(outcome, UnitOutcome::Hit { .. });
+        for (n, &si) in plan.units[unit].steps.iter().enumerate() {
+            let s = &plan.steps[si];
+            self.finished += 1;
+            let noted = n == 0 && note.is_some();
+            if !fails && !self.shows(noted, hit) {
+                if let Some(pb) = &self.bar {
+                    pb.inc(1);
+                }
+                continue;
+            }
+            let line = format!(
+                "{} {} {} {word}",
+                crate::ui::counter(self.finished, self.total),
+                s.id.labelled(),
+                short_duration(crate::units::secs(secs)),
+            );
+            let line = match (note, n) {
+                (Some(note), 0) => format!("{line}{note}"),
+                _ => line,
+            };
+            match outcome {
+                UnitOutcome::Failed { cause, log } => {
+                    let mut text = format!("{line}\n  {cause}");
+                    // The output once per unit, under its first step.
+                    if n == 0 {
+                        text.push_str(&self.failure_detail(
+                            plan,
+                            &s.id.labelled(),
+                            &cause.to_string(),
+                            log,
+                        ));
+                    }
+                    text.push_str(&format!("\n  log: {}", log.display()));
+                    self.say(&text, true);
+                }
+                UnitOutcome::Infra(e) => self.say(&format!("{line}\n  {e:#}"), true),
+                _ => self.say(&line, noted),
+            }
+        }
+    }
+
+    /// What a step line says of its outcome, and the time it shows.
+    fn outcome_word(&self, outcome: &UnitOutcome, wall_secs: f64) -> (String, f64) {
+        match outcome {
+            UnitOutcome::Built { secs, sent: 0, .. } => ("built".to_string(), *secs),
+            UnitOutcome::Built { secs, sent, .. } => {
+                (format!("built, {} up", short_size(*sent)), *secs)
+            }
+            UnitOutcome::Hit { .. } => ("hit".to_string(), 0.0),
+            UnitOutcome::Downloaded { secs, bytes, .. } => {
+                (format!("remote-hit {}", short_size(*bytes)), *secs)
+            }
+            _ => (self.ui.red("FAILED"), wall_secs),
         }
     }
 
@@ -274,6 +276,24 @@ impl<'a> Reporter<'a> {
             self.ui.bar.set(None);
             pb.finish_and_clear();
         }
+    }
+}
+
+/// The notes said once per unit, under its first step: an input that changed while it
+/// ran, and what there is to say about its worker.
+fn unit_note(input_changed: Option<&str>, worker: Option<&WorkerNote>) -> Option<String> {
+    let changed = input_changed.map(|input| {
+        format!(
+            "\n  note: input changed during the step ({input}): not published; ran it again with a recomputed key"
+        )
+    });
+    match (changed, worker) {
+        (None, None) => None,
+        (changed, worker) => Some(format!(
+            "{}{}",
+            changed.unwrap_or_default(),
+            worker.map(|w| format!("\n  note: {w}")).unwrap_or_default()
+        )),
     }
 }
 
