@@ -279,6 +279,67 @@ impl<'a> Reporter<'a> {
     }
 }
 
+/// What a warm (and the cache under it) says besides its steps, worded here.
+#[derive(Debug)]
+pub enum Notice {
+    /// The prune after the warm was not due: nothing was added since a recent one.
+    NotPruned,
+    /// One line of what the prune after the warm did.
+    Pruned(String),
+    /// The trace could not be written (the warm itself stands).
+    TraceNotWritten(std::io::Error),
+    /// The cache (or the job's store) is writable by other users.
+    CacheExposed(crate::cache::Exposed),
+}
+
+/// How loud a notice is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    /// Kept under `-q`.
+    Always,
+    /// Not under `-q`.
+    Info,
+    /// Only under `-v`.
+    Verbose,
+}
+
+impl Notice {
+    fn line(&self) -> (String, Level) {
+        match self {
+            Notice::NotPruned => (
+                "not pruned: nothing was added since a prune with these limits less than an hour ago"
+                    .into(),
+                Level::Verbose,
+            ),
+            Notice::Pruned(line) => (line.clone(), Level::Verbose),
+            Notice::TraceNotWritten(e) => (
+                format!("warning: cannot write the trace: {e}"),
+                Level::Info,
+            ),
+            Notice::CacheExposed(x) => (
+                format!(
+                    "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
+                    x.dir.display(),
+                    if x.by_all() { "all users" } else { "its group" },
+                    x.mode
+                ),
+                Level::Always,
+            ),
+        }
+    }
+}
+
+/// A notice, on stderr as loud as it is.
+pub fn notify(ui: &Ui, n: &Notice) {
+    let (line, level) = n.line();
+    match level {
+        Level::Always => ui.always(&line),
+        Level::Info => ui.info(&line),
+        Level::Verbose if ui.verbose > 0 => ui.info(&line),
+        Level::Verbose => {}
+    }
+}
+
 /// The notes said once per unit, under its first step: an input that changed while it
 /// ran, and what there is to say about its worker.
 fn unit_note(input_changed: Option<&str>, worker: Option<&WorkerNote>) -> Option<String> {

@@ -340,3 +340,37 @@ fn summary_lines_in_colour_and_under_quiet() {
     insta::assert_snapshot!("summary_colour", summary_text(&ui(false, 0, true)));
     insta::assert_snapshot!("summary_quiet", summary_text(&ui(true, 0, false)));
 }
+
+/// Every notice of a warm besides its steps, plain, under `-q` and under `-v`.
+#[test]
+fn every_notice() {
+    let notices = || {
+        [
+            Notice::NotPruned,
+            Notice::Pruned("pruned 3 entries (12.0 MiB) older than 30d".into()),
+            Notice::TraceNotWritten(std::io::Error::other("read-only file system")),
+            Notice::CacheExposed(crate::cache::Exposed {
+                dir: PathBuf::from("/srv/cache"),
+                mode: 0o775,
+            }),
+            Notice::CacheExposed(crate::cache::Exposed {
+                dir: PathBuf::from("/tmp/cache"),
+                mode: 0o1777,
+            }),
+        ]
+    };
+    let text: String = [
+        ("plain", ui(false, 0, false)),
+        ("-q", ui(true, 0, false)),
+        ("-v", ui(false, 1, false)),
+    ]
+    .iter()
+    .map(|(name, ui)| {
+        for n in &notices() {
+            notify(ui, n);
+        }
+        format!("--- {name}\n{}", ui.bar.taken())
+    })
+    .collect();
+    insta::assert_snapshot!("notices", text);
+}
