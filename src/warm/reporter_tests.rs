@@ -105,6 +105,11 @@ fn log(dir: &Path, name: &str, lines: usize) -> PathBuf {
 
 /// Two warms of the plan that between them end a unit every way there is.
 fn warms(p: &Plan, dir: &Path) -> [Vec<Event>; 2] {
+    [first_warm(p, dir), second_warm(p, dir)]
+}
+
+/// Built, built and uploaded with notes, failed with a long log, skipped, a hit.
+fn first_warm(p: &Plan, dir: &Path) -> Vec<Event> {
     let k = unit_of(p, Kind::Kernel, "a");
     let (fa, ga) = (
         unit_of(p, Kind::Fixture, "a"),
@@ -115,7 +120,7 @@ fn warms(p: &Plan, dir: &Path) -> [Vec<Event>; 2] {
         unit_of(p, Kind::Golden, "b"),
     );
     let at = std::time::SystemTime::UNIX_EPOCH;
-    let first = vec![
+    vec![
         Event::Started {
             unit: k,
             slot: 0,
@@ -173,8 +178,21 @@ fn warms(p: &Plan, dir: &Path) -> [Vec<Event>; 2] {
             None,
             None,
         ),
-    ];
-    let second = vec![
+    ]
+}
+
+/// Hits (one with a worker note), a remote hit, a lost worker, an infrastructure error.
+fn second_warm(p: &Plan, dir: &Path) -> Vec<Event> {
+    let k = unit_of(p, Kind::Kernel, "a");
+    let (fa, ga) = (
+        unit_of(p, Kind::Fixture, "a"),
+        unit_of(p, Kind::Golden, "a"),
+    );
+    let (fb, gb) = (
+        unit_of(p, Kind::Fixture, "b"),
+        unit_of(p, Kind::Golden, "b"),
+    );
+    vec![
         finished(
             k,
             0.0,
@@ -227,8 +245,7 @@ fn warms(p: &Plan, dir: &Path) -> [Vec<Event>; 2] {
             None,
             None,
         ),
-    ];
-    [first, second]
+    ]
 }
 
 /// What the terminal gets from both warms, each headed, colours shown as `<ESC>`.
