@@ -296,12 +296,21 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
             let copy = m.clone();
             s.spawn(move || kept.write(&copy));
         }
-        say_exposed(
-            ui,
-            &Store::at(plan::cache_dir(&m, cli.cache_dir.as_deref())),
-        );
+        // Said where the cache is first checked, as that check would have: before the
+        // generators read it, else once the plan has checked it.
+        let generates = !m.generators.is_empty();
+        if generates {
+            say_exposed(
+                ui,
+                &Store::at(plan::cache_dir(&m, cli.cache_dir.as_deref())),
+            );
+        }
         add_generated(cli, &mut m, &files)?;
-        Plan::build(m, select, cli.cache_dir.as_deref(), files, mode)
+        let built = Plan::build(m, select, cli.cache_dir.as_deref(), files, mode);
+        if let (false, Ok(p)) = (generates, &built) {
+            say_exposed(ui, &p.store);
+        }
+        built
     });
     let mut plan = plan?;
     let notes: Arc<dyn remote::Notes> = Arc::new(ui.clone());
