@@ -296,14 +296,35 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
             let copy = m.clone();
             s.spawn(move || kept.write(&copy));
         }
+        // Said where the cache is first checked, as that check would have: before the
+        // generators read it, else once the plan has checked it.
+        let generates = !m.generators.is_empty();
+        if generates {
+            say_exposed(
+                ui,
+                &Store::at(plan::cache_dir(&m, cli.cache_dir.as_deref())),
+            );
+        }
         add_generated(cli, &mut m, &files)?;
-        Plan::build(m, select, cli.cache_dir.as_deref(), files, mode)
+        let built = Plan::build(m, select, cli.cache_dir.as_deref(), files, mode);
+        if let (false, Ok(p)) = (generates, &built) {
+            say_exposed(ui, &p.store);
+        }
+        built
     });
     let mut plan = plan?;
     let notes: Arc<dyn remote::Notes> = Arc::new(ui.clone());
     plan.remote =
         Remote::configure(&plan.manifest.cache.remote, &cli.remote.flags(), notes)?.map(Arc::new);
     Ok(plan)
+}
+
+/// The cache's own warning when other users can write to it (once per cache), said
+/// before anything reads it.
+fn say_exposed(ui: &Ui, store: &Store) {
+    if let Some(x) = store.exposed() {
+        warm::notify(ui, &warm::Notice::CacheExposed(x));
+    }
 }
 
 /// Generated scenes are scenes: `scenes_from:` output joins the manifest's scenes, for
@@ -558,6 +579,7 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
         },
     };
     let store = Store::at(root);
+    say_exposed(ui, &store);
     match c {
         CacheCommand::Stats { format } => {
             if !store.root.is_dir() {

@@ -39,9 +39,29 @@ pub struct Ui {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct BarSlot(Arc<Mutex<Option<indicatif::ProgressBar>>>);
+pub struct BarSlot(
+    Arc<Mutex<Option<indicatif::ProgressBar>>>,
+    /// Tests only: the lines that would have reached stderr, kept here instead.
+    #[cfg(test)]
+    Option<Arc<Mutex<String>>>,
+);
 
 impl BarSlot {
+    /// Tests only: a slot that keeps what would be printed on stderr, for `taken`.
+    #[cfg(test)]
+    pub fn capturing() -> BarSlot {
+        BarSlot(Arc::default(), Some(Arc::default()))
+    }
+
+    /// Tests only: what was kept since the last call (escaped as it would be printed).
+    #[cfg(test)]
+    pub fn taken(&self) -> String {
+        self.1
+            .as_ref()
+            .map(|c| std::mem::take(&mut *c.lock().unwrap()))
+            .unwrap_or_default()
+    }
+
     pub fn set(&self, bar: Option<indicatif::ProgressBar>) {
         *self
             .0
@@ -51,6 +71,11 @@ impl BarSlot {
 
     /// `line` on stderr, above the bar when one is shown.
     fn eprint(&self, line: &str) {
+        #[cfg(test)]
+        if let Some(c) = &self.1 {
+            c.lock().unwrap().push_str(&format!("{line}\n"));
+            return;
+        }
         match self
             .0
             .lock()

@@ -38,6 +38,22 @@ pub(super) fn top_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// A cache directory other users can write to: anyone who can may plant entries
+/// (scenerun checks what it serves, but a cache should be private to its runner user).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exposed {
+    pub dir: PathBuf,
+    /// Its permission bits.
+    pub mode: u32,
+}
+
+impl Exposed {
+    /// Writable by every user, not only by its group.
+    pub fn by_all(&self) -> bool {
+        self.mode & 0o002 != 0
+    }
+}
+
 /// Roots already warned about in this process (one warning per cache per run).
 static WARNED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
@@ -50,8 +66,8 @@ fn is_marker_or_temp(name: &str) -> bool {
 
 impl Store {
     /// Check, without writing anything, that the directory is a scenerun cache (or empty,
-    /// or absent) whose own directories are real ones. Warns once when other users can
-    /// write to it.
+    /// or absent) whose own directories are real ones (`exposed` says whether other
+    /// users can write to it).
     pub fn check(&self) -> Result<()> {
         let root_meta = match fs::metadata(&self.root) {
             Ok(m) => m,
@@ -109,21 +125,23 @@ impl Store {
                 }));
             }
         }
-        let mode = root_meta.permissions().mode();
-        if mode & 0o022 != 0
+        Ok(())
+    }
+
+    /// The cache, when it passes `check` and other users can write to it: said once per
+    /// cache per process (the caller hands it to the reporter; nothing here prints).
+    pub fn exposed(&self) -> Option<Exposed> {
+        self.check().ok()?;
+        let mode = fs::metadata(&self.root).ok()?.permissions().mode();
+        let first = mode & 0o022 != 0
             && WARNED
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(self.root.clone())
-        {
-            eprintln!(
-                "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
-                self.root.display(),
-                if mode & 0o002 != 0 { "all users" } else { "its group" },
-                mode & 0o7777
-            );
-        }
-        Ok(())
+                .insert(self.root.clone());
+        first.then(|| Exposed {
+            dir: self.root.clone(),
+            mode: mode & 0o7777,
+        })
     }
 
     /// Create the layout if needed and check that it can be written.

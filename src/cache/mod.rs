@@ -38,7 +38,7 @@ use anyhow::Result;
 
 use crate::fsutil;
 use digest::Digester;
-pub use guard::Damage;
+pub use guard::{Damage, Exposed};
 pub use lookup::{Entry, Lookup, Snapshot, Stale};
 pub use meta::{read_meta, Dep, FileRecord, Meta};
 pub use publish::{digest_in_cache, Staging};

@@ -116,4 +116,32 @@ mod tests {
         assert!(text.contains("and 497 more scenes"), "{text}");
         assert!(text.contains("/c (from $SCENERUN_CACHE_DIR)"), "{text}");
     }
+
+    /// The summary `device` prints for a few missing artifacts and for many, as the
+    /// terminal shows it (through `error::render`).
+    #[test]
+    fn the_not_warm_summary_as_printed() {
+        let few = vec![
+            m(0, Kind::Kernel, "add"),
+            m(0, Kind::Fixture, "fixture"),
+            m(1, Kind::Golden, "golden"),
+        ];
+        let many: Vec<Missing> = (0..5)
+            .flat_map(|i| [m(i, Kind::Kernel, "k"), m(i, Kind::Golden, "golden")])
+            .collect();
+        let four: Vec<Missing> = (0..4).map(|i| m(i, Kind::Fixture, "fixture")).collect();
+        let text = [
+            summary(&few, Path::new("/c"), CacheFrom::Manifest),
+            summary(&many, Path::new("/c"), CacheFrom::Env),
+            summary(&four, Path::new("/c"), CacheFrom::Flag),
+        ]
+        .map(|s| {
+            format!(
+                "{}\n",
+                crate::error::render(&anyhow::Error::new(crate::error::Error::NotWarm(s)))
+            )
+        })
+        .join("---\n");
+        insta::assert_snapshot!("not_warm", text);
+    }
 }

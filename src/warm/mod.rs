@@ -35,8 +35,8 @@ use crate::record::WarmRecord;
 use crate::ui::Ui;
 use accum::{Accumulator, Summary};
 use events::{FailCause, UnitEnd, UnitOutcome};
-pub use reporter::print_summary;
 use reporter::Reporter;
+pub use reporter::{notify, print_summary, Notice};
 
 pub struct Options<'a> {
     pub jobs: usize,
@@ -76,8 +76,13 @@ pub struct Warmed {
 pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
     let started = Instant::now();
     plan.store.ensure()?;
+    let mut stores = vec![&plan.store];
     if plan.steps.iter().any(|s| !s.persist) {
         plan.job.ensure()?;
+        stores.push(&plan.job);
+    }
+    for x in stores.into_iter().filter_map(|s| s.exposed()) {
+        notify(ui, &Notice::CacheExposed(x));
     }
     plan.store.sweep_tmp();
     plan.job.sweep_tmp();
@@ -122,11 +127,11 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
         let pruned = scope.spawn(|| {
             let mut notes = Vec::new();
             if !due {
-                notes.push("not pruned: nothing was added since a prune with these limits less than an hour ago".to_string());
+                notes.push(Notice::NotPruned);
                 return Ok(notes);
             }
             maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |l| {
-                notes.push(l)
+                notes.push(Notice::Pruned(l))
             })
             .map(|()| notes)
         });
@@ -135,10 +140,8 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
     });
     let (summary, published) = recorded?;
     let notes = pruned?;
-    if ui.verbose > 0 {
-        for n in notes {
-            ui.info(&n);
-        }
+    for n in &notes {
+        notify(ui, n);
     }
     Ok(Warmed { summary, published })
 }
@@ -172,7 +175,7 @@ fn record(
     });
     let (traced, saved) = traced;
     if let Err(e) = traced {
-        ui.info(&format!("warning: cannot write the trace: {e}"));
+        notify(ui, &Notice::TraceNotWritten(e));
     }
     saved.map_err(|e| {
         crate::err!(

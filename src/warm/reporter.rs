@@ -1,13 +1,15 @@
 //! The one renderer of a warm: a progress bar on a terminal, else one line per finished
 //! step; under a failed step its cause and the tail of its output; under GitHub Actions
 //! `::error` annotations on the files a compiler complained about and the whole log in a
-//! collapsible `::group::`. Decides nothing: it renders the executor's events.
+//! collapsible `::group::`; the warm's notices and its summary. Decides nothing: it
+//! renders the executor's events and the `Notice`s handed to it, and nothing else in
+//! the warm (or the cache under it) prints.
 
 use std::collections::BTreeMap;
 
 use super::accum::Summary;
 use super::diagnostics;
-use super::events::{Event, UnitOutcome};
+use super::events::{Event, UnitOutcome, WorkerNote};
 use crate::plan::Plan;
 use crate::ui::Ui;
 use crate::units::{short_duration, short_size};
@@ -131,75 +133,8 @@ impl<'a> Reporter<'a> {
                     _ => {}
                 }
                 self.show_running();
-                let (word, secs) = match outcome {
-                    UnitOutcome::Built { secs, sent: 0, .. } => ("built".to_string(), *secs),
-                    UnitOutcome::Built { secs, sent, .. } => {
-                        (format!("built, {} up", short_size(*sent)), *secs)
-                    }
-                    UnitOutcome::Hit { .. } => ("hit".to_string(), 0.0),
-                    UnitOutcome::Downloaded { secs, bytes, .. } => {
-                        (format!("remote-hit {}", short_size(*bytes)), *secs)
-                    }
-                    _ => (self.ui.red("FAILED"), *wall_secs),
-                };
-                // Said once per unit, under its first step.
-                let changed = input_changed.as_ref().map(|input| {
-                    format!(
-                        "\n  note: input changed during the step ({input}): not published; ran it again with a recomputed key"
-                    )
-                });
-                let note = match (changed, worker) {
-                    (None, None) => None,
-                    (changed, worker) => Some(format!(
-                        "{}{}",
-                        changed.unwrap_or_default(),
-                        worker
-                            .as_ref()
-                            .map(|w| format!("\n  note: {w}"))
-                            .unwrap_or_default()
-                    )),
-                };
-                for (n, &si) in plan.units[*unit].steps.iter().enumerate() {
-                    let s = &plan.steps[si];
-                    self.finished += 1;
-                    let fails =
-                        matches!(outcome, UnitOutcome::Failed { .. } | UnitOutcome::Infra(_));
-                    let hit = matches!(outcome, UnitOutcome::Hit { .. });
-                    if !fails && !self.shows(n == 0 && note.is_some(), hit) {
-                        if let Some(pb) = &self.bar {
-                            pb.inc(1);
-                        }
-                        continue;
-                    }
-                    let line = format!(
-                        "{} {} {} {word}",
-                        crate::ui::counter(self.finished, self.total),
-                        s.id.labelled(),
-                        short_duration(crate::units::secs(secs)),
-                    );
-                    let line = match (&note, n) {
-                        (Some(note), 0) => format!("{line}{note}"),
-                        _ => line,
-                    };
-                    match outcome {
-                        UnitOutcome::Failed { cause, log } => {
-                            let mut text = format!("{line}\n  {cause}");
-                            // The output once per unit, under its first step.
-                            if n == 0 {
-                                text.push_str(&self.failure_detail(
-                                    plan,
-                                    &s.id.labelled(),
-                                    &cause.to_string(),
-                                    log,
-                                ));
-                            }
-                            text.push_str(&format!("\n  log: {}", log.display()));
-                            self.say(&text, true);
-                        }
-                        UnitOutcome::Infra(e) => self.say(&format!("{line}\n  {e:#}"), true),
-                        _ => self.say(&line, n == 0 && note.is_some()),
-                    }
-                }
+                let note = unit_note(input_changed.as_deref(), worker.as_ref());
+                self.finished_unit(plan, *unit, *wall_secs, outcome, note.as_deref());
             }
             Event::Skipped { unit, cause } => {
                 for &si in &plan.units[*unit].steps {
@@ -215,6 +150,75 @@ impl<'a> Reporter<'a> {
                     );
                 }
             }
+        }
+    }
+
+    /// One line per step of a finished unit (shown as `shows` says), and under a failed
+    /// one its cause; `note` under its first step.
+    fn finished_unit(
+        &mut self,
+        plan: &Plan,
+        unit: usize,
+        wall_secs: f64,
+        outcome: &UnitOutcome,
+        note: Option<&str>,
+    ) {
+        let (word, secs) = self.outcome_word(outcome, wall_secs);
+        let fails = matches!(outcome, UnitOutcome::Failed { .. } | UnitOutcome::Infra(_));
+        let hit = matches!(outcome, UnitOutcome::Hit { .. });
+        for (n, &si) in plan.units[unit].steps.iter().enumerate() {
+            let s = &plan.steps[si];
+            self.finished += 1;
+            let noted = n == 0 && note.is_some();
+            if !fails && !self.shows(noted, hit) {
+                if let Some(pb) = &self.bar {
+                    pb.inc(1);
+                }
+                continue;
+            }
+            let line = format!(
+                "{} {} {} {word}",
+                crate::ui::counter(self.finished, self.total),
+                s.id.labelled(),
+                short_duration(crate::units::secs(secs)),
+            );
+            let line = match (note, n) {
+                (Some(note), 0) => format!("{line}{note}"),
+                _ => line,
+            };
+            match outcome {
+                UnitOutcome::Failed { cause, log } => {
+                    let mut text = format!("{line}\n  {cause}");
+                    // The output once per unit, under its first step.
+                    if n == 0 {
+                        text.push_str(&self.failure_detail(
+                            plan,
+                            &s.id.labelled(),
+                            &cause.to_string(),
+                            log,
+                        ));
+                    }
+                    text.push_str(&format!("\n  log: {}", log.display()));
+                    self.say(&text, true);
+                }
+                UnitOutcome::Infra(e) => self.say(&format!("{line}\n  {e:#}"), true),
+                _ => self.say(&line, noted),
+            }
+        }
+    }
+
+    /// What a step line says of its outcome, and the time it shows.
+    fn outcome_word(&self, outcome: &UnitOutcome, wall_secs: f64) -> (String, f64) {
+        match outcome {
+            UnitOutcome::Built { secs, sent: 0, .. } => ("built".to_string(), *secs),
+            UnitOutcome::Built { secs, sent, .. } => {
+                (format!("built, {} up", short_size(*sent)), *secs)
+            }
+            UnitOutcome::Hit { .. } => ("hit".to_string(), 0.0),
+            UnitOutcome::Downloaded { secs, bytes, .. } => {
+                (format!("remote-hit {}", short_size(*bytes)), *secs)
+            }
+            _ => (self.ui.red("FAILED"), wall_secs),
         }
     }
 
@@ -277,6 +281,85 @@ impl<'a> Reporter<'a> {
     }
 }
 
+/// What a warm (and the cache under it) says besides its steps, worded here.
+#[derive(Debug)]
+pub enum Notice {
+    /// The prune after the warm was not due: nothing was added since a recent one.
+    NotPruned,
+    /// One line of what the prune after the warm did.
+    Pruned(String),
+    /// The trace could not be written (the warm itself stands).
+    TraceNotWritten(std::io::Error),
+    /// The cache (or the job's store) is writable by other users.
+    CacheExposed(crate::cache::Exposed),
+}
+
+/// How loud a notice is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    /// Kept under `-q`.
+    Always,
+    /// Not under `-q`.
+    Info,
+    /// Only under `-v`.
+    Verbose,
+}
+
+impl Notice {
+    fn line(&self) -> (String, Level) {
+        match self {
+            Notice::NotPruned => (
+                "not pruned: nothing was added since a prune with these limits less than an hour ago"
+                    .into(),
+                Level::Verbose,
+            ),
+            Notice::Pruned(line) => (line.clone(), Level::Verbose),
+            Notice::TraceNotWritten(e) => (
+                format!("warning: cannot write the trace: {e}"),
+                Level::Info,
+            ),
+            Notice::CacheExposed(x) => (
+                format!(
+                    "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
+                    x.dir.display(),
+                    if x.by_all() { "all users" } else { "its group" },
+                    x.mode
+                ),
+                Level::Always,
+            ),
+        }
+    }
+}
+
+/// A notice, on stderr as loud as it is.
+pub fn notify(ui: &Ui, n: &Notice) {
+    let (line, level) = n.line();
+    match level {
+        Level::Always => ui.always(&line),
+        Level::Info => ui.info(&line),
+        Level::Verbose if ui.verbose > 0 => ui.info(&line),
+        Level::Verbose => {}
+    }
+}
+
+/// The notes said once per unit, under its first step: an input that changed while it
+/// ran, and what there is to say about its worker.
+fn unit_note(input_changed: Option<&str>, worker: Option<&WorkerNote>) -> Option<String> {
+    let changed = input_changed.map(|input| {
+        format!(
+            "\n  note: input changed during the step ({input}): not published; ran it again with a recomputed key"
+        )
+    });
+    match (changed, worker) {
+        (None, None) => None,
+        (changed, worker) => Some(format!(
+            "{}{}",
+            changed.unwrap_or_default(),
+            worker.map(|w| format!("\n  note: {w}")).unwrap_or_default()
+        )),
+    }
+}
+
 /// The failed scenes and the final line.
 pub fn print_summary(s: &Summary, ui: &Ui) {
     for (scene, why) in &s.failed_scenes {
@@ -311,3 +394,7 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
         ui.always(&format!("remote cache: {}", t.line()));
     }
 }
+
+#[cfg(test)]
+#[path = "reporter_tests.rs"]
+mod tests;
