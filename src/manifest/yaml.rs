@@ -276,7 +276,7 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
             Event::StreamEnd | Event::DocumentEnd if stack.is_empty() => break,
             Event::Scalar(text, style, anchor, tag) => {
                 // `!!str 1` is the string "1"; any other tag leaves the value as written.
-                let plain = style == TScalarStyle::Plain && !tag.is_some_and(|t| t.suffix == "str");
+                let plain = style == TScalarStyle::Plain && tag.is_none_or(|t| t.suffix != "str");
                 Some((scalar(pos(&mark), text.into_boxed_str(), plain), anchor, 0))
             }
             Event::Alias(id) => {
