@@ -315,64 +315,14 @@ fn failure_text(cause: &FailCause, tail: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{Kind, Meta};
+    use crate::cache::Kind;
     use crate::plan::Lookups;
     use crate::record::WarmRecord;
     use crate::warm::events::Event;
     use std::path::PathBuf;
     use std::time::Duration;
 
-    /// Two scenes sharing one kernel, each with a fixture and a golden: 5 units, 6 steps.
-    fn plan() -> (tempfile::TempDir, Plan) {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("k.c"), "int k;\n").unwrap();
-        let mut y = String::from(
-            "version: 1\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"cc -c {source} -o {out}\"\nscenes:\n",
-        );
-        for s in ["a", "b"] {
-            y.push_str(&format!(
-                "  - name: {s}\n    kernels:\n      - name: k\n        toolchain: cc\n        source: k.c\n    fixture:\n      run: \"gen {{scene}} {{out}}\"\n    golden:\n      run: \"gold {{fixture}} {{out}}\"\n"
-            ));
-        }
-        std::fs::write(dir.path().join("scenes.yaml"), y).unwrap();
-        let m = crate::manifest::load(&dir.path().join("scenes.yaml")).unwrap();
-        let memo = crate::plan::stat_memo(&m.dir);
-        let p = Plan::build(
-            m,
-            &Default::default(),
-            None,
-            memo,
-            crate::plan::Lookups::Look,
-        )
-        .unwrap();
-        (dir, p)
-    }
-
-    fn entry(kind: Kind) -> Arc<Entry> {
-        Arc::new(Entry {
-            dir: PathBuf::from("/nowhere"),
-            meta: Meta {
-                layout: 1,
-                kind,
-                key: String::new(),
-                built_by: String::new(),
-                duration_secs: 0.0,
-                files: Vec::new(),
-                deps: Vec::new(),
-                copy: None,
-                signature: None,
-            },
-            record: None,
-        })
-    }
-
-    fn unit_of(p: &Plan, kind: Kind, scene: &str) -> usize {
-        p.steps
-            .iter()
-            .find(|s| s.kind == kind && s.id.scene == scene)
-            .unwrap()
-            .unit
-    }
+    use crate::warm::testing::{entry, plan, unit_of};
 
     #[test]
     fn a_shared_unit_counts_per_step_and_a_failure_skips_its_golden() {

@@ -17,6 +17,8 @@ pub mod exec;
 mod inputs;
 pub mod reporter;
 pub mod sched;
+#[cfg(test)]
+mod testing;
 pub mod workers;
 
 use std::path::PathBuf;
