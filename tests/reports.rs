@@ -111,15 +111,7 @@ fn a_scene_running_when_the_lock_tool_kills_the_inner_run_is_interrupted() {
     }
     assert_eq!(code(&o), 3, "{}", show(&o));
     let report = s.record("report.json").expect("report.json");
-    let outcome = |name: &str| {
-        report["scenes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["name"] == name)
-            .map(|x| x["outcome"].as_str().unwrap_or("").to_string())
-            .unwrap()
-    };
+    let outcome = |name: &str| outcomes(&report)[name].clone();
     assert_eq!(
         (outcome("slow"), outcome("later")),
         ("interrupted".to_string(), "not_run".to_string()),

@@ -190,15 +190,7 @@ fn as_another_user_entries_cannot_be_written_and_can_still_be_removed() {
     let o = as_nobody(&["device", "--no-lock", "--devices", "0"]);
     assert_eq!(code(&o), 1, "a's step cannot write: {}", show(&o));
     let report = s.record("report.json").expect("report.json");
-    let outcome = |name: &str| {
-        report["scenes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["name"] == name)
-            .map(|x| x["outcome"].as_str().unwrap_or("").to_string())
-            .unwrap()
-    };
+    let outcome = |name: &str| outcomes(&report)[name].clone();
     assert_eq!(
         (outcome("a"), outcome("b")),
         ("failed".into(), "passed".into())
