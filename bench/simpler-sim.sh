@@ -14,8 +14,8 @@
 #
 # Env: SCENERUN_SIMPLER_TREE (required: a tree built by the realsuite setup script, its
 # env.sh beside it), SEL (default "examples tests/st"), DEVICES (default 0-1),
-# SCENARIOS (default "warm-kernels unchanged cold-kernels"), SCENERUN_EXTRA (words added
-# to both scenerun commands, e.g. --no-workers).
+# SCENARIOS (default "warm-kernels unchanged cold-kernels"), WARM_ARGS (words after
+# `scenerun warm`, e.g. --no-workers to time one process per step).
 source "$(dirname "$0")/lib.sh"
 TREE=${SCENERUN_SIMPLER_TREE:?set SCENERUN_SIMPLER_TREE to a simpler tree built by the realsuite setup script}
 ENV_SH=$(dirname "$TREE")/env.sh
@@ -96,7 +96,7 @@ upstream() {
 }
 
 flow() {
-    job "$1" "cd '$W' && scenerun ${SCENERUN_EXTRA:-} warm && scenerun ${SCENERUN_EXTRA:-} device"
+    job "$1" "cd '$W' && scenerun warm ${WARM_ARGS:-} && scenerun device"
     cp "$W/build/scenerun/report.json" "$BENCH_TMP/$1.report.json" 2>/dev/null || true
 }
 
