@@ -405,7 +405,7 @@ fn build_in_staging(
         }
         Ok(Ended::Interrupted) => return fail(FailCause::Interrupted),
     }
-    stamp_prepared(step, &out);
+    stamp_empty_out(step, &out);
     if let Some(cause) = unpublishable(&out) {
         return fail(cause);
     }
@@ -588,7 +588,7 @@ fn step_env(
 /// A prepare step's product is usually a side effect in the checkout (a project's own
 /// kernel cache): an empty `{out}` gets a stamp, so the step is published and keyed. A
 /// test that exited 0 without writing its verdict passed (docs/manifest.md).
-fn stamp_prepared(step: &crate::plan::Step, out: &std::path::Path) {
+fn stamp_empty_out(step: &crate::plan::Step, out: &std::path::Path) {
     let empty = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_none());
     match step.kind {
         Kind::Prepare if empty => {
