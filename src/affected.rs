@@ -34,9 +34,9 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
         .arg(dir)
         .args(args)
         .output()
-        .map_err(|e| crate::err!(Usage, "--changed-since needs git: {e}"))?;
+        .map_err(|e| crate::error::err!(Usage, "--changed-since needs git: {e}"))?;
     if !out.status.success() {
-        return Err(crate::err!(
+        return Err(crate::error::err!(
             Usage,
             "--changed-since: `git {}` failed: {}",
             args.join(" "),

@@ -508,7 +508,7 @@ fn unsigned_warm(plan: &Plan) -> Result<()> {
     if !adds {
         return Ok(());
     }
-    Err(crate::err!(
+    Err(crate::error::err!(
         Usage,
         "cache.verify_key is set, so every entry must be signed, and {} holds no signing key: this warm would add entries no reader serves (run it with the key, or only read this cache)",
         keys.sign_env()
@@ -583,7 +583,7 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
     match c {
         CacheCommand::Stats { format } => {
             if !store.root.is_dir() {
-                return Err(crate::err!(
+                return Err(crate::error::err!(
                     Infra,
                     "cache directory {} does not exist",
                     store.root.display()
@@ -655,7 +655,7 @@ fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
                         ui.info(&format!("note: {note}"));
                     }
                     let work = shapes::read_run(dir, &ctx)
-                        .map_err(|e| crate::err!(Usage, "--from-reports: {e}"))?;
+                        .map_err(|e| crate::error::err!(Usage, "--from-reports: {e}"))?;
                     Ok(shapes::shape(&work, a.old_acquisitions as usize))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -673,7 +673,7 @@ fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
         source,
         timeline: a.svg.is_some(),
     };
-    let results = fleet::run(&setup).map_err(|e| crate::err!(Usage, "{e}"))?;
+    let results = fleet::run(&setup).map_err(|e| crate::error::err!(Usage, "{e}"))?;
     if let Some(path) = &a.svg {
         let svg = fleet::chart::svg(&setup, &results)
             .map_err(|e| anyhow::anyhow!("drawing the chart: {e}"))?;

@@ -163,12 +163,12 @@ impl fmt::Display for NoManifest {
 
 /// An [`Error`] of a message variant as an `anyhow::Error`, the message formatted:
 /// `err!(Usage, "bad -k glob `{p}`: {e}")`.
-#[macro_export]
 macro_rules! err {
     ($variant:ident, $($arg:tt)*) => {
         anyhow::Error::new($crate::error::Error::$variant(format!($($arg)*)))
     };
 }
+pub(crate) use err;
 
 /// The first [`Error`] in an error chain.
 fn typed(err: &anyhow::Error) -> Option<&Error> {

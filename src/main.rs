@@ -4,12 +4,12 @@ fn main() {
     scenerun::proc::install_panic_hook();
     // A bad command line is a usage error (exit 4, docs/cli.md), not clap's default 2,
     // which means "interrupted" here; --help and --version still exit 0.
-    let cli = scenerun::parse_args().unwrap_or_else(|e| {
+    let cli = scenerun::entry::parse_args().unwrap_or_else(|e| {
         let _ = e.print();
         let args: Vec<String> = std::env::args_os()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        if let Some(hint) = scenerun::usage_hint(&e, &args) {
+        if let Some(hint) = scenerun::entry::usage_hint(&e, &args) {
             eprintln!("{hint}");
         }
         let code = if e.use_stderr() {
@@ -19,7 +19,7 @@ fn main() {
         };
         std::process::exit(code)
     });
-    let exit = scenerun::run(cli);
+    let exit = scenerun::entry::run(cli);
     std::process::exit(exit.code());
 }
 

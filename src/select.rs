@@ -100,7 +100,8 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
     let partition = sel.partition;
     for p in &sel.patterns {
         if p.contains(['*', '?', '[']) {
-            glob::Pattern::new(p).map_err(|e| crate::err!(Usage, "bad -k glob `{p}`: {e}"))?;
+            glob::Pattern::new(p)
+                .map_err(|e| crate::error::err!(Usage, "bad -k glob `{p}`: {e}"))?;
         }
     }
     type Filter<'a> = (String, Box<dyn Fn(&Scene) -> bool + 'a>);
@@ -158,7 +159,10 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
                 removed.join(", ")
             )
         };
-        return Err(crate::err!(NoneSelected, "no scene selected ({detail})"));
+        return Err(crate::error::err!(
+            NoneSelected,
+            "no scene selected ({detail})"
+        ));
     }
     Ok(left)
 }

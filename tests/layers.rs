@@ -36,6 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("phases", &["warm", "device"]),
     ("readers", &["explain", "report", "affected", "fleet"]),
     ("app", &["commands", "cli"]),
+    ("entry", &["entry"]),
 ];
 
 /// The longest a function outside tests may be.

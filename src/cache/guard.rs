@@ -75,7 +75,7 @@ impl Store {
             Err(e) => return Err(super::infra(e, "read", &self.root)),
         };
         if !root_meta.is_dir() {
-            return Err(crate::err!(
+            return Err(crate::error::err!(
                 Infra,
                 "cache dir {} is not a directory",
                 self.root.display()
@@ -88,7 +88,7 @@ impl Store {
                     .ok()
                     .and_then(|v| v.get("layout").and_then(|l| l.as_u64()));
                 if layout != Some(LAYOUT as u64) {
-                    return Err(crate::err!(Infra,
+                    return Err(crate::error::err!(Infra,
                         "cache {} has layout {:?}; this scenerun uses layout {LAYOUT} (use another --cache-dir or `scenerun cache clean`)",
                         self.root.display(),
                         layout
@@ -109,7 +109,7 @@ impl Store {
                 }
             }
             Err(e) => {
-                return Err(crate::err!(
+                return Err(crate::error::err!(
                     Infra,
                     "cache unusable: its marker {} cannot be read: {e}",
                     marker.display()

@@ -240,7 +240,7 @@ fn removal_errors(store: &Store, failed: &[String]) -> Result<()> {
     if failed.is_empty() {
         return Ok(());
     }
-    Err(crate::err!(
+    Err(crate::error::err!(
         Infra,
         "cache {}: could not remove {} entr{} (not counted as removed):\n  {}",
         store.root.display(),

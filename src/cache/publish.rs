@@ -149,7 +149,7 @@ impl Store {
     pub fn publish_digested(&self, staging: Staging, mut meta: Meta) -> Result<Entry> {
         meta.files.sort_by(|a, b| a.path.cmp(&b.path));
         guard::check_listing(&staging.out(), &meta.files).map_err(|why| {
-            crate::err!(
+            crate::error::err!(
                 Infra,
                 "cache unusable: staged entry {} does not match its record ({why}); not published",
                 meta.key

@@ -46,10 +46,10 @@ impl Keys {
             Some(text) => {
                 let env = sign_env.unwrap_or_default();
                 let seed = crate::manifest::remote::parse_ed25519(&text)
-                    .map_err(|e| crate::err!(Usage, "${env}: {e}"))?;
+                    .map_err(|e| crate::error::err!(Usage, "${env}: {e}"))?;
                 let key = SigningKey::from_bytes(&seed);
                 if verify.is_some_and(|v| v != key.verifying_key()) {
-                    return Err(crate::err!(Usage,
+                    return Err(crate::error::err!(Usage,
                         "the signing key in ${env} does not match cache.verify_key: every entry it signs would be a miss"
                     ));
                 }

@@ -196,7 +196,7 @@ pub(super) fn write_frozen(frozen: &Frozen) -> Result<()> {
         &path,
         &serde_json::to_vec_pretty(frozen).expect("frozen serializes"),
     )
-    .map_err(|e| crate::err!(Infra, "cannot write {}: {e}", path.display()))
+    .map_err(|e| crate::error::err!(Infra, "cannot write {}: {e}", path.display()))
 }
 
 /// Everything the inner run reads, laid out before the lock: the private copies of the
@@ -214,10 +214,10 @@ fn link_kernels(frozen: &Frozen) -> Result<()> {
         let dir = super::kernels_dir(&frozen.run_dir, &s.name);
         let _ = crate::fsutil::remove_any(&dir);
         std::fs::create_dir_all(&dir)
-            .map_err(|e| crate::err!(Infra, "cannot create {}: {e}", dir.display()))?;
+            .map_err(|e| crate::error::err!(Infra, "cannot create {}: {e}", dir.display()))?;
         for k in &s.kernels {
             std::os::unix::fs::symlink(&k.out, dir.join(&k.name))
-                .map_err(|e| crate::err!(Infra, "cannot link kernel {}: {e}", k.name))?;
+                .map_err(|e| crate::error::err!(Infra, "cannot link kernel {}: {e}", k.name))?;
         }
     }
     Ok(())

@@ -151,7 +151,7 @@ fn lock_limits(plan: &Plan, frozen: &Frozen) -> lockrun::Limits {
 fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<Results> {
     let Phase { plan, ui, .. } = ph;
     let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
-        return Err(crate::err!(
+        return Err(crate::error::err!(
             Usage,
             "the manifest has no `lock:` section; add one, or run with --no-lock --devices LIST"
         ));
@@ -504,7 +504,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
             }))
         }
         Err(e) => {
-            return Err(crate::err!(
+            return Err(crate::error::err!(
                 Infra,
                 "cannot use the report dir {}: {e}",
                 opts.report_dir.display()
@@ -515,7 +515,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     let _ = std::fs::remove_file(opts.report_dir.join("report.json"));
     let _ = std::fs::remove_file(opts.report_dir.join("junit.xml"));
     let inv = Invocation::create(&plan.job_dir).map_err(|e| {
-        crate::err!(
+        crate::error::err!(
             Infra,
             "cannot create a run directory under {}: {e}",
             plan.job_dir.display()
@@ -651,7 +651,7 @@ fn finish(opts: &Options, mut report: Report, exit: Exit) -> Result<Exit> {
     opts.sink.write(&report)?;
     opts.sink.show(&report);
     match (exit, &report.error) {
-        (Exit::Infra, Some(e)) => Err(crate::err!(Infra, "{e}")),
+        (Exit::Infra, Some(e)) => Err(crate::error::err!(Infra, "{e}")),
         _ => Ok(exit),
     }
 }

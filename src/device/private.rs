@@ -41,7 +41,7 @@ pub fn copy_for_writers(frozen: &mut Frozen) -> Result<()> {
                     _ => dir.join(w.word()),
                 };
                 copy_writable(&a.out, &to).map_err(|e| {
-                    crate::err!(
+                    crate::error::err!(
                         Infra,
                         "cannot copy {} {} for scene {} (device.writes) to {}: {e}",
                         w.word(),

@@ -19,7 +19,7 @@ pub const MAX_OUTPUT: usize = 64 << 20;
 /// output it starts at.
 pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>, Vec<usize>)> {
     let value = yaml::parse(text).map_err(|e| {
-        crate::err!(
+        crate::error::err!(
             Usage,
             "{} printed invalid YAML/JSON at output line {}, column {}: {}",
             g.label(),
@@ -93,13 +93,13 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
         if total > crate::error::MAX_SHOWN {
             write!(msg, "\n  … and {} more", total - crate::error::MAX_SHOWN).expect("a string");
         }
-        return Err(crate::err!(Usage, "{msg}"));
+        return Err(crate::error::err!(Usage, "{msg}"));
     }
     Ok((scenes, lines))
 }
 
 fn shape_error(g: &Generator) -> anyhow::Error {
-    crate::err!(
+    crate::error::err!(
         Usage,
         "{} must print a list of scenes, or a mapping with only `scenes:`",
         g.label()

@@ -273,7 +273,7 @@ impl Plan {
             Some(n) if n < need => {
                 let scene = widest.map(|(_, s)| s).expect("a need above 1 has a scene");
                 let m = &self.manifest;
-                Err(crate::err!(Usage,
+                Err(crate::error::err!(Usage,
                     "{}: lock.device_count is {n}, but scene `{}` needs {need} devices\n  {}: scenes[{}].device.devices: {need}",
                     m.place(m.layout.device_count),
                     scene.name,
@@ -450,9 +450,9 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
 fn identity_error(e: crate::identity::IdentityError, what: &str) -> anyhow::Error {
     match e {
         crate::identity::IdentityError::Interrupted { .. } => {
-            crate::err!(Interrupted, "interrupted: {what}: {e}")
+            crate::error::err!(Interrupted, "interrupted: {what}: {e}")
         }
-        _ => crate::err!(Infra, "{what}: {e}"),
+        _ => crate::error::err!(Infra, "{what}: {e}"),
     }
 }
 

@@ -24,7 +24,7 @@ fn key(g: &Generator, env: &BTreeMap<String, String>, files: &Files) -> Result<S
     h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
     for f in &g.inputs {
         let hash = files.hash(&f.abs).map_err(|e| {
-            crate::err!(Usage, "{}: cannot read its input {}: {e}", g.label(), f.rel)
+            crate::error::err!(Usage, "{}: cannot read its input {}: {e}", g.label(), f.rel)
         })?;
         h.file("input", &f.rel, &hash);
     }
@@ -80,7 +80,7 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
         if fresh {
             crate::cache::Store::at(cache_root.to_path_buf()).ensure()?;
             write_cached(&cached, &key, &text).map_err(|e| {
-                crate::err!(
+                crate::error::err!(
                     Infra,
                     "cannot keep the output of {} in {}: {e}",
                     g.label(),
@@ -123,7 +123,7 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
     }
     files.save();
     if !clashes.is_empty() {
-        return Err(crate::err!(
+        return Err(crate::error::err!(
             Usage,
             "generated scene names must be unique:\n  {}",
             clashes.join("\n  ")
@@ -206,7 +206,7 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
         MAX_OUTPUT,
         crate::proc::Stderr::Tail,
     )
-    .map_err(|e| crate::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
+    .map_err(|e| crate::error::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n    ");
@@ -215,7 +215,7 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
     } else {
         format!(":\n    {tail}")
     };
-    let failed = |what: String| Err(crate::err!(Usage, "{} {what}{tail}", g.label()));
+    let failed = |what: String| Err(crate::error::err!(Usage, "{} {what}{tail}", g.label()));
     if out.overflowed {
         return failed(format!(
             "printed more than {} MiB (it was stopped there; scenes_from output is capped)",
@@ -225,7 +225,7 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
     match out.ended {
         Ended::Exited(0) => {}
         Ended::Interrupted => {
-            return Err(crate::err!(
+            return Err(crate::error::err!(
                 Interrupted,
                 "interrupted while {} ran (its process group was killed)",
                 g.label()
@@ -240,6 +240,7 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
         }
         other => return failed(format!("failed ({})", other.describe())),
     }
-    String::from_utf8(out.stdout)
-        .map_err(|_| crate::err!(Usage, "{} printed output that is not UTF-8 text", g.label()))
+    String::from_utf8(out.stdout).map_err(|_| {
+        crate::error::err!(Usage, "{} printed output that is not UTF-8 text", g.label())
+    })
 }

@@ -109,7 +109,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
     acc.finish(started.elapsed().as_secs_f64());
 
     if proc::interrupted() {
-        return Err(crate::err!(
+        return Err(crate::error::err!(
             Interrupted,
             "interrupted: nothing partial was published"
         ));
@@ -180,7 +180,7 @@ fn record(
         notify(ui, &Notice::TraceNotWritten(e));
     }
     saved.map_err(|e| {
-        crate::err!(
+        crate::error::err!(
             Infra,
             "cannot write the warm record in {}: {e}",
             plan.job_dir.display()

@@ -153,14 +153,14 @@ impl Remote {
             .or_else(|| cfg.url.clone());
         let Some(url) = url else {
             if flags.required {
-                return Err(crate::err!(Usage,
+                return Err(crate::error::err!(Usage,
                     "--remote-required, but no remote cache is configured (cache.remote.url, --remote or $SCENERUN_REMOTE_URL)"
                 ));
             }
             return Ok(None);
         };
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(crate::err!(
+            return Err(crate::error::err!(
                 Usage,
                 "remote cache URL `{}` is not an http:// or https:// URL",
                 crate::proc::without_userinfo(&url)
@@ -174,10 +174,11 @@ impl Remote {
         let mut signer = None;
         if let (true, Some(env)) = (write, &cfg.sign_key_env) {
             if let Some(text) = std::env::var(env).ok().filter(|t| !t.is_empty()) {
-                let seed = parse_ed25519(&text).map_err(|e| crate::err!(Usage, "${env}: {e}"))?;
+                let seed =
+                    parse_ed25519(&text).map_err(|e| crate::error::err!(Usage, "${env}: {e}"))?;
                 let key = SigningKey::from_bytes(&seed);
                 if verify.is_some_and(|v| v != key.verifying_key()) {
-                    return Err(crate::err!(Usage,
+                    return Err(crate::error::err!(Usage,
                         "the signing key in ${env} does not match cache.remote.verify_key: readers would ignore every record it signs"
                     ));
                 }
@@ -223,7 +224,10 @@ impl Remote {
         self.counters.failures.fetch_add(1, Ordering::Relaxed);
         if f.is_infra() {
             if self.required {
-                return Err(crate::err!(Infra, "remote cache: {f} (--remote-required)"));
+                return Err(crate::error::err!(
+                    Infra,
+                    "remote cache: {f} (--remote-required)"
+                ));
             }
             let (flag, what) = if writing {
                 (&self.writes_off, "uploads")
