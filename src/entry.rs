@@ -74,11 +74,13 @@ pub fn run(cli: Cli) -> Exit {
         let shown = std::path::absolute(&cli.manifest).unwrap_or(cli.manifest.clone());
         ui.info(&format!("manifest: {}", shown.display()));
     }
-    match commands::dispatch(cli, &ui) {
+    let exit = match commands::dispatch(cli, &ui) {
         Ok(exit) => exit,
         Err(err) => {
             ui.error(&error::render(&err));
             error::exit_of(&err)
         }
-    }
+    };
+    ui.say_posted();
+    exit
 }

@@ -514,24 +514,16 @@ pub fn read_capped(path: &Path, cap: Cap) -> io::Result<Vec<u8>> {
 
 /// `read_capped` of a file scenerun keeps for itself (a memo, the history, a record):
 /// None when it is absent or cannot be used, which costs only what the file saved. One
-/// that is there but over its cap, a link or a special file is damaged: said once per
-/// path and process on stderr, then treated as absent (it is rewritten whole by the
+/// that is there but over its cap, a link or a special file is damaged: a warning
+/// posted once per process (`warning`), then treated as absent (it is rewritten whole by the
 /// next save).
 pub fn read_kept(path: &Path, cap: Cap) -> Option<Vec<u8>> {
     match read_capped(path, cap) {
         Ok(bytes) => Some(bytes),
         Err(e) if is_too_large(&e) || is_not_regular(&e) => {
-            static SAID: std::sync::Mutex<Vec<std::path::PathBuf>> =
-                std::sync::Mutex::new(Vec::new());
-            let mut said = SAID
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if !said.iter().any(|p| p == path) {
-                said.push(path.to_path_buf());
-                let text =
-                    format!("warning: {e}; ignored as damaged (it is rewritten by the next save)");
-                eprintln!("{}", crate::ui::escape(&text));
-            }
+            crate::warning::post(crate::warning::Warning::Damaged {
+                error: e.to_string(),
+            });
             None
         }
         Err(_) => None,

@@ -30,5 +30,6 @@ pub mod ui;
 pub mod units;
 pub mod verdict;
 pub mod warm;
+pub mod warning;
 
 mod commands;

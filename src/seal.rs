@@ -36,14 +36,11 @@ fn secret() -> &'static [u8; SECRET_LEN] {
     static SECRET: OnceLock<[u8; SECRET_LEN]> = OnceLock::new();
     SECRET.get_or_init(|| match secret_path().map(|p| (load_or_make(&p), p)) {
         Some((Ok(s), _)) => s,
-        Some((Err(e), p)) => {
-            eprintln!(
-                "{}",
-                crate::ui::escape(&format!(
-                    "warning: cannot use the seal key {}: {e}; outputs kept by earlier runs (scenes_from) are made again",
-                    p.display()
-                ))
-            );
+        Some((Err(e), path)) => {
+            crate::warning::post(crate::warning::Warning::SealKey {
+                path,
+                error: e.to_string(),
+            });
             random()
         }
         None => random(),

@@ -143,8 +143,30 @@ impl Ui {
         self.paint("2", t)
     }
 
+    /// The base layer's warnings posted since the last line (`warning::take`), each
+    /// said once, before whatever this terminal prints next. A test's capturing terminal
+    /// leaves them (they belong to the process, not to the test).
+    fn posted(&self) -> Vec<String> {
+        #[cfg(test)]
+        if self.bar.1.is_some() {
+            return Vec::new();
+        }
+        crate::warning::take()
+            .iter()
+            .map(|w| self.safe(&w.to_string()).into_owned())
+            .collect()
+    }
+
+    /// Say the base layer's warnings still unsaid (the command ends).
+    pub fn say_posted(&self) {
+        for w in self.posted() {
+            self.bar.eprint(&w);
+        }
+    }
+
     /// An error report (already formatted by `error::render`).
     pub fn error(&self, text: &str) {
+        self.say_posted();
         let text = escape(text);
         let mut e = std::io::stderr().lock();
         let _ = match text.strip_prefix("error:") {
@@ -155,6 +177,7 @@ impl Ui {
 
     /// A progress or status line on stderr (suppressed by -q).
     pub fn info(&self, line: &str) {
+        self.say_posted();
         if !self.quiet {
             self.bar.eprint(&self.safe(line));
         }
@@ -162,6 +185,7 @@ impl Ui {
 
     /// A line that -q keeps (failures, the final summary).
     pub fn always(&self, line: &str) {
+        self.say_posted();
         self.bar.eprint(&self.safe(line));
     }
 
@@ -176,11 +200,13 @@ impl Ui {
     /// A line on stderr above `bar` (the device phase's live lines), escaped.
     pub fn above(&self, bar: Option<&indicatif::ProgressBar>, text: &str) {
         let text = self.safe(text);
-        match bar {
-            Some(b) => b.println(text),
-            None => {
-                let mut e = std::io::stderr().lock();
-                let _ = writeln!(e, "{text}");
+        for line in self.posted().iter().map(String::as_str).chain([&*text]) {
+            match bar {
+                Some(b) => b.println(line),
+                None => {
+                    let mut e = std::io::stderr().lock();
+                    let _ = writeln!(e, "{line}");
+                }
             }
         }
     }

@@ -280,3 +280,24 @@ fn step_identity_is_in_the_key_and_runs_once_per_process() {
         show(&o)
     );
 }
+
+#[test]
+fn a_seal_key_that_cannot_be_used_is_said_once_even_under_q_and_outputs_are_made_again() {
+    let s = generated_suite(2);
+    let state = s.path("state");
+    // A directory where the key file goes: it can be neither read nor made.
+    std::fs::create_dir_all(state.join("scenerun/seal.key")).unwrap();
+    for args in [&["plan"][..], &["-q", "plan"][..]] {
+        let o = s.cmd(args).env("XDG_STATE_HOME", &state).output().unwrap();
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        let err = stderr(&o);
+        assert_eq!(
+            err.matches("warning: cannot use the seal key").count(),
+            1,
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("seal.key"), "{err}");
+    }
+    // Each process sealed with a key of its own: neither could trust the other's output.
+    assert_eq!(s.count("logs/gen.log"), 2);
+}

@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "ui",
             "units",
             "verdict",
+            "warning",
         ],
     ),
     ("input", &["manifest", "select"]),

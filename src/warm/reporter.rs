@@ -80,7 +80,7 @@ impl<'a> Reporter<'a> {
         match &self.bar {
             Some(pb) => {
                 if keep || self.ui.verbose > 0 {
-                    pb.println(text);
+                    self.ui.above(Some(pb), text);
                 }
                 pb.inc(1);
             }

@@ -88,3 +88,29 @@ fn a_sparse_terabyte_in_any_file_scenerun_keeps_costs_nothing() {
         eprintln!("figure bounded_reads: 1 TiB sparse {what}: {secs:.2} s");
     }
 }
+
+#[test]
+fn a_damaged_file_scenerun_keeps_is_said_once_per_command_even_under_q() {
+    let s = light_suite();
+    warm_fresh(&s);
+    let memo = s.path("build/scenerun/statmemo.json");
+    for args in [&["plan"][..], &["-q", "warm"][..], &["-q", "plan"][..]] {
+        let _ = fs::remove_file(&memo);
+        // A FIFO: reading it would block; it is refused before it is opened for data.
+        let made = std::process::Command::new("mkfifo")
+            .arg(&memo)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo {}", memo.display());
+        let o = run(&s, args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", show(&o));
+        let err = stderr(&o);
+        let said: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("ignored as damaged"))
+            .collect();
+        assert_eq!(said.len(), 1, "{args:?}: {err}");
+        assert!(said[0].contains("statmemo.json"), "{}", said[0]);
+    }
+    let _ = fs::remove_file(&memo);
+}
