@@ -16,6 +16,7 @@ use super::packing::packer::Unit;
 use super::packing::scheduler::{Scheduler, Start};
 use super::{Frozen, Results, SceneOutcome, SceneResult};
 use crate::exit::Exit;
+use crate::manifest::Prestart;
 use crate::proc;
 
 /// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3.
@@ -358,14 +359,30 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
     run.results("interrupted")
 }
 
-/// The jobs the scheduler starts at once when `frozen` runs on `ids` ids, as it will
-/// start them: the lane processes among them are those `scenerun device` starts before
-/// the lock (docs/lanes.md).
-pub(super) fn first_wave(frozen: &Frozen, ids: usize) -> Vec<Unit> {
+/// The lane processes `scenerun device` starts before the lock when `frozen` runs on
+/// `ids` ids, as the inner run's scheduler will start them (docs/lanes.md): of a
+/// `prestart: true` lane those it starts at once (its first wave), of a `prestart: all`
+/// lane the first process of every batch, in the order the packing simulation starts
+/// them.
+pub(super) fn to_prestart(frozen: &Frozen, ids: usize) -> Vec<Unit> {
     let granted: Vec<String> = (0..ids).map(|i| i.to_string()).collect();
     let admitted = admit(frozen, &granted);
     let mut sched = Scheduler::new(frozen, &granted, &admitted.runnable);
-    sched.start_ready().into_iter().map(|s| s.unit).collect()
+    let planned = sched.planned_order();
+    let first: Vec<Unit> = sched.start_ready().into_iter().map(|s| s.unit).collect();
+    let mode = |u: &Unit| match u {
+        Unit::Lane { lane, .. } => frozen.lanes.get(lane).map(|l| l.prestart),
+        Unit::Scene(_) => None,
+    };
+    let later = planned
+        .into_iter()
+        .filter(|u| mode(u) == Some(Prestart::Every) && !first.contains(u));
+    first
+        .iter()
+        .filter(|u| mode(u).is_some_and(Prestart::on))
+        .cloned()
+        .chain(later)
+        .collect()
 }
 
 fn not_run(t0: Instant, why: &str) -> Attempt {
@@ -580,7 +597,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_wave_is_what_the_scheduler_starts_at_once() {
+    fn prestart_true_starts_the_first_wave_and_prestart_all_every_batch() {
         let t = tempfile::tempdir().unwrap();
         let mut f = frozen(
             t.path(),
@@ -596,14 +613,37 @@ mod tests {
             lane: "l".into(),
             scenes: scenes.to_vec(),
         };
+        let set = |f: &mut Frozen, p: Prestart| f.lanes.get_mut("l").unwrap().prestart = p;
+        set(&mut f, Prestart::Off);
+        assert_eq!(to_prestart(&f, 2), []);
         // Two lane processes fill both ids; the plain scene waits for one of them.
-        assert_eq!(first_wave(&f, 2), [lane(&[0, 2]), lane(&[1])]);
+        set(&mut f, Prestart::FirstWave);
+        assert_eq!(to_prestart(&f, 2), [lane(&[0, 2]), lane(&[1])]);
         let granted = ids(2);
         let mut s = Scheduler::new(&f, &granted, &[0, 1, 2, 3]);
         let started: Vec<Unit> = s.start_ready().into_iter().map(|st| st.unit).collect();
-        assert_eq!(first_wave(&f, 2), started);
+        assert_eq!(started[..2], to_prestart(&f, 2));
         // On one id, one process runs the lane's whole batch.
-        assert_eq!(first_wave(&f, 1), [lane(&[0, 1, 2])]);
+        assert_eq!(to_prestart(&f, 1), [lane(&[0, 1, 2])]);
+
+        // A second lane, on one id: it starts after the first, in a later wave.
+        let mut m = f.lanes["l"].clone();
+        m.name = "m".into();
+        f.lanes.insert("m".into(), m);
+        f.scenes.push(in_lane("w", "m", 1.0));
+        let m_batch = Unit::Lane {
+            lane: "m".into(),
+            scenes: vec![4],
+        };
+        let first = to_prestart(&f, 1);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert!(!first.contains(&m_batch));
+        set(&mut f, Prestart::Every);
+        f.lanes.get_mut("m").unwrap().prestart = Prestart::Every;
+        let every = to_prestart(&f, 1);
+        assert_eq!(every[0], first[0], "the first wave first");
+        assert_eq!(every.len(), 2, "{every:?}");
+        assert!(every.contains(&m_batch));
     }
 
     #[test]

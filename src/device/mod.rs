@@ -31,7 +31,7 @@ use crate::manifest::{DeviceRun, DeviceStep};
 
 /// 2: a scene's device step is one `device` object (its own command or a lane's batch),
 /// no longer `run` / `lane` / `args` side by side.
-pub const FROZEN_VERSION: u32 = 2;
+pub const FROZEN_VERSION: u32 = 3;
 pub const RESULTS_VERSION: u32 = 1;
 
 /// Between SIGTERM and SIGKILL when a device run is cancelled (`lock.grace`).

@@ -104,11 +104,11 @@ impl LockFailure {
 fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
     let Phase { plan, ui, .. } = ph;
     crate::proc::set_grace(grace(plan));
-    let first_wave = match prestart::wanted(frozen) {
-        true => super::inner::first_wave(frozen, frozen.device_count),
+    let units = match prestart::wanted(frozen) {
+        true => super::inner::to_prestart(frozen, frozen.device_count),
         false => Vec::new(),
     };
-    let prestart = prestart::start(frozen, first_wave, grace(plan), |w| {
+    let prestart = prestart::start(frozen, units, grace(plan), |w| {
         notify(ui, Notice::PrestartWarning(w))
     });
     let counts = prestart.counts();

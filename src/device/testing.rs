@@ -66,7 +66,7 @@ pub fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
         stop: None,
         restart_on: None,
         max_restarts: 3,
-        prestart: false,
+        prestart: crate::manifest::Prestart::Off,
     };
     Frozen {
         version: FROZEN_VERSION,

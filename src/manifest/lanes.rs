@@ -38,10 +38,29 @@ pub struct LaneConfig {
     /// Restarts asked for (a restart line, `restart_on`) per lane process slot.
     #[serde(default = "default_max_restarts")]
     pub max_restarts: u32,
-    /// `prestart`: the first processes of its batches start before the lock is called
-    /// and wait for their ids (docs/lanes.md, lanes started before the lock).
+    /// `prestart`: which of its processes start before the lock is called and wait for
+    /// their ids (docs/lanes.md, lanes started before the lock).
     #[serde(default)]
-    pub prestart: bool,
+    pub prestart: Prestart,
+}
+
+/// `lanes.<name>.prestart`: which of a lane's processes start before the lock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prestart {
+    /// `false`: every process starts inside the lock.
+    #[default]
+    Off,
+    /// `true`: those the inner run starts at once (its first wave).
+    FirstWave,
+    /// `all`: the first process of every batch, later waves too.
+    Every,
+}
+
+impl Prestart {
+    pub fn on(self) -> bool {
+        self != Prestart::Off
+    }
 }
 
 pub const DEFAULT_RESTARTS: u32 = 2;
@@ -252,6 +271,7 @@ impl Ctx {
             let restart_on = l
                 .restart_on
                 .and_then(|v| self.output_rule(v, &format!("{path}.restart_on")));
+            let prestart = self.prestart(l.prestart, &format!("{path}.prestart"));
             self.lane_devices.insert(name.clone(), Some(devices.max(1)));
             if let Some(run) = run {
                 out.insert(
@@ -266,12 +286,31 @@ impl Ctx {
                         stop,
                         restart_on,
                         max_restarts: l.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS),
-                        prestart: l.prestart.unwrap_or(false),
+                        prestart,
                     },
                 );
             }
         }
         out
+    }
+
+    /// `<path>` (`lanes.<name>.prestart`): `true`, `false` or `all`.
+    fn prestart(&mut self, v: Option<raw::Scalar>, path: &str) -> Prestart {
+        match v {
+            None | Some(raw::Scalar::Bool(false)) => Prestart::Off,
+            Some(raw::Scalar::Bool(true)) => Prestart::FirstWave,
+            Some(raw::Scalar::Str(w)) if w == "all" => Prestart::Every,
+            Some(other) => {
+                self.err(
+                    path,
+                    format!(
+                        "`{}` is not a prestart: give true (the processes the lock run starts at once), all (every process) or false",
+                        crate::error::clip(&other.text(), 40)
+                    ),
+                );
+                Prestart::Off
+            }
+        }
     }
 
     /// `<path>.stop_signal` and `<path>.stop_wait` (default 0 s); the wait alone is an

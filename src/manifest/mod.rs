@@ -30,7 +30,7 @@ pub mod yaml;
 pub use crate::error::{Diag, ManifestErrors};
 pub use discover::{dir_of, discover, Discovered, Unresolved};
 pub use lanes::{
-    DeviceFault, DeviceRun, DeviceStep, LaneConfig, Order, RestartOn, Variant, Writes,
+    DeviceFault, DeviceRun, DeviceStep, LaneConfig, Order, Prestart, RestartOn, Variant, Writes,
 };
 pub use paths::{expand_vars, FileRef};
 pub use raw::{keys, Mapping};

@@ -118,7 +118,7 @@ pub struct Lane {
     pub stop_wait: Option<Scalar>,
     pub restart_on: Option<Value>,
     pub max_restarts: Option<u32>,
-    pub prestart: Option<bool>,
+    pub prestart: Option<Scalar>,
 }
 
 /// One `workers.<name>` entry (docs/manifest.md).

@@ -759,3 +759,73 @@ fn plan_shows_which_lane_processes_start_before_the_lock() {
     let procs = v["device"]["processes"].as_array().unwrap();
     assert!(procs.iter().all(|p| p["prestart"] == false), "{procs:#?}");
 }
+
+/// Lanes `l` (scenes a, b) and `m` (scenes c, d), both `prestart` as given, on one id:
+/// the inner run starts `m`'s process only after `l`'s, in a later wave.
+fn two_lane_suite(prestart: &str) -> Suite {
+    let s = Suite::with_logs();
+    s.script("lane.sh", PRESTART_LANE);
+    let token = format!("pre{}x{}", std::process::id(), s.dir().display());
+    let lane = |name: &str| {
+        format!("  {name}:\n    run: \"./lane.sh {{scenes}} {{results}} {{devices}}\"\n    prestart: {prestart}\n")
+    };
+    let scenes = lane_scenes(&[("a", "pass"), ("b", "pass")])
+        + &lane_scenes(&[("c", "pass"), ("d", "pass")]).replace("lane: l", "lane: m");
+    s.manifest(&format!(
+        "version: 1\ncache:\n  dir: cache\nenv:\n  LANE_TOKEN: \"{token}\"\nlock:\n  submit: \"{TASK_SUBMIT} --timeout 60 --device auto --device-num {{device_count}} --run {{run}}\"\n  device_count: 1\n  grace: 2s\nlanes:\n{}{}scenes:\n{scenes}",
+        lane("l"),
+        lane("m"),
+    ));
+    s
+}
+
+#[test]
+fn prestart_all_starts_the_later_waves_before_the_lock_too() {
+    let mut inside = Vec::new();
+    for prestart in ["all", "true"] {
+        let pool = Pool::new("7");
+        let s = two_lane_suite(prestart);
+        let mut blocker = holder(&pool, "7");
+        let child = device(&s, &pool);
+        let ready = if prestart == "all" { 2 } else { 1 };
+        assert!(
+            wait_until(Duration::from_secs(60), || s.count("logs/lane-ready.log")
+                == ready),
+            "{prestart}: {} ready",
+            s.count("logs/lane-ready.log")
+        );
+        blocker.release();
+        let o = child.output();
+        expect_code(&o, 0);
+        let lock = window(&pool).expect("scenerun took the lock");
+        assert_eq!(s.count("logs/lane-starts.log"), 2, "{}", show(&o));
+        inside.push(started_inside(&s, lock));
+        let outcomes = sorted_outcomes(&s);
+        assert!(outcomes.iter().all(|(_, o)| o == "passed"), "{outcomes:?}");
+        assert_eq!(outcomes.len(), 4);
+        let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let before = v["device"]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["prestart"] == true)
+            .count();
+        assert_eq!(before, ready, "{prestart}: --plan says as many as started");
+        assert!(lanes_alive(&s).is_empty());
+    }
+    // `all`: no lane process started under the lock; `true`: the second wave's did.
+    assert_eq!(inside, [0, 1]);
+}
+
+#[test]
+fn a_prestart_that_is_neither_true_false_nor_all_is_a_manifest_error() {
+    let s = two_lane_suite("sometimes");
+    let o = s.cmd(&["plan"]).output().unwrap();
+    expect_code(&o, 4);
+    let err = stderr(&o);
+    assert!(
+        err.contains("lanes.l.prestart") && err.contains("`sometimes` is not a prestart"),
+        "{err}"
+    );
+}

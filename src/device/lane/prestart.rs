@@ -43,29 +43,29 @@ pub struct Prestart {
     grace: Duration,
 }
 
-/// Some lane of the frozen plan starts before the lock (only then is its first wave
+/// Some lane of the frozen plan starts before the lock (only then is what to start
 /// worth computing).
 pub fn wanted(frozen: &Frozen) -> bool {
-    frozen.lanes.values().any(|l| l.prestart)
+    frozen.lanes.values().any(|l| l.prestart.on())
 }
 
-/// Start them — the `prestart` lane processes among `first_wave`, the jobs the inner
-/// run's scheduler starts at once — record them in `frozen.prestarted`, and watch for
+/// Start them — the `prestart` lane processes among `units`, the batches the inner
+/// run's scheduler will start (`inner::to_prestart`) — record them in `frozen.prestarted`, and watch for
 /// an interrupt (which stops those the inner run does not own). A process that cannot
 /// be started is left to the inner run, which starts its batch the normal way (`warn`
 /// says so).
 pub fn start(
     frozen: &mut Frozen,
-    first_wave: Vec<Unit>,
+    units: Vec<Unit>,
     grace: Duration,
     warn: impl Fn(String),
 ) -> Prestart {
     let mut procs = Vec::new();
-    for unit in first_wave {
+    for unit in units {
         let Unit::Lane { lane, scenes } = unit else {
             continue;
         };
-        if !frozen.lanes[&lane].prestart {
+        if !frozen.lanes[&lane].prestart.on() {
             continue;
         }
         match spawn(frozen, &lane, scenes, procs.len()) {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::packer::{self, LaneSpec, SceneSpec, Unit};
 use crate::cache::history::HistoryId;
 use crate::device::FrozenDevice;
-use crate::manifest::LaneConfig;
+use crate::manifest::{LaneConfig, Prestart};
 use crate::plan::Plan;
 
 /// Each lane's start-up estimate from history (what its processes add to their jobs).
@@ -104,11 +104,16 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
                     scenes.iter().map(|&i| runnable[i]).collect(),
                 ),
             };
-            let prestart = first.contains(&p.job)
-                && lane
-                    .as_ref()
-                    .and_then(|l| plan.manifest.lanes.get(l))
-                    .is_some_and(|l| l.prestart);
+            let mode = lane
+                .as_ref()
+                .and_then(|l| plan.manifest.lanes.get(l))
+                .map_or(Prestart::Off, |l| l.prestart);
+            let prestart = plan.no_lock.is_none()
+                && match mode {
+                    Prestart::Off => false,
+                    Prestart::FirstWave => first.contains(&p.job),
+                    Prestart::Every => true,
+                };
             PreviewProcess {
                 startup: lane.as_ref().and_then(|l| startups.get(l).copied()),
                 prestart,

@@ -120,6 +120,17 @@ impl<'a> Scheduler<'a> {
         out
     }
 
+    /// Every queued job, in the order the packing simulation starts them on the granted
+    /// ids (the first wave first).
+    pub fn planned_order(&self) -> Vec<Unit> {
+        let mut placed = packer::simulate(&self.jobs, self.granted.len());
+        placed.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.job.cmp(&b.job)));
+        placed
+            .into_iter()
+            .map(|p| self.queue[p.job].unit.clone())
+            .collect()
+    }
+
     /// How many jobs it has had (the first ones and those queued again since).
     #[cfg(test)]
     pub fn job_count(&self) -> usize {
