@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::events::{Event, FailCause, SkipCause, UnitOutcome};
+use super::events::{Event, UnitOutcome};
 use crate::cache::history::HistoryId;
 use crate::cache::Entry;
+use crate::failure::{FailCause, SkipCause};
 use crate::plan::{Plan, Status};
 use crate::proc;
 use crate::record::{Outcome, Recorded, StepRecord};
