@@ -204,8 +204,23 @@ impl WarmRecord {
             steps,
             stamp: None,
         };
-        let bytes = serde_json::to_vec_pretty(&rec).expect("record serializes");
-        fsutil::write_atomic(&Self::path(job_dir), &bytes)
+        fsutil::write_atomic(&Self::path(job_dir), &rec.to_json())
+    }
+
+    /// The file's text: one line per step (a failure's `error` and its typed `failure`
+    /// side by side stay smaller than one pretty-printed record was; a record of
+    /// thousands of steps stays greppable by step), the head as `to_vec_pretty` has it.
+    fn to_json(&self) -> Vec<u8> {
+        let mut out = format!("{{\n  \"version\": {},\n  \"steps\": [", self.version).into_bytes();
+        for (i, step) in self.steps.iter().enumerate() {
+            out.extend_from_slice(if i == 0 { b"\n    " } else { b",\n    " });
+            serde_json::to_writer(&mut out, step).expect("a step record serializes");
+        }
+        out.extend_from_slice(match self.steps.is_empty() {
+            true => b"]\n}",
+            false => b"\n  ]\n}",
+        });
+        out
     }
 }
 
@@ -336,6 +351,24 @@ mod tests {
                 ("c".into(), "k1".into())
             ]
         );
+    }
+
+    #[test]
+    fn the_file_has_one_line_per_step_and_reads_back_as_written() {
+        for n in [0, 1, 3] {
+            let rec = WarmRecord {
+                version: RECORD_VERSION,
+                steps: (0..n)
+                    .map(|i| step(&format!("k{i}"), "key", Outcome::Built))
+                    .collect(),
+                stamp: None,
+            };
+            let text = String::from_utf8(rec.to_json()).unwrap();
+            let lines = if n == 0 { 4 } else { 5 + n };
+            assert_eq!(text.lines().count(), lines, "{text}");
+            let back: WarmRecord = serde_json::from_str(&text).unwrap();
+            assert_eq!((back.version, back.steps), (rec.version, rec.steps));
+        }
     }
 
     #[test]
