@@ -11,6 +11,7 @@ pub mod entry;
 pub mod error;
 pub mod exit;
 pub mod explain;
+pub mod failure;
 pub mod fleet;
 pub mod fsutil;
 pub mod identity;

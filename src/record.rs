@@ -1,16 +1,19 @@
 //! The warm record, `build/scenerun/warm.json`: per step its key, status, duration, log
-//! and the log tail of failures. The device phase reads it; a recorded failure counts
-//! only while its step's key is unchanged.
+//! and, for a failure, why (typed, `crate::failure`) and the log's tail. The device phase
+//! reads it; a recorded failure counts only while its step's key is unchanged. A record
+//! of another version reads as empty (docs/warm.md).
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
+use crate::failure::{Failure, StepFailure};
 use crate::fsutil::{self, Stamp};
 use crate::stepid::Kind;
 use crate::stepid::StepId;
 
-pub const RECORD_VERSION: u32 = 1;
+/// 2: a failure is kept typed (`failure`); 1 had its text only (`error`).
+pub const RECORD_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -22,7 +25,9 @@ pub enum Outcome {
     Skipped,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One step's record. In the file it also has `error`, its failure's text, for the people
+/// and tools that read `warm.json`; that is written, never read back.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct StepRecord {
     pub kind: Kind,
     pub scene: String,
@@ -31,8 +36,28 @@ pub struct StepRecord {
     pub outcome: Outcome,
     pub duration_secs: f64,
     pub log: Option<String>,
-    pub error: Option<String>,
+    /// Why it failed or was not run (None when it was built or hit).
+    pub failure: Option<Failure>,
     pub log_tail: Option<String>,
+}
+
+impl Serialize for StepRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut r = s.serialize_struct("StepRecord", 10)?;
+        r.serialize_field("kind", &self.kind)?;
+        r.serialize_field("scene", &self.scene)?;
+        r.serialize_field("name", &self.name)?;
+        r.serialize_field("key", &self.key)?;
+        r.serialize_field("outcome", &self.outcome)?;
+        r.serialize_field("duration_secs", &self.duration_secs)?;
+        r.serialize_field("log", &self.log)?;
+        let error = self.failure.as_ref().map(Failure::to_string);
+        r.serialize_field("error", &error)?;
+        r.serialize_field("failure", &self.failure)?;
+        r.serialize_field("log_tail", &self.log_tail)?;
+        r.end()
+    }
 }
 
 impl StepRecord {
@@ -50,7 +75,7 @@ impl StepRecord {
             && self.key == key
             && self.scene == id.scene
             && self.name == id.name
-            && self.error.is_none()
+            && self.failure.is_none()
             && self.log_tail.is_none()
             && self.log.is_none()
     }
@@ -179,8 +204,23 @@ impl WarmRecord {
             steps,
             stamp: None,
         };
-        let bytes = serde_json::to_vec_pretty(&rec).expect("record serializes");
-        fsutil::write_atomic(&Self::path(job_dir), &bytes)
+        fsutil::write_atomic(&Self::path(job_dir), &rec.to_json())
+    }
+
+    /// The file's text: one line per step (a failure's `error` and its typed `failure`
+    /// side by side stay smaller than one pretty-printed record was; a record of
+    /// thousands of steps stays greppable by step), the head as `to_vec_pretty` has it.
+    fn to_json(&self) -> Vec<u8> {
+        let mut out = format!("{{\n  \"version\": {},\n  \"steps\": [", self.version).into_bytes();
+        for (i, step) in self.steps.iter().enumerate() {
+            out.extend_from_slice(if i == 0 { b"\n    " } else { b",\n    " });
+            serde_json::to_writer(&mut out, step).expect("a step record serializes");
+        }
+        out.extend_from_slice(match self.steps.is_empty() {
+            true => b"]\n}",
+            false => b"\n  ]\n}",
+        });
+        out
     }
 }
 
@@ -188,17 +228,15 @@ impl WarmRecord {
 pub struct Failures<'a>(std::collections::HashMap<StepId, &'a StepRecord>);
 
 impl Failures<'_> {
-    /// The failure message recorded for this step with this exact key.
-    pub fn get(&self, step: &StepId, key: &str) -> Option<String> {
+    /// The failure recorded for this step with this exact key, with its log's tail. A
+    /// failed record that does not say why (not one scenerun writes) is no failure: the
+    /// step is warmed again.
+    pub fn get(&self, step: &StepId, key: &str) -> Option<StepFailure> {
         let r = self.0.get(step).filter(|r| r.key == key)?;
-        let mut msg = r.error.clone().unwrap_or_else(|| "failed".into());
-        if let Some(tail) = &r.log_tail {
-            if !tail.trim().is_empty() {
-                msg.push('\n');
-                msg.push_str(tail.trim_end());
-            }
-        }
-        Some(msg)
+        Some(StepFailure {
+            failure: r.failure.clone()?,
+            log_tail: r.log_tail.clone(),
+        })
     }
 }
 
@@ -215,7 +253,7 @@ mod tests {
             outcome,
             duration_secs: 0.0,
             log: None,
-            error: None,
+            failure: None,
             log_tail: None,
         }
     }
@@ -316,6 +354,24 @@ mod tests {
     }
 
     #[test]
+    fn the_file_has_one_line_per_step_and_reads_back_as_written() {
+        for n in [0, 1, 3] {
+            let rec = WarmRecord {
+                version: RECORD_VERSION,
+                steps: (0..n)
+                    .map(|i| step(&format!("k{i}"), "key", Outcome::Built))
+                    .collect(),
+                stamp: None,
+            };
+            let text = String::from_utf8(rec.to_json()).unwrap();
+            let lines = if n == 0 { 4 } else { 5 + n };
+            assert_eq!(text.lines().count(), lines, "{text}");
+            let back: WarmRecord = serde_json::from_str(&text).unwrap();
+            assert_eq!((back.version, back.steps), (rec.version, rec.steps));
+        }
+    }
+
+    #[test]
     fn a_hit_record_is_recognised_field_by_field() {
         let id = StepId::new(Kind::Kernel, "s", "a");
         let mut r = step("a", "k1", Outcome::Hit);
@@ -326,7 +382,7 @@ mod tests {
         assert!(!r.is_hit_of(&StepId::new(Kind::Kernel, "s", "b"), "k1", 0.0));
         for change in [
             |r: &mut StepRecord| r.outcome = Outcome::Built,
-            |r: &mut StepRecord| r.error = Some("e".into()),
+            |r: &mut StepRecord| r.failure = Some(Failure::Infra("e".into())),
             |r: &mut StepRecord| r.log_tail = Some("t".into()),
             |r: &mut StepRecord| r.log = Some("/w/build/scenerun/logs/s/compile-a.log".into()),
             |r: &mut StepRecord| r.kind = Kind::Fixture,

@@ -38,6 +38,18 @@ impl Kind {
             Kind::Test => "test",
         }
     }
+
+    /// The verb printed before a step of this kind: `compile`, `fixture`, `golden`,
+    /// `prepare`, `test`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Kernel => "compile",
+            Kind::Fixture => "fixture",
+            Kind::Golden => "golden",
+            Kind::Prepare => "prepare",
+            Kind::Test => "test",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,13 +84,7 @@ impl StepId {
 
     /// The verb printed before the step: `compile`, `fixture`, `golden`, `prepare`.
     pub fn label(&self) -> &'static str {
-        match self.kind {
-            Kind::Kernel => "compile",
-            Kind::Fixture => "fixture",
-            Kind::Golden => "golden",
-            Kind::Prepare => "prepare",
-            Kind::Test => "test",
-        }
+        self.kind.label()
     }
 
     /// The step's log: `<job dir>/logs/<scene>/compile-<kernel>.log` or `<kind>.log`.

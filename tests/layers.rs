@@ -15,6 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "device_ids",
             "error",
             "exit",
+            "failure",
             "fsutil",
             "identity",
             "layout",

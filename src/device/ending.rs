@@ -51,7 +51,7 @@ pub fn refused(frozen: &Frozen, why: String) -> Results {
         .iter()
         .map(|s| {
             let (outcome, message, infra) = match (&s.warm_failure, &s.verdict) {
-                (Some(w), _) => (SceneOutcome::FailedInWarm, w.clone(), None),
+                (Some(w), _) => (SceneOutcome::FailedInWarm, w.to_string(), None),
                 (None, Some(v)) => (v.outcome, v.message.clone().unwrap_or_default(), None),
                 (None, None) => (SceneOutcome::NotRun, why.clone(), Some(Infra::BadDeviceIds)),
             };

@@ -13,8 +13,9 @@ use anyhow::Result;
 use super::not_warm::Missing;
 use super::runs;
 use super::{Artifact, Frozen, FrozenDevice, FrozenScene, TestVerdict};
+use crate::failure::{StepFailure, WarmFailure, WarmWhy};
 use crate::manifest::LaneConfig;
-use crate::plan::{Plan, Status};
+use crate::plan::{Plan, Status, Step};
 
 /// Freeze the plan into `run_dir`, and list what is missing (the lock is never taken
 /// then).
@@ -72,8 +73,7 @@ fn freeze_scene(
         let step = &plan.steps[si];
         match (&step.status, &step.entry) {
             (Status::Failed(why), _) => {
-                warm_failure
-                    .get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
+                warm_failure.get_or_insert_with(|| failed(step, why));
             }
             (_, Some(_)) => {}
             (_, None) => missing.push(Missing::of(n, step)),
@@ -82,7 +82,7 @@ fn freeze_scene(
     for &si in ps.kernels.iter().chain(&ps.fixture).chain(&ps.golden) {
         let step = &plan.steps[si];
         if let Status::Failed(why) = &step.status {
-            warm_failure.get_or_insert_with(|| format!("{} {}: {why}", step.label(), step.name));
+            warm_failure.get_or_insert_with(|| failed(step, why));
             arts.push(None);
             continue;
         }
@@ -129,19 +129,28 @@ fn freeze_scene(
     }
 }
 
+/// Step `step`, failed in warm (`why`), as the frozen scene keeps it.
+fn failed(step: &Step, why: &StepFailure) -> WarmFailure {
+    WarmFailure {
+        kind: step.kind,
+        name: step.name.clone(),
+        why: WarmWhy::Step(why.clone()),
+    }
+}
+
 /// The verdict warm left for test step `ti` of scene number `n`; a failed step or an
 /// unreadable verdict is the scene's warm failure, a step not run is missing.
 fn test_verdict(
     plan: &Plan,
     ti: usize,
     n: usize,
-    warm_failure: &mut Option<String>,
+    warm_failure: &mut Option<WarmFailure>,
     missing: &mut Vec<Missing>,
 ) -> Option<TestVerdict> {
     let step = &plan.steps[ti];
     match (&step.status, &step.entry) {
         (Status::Failed(why), _) => {
-            warm_failure.get_or_insert_with(|| format!("test: {why}"));
+            warm_failure.get_or_insert_with(|| failed(step, why));
             None
         }
         (_, Some(e)) => match crate::verdict::read(&e.out()) {
@@ -150,7 +159,11 @@ fn test_verdict(
                 Some(TestVerdict::of(v, log, e.meta.duration_secs))
             }
             Err(why) => {
-                warm_failure.get_or_insert(format!("test: {why}"));
+                warm_failure.get_or_insert(WarmFailure {
+                    kind: step.kind,
+                    name: step.name.clone(),
+                    why: WarmWhy::Verdict(why),
+                });
                 None
             }
         },
@@ -221,4 +234,74 @@ fn link_kernels(frozen: &Frozen) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::{FailCause, Failure, WorkerLoss};
+    use crate::plan::Lookups;
+    use crate::record::{Outcome, Recorded, StepRecord, WarmRecord};
+    use crate::stepid::Kind;
+
+    /// One scene with a kernel, a fixture, a golden and a device step, in `dir`.
+    fn plan(dir: &Path) -> Plan {
+        std::fs::write(dir.join("k.c"), "int k;\n").unwrap();
+        let y = "version: 1\ncache:\n  dir: cache\ntoolchains:\n  cc:\n    compile: \"cc -c {source} -o {out}\"\nscenes:\n  - name: a\n    kernels:\n      - name: k\n        toolchain: cc\n        source: k.c\n    fixture:\n      run: \"gen {out}\"\n    golden:\n      run: \"gold {fixture} {out}\"\n    device:\n      run: \"true\"\n";
+        std::fs::write(dir.join("scenes.yaml"), y).unwrap();
+        let m = crate::manifest::load(&dir.join("scenes.yaml")).unwrap();
+        let memo = crate::plan::stat_memo(&m.dir);
+        Plan::build(m, &Default::default(), None, memo, Lookups::Look).unwrap()
+    }
+
+    /// A failure in `warm.json` reaches the frozen scene as the variant warm recorded,
+    /// and the inner run reads the same back from the frozen plan: never a string until
+    /// the report words it.
+    #[test]
+    fn a_recorded_failure_reaches_the_frozen_scene_typed() {
+        let t = tempfile::tempdir().unwrap();
+        let p = plan(t.path());
+        let f = p.steps.iter().find(|s| s.kind == Kind::Fixture).unwrap();
+        let lost = Failure::Failed(FailCause::WorkerLost {
+            worker: "py".into(),
+            loss: WorkerLoss::MemoryCap {
+                cap: 1 << 30,
+                rss: 3 << 29,
+                step: false,
+            },
+        });
+        let rec = StepRecord {
+            kind: f.kind,
+            scene: "a".into(),
+            name: f.name.clone(),
+            key: f.key.clone(),
+            outcome: Outcome::Failed,
+            duration_secs: 2.0,
+            log: None,
+            failure: Some(lost.clone()),
+            log_tail: Some("MemoryError\n".into()),
+        };
+        std::fs::create_dir_all(&p.job_dir).unwrap();
+        let new = vec![Recorded::New(rec)];
+        WarmRecord::merge_and_save(&p.job_dir, &WarmRecord::default(), new).unwrap();
+
+        let p = plan(t.path());
+        let (frozen, _) = freeze(&p, &t.path().join("report"), &t.path().join("run"));
+        let want = WarmFailure {
+            kind: Kind::Fixture,
+            name: "fixture".into(),
+            why: WarmWhy::Step(StepFailure {
+                failure: lost,
+                log_tail: Some("MemoryError\n".into()),
+            }),
+        };
+        assert_eq!(frozen.scenes[0].warm_failure.as_ref(), Some(&want));
+        let text = serde_json::to_vec(&frozen).unwrap();
+        let back: super::super::Frozen = serde_json::from_slice(&text).unwrap();
+        assert_eq!(back.scenes[0].warm_failure.as_ref(), Some(&want));
+        assert_eq!(
+            want.to_string(),
+            "fixture fixture: worker py replaced: the worker exceeded memory cap 1.0 GiB (resident 1.5 GiB)\nMemoryError"
+        );
+    }
 }

@@ -109,7 +109,7 @@ fn admit(frozen: &Frozen, granted: &[String]) -> Admitted {
             Some(SceneResult::unrun(
                 s,
                 SceneOutcome::FailedInWarm,
-                Some(w.clone()),
+                Some(w.to_string()),
             ))
         } else if let Some(v) = &s.verdict {
             Some(SceneResult {
@@ -482,6 +482,7 @@ mod tests {
     use crate::cache::FileRecord;
     use crate::device::testing::{frozen, in_lane, plain};
     use crate::device::Artifact;
+    use crate::failure::{FailCause, Failure, StepFailure, WarmFailure, WarmWhy};
 
     fn ids(n: usize) -> Vec<String> {
         (0..n).map(|i| i.to_string()).collect()
@@ -506,7 +507,14 @@ mod tests {
     fn admit_settles_what_cannot_run_and_keeps_the_rest_in_order() {
         let t = tempfile::tempdir().unwrap();
         let mut warm_failed = plain("warm_failed", 1, false, 1.0);
-        warm_failed.warm_failure = Some("compile a/k: exited 1".into());
+        warm_failed.warm_failure = Some(WarmFailure {
+            kind: crate::stepid::Kind::Kernel,
+            name: "k".into(),
+            why: WarmWhy::Step(StepFailure {
+                failure: Failure::Failed(FailCause::Exited { status: 1 }),
+                log_tail: None,
+            }),
+        });
         let mut no_device = plain("no_device", 1, false, 1.0);
         no_device.device = None;
         let mut gone = plain("gone", 1, false, 1.0);
@@ -531,6 +539,8 @@ mod tests {
         assert_eq!(runnable, [1, 5]);
         let outcome = |i: usize| fixed[i].as_ref().map(|r| r.outcome);
         assert_eq!(outcome(0), Some(SceneOutcome::FailedInWarm));
+        let message = |i: usize| fixed[i].as_ref().and_then(|r| r.message.as_deref());
+        assert_eq!(message(0), Some("compile k: exited with status 1"));
         assert_eq!(outcome(2), Some(SceneOutcome::Passed));
         assert_eq!(outcome(3), Some(SceneOutcome::Failed));
         assert!(fixed[3]

@@ -30,8 +30,10 @@ use crate::cache::FileRecord;
 use crate::manifest::{DeviceRun, DeviceStep};
 
 /// 2: a scene's device step is one `device` object (its own command or a lane's batch),
-/// no longer `run` / `lane` / `args` side by side.
-pub const FROZEN_VERSION: u32 = 3;
+/// no longer `run` / `lane` / `args` side by side. 3: a scene's `warm_failure` is typed
+/// (`failure::WarmFailure`), no longer its text. 4: a lane's `prestart` is `off`,
+/// `first_wave` or `every`, no longer a bool.
+pub const FROZEN_VERSION: u32 = 4;
 pub const RESULTS_VERSION: u32 = 1;
 
 /// Between SIGTERM and SIGKILL when a device run is cancelled (`lock.grace`).
@@ -212,8 +214,8 @@ pub struct FrozenScene {
     pub kernels: Vec<Artifact>,
     pub fixture: Option<Artifact>,
     pub golden: Option<Artifact>,
-    /// Set when a warm step of this scene failed with its current key.
-    pub warm_failure: Option<String>,
+    /// Set when a warm step of this scene failed with its current key: the first one.
+    pub warm_failure: Option<crate::failure::WarmFailure>,
     /// Its `test:` ran in warm: the scene's verdict, reported without a device.
     #[serde(default)]
     pub verdict: Option<TestVerdict>,

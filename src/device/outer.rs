@@ -483,7 +483,7 @@ fn scene_reports(
 /// A frozen scene's result when the inner run gave none: failed in warm, or not run.
 fn unrun(fs: &FrozenScene) -> SceneResult {
     match (&fs.warm_failure, &fs.verdict) {
-        (Some(w), _) => SceneResult::unrun(fs, SceneOutcome::FailedInWarm, Some(w.clone())),
+        (Some(w), _) => SceneResult::unrun(fs, SceneOutcome::FailedInWarm, Some(w.to_string())),
         (None, Some(v)) => SceneResult {
             duration_secs: v.secs,
             log: Some(v.log.clone()),

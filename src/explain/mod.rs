@@ -73,7 +73,7 @@ pub enum Why {
     /// (its own, or its fixture's).
     Stale(StaleStep),
     /// The last warm failed this step with this very key.
-    FailedInWarm(String),
+    FailedInWarm(crate::failure::StepFailure),
 }
 
 impl Why {
@@ -172,7 +172,7 @@ impl fmt::Display for Why {
             Why::Stale(why) => write!(f, "{why}"),
             Why::FailedInWarm(why) => {
                 write!(f, "failed in the last warm with this key: ")?;
-                write!(f, "{}", why.lines().next().unwrap_or(""))
+                write!(f, "{}", why.to_string().lines().next().unwrap_or(""))
             }
             Why::Changed(c) => {
                 let parts: Vec<String> = c.iter().map(|c| c.to_string()).collect();

@@ -560,6 +560,7 @@ mod tests {
     use std::fs;
 
     use super::*;
+    use crate::failure::{FailCause, Failure, StepFailure};
 
     /// Two scenes sharing one kernel, each with a fixture and a golden.
     fn manifest(dir: &Path) -> Manifest {
@@ -640,8 +641,8 @@ mod tests {
             outcome: crate::record::Outcome::Failed,
             duration_secs: 1.0,
             log: None,
-            error: Some("exited with status 1".into()),
-            log_tail: None,
+            failure: Some(Failure::Failed(FailCause::Exited { status: 1 })),
+            log_tail: Some("boom\n".into()),
         };
         let mut record = WarmRecord::default();
         record.version = crate::record::RECORD_VERSION;
@@ -656,7 +657,13 @@ mod tests {
             (&p.steps[0].status, &p.steps[3].status),
             (&Status::Hit, &Status::Hit)
         );
-        assert!(matches!(&p.steps[1].status, Status::Failed(why) if why.contains("status 1")));
+        assert_eq!(
+            p.steps[1].status,
+            Status::Failed(StepFailure {
+                failure: Failure::Failed(FailCause::Exited { status: 1 }),
+                log_tail: Some("boom\n".into()),
+            })
+        );
         assert_eq!(
             p.steps[4].status,
             Status::Miss,

@@ -18,7 +18,7 @@ pub enum Status {
     /// In the cache but built again.
     Stale(StaleStep),
     /// The last warm failed this step with this very key.
-    Failed(String),
+    Failed(crate::failure::StepFailure),
 }
 
 /// Why a step whose entry is in the cache is built again.

@@ -306,7 +306,7 @@ fn warm_text(plan: &Plan, ui: &Ui, out: &mut String) {
         };
         let why: Option<std::borrow::Cow<str>> = match &s.status {
             Status::Stale(why) => Some(why.to_string().into()),
-            Status::Failed(why) => Some(why.as_str().into()),
+            Status::Failed(why) => Some(why.to_string().into()),
             _ => None,
         };
         if let Some(first) = why.as_deref().and_then(|w| w.lines().next()) {
@@ -368,7 +368,7 @@ pub fn json(plan: &Plan) -> Value {
         .map(|(i, s)| {
             let (status, reason) = match &s.status {
                 Status::Stale(w) => (s.status.word(), Some(w.to_string())),
-                Status::Failed(w) => (s.status.word(), Some(w.clone())),
+                Status::Failed(w) => (s.status.word(), Some(w.to_string())),
                 _ => (s.status.word(), None),
             };
             json!({

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::events::{Event, FailCause, SkipCause, UnitOutcome};
+use super::events::{Event, UnitOutcome};
 use crate::cache::history::HistoryId;
 use crate::cache::Entry;
+use crate::failure::{Failure, SkipCause, StepFailure};
 use crate::plan::{Plan, Status};
 use crate::proc;
 use crate::record::{Outcome, Recorded, StepRecord};
@@ -35,7 +36,8 @@ pub struct Summary {
     pub saved_secs: f64,
     /// Steps served by the remote cache (counted in `hits` too).
     pub remote_hits: usize,
-    /// (scene, why)
+    /// (scene, its failed step as `Failure::of_step` words it). Text already: the
+    /// reporter prints it as it is, and its tests hand it summaries of any text.
     pub failed_scenes: Vec<(String, String)>,
     /// What the remote cache moved, when one is configured.
     pub remote: Option<crate::cache::remote::Totals>,
@@ -57,7 +59,7 @@ pub struct Span {
 struct UnitEnd {
     outcome: Outcome,
     secs: f64,
-    error: Option<String>,
+    failure: Option<Failure>,
     tail: Option<String>,
     log: Option<std::path::PathBuf>,
     /// Its new status in the plan (`Plan::apply_warm`).
@@ -150,7 +152,7 @@ impl Accumulator {
         let hit = |secs: f64, entry: Arc<Entry>| UnitEnd {
             outcome: Outcome::Hit,
             secs,
-            error: None,
+            failure: None,
             tail: None,
             log: None,
             status: Status::Hit,
@@ -178,27 +180,34 @@ impl Accumulator {
                 hit(secs, entry)
             }
             UnitOutcome::Failed { cause, log } => {
-                let tail = proc::log_tail(&log, RECORD_TAIL);
+                let failed = StepFailure {
+                    failure: Failure::Failed(cause),
+                    log_tail: Some(proc::log_tail(&log, RECORD_TAIL)),
+                };
                 UnitEnd {
                     outcome: Outcome::Failed,
                     secs: wall_secs,
-                    error: Some(cause.to_string()),
-                    status: Status::Failed(failure_text(&cause, &tail)),
-                    tail: Some(tail),
+                    failure: Some(failed.failure.clone()),
+                    tail: failed.log_tail.clone(),
+                    status: Status::Failed(failed),
                     log: Some(log),
                     entry: None,
                 }
             }
             UnitOutcome::Infra(e) => {
-                let msg = format!("{e:#}");
+                let failure = Failure::Infra(format!("{e:#}"));
                 self.infra.get_or_insert(e);
                 UnitEnd {
                     outcome: Outcome::Failed,
                     secs: wall_secs,
-                    error: Some(msg),
+                    // Never applied to the plan: the warm stops (exit 3).
+                    status: Status::Failed(StepFailure {
+                        failure: failure.clone(),
+                        log_tail: None,
+                    }),
+                    failure: Some(failure),
                     tail: None,
                     log: None,
-                    status: Status::Failed(String::new()),
                     entry: None,
                 }
             }
@@ -220,15 +229,10 @@ impl Accumulator {
             }
             _ => {
                 self.summary.failed += 1;
-                self.summary.failed_scenes.push((
-                    s.id.scene.clone(),
-                    format!(
-                        "{} {}: {}",
-                        s.label(),
-                        s.name,
-                        end.error.as_deref().unwrap_or("")
-                    ),
-                ));
+                if let Some(failure) = &end.failure {
+                    let line = failure.of_step(s.kind, &s.name);
+                    self.summary.failed_scenes.push((s.id.scene.clone(), line));
+                }
             }
         }
     }
@@ -266,7 +270,7 @@ impl Accumulator {
             outcome: end.outcome,
             duration_secs: end.secs,
             log: log.map(|l| l.display().to_string()),
-            error: end.error.clone(),
+            failure: end.failure.clone(),
             log_tail: end.tail.clone(),
         }));
     }
@@ -275,8 +279,11 @@ impl Accumulator {
     /// skipped record per step.
     fn skipped(&mut self, plan: &Plan, unit: usize, cause: SkipCause) {
         let SkipCause::DependencyFailed = cause;
-        self.published
-            .push((unit, Status::Failed(cause.to_string()), None));
+        let skipped = StepFailure {
+            failure: Failure::Skipped(cause),
+            log_tail: None,
+        };
+        self.published.push((unit, Status::Failed(skipped), None));
         for &si in &plan.units[unit].steps {
             let s = &plan.steps[si];
             self.summary.skipped += 1;
@@ -288,7 +295,7 @@ impl Accumulator {
                 outcome: Outcome::Skipped,
                 duration_secs: 0.0,
                 log: None,
-                error: Some(cause.to_string()),
+                failure: Some(Failure::Skipped(cause)),
                 log_tail: None,
             }));
         }
@@ -302,20 +309,11 @@ impl Accumulator {
     }
 }
 
-/// The failure as the device phase shows it: the cause, then the log's tail.
-fn failure_text(cause: &FailCause, tail: &str) -> String {
-    let mut msg = cause.to_string();
-    if !tail.trim().is_empty() {
-        msg.push('\n');
-        msg.push_str(tail.trim_end());
-    }
-    msg
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cache::Kind;
+    use crate::failure::FailCause;
     use crate::plan::Lookups;
     use crate::record::WarmRecord;
     use crate::warm::events::Event;
@@ -411,7 +409,10 @@ mod tests {
             })
             .unwrap();
         assert_eq!(f.duration_secs, 4.0);
-        assert!(f.error.as_deref().unwrap().contains("timed out after 4.0s"));
+        let timed_out = Failure::Failed(FailCause::TimedOut {
+            limit: Duration::from_secs(4),
+        });
+        assert_eq!(f.failure, Some(timed_out.clone()));
         assert_eq!(
             s.failed_scenes,
             vec![(
@@ -431,6 +432,18 @@ mod tests {
         assert_eq!(status(fa), Some(("failed-in-warm", false)));
         assert_eq!(status(ga), Some(("failed-in-warm", false)));
         assert_eq!(status(fb), Some(("hit", true)));
+        // Typed, as the warm record keeps it.
+        let failed = |u: usize| {
+            acc.published.iter().find_map(|(x, s, _)| match s {
+                Status::Failed(f) if *x == u => Some(f.failure.clone()),
+                _ => None,
+            })
+        };
+        assert_eq!(failed(fa), Some(timed_out));
+        assert_eq!(
+            failed(ga),
+            Some(Failure::Skipped(SkipCause::DependencyFailed))
+        );
         // The trace has a span only where a start was seen.
         assert_eq!(acc.spans.len(), 1);
         assert_eq!((acc.spans[0].slot, acc.spans[0].secs), (1, 2.5));

@@ -14,8 +14,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use super::events::{Event, SkipCause, UnitEnd, UnitOutcome};
+use super::events::{Event, UnitEnd, UnitOutcome};
 use super::sched;
+use crate::failure::SkipCause;
 use crate::plan::Plan;
 use crate::proc;
 

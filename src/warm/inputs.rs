@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::events::FailCause;
 use super::{build_as, Attempt, Done, Unit};
 use crate::cache::Dep;
+use crate::failure::FailCause;
 use crate::plan::{Plan, Step};
 
 /// The first file of the step's key that changed since it was hashed, else the first of
@@ -111,9 +111,9 @@ pub(super) fn rerun(
     };
     Ok(match build_as(plan, unit, &key, slot)? {
         Attempt::Done(done) => done,
-        Attempt::InputChanged(again) => Done::Failed(FailCause::InputChangedAgain(
-            crate::key::key_name(&plan.manifest.dir, &again),
-        )),
+        Attempt::InputChanged(again) => Done::Failed(FailCause::InputChangedAgain {
+            input: crate::key::key_name(&plan.manifest.dir, &again),
+        }),
     })
 }
 

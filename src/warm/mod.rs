@@ -30,13 +30,14 @@ use anyhow::Result;
 use crate::cache::history::History;
 use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Entry, Kind, Lookup};
+use crate::failure::FailCause;
 use crate::key::inputs::Records;
 use crate::plan::{Fill, Plan, Status, Unit};
 use crate::proc::{self, Ended};
 use crate::record::WarmRecord;
 use crate::ui::Ui;
 use accum::{Accumulator, Summary};
-use events::{FailCause, UnitEnd, UnitOutcome};
+use events::{UnitEnd, UnitOutcome};
 use reporter::Reporter;
 pub use reporter::{notify, print_summary, Notice};
 
@@ -383,9 +384,8 @@ fn build_in_staging(
     };
     let ran = slot.run(plan, step, &spec);
     let secs = t0.elapsed().as_secs_f64();
-    // A message without a variant of its own becomes `FailCause::Other`.
-    fn fail(cause: impl Into<FailCause>) -> Result<Attempt> {
-        Ok(Attempt::Done(Done::Failed(cause.into())))
+    fn fail(cause: FailCause) -> Result<Attempt> {
+        Ok(Attempt::Done(Done::Failed(cause)))
     }
     let ended = match ran {
         workers::StepRun::Ended(ended) => ended,
@@ -394,10 +394,14 @@ fn build_in_staging(
         }
     };
     match ended {
-        Err(e) => return fail(FailCause::CouldNotStart(e.to_string())),
+        Err(e) => {
+            return fail(FailCause::CouldNotStart {
+                error: e.to_string(),
+            })
+        }
         Ok(Ended::Exited(0)) => {}
-        Ok(Ended::Exited(c)) => return fail(FailCause::Exited(c)),
-        Ok(Ended::Signaled(s)) => return fail(FailCause::Signaled(s)),
+        Ok(Ended::Exited(c)) => return fail(FailCause::Exited { status: c }),
+        Ok(Ended::Signaled(s)) => return fail(FailCause::Signaled { signal: s }),
         Ok(Ended::TimedOut) => {
             return fail(FailCause::TimedOut {
                 limit: step.timeout.unwrap_or_default(),
@@ -445,12 +449,14 @@ fn unpublishable(out: &std::path::Path) -> Option<FailCause> {
     if empty {
         return Some(FailCause::EmptyOut {
             missing: !out.exists(),
-            out: out.to_path_buf(),
+            out: out.display().to_string(),
         });
     }
     crate::fsutil::walk_files(out)
         .err()
-        .map(|e| FailCause::Uncacheable(e.to_string()))
+        .map(|e| FailCause::Uncacheable {
+            error: e.to_string(),
+        })
 }
 
 /// `deps` without the files `key` itself commits to by name and content (the source, a
@@ -510,9 +516,13 @@ fn recorded_deps(
         .map(|t| String::from_utf8_lossy(&t).into_owned())
     else {
         return Err(if make_only {
-            FailCause::NoDepfile(depfile.to_path_buf())
+            FailCause::NoDepfile {
+                depfile: depfile.display().to_string(),
+            }
         } else {
-            FailCause::DepfileNotWritten(depfile.to_path_buf())
+            FailCause::DepfileNotWritten {
+                depfile: depfile.display().to_string(),
+            }
         });
     };
     let paths = if make_only {

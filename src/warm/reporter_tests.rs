@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::cache::remote::Totals;
 use crate::cache::Kind;
+use crate::failure::{FailCause, SkipCause, WorkerLoss};
 use crate::ui::BarSlot;
-use crate::warm::events::{FailCause, SkipCause, WorkerLoss, WorkerNote};
+use crate::warm::events::WorkerNote;
 use crate::warm::testing::{entry, plan, unit_of};
 
 fn ui(quiet: bool, verbose: u8, color: bool) -> Ui {
@@ -89,7 +90,7 @@ fn first_warm(p: &Plan, dir: &Path) -> Vec<Event> {
             fa,
             4.0,
             UnitOutcome::Failed {
-                cause: FailCause::Exited(1),
+                cause: FailCause::Exited { status: 1 },
                 log: log(dir, "fa.log", 20),
             },
             None,
@@ -179,7 +180,9 @@ fn second_warm(p: &Plan, dir: &Path) -> Vec<Event> {
             UnitOutcome::Failed {
                 cause: FailCause::WorkerLost {
                     worker: "gold".into(),
-                    loss: WorkerLoss::Died("killed by signal 9".into()),
+                    loss: WorkerLoss::Died {
+                        how: "killed by signal 9".into(),
+                    },
                 },
                 log: log(dir, "ga.log", 2),
             },

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::events::{WorkerLoss, WorkerNote};
+use super::events::WorkerNote;
+use crate::failure::WorkerLoss;
 use crate::manifest::WorkerConfig;
 use crate::plan::{Plan, Step};
 use crate::proc::piped::{self, Piped, Received};
@@ -356,7 +357,7 @@ fn serve(w: &mut Worker, spec: &proc::Spec, cap: Option<u64>) -> Served {
                 _ => {
                     w.piped.kill();
                     let said = crate::error::clip(&l, 120).to_string();
-                    break Served::Lost(Some(WorkerLoss::Protocol(said)));
+                    break Served::Lost(Some(WorkerLoss::Protocol { said }));
                 }
             },
             Received::Nothing => {
@@ -402,9 +403,11 @@ fn lost(
     let loss = match (over, ended) {
         (_, Ok(Ended::Interrupted)) => return StepRun::Ended(Ok(Ended::Interrupted)),
         (Some(loss), _) => loss,
-        (None, Ok(Ended::TimedOut)) => WorkerLoss::TimedOut(spec.timeout.unwrap_or_default()),
-        (None, Ok(e)) => WorkerLoss::Died(e.describe()),
-        (None, Err(e)) => WorkerLoss::Died(e.to_string()),
+        (None, Ok(Ended::TimedOut)) => WorkerLoss::TimedOut {
+            limit: spec.timeout.unwrap_or_default(),
+        },
+        (None, Ok(e)) => WorkerLoss::Died { how: e.describe() },
+        (None, Err(e)) => WorkerLoss::Died { how: e.to_string() },
     };
     append(
         spec.log,
