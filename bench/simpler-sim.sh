@@ -5,7 +5,9 @@
 #             --device $TASK_DEVICE --manual exclude"   (the stand-in lock, fixtures/bin)
 #   scenerun: scenerun warm && scenerun device           (examples/simpler's files)
 # Scenarios: kernel cache warm + scene cache cold (what CI sees on a new commit), nothing
-# changed (both caches warm), kernel cache cold. Per run: job wall, lock held, CPU seconds
+# changed (both caches warm), kernel cache cold, and queued: nothing changed, but another
+# job holds every id for QUEUE_S seconds (default 30) before each command asks, as a
+# fleet's queue would (job wall then includes that wait, the same for both). Per run: job wall, lock held, CPU seconds
 # (user + system of everything the job started), compiles inside and outside the lock
 # (every g++-15/gcc-15 start that compiles or links, counted by a shim first on PATH,
 # placed by its time against the lock's acquire/release in the stand-in's log; toolchain
@@ -14,7 +16,7 @@
 #
 # Env: SCENERUN_SIMPLER_TREE (required: a tree built by the realsuite setup script, its
 # env.sh beside it), SEL (default "examples tests/st"), DEVICES (default 0-1),
-# SCENARIOS (default "warm-kernels unchanged cold-kernels"), WARM_ARGS (words after
+# SCENARIOS (default "warm-kernels unchanged cold-kernels"; "queued" on request), QUEUE_S, WARM_ARGS (words after
 # `scenerun warm`, e.g. --no-workers to time one process per step).
 source "$(dirname "$0")/lib.sh"
 TREE=${SCENERUN_SIMPLER_TREE:?set SCENERUN_SIMPLER_TREE to a simpler tree built by the realsuite setup script}
@@ -23,6 +25,7 @@ ENV_SH=$(dirname "$TREE")/env.sh
 SEL=${SEL:-examples tests/st}
 DEVICES=${DEVICES:-0-1}
 SCENARIOS=${SCENARIOS:-warm-kernels unchanged cold-kernels}
+QUEUE_S=${QUEUE_S:-30}
 need_tools
 need_scenerun
 make_tmp simpler-sim
@@ -95,6 +98,15 @@ upstream() {
         --run \"python -m pytest $SEL --platform a2a3sim --device \\\$TASK_DEVICE --manual exclude\""
 }
 
+# Another job holds every id for $1 seconds; returns once it has them (its lock events go
+# to a log of its own, so they count in no job's figures).
+hold() {
+    local events=$BENCH_TMP/holder.events
+    : > "$events"
+    TASK_SUBMIT_LOG=$events task-submit --device "$DEVICES" --run "sleep $1" > /dev/null 2>&1 &
+    while ! grep -q '^acquire' "$events"; do sleep 0.05; done
+}
+
 flow() {
     job "$1" "cd '$W' && scenerun warm ${WARM_ARGS:-} && scenerun device"
     cp "$W/build/scenerun/report.json" "$BENCH_TMP/$1.report.json" 2>/dev/null || true
@@ -132,6 +144,16 @@ for s in $SCENARIOS; do
         u=$(upstream "$s-up")
         log "$s: scenerun again (nothing changed)"
         f=$(flow "$s-sr")
+        ;;
+    queued)
+        log "$s: upstream again, another job holding the ids for ${QUEUE_S}s first"
+        hold "$QUEUE_S"
+        u=$(upstream "$s-up")
+        wait
+        log "$s: scenerun again (nothing changed), the same queue"
+        hold "$QUEUE_S"
+        f=$(flow "$s-sr")
+        wait
         ;;
     cold-kernels)
         rm -rf "$W/build/cache"
