@@ -196,10 +196,18 @@ impl fmt::Display for Failure {
     }
 }
 
-impl Failure {
-    /// The failed step as the warm summary names it: `compile k: exited with status 1`.
-    pub fn of_step(&self, kind: Kind, name: &str) -> String {
-        format!("{} {name}: {self}", kind.label())
+/// A scene's failed step as the warm summary names it: `compile k: exited with status 1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedStep {
+    pub scene: String,
+    pub kind: Kind,
+    pub name: String,
+    pub failure: Failure,
+}
+
+impl fmt::Display for FailedStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.kind.label(), self.name, self.failure)
     }
 }
 
@@ -511,9 +519,12 @@ mod tests {
         assert_eq!(t.to_string(), "test: unreadable");
         let t = scene(Kind::Test, "test", WarmWhy::Step(failed(None)));
         assert_eq!(t.to_string(), "test: exited with status 2");
-        assert_eq!(
-            Failure::Failed(FailCause::Exited { status: 2 }).of_step(Kind::Test, "test"),
-            "test test: exited with status 2"
-        );
+        let summary = FailedStep {
+            scene: "s".into(),
+            kind: Kind::Test,
+            name: "test".into(),
+            failure: Failure::Failed(FailCause::Exited { status: 2 }),
+        };
+        assert_eq!(summary.to_string(), "test test: exited with status 2");
     }
 }

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use super::events::{Event, UnitOutcome};
 use crate::cache::history::HistoryId;
 use crate::cache::Entry;
-use crate::failure::{Failure, SkipCause, StepFailure};
+use crate::failure::{FailedStep, Failure, SkipCause, StepFailure};
 use crate::plan::{Plan, Status};
 use crate::proc;
 use crate::record::{Outcome, Recorded, StepRecord};
@@ -36,9 +36,8 @@ pub struct Summary {
     pub saved_secs: f64,
     /// Steps served by the remote cache (counted in `hits` too).
     pub remote_hits: usize,
-    /// (scene, its failed step as `Failure::of_step` words it). Text already: the
-    /// reporter prints it as it is, and its tests hand it summaries of any text.
-    pub failed_scenes: Vec<(String, String)>,
+    /// Each scene's failed steps, typed: the reporter words them.
+    pub failed_scenes: Vec<FailedStep>,
     /// What the remote cache moved, when one is configured.
     pub remote: Option<crate::cache::remote::Totals>,
 }
@@ -230,8 +229,12 @@ impl Accumulator {
             _ => {
                 self.summary.failed += 1;
                 if let Some(failure) = &end.failure {
-                    let line = failure.of_step(s.kind, &s.name);
-                    self.summary.failed_scenes.push((s.id.scene.clone(), line));
+                    self.summary.failed_scenes.push(FailedStep {
+                        scene: s.id.scene.clone(),
+                        kind: s.kind,
+                        name: s.name.clone(),
+                        failure: failure.clone(),
+                    });
                 }
             }
         }
@@ -304,7 +307,10 @@ impl Accumulator {
     /// The failed scenes, once each, sorted.
     pub fn finish(&mut self, wall_secs: f64) {
         self.summary.wall_secs = wall_secs;
-        self.summary.failed_scenes.sort();
+        // By scene, then as the summary words them (the text the reporter prints).
+        self.summary
+            .failed_scenes
+            .sort_by_cached_key(|f| (f.scene.clone(), f.to_string()));
         self.summary.failed_scenes.dedup();
     }
 }
@@ -415,11 +421,16 @@ mod tests {
         assert_eq!(f.failure, Some(timed_out.clone()));
         assert_eq!(
             s.failed_scenes,
-            vec![(
-                "a".to_string(),
-                "fixture fixture: timed out after 4.0s (its timeout; process group killed)"
-                    .to_string()
-            )]
+            [FailedStep {
+                scene: "a".into(),
+                kind: Kind::Fixture,
+                name: "fixture".into(),
+                failure: timed_out.clone(),
+            }]
+        );
+        assert_eq!(
+            s.failed_scenes[0].to_string(),
+            "fixture fixture: timed out after 4.0s (its timeout; process group killed)"
         );
         // What the device phase will see.
         let status = |u: usize| {

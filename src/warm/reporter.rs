@@ -362,8 +362,9 @@ fn unit_note(input_changed: Option<&str>, worker: Option<&WorkerNote>) -> Option
 
 /// The failed scenes and the final line.
 pub fn print_summary(s: &Summary, ui: &Ui) {
-    for (scene, why) in &s.failed_scenes {
-        ui.always(&format!("{} scene {scene}: {why}", ui.red("failed:")));
+    for failed in &s.failed_scenes {
+        let scene = &failed.scene;
+        ui.always(&format!("{} scene {scene}: {failed}", ui.red("failed:")));
     }
     let shared = if s.units < s.built + s.hits + s.failed + s.skipped {
         format!(

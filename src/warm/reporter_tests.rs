@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::cache::remote::Totals;
 use crate::cache::Kind;
-use crate::failure::{FailCause, SkipCause, WorkerLoss};
+use crate::failure::{FailCause, FailedStep, Failure, SkipCause, WorkerLoss};
 use crate::ui::BarSlot;
 use crate::warm::events::WorkerNote;
 use crate::warm::testing::{entry, plan, unit_of};
@@ -259,11 +259,18 @@ fn summaries() -> Vec<Summary> {
             saved_secs: 0.5,
             remote_hits: 0,
             failed_scenes: vec![
-                (
-                    "a".into(),
-                    "fixture a/fixture failed: exited with status 1".into(),
-                ),
-                ("b".into(), "golden b/golden skipped".into()),
+                FailedStep {
+                    scene: "a".into(),
+                    kind: Kind::Fixture,
+                    name: "fixture".into(),
+                    failure: Failure::Failed(FailCause::Exited { status: 1 }),
+                },
+                FailedStep {
+                    scene: "b".into(),
+                    kind: Kind::Golden,
+                    name: "golden".into(),
+                    failure: Failure::Skipped(SkipCause::DependencyFailed),
+                },
             ],
             remote: Some(Totals {
                 hits: 1,
