@@ -65,6 +65,17 @@ fn lane_scenes(list: &[(&str, &str)]) -> String {
         .collect()
 }
 
+/// The device processes `plan --format json` lays out (its `device.processes`).
+fn planned_processes(s: &Suite) -> Vec<Value> {
+    let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
+    let v: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&o)));
+    v["device"]["processes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("no device.processes: {v:#}"))
+}
+
 fn no_lock(s: &Suite, devices: &str) -> Output {
     s.cmd(&["device", "--no-lock", "--devices", devices])
         .output()
@@ -175,9 +186,7 @@ fn plan_shows_which_scenes_share_a_process() {
         out.contains("one process, start-up not measured yet: a, b, c"),
         "{out}"
     );
-    let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let procs = v["device"]["processes"].as_array().unwrap();
+    let procs = planned_processes(&s);
     let lane = procs
         .iter()
         .find(|p| p["lane"] == "l")
@@ -194,14 +203,9 @@ fn plan_shows_which_scenes_share_a_process() {
     // After a run (warm && device, as in CI), the start-up is measured and estimated.
     expect_code(&s.cmd(&["warm"]).output().unwrap(), 0);
     expect_code(&no_lock(&s, "0"), 0);
-    let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let lane = v["device"]["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let lane = planned_processes(&s)
+        .into_iter()
         .find(|p| p["lane"] == "l")
-        .cloned()
         .unwrap();
     assert!(lane["startup_estimate_secs"].is_number(), "{lane:#}");
 }

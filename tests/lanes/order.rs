@@ -142,14 +142,9 @@ fn a_pytest_class_marked_last_runs_after_the_others_in_a_process_of_its_own() {
         outcome_list(&r),
         pairs(&[("add", "passed"), ("mul", "passed"), ("sdma", "passed")])
     );
-    let plan = s.cmd(&["plan", "--format", "json"]).output().unwrap();
-    let v: Value = serde_json::from_slice(&plan.stdout).unwrap();
-    let sdma = v["device"]["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let sdma = planned_processes(&s)
+        .into_iter()
         .find(|p| p["scenes"] == serde_json::json!(["sdma"]))
-        .cloned()
         .expect("sdma in a process of its own");
     assert_eq!(sdma["order"], "last", "{sdma:#}");
 }

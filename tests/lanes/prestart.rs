@@ -735,9 +735,7 @@ fn plan_shows_which_lane_processes_start_before_the_lock() {
         2,
         "{out}"
     );
-    let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let procs = v["device"]["processes"].as_array().unwrap();
+    let procs = planned_processes(&s);
     assert_eq!(procs.len(), 2);
     assert!(procs.iter().all(|p| p["prestart"] == true), "{procs:#?}");
     let o = s.cmd(&["device", "--dry-run"]).output().unwrap();
@@ -803,11 +801,7 @@ fn prestart_all_starts_the_later_waves_before_the_lock_too() {
         let outcomes = sorted_outcomes(&s);
         assert!(outcomes.iter().all(|(_, o)| o == "passed"), "{outcomes:?}");
         assert_eq!(outcomes.len(), 4);
-        let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
-        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-        let before = v["device"]["processes"]
-            .as_array()
-            .unwrap()
+        let before = planned_processes(&s)
             .iter()
             .filter(|p| p["prestart"] == true)
             .count();

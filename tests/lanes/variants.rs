@@ -55,9 +55,7 @@ fn scenes_of_different_variants_never_share_a_process() {
             && text.contains("lane py (2 scenes)"),
         "{text}"
     );
-    let plan = s.cmd(&["plan", "--format", "json"]).output().unwrap();
-    let v: Value = serde_json::from_slice(&plan.stdout).unwrap();
-    let procs = v["device"]["processes"].as_array().unwrap();
+    let procs = planned_processes(&s);
     assert_eq!(procs.len(), 3, "{procs:#?}");
     assert!(procs.iter().any(
         |p| p["lane_args"] == serde_json::json!(["--enable-dep-gen"])
