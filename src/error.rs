@@ -170,6 +170,13 @@ macro_rules! err {
 }
 pub(crate) use err;
 
+/// An infrastructure error (exit 3): `what` could not be done, and `cause` why, kept as
+/// the error's source (`render` prints it as a `caused by:` line), not folded into the
+/// text.
+pub fn infra(what: String, cause: impl Into<anyhow::Error>) -> anyhow::Error {
+    cause.into().context(Error::Infra(what))
+}
+
 /// The first [`Error`] in an error chain.
 fn typed(err: &anyhow::Error) -> Option<&Error> {
     // One attached with `.context()` is found by anyhow's own downcast only.
@@ -312,6 +319,20 @@ impl std::error::Error for ManifestErrors {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_infra_error_keeps_its_cause_as_its_source() {
+        let cause = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let e = infra("cannot write the warm record in /j".into(), cause);
+        assert_eq!(exit_of(&e), Exit::Infra);
+        assert_eq!(e.to_string(), "cannot write the warm record in /j");
+        let source = e.chain().nth(1).expect("a source");
+        assert!(source.downcast_ref::<std::io::Error>().is_some());
+        assert_eq!(
+            render(&e),
+            format!("error: cannot write the warm record in /j\n  caused by: {source}\n")
+        );
+    }
 
     #[test]
     fn a_long_line_is_cut_around_the_column() {

@@ -109,11 +109,11 @@ impl Store {
                 }
             }
             Err(e) => {
-                return Err(crate::error::err!(
-                    Infra,
-                    "cache unusable: its marker {} cannot be read: {e}",
+                let what = format!(
+                    "cache unusable: its marker {} cannot be read",
                     marker.display()
-                ))
+                );
+                return Err(crate::error::infra(what, e));
             }
         }
         for dir in top_dirs(&self.root) {

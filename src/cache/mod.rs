@@ -80,7 +80,7 @@ fn infra(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
         ""
     };
     let what = format!("cache unusable: cannot {what} {}{full}", path.display());
-    anyhow::Error::new(e).context(crate::error::Error::Infra(what))
+    crate::error::infra(what, e)
 }
 
 impl Store {

@@ -504,22 +504,19 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
             }))
         }
         Err(e) => {
-            return Err(crate::error::err!(
-                Infra,
-                "cannot use the report dir {}: {e}",
-                opts.report_dir.display()
-            ))
+            let what = format!("cannot use the report dir {}", opts.report_dir.display());
+            return Err(crate::error::infra(what, e));
         }
     };
     // From here on every ending writes its own report; none from an earlier run stays.
     let _ = std::fs::remove_file(opts.report_dir.join("report.json"));
     let _ = std::fs::remove_file(opts.report_dir.join("junit.xml"));
     let inv = Invocation::create(&plan.job_dir).map_err(|e| {
-        crate::error::err!(
-            Infra,
-            "cannot create a run directory under {}: {e}",
+        let what = format!(
+            "cannot create a run directory under {}",
             plan.job_dir.display()
-        )
+        );
+        crate::error::infra(what, e)
     })?;
     let result = run_in(plan, opts, ui, &inv);
     inv.remove();

@@ -41,14 +41,14 @@ pub fn copy_for_writers(frozen: &mut Frozen) -> Result<()> {
                     _ => dir.join(w.word()),
                 };
                 copy_writable(&a.out, &to).map_err(|e| {
-                    crate::error::err!(
-                        Infra,
-                        "cannot copy {} {} for scene {} (device.writes) to {}: {e}",
+                    let what = format!(
+                        "cannot copy {} {} for scene {} (device.writes) to {}",
                         w.word(),
                         a.name,
                         s.name,
                         to.display()
-                    )
+                    );
+                    crate::error::infra(what, e)
                 })?;
                 a.out = to;
                 for f in &mut a.files {

@@ -80,12 +80,12 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
         if fresh {
             crate::cache::Store::at(cache_root.to_path_buf()).ensure()?;
             write_cached(&cached, &key, &text).map_err(|e| {
-                crate::error::err!(
-                    Infra,
-                    "cannot keep the output of {} in {}: {e}",
+                let what = format!(
+                    "cannot keep the output of {} in {}",
                     g.label(),
                     cached.display()
-                )
+                );
+                crate::error::infra(what, e)
             })?;
             done.ran += 1;
             sweep_old(&cached, m.cache.max_age);

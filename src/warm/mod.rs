@@ -181,11 +181,8 @@ fn record(
         notify(ui, &Notice::TraceNotWritten(e));
     }
     saved.map_err(|e| {
-        crate::error::err!(
-            Infra,
-            "cannot write the warm record in {}: {e}",
-            plan.job_dir.display()
-        )
+        let what = format!("cannot write the warm record in {}", plan.job_dir.display());
+        crate::error::infra(what, e)
     })?;
     let mut summary = acc.summary;
     LastWarm {

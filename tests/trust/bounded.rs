@@ -114,3 +114,25 @@ fn a_damaged_file_scenerun_keeps_is_said_once_per_command_even_under_q() {
     }
     let _ = fs::remove_file(&memo);
 }
+
+#[test]
+fn a_report_dir_that_is_a_file_is_exit_3_naming_it_and_its_cause() {
+    let s = light_suite();
+    warm_fresh(&s);
+    s.write("reports", "a file where the report dir goes\n");
+    let o = run(
+        &s,
+        &[
+            "device",
+            "--no-lock",
+            "--devices",
+            "0",
+            "--report-dir",
+            "reports",
+        ],
+    );
+    assert_eq!(code(&o), 3, "{}", show(&o));
+    let err = stderr(&o);
+    assert!(err.contains("error: cannot use the report dir"), "{err}");
+    assert!(err.contains("\n  caused by: "), "{err}");
+}
