@@ -81,17 +81,7 @@ struct Event {
     seq: u64,
     slot: usize,
 }
-impl PartialEq for Event {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
+crate::device::packing::packer::order_from_cmp!(Event);
 impl Ord for Event {
     fn cmp(&self, o: &Self) -> Ordering {
         o.at.total_cmp(&self.at)

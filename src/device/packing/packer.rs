@@ -13,6 +13,25 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
+/// `PartialEq`, `Eq` and `PartialOrd` of a heap entry from its own `Ord` (its key is an
+/// `f64` compared with `total_cmp`, so none can be derived).
+macro_rules! order_from_cmp {
+    ($t:ty) => {
+        impl PartialEq for $t {
+            fn eq(&self, o: &Self) -> bool {
+                self.cmp(o) == std::cmp::Ordering::Equal
+            }
+        }
+        impl Eq for $t {}
+        impl PartialOrd for $t {
+            fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(o))
+            }
+        }
+    };
+}
+pub(crate) use order_from_cmp;
+
 pub use crate::manifest::{Order, Variant};
 
 /// What the packer needs to know of one process.
@@ -243,17 +262,7 @@ struct Load {
     secs: f64,
     batch: usize,
 }
-impl PartialEq for Load {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Load {}
-impl PartialOrd for Load {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
+order_from_cmp!(Load);
 impl Ord for Load {
     fn cmp(&self, o: &Self) -> Ordering {
         o.secs.total_cmp(&self.secs).then(o.batch.cmp(&self.batch))
@@ -266,17 +275,7 @@ struct Rank {
     estimate: f64,
     job: usize,
 }
-impl PartialEq for Rank {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Rank {}
-impl PartialOrd for Rank {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
+order_from_cmp!(Rank);
 impl Ord for Rank {
     fn cmp(&self, o: &Self) -> Ordering {
         self.estimate
@@ -465,17 +464,7 @@ struct End {
     at: f64,
     job: usize,
 }
-impl PartialEq for End {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for End {}
-impl PartialOrd for End {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
+order_from_cmp!(End);
 impl Ord for End {
     fn cmp(&self, o: &Self) -> Ordering {
         o.at.total_cmp(&self.at).then(o.job.cmp(&self.job))
