@@ -90,6 +90,28 @@ pub struct Attempt {
     pub lane_process: Option<usize>,
 }
 
+impl Attempt {
+    /// An attempt that ran nothing (not run, or failed before it could start): on
+    /// `devices` at `start_secs`, no time, no output, `why` its message.
+    pub fn unrun(
+        outcome: AttemptOutcome,
+        devices: Vec<String>,
+        start_secs: f64,
+        why: &str,
+    ) -> Attempt {
+        Attempt {
+            outcome,
+            devices,
+            start_secs,
+            duration_secs: 0.0,
+            message: Some(why.to_string()),
+            output_tail: None,
+            log: None,
+            lane_process: None,
+        }
+    }
+}
+
 /// One lane process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LaneRecord {

@@ -386,16 +386,12 @@ pub(super) fn to_prestart(frozen: &Frozen, ids: usize) -> Vec<Unit> {
 }
 
 fn not_run(t0: Instant, why: &str) -> Attempt {
-    Attempt {
-        outcome: AttemptOutcome::NotRun,
-        devices: Vec::new(),
-        start_secs: t0.elapsed().as_secs_f64(),
-        duration_secs: 0.0,
-        message: Some(why.into()),
-        output_tail: None,
-        log: None,
-        lane_process: None,
-    }
+    Attempt::unrun(
+        AttemptOutcome::NotRun,
+        Vec::new(),
+        t0.elapsed().as_secs_f64(),
+        why,
+    )
 }
 
 /// The results as they stand: a scene not (yet) finished is `not_run`, with `unfinished`

@@ -537,14 +537,7 @@ impl Batch {
                     unreachable!("no current scene")
                 }
             };
-            self.state[i] = State::Done;
-            out.push(Effect::Scene {
-                scene: i,
-                verdict,
-                started: since,
-                duration: (now - since).max(0.0),
-                message: Some(message),
-            });
+            out.push(self.cut_short(i, verdict, since, now, message));
         }
         let requeue = self.settle_pending(end, clean, now, &mut out);
         (out, requeue)
@@ -597,6 +590,26 @@ impl Batch {
 }
 
 impl Batch {
+    /// Scene `i`, running since `since`, ends at `now` because its process did: done,
+    /// with `verdict` and why.
+    fn cut_short(
+        &mut self,
+        i: usize,
+        verdict: AttemptOutcome,
+        since: f64,
+        now: f64,
+        message: String,
+    ) -> Effect {
+        self.state[i] = State::Done;
+        Effect::Scene {
+            scene: i,
+            verdict,
+            started: since,
+            duration: (now - since).max(0.0),
+            message: Some(message),
+        }
+    }
+
     /// The process was ended for a restart at `now`. The scenes that ended keep their
     /// outcome (a reportlog scene: what its reports said); the scene in progress is cut
     /// short and goes back with the scenes never started, to run once more in the fresh
@@ -621,14 +634,7 @@ impl Batch {
                             format!("cut short by a restart of the lane process ({reason}): it runs again in the fresh process"),
                         )
                     };
-                    self.state[i] = State::Done;
-                    out.push(Effect::Scene {
-                        scene: i,
-                        verdict,
-                        started: since,
-                        duration: (now - since).max(0.0),
-                        message: Some(message),
-                    });
+                    out.push(self.cut_short(i, verdict, since, now, message));
                 }
                 State::Pending => again.push(i),
                 State::Done => {}

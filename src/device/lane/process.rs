@@ -209,36 +209,18 @@ impl Slot<'_> {
     /// The scenes left are not run, for `why`.
     /// A scene that cannot start: failed, with why.
     fn failed_before_start(&self, scene: usize, why: &str) {
-        let _ = self.tx.send(Event::Attempt {
-            scene,
-            attempt: Attempt {
-                outcome: AttemptOutcome::Failed,
-                devices: self.cx.ids(self.slots),
-                start_secs: self.cx.now(),
-                duration_secs: 0.0,
-                message: Some(why.to_string()),
-                output_tail: None,
-                log: None,
-                lane_process: None,
-            },
-        });
+        self.unrun(scene, AttemptOutcome::Failed, why);
+    }
+
+    /// Scene `scene` ends with an attempt that ran nothing, on this process's ids.
+    fn unrun(&self, scene: usize, outcome: AttemptOutcome, why: &str) {
+        let attempt = Attempt::unrun(outcome, self.cx.ids(self.slots), self.cx.now(), why);
+        let _ = self.tx.send(Event::Attempt { scene, attempt });
     }
 
     fn give_up(&self, rest: &[usize], why: &str) {
         for &i in rest {
-            let _ = self.tx.send(Event::Attempt {
-                scene: i,
-                attempt: Attempt {
-                    outcome: AttemptOutcome::NotRun,
-                    devices: self.cx.ids(self.slots),
-                    start_secs: self.cx.now(),
-                    duration_secs: 0.0,
-                    message: Some(why.to_string()),
-                    output_tail: None,
-                    log: None,
-                    lane_process: None,
-                },
-            });
+            self.unrun(i, AttemptOutcome::NotRun, why);
         }
     }
 }
