@@ -371,17 +371,16 @@ pub(super) fn to_prestart(frozen: &Frozen, ids: usize) -> Vec<Unit> {
     let planned = sched.planned_order();
     let first: Vec<Unit> = sched.start_ready().into_iter().map(|s| s.unit).collect();
     let mode = |u: &Unit| match u {
-        Unit::Lane { lane, .. } => frozen.lanes.get(lane).map(|l| l.prestart),
-        Unit::Scene(_) => None,
+        Unit::Lane { lane, .. } => frozen.lanes.get(lane).map_or(Prestart::Off, |l| l.prestart),
+        Unit::Scene(_) => Prestart::Off,
     };
-    let later = planned
-        .into_iter()
-        .filter(|u| mode(u) == Some(Prestart::Every) && !first.contains(u));
-    first
-        .iter()
-        .filter(|u| mode(u).is_some_and(Prestart::on))
-        .cloned()
-        .chain(later)
+    // The first wave first, then the later ones in planned order.
+    let later: Vec<Unit> = planned.into_iter().filter(|u| !first.contains(u)).collect();
+    let first_wave = first.into_iter().map(|u| (u, true));
+    first_wave
+        .chain(later.into_iter().map(|u| (u, false)))
+        .filter(|(u, in_first)| mode(u).before_lock(*in_first))
+        .map(|(u, _)| u)
         .collect()
 }
 

@@ -61,6 +61,17 @@ impl Prestart {
     pub fn on(self) -> bool {
         self != Prestart::Off
     }
+
+    /// Whether a process of the lane starts before the lock, given whether the inner
+    /// run starts it at once (is in its first wave): the one rule `--plan` and
+    /// `scenerun device` both follow.
+    pub fn before_lock(self, first_wave: bool) -> bool {
+        match self {
+            Prestart::Off => false,
+            Prestart::FirstWave => first_wave,
+            Prestart::Every => true,
+        }
+    }
 }
 
 pub const DEFAULT_RESTARTS: u32 = 2;

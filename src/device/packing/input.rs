@@ -108,12 +108,7 @@ pub fn preview(plan: &Plan, runnable: &[usize]) -> Vec<PreviewProcess> {
                 .as_ref()
                 .and_then(|l| plan.manifest.lanes.get(l))
                 .map_or(Prestart::Off, |l| l.prestart);
-            let prestart = plan.no_lock.is_none()
-                && match mode {
-                    Prestart::Off => false,
-                    Prestart::FirstWave => first.contains(&p.job),
-                    Prestart::Every => true,
-                };
+            let prestart = plan.no_lock.is_none() && mode.before_lock(first.contains(&p.job));
             PreviewProcess {
                 startup: lane.as_ref().and_then(|l| startups.get(l).copied()),
                 prestart,
