@@ -16,7 +16,9 @@
 #
 # Env: SCENERUN_SIMPLER_TREE (required: a tree built by the realsuite setup script, its
 # env.sh beside it), SEL (default "examples tests/st"), DEVICES (default 0-1),
-# SCENARIOS (default "warm-kernels unchanged cold-kernels"; "queued" on request), QUEUE_S, WARM_ARGS (words after
+# SCENARIOS (default "warm-kernels unchanged cold-kernels"; "queued" on request), QUEUE_S,
+# PRESTART (true or all: every lane's `prestart` in the copied scenes.yaml; default as
+# examples/simpler has it), WARM_ARGS (words after
 # `scenerun warm`, e.g. --no-workers to time one process per step).
 source "$(dirname "$0")/lib.sh"
 TREE=${SCENERUN_SIMPLER_TREE:?set SCENERUN_SIMPLER_TREE to a simpler tree built by the realsuite setup script}
@@ -38,6 +40,7 @@ cp -a "$TREE" "$BENCH_TMP/simpler"
 W=$BENCH_TMP/simpler
 cp "$ROOT/examples/simpler/scenes.yaml" "$ROOT/examples/simpler/scenerun_simpler.py" "$W/"
 sed -i "s|examples tests/st|$SEL|g" "$W/scenes.yaml"
+[ -n "${PRESTART:-}" ] && sed -i -E "s/prestart: (true|all)/prestart: $PRESTART/" "$W/scenes.yaml"
 python -m pip install -q --disable-pip-version-check "$ROOT/python/scenerun-pytest" >&2
 
 # Compiler starts, with their time: a shim per compiler name first on PATH.
@@ -108,7 +111,20 @@ hold() {
 }
 
 flow() {
+    # Meanwhile, the resident memory of the lane processes waiting for their ids (their
+    # arguments hold the sentinel until the ids come), the most seen at once.
+    (
+        most=0 n=0
+        while [ ! -e "$BENCH_TMP/$1.done" ]; do
+            read -r c kib < <(ps -eo rss=,args= | awk '/__scenerun_devices__/ && $2 ~ /python/ {n++; s+=$1} END {print n+0, s+0}')
+            [ "$kib" -gt "$most" ] && most=$kib n=$c
+            sleep 0.5
+        done
+        log "$1: at most $n lane processes waited for their ids at once, $((most / 1024)) MiB resident in all"
+    ) &
     job "$1" "cd '$W' && scenerun warm ${WARM_ARGS:-} && scenerun device"
+    touch "$BENCH_TMP/$1.done"
+    wait $!
     cp "$W/build/scenerun/report.json" "$BENCH_TMP/$1.report.json" 2>/dev/null || true
 }
 
