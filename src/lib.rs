@@ -5,6 +5,7 @@
 pub mod affected;
 pub mod cache;
 pub mod cli;
+pub mod compiled;
 pub mod device;
 pub mod device_ids;
 pub mod entry;

@@ -224,6 +224,7 @@ impl Plan {
             KeyInputs::new(String::new(), platform, env_hashes)
         });
         match step.kind {
+            Kind::Compiled => unreachable!("{}", Kind::NOT_A_STEP),
             Kind::Kernel => {
                 let (k, tc) = self.kernel(step);
                 h.field("identity", &identities[&tc.name]);

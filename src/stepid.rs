@@ -18,16 +18,23 @@ pub enum Kind {
     Prepare,
     /// A scene's `test:`: a CPU-only test run in warm; its artifact is the verdict.
     Test,
+    /// What a compile a test started in its own body made (`compile_cache:`, see
+    /// `compiled`): never a step of a plan, only an entry of the cache.
+    Compiled,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Kernel,
         Kind::Fixture,
         Kind::Golden,
         Kind::Prepare,
         Kind::Test,
+        Kind::Compiled,
     ];
+
+    /// Why a plan's step is never of kind `Compiled`.
+    pub const NOT_A_STEP: &'static str = "a compiled entry is never a plan's step";
 
     pub fn name(self) -> &'static str {
         match self {
@@ -36,6 +43,7 @@ impl Kind {
             Kind::Golden => "golden",
             Kind::Prepare => "prepare",
             Kind::Test => "test",
+            Kind::Compiled => "compiled",
         }
     }
 
@@ -48,6 +56,7 @@ impl Kind {
             Kind::Golden => "golden",
             Kind::Prepare => "prepare",
             Kind::Test => "test",
+            Kind::Compiled => "compiled",
         }
     }
 }

@@ -35,7 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("keys", &["key"]),
     ("store", &["cache"]),
     ("plan", &["plan"]),
-    ("phases", &["warm", "device"]),
+    ("phases", &["warm", "device", "compiled"]),
     ("readers", &["explain", "report", "affected", "fleet"]),
     ("app", &["commands", "cli"]),
     ("entry", &["entry"]),

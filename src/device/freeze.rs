@@ -23,7 +23,8 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
     let mut missing = Vec::new();
     let mut scenes = Vec::new();
     for ps in &plan.scenes {
-        let scene = freeze_scene(plan, ps, scenes.len(), &mut missing);
+        let mut scene = freeze_scene(plan, ps, scenes.len(), &mut missing);
+        crate::compiled::put_shims_first(&plan.manifest, run_dir, &mut scene.env);
         scenes.push(scene);
     }
     let lock = plan.manifest.lock.as_ref();
@@ -42,7 +43,7 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
         outer: super::ProcId::me(),
         lock_tool: None,
         through_lock: false,
-        lanes: frozen_lanes(plan, &scenes),
+        lanes: frozen_lanes(plan, &scenes, run_dir),
         lane_startup: super::packing::input::startup_estimates(plan),
         device_fault: plan
             .manifest
@@ -184,7 +185,12 @@ pub(super) fn grace(plan: &Plan) -> Duration {
 }
 
 /// The lanes the frozen scenes use, each with the manifest's env under its own.
-fn frozen_lanes(plan: &Plan, scenes: &[FrozenScene]) -> BTreeMap<String, LaneConfig> {
+/// The compiler shims (`compile_cache:`) come first on each one's `PATH`.
+fn frozen_lanes(
+    plan: &Plan,
+    scenes: &[FrozenScene],
+    run_dir: &Path,
+) -> BTreeMap<String, LaneConfig> {
     let mut out = BTreeMap::new();
     for s in scenes {
         let Some(name) = s.lane() else { continue };
@@ -195,6 +201,7 @@ fn frozen_lanes(plan: &Plan, scenes: &[FrozenScene]) -> BTreeMap<String, LaneCon
             let mut l = l.clone();
             let mut env = plan.manifest.env.clone();
             env.extend(std::mem::take(&mut l.env));
+            crate::compiled::put_shims_first(&plan.manifest, run_dir, &mut env);
             l.env = env;
             out.insert(name.to_string(), l);
         }

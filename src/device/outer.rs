@@ -45,6 +45,7 @@ fn device_report(r: &Results, held: f64) -> DeviceReport {
         startup_secs: r.startup_secs,
         quarantined: r.quarantined.clone(),
         lanes: r.lanes.clone(),
+        compiles: None,
         efficiency: if held > 0.0 {
             (r.busy_secs / held).min(1.0)
         } else {
@@ -554,7 +555,8 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         return Ok(exit);
     }
     frozen.through_lock = !opts.no_lock;
-    if let Err(e) = lay_out(&mut frozen) {
+    let laid = lay_out(&mut frozen).and_then(|()| shims(plan, ui, &frozen.run_dir));
+    if let Err(e) = laid {
         report.scenes = scene_reports(plan, &frozen, None);
         report.exit_code = Exit::Infra.code();
         report.error = Some(format!("{e:#}"));
@@ -575,6 +577,10 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         through_lock(Phase { plan, opts, ui }, &mut frozen, &mut report)?
     };
     record_history(plan, &r);
+    let compiles = crate::compiled::Tally::of_run(&frozen.run_dir);
+    if let Some(d) = report.device.as_mut().filter(|_| compiles.any()) {
+        d.compiles = Some(compiles);
+    }
     if r.no_healthy_device {
         notify(
             ui,
@@ -590,6 +596,17 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     };
     report.scenes = scene_reports(plan, &frozen, Some(r.scenes));
     finish(opts, report, exit)
+}
+
+/// The compiler shims of `compile_cache:` in the run's `bin/`; a compiler not on `PATH`
+/// is said once (its compiles, if any, fail as they would without scenerun).
+fn shims(plan: &Plan, ui: &Ui, run_dir: &Path) -> Result<()> {
+    for name in crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir)? {
+        ui.info(&format!(
+            "compile_cache: `{name}` is not on PATH; no compile of it goes through the cache"
+        ));
+    }
+    Ok(())
 }
 
 /// Exit 6 before any lock: every scene's row says what it misses (or that others

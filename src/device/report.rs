@@ -178,6 +178,9 @@ pub struct DeviceReport {
     pub quarantined: Vec<String>,
     /// One record per lane process.
     pub lanes: Vec<super::events::LaneRecord>,
+    /// The compiles the tests started, through `compile_cache:` (none: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiles: Option<crate::compiled::Tally>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -48,6 +48,14 @@ pub struct Top {
     scenes_from: Value,
     prepare: Value,
     workers: Value,
+    compile_cache: Value,
+}
+
+/// `compile_cache:` (docs/compile-cache.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompileCache {
+    pub compilers: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -250,6 +258,7 @@ pub fn keys() -> &'static [Mapping] {
             m::<Generator>("scenes_from[]"),
             m::<Lane>("lanes.<name>"),
             m::<Worker>("workers.<name>"),
+            m::<CompileCache>("compile_cache"),
             m::<Scene>("scenes[]"),
             m::<Kernel>("scenes[].kernels[]"),
             m::<GenStep>("scenes[].fixture, scenes[].golden, scenes[].test"),

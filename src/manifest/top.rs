@@ -72,6 +72,7 @@ impl Ctx {
             .unwrap_or_default();
         let workers = self.workers(field("workers"));
         let prepare = self.prepare_steps(field("prepare"));
+        let compile_cache = self.compile_cache(field("compile_cache"));
         let scenes = match field("scenes") {
             None if !generators.is_empty() => Vec::new(),
             None => {
@@ -94,6 +95,7 @@ impl Ctx {
             generators,
             prepare,
             workers,
+            compile_cache,
             notes: std::mem::take(&mut self.notes),
             layout: Default::default(),
         })
@@ -128,6 +130,39 @@ impl Ctx {
                 ok
             }),
         }
+    }
+
+    /// `compile_cache.compilers`: program names, each looked up on `PATH` when the lanes
+    /// start; a name with a `/`, a space or a character no compiler's name has is an
+    /// error, and so is a name given twice.
+    pub(super) fn compile_cache(&mut self, v: Option<Value>) -> Vec<String> {
+        let Some(c) = v.and_then(|v| self.take::<raw::CompileCache>(v, "compile_cache")) else {
+            return Vec::new();
+        };
+        let mut out: Vec<String> = Vec::new();
+        for name in c.compilers {
+            let ok = (1..=128).contains(&name.len())
+                && name != "."
+                && name != ".."
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.+-".contains(&b));
+            if !ok {
+                let shown = crate::error::clip(&name, 40);
+                self.err(
+                    "compile_cache.compilers",
+                    format!("`{shown}` is not a program name (letters, digits, `_.+-`; no `/`)"),
+                );
+            } else if out.contains(&name) {
+                self.err(
+                    "compile_cache.compilers",
+                    format!("`{name}` is listed twice"),
+                );
+            } else {
+                out.push(name);
+            }
+        }
+        out
     }
 
     /// `toolchains:` by name; a broken one is remembered so its kernels are not told

@@ -40,6 +40,10 @@ pub struct Manifest {
     /// `workers:` by name: persistent processes that serve steps naming them.
     #[serde(default)]
     pub workers: BTreeMap<String, WorkerConfig>,
+    /// `compile_cache.compilers`: the compilers whose runs inside lane processes and
+    /// device steps go through the cache (`compiled`).
+    #[serde(default)]
+    pub compile_cache: Vec<String>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
     /// Where its parts are in the file, for what is said about them after loading.

@@ -14,6 +14,7 @@ impl Plan {
     pub fn command(&self, step: &Step, fill: &Fill) -> String {
         let s = self.scene(step);
         match step.kind {
+            Kind::Compiled => unreachable!("{}", Kind::NOT_A_STEP),
             Kind::Kernel => {
                 let (k, tc) = self.kernel(step);
                 let path = |ph: Ph| -> Val {

@@ -262,6 +262,9 @@ impl Report {
                     }
                 ));
             }
+            if let Some(t) = &d.compiles {
+                out.push_str(&format!("{t}\n"));
+            }
             if !d.quarantined.is_empty() {
                 out.push_str(&format!(
                     "quarantined devices: {}\n",

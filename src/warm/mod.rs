@@ -483,6 +483,7 @@ fn recorded_deps(
 ) -> std::result::Result<Vec<Dep>, FailCause> {
     let scene = plan.scene(step);
     let (wants, make_only) = match step.kind {
+        Kind::Compiled => unreachable!("{}", Kind::NOT_A_STEP),
         Kind::Kernel => {
             let k = scene.kernels.iter().find(|k| k.name == step.name);
             let tc = k.and_then(|k| plan.manifest.toolchains.get(&k.toolchain));

@@ -1,0 +1,174 @@
+//! `compile_cache:` (docs/compile-cache.md): a plain test function that compiles its
+//! kernel in its own body, in a real pytest lane, with the real `cc`. Compiler runs are
+//! counted by a wrapper found on `PATH` as the compiler (it logs every run that
+//! compiles, not `--version`), outputs are run, and a header edit must compile again.
+
+use super::pytest::venv_python;
+use super::*;
+
+/// The test: compiles `kernel.c` (which takes `VALUE` from `value.h`) into a program
+/// under a fresh temp name, runs it, and checks it prints what `expected.txt` says.
+const TEST_PY: &str = r#"import os, subprocess, tempfile
+
+def build_and_run(flags):
+    out = tempfile.mktemp(suffix=".bin", dir=os.environ["OUT_DIR"])
+    subprocess.run(["tcc-15", *flags, "-o", out, "kernel/kernel.c"], check=True)
+    got = subprocess.run([out], check=True, capture_output=True, text=True).stdout.strip()
+    return got
+
+def test_first():
+    assert build_and_run(["-O2", "-Ikernel"]) == open("expected.txt").read().strip()
+
+def test_second():
+    assert build_and_run(["-O2", "-Ikernel"]) == open("expected.txt").read().strip()
+
+def test_broken():
+    r = subprocess.run(["tcc-15", "-o", os.environ["OUT_DIR"] + "/broken", "kernel/broken.c"])
+    assert r.returncode != 0
+
+def test_probe():
+    assert subprocess.run(["tcc-15", "--version"], capture_output=True).returncode == 0
+"#;
+
+fn compiling_suite() -> Suite {
+    let py = venv_python();
+    let s = Suite::with_logs();
+    let log = s.path("logs/cc-runs.log");
+    // The "real" compiler the manifest names: `cc` with every compiling run counted.
+    s.script(
+        "tools/tcc-15",
+        &format!(
+            "#!/bin/sh\ncase \" $* \" in *' -o '*) echo \"$*\" >> '{}';; esac\nexec cc \"$@\"\n",
+            log.display()
+        ),
+    );
+    s.write("kernel/value.h", "#define VALUE 41\n");
+    s.write(
+        "kernel/kernel.c",
+        "#include <stdio.h>\n#include \"value.h\"\nint main(void) { printf(\"%d\\n\", VALUE); return 0; }\n",
+    );
+    s.write("kernel/broken.c", "int main(void) { return }\n");
+    s.write("expected.txt", "41\n");
+    s.write("tests/test_k.py", TEST_PY);
+    std::fs::create_dir_all(s.path("out")).unwrap();
+    let scene = |name: &str| {
+        format!("  - name: {name}\n    device:\n      lane: py\n      args: [\"tests/test_k.py::test_{name}\"]\n")
+    };
+    s.manifest(&format!(
+        "version: 1\ncache:\n  dir: cache\nenv:\n  OUT_DIR: {out}\n  PATH: \"{tools}:{path}\"\ncompile_cache:\n  compilers: [tcc-15]\nlanes:\n  py:\n    run: \"{py} -m pytest -p no:cacheprovider -q {{args}} --report-log {{results}}\"\nscenes:\n{}{}{}{}",
+        scene("first"),
+        scene("second"),
+        scene("broken"),
+        scene("probe"),
+        out = s.path("out").display(),
+        tools = s.path("tools").display(),
+        path = std::env::var("PATH").unwrap(),
+        py = py.display(),
+    ));
+    s
+}
+
+fn compiles(s: &Suite) -> Value {
+    report(s)["device"]["compiles"].clone()
+}
+
+#[test]
+fn a_compile_a_test_runs_in_its_body_is_served_from_the_cache_the_next_time() {
+    let s = compiling_suite();
+    expect_code(&s.cmd(&["warm"]).output().unwrap(), 0);
+    let o = no_lock(&s, "0");
+    expect_code(&o, 0);
+    let all_passed = |s: &Suite| outcomes(&report(s)).values().all(|o| o == "passed");
+    assert!(all_passed(&s), "{}", show(&o));
+    // First run: the kernel compiled once (the second test hit what the first built),
+    // the broken one ran (and failed, as the test wants), nothing else compiled.
+    assert_eq!(
+        s.count("logs/cc-runs.log"),
+        2,
+        "{}",
+        s.read("logs/cc-runs.log")
+    );
+    assert_eq!(
+        compiles(&s),
+        serde_json::json!({"hit": 1, "built": 1, "ran": 2}),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        stdout(&o).contains("compiles the tests started: 1 from the cache, 1 compiled and kept, 2 ran without the cache"),
+        "{}",
+        show(&o)
+    );
+
+    // Nothing changed: no kernel compile at all; a failed compile is never kept.
+    let o = no_lock(&s, "0");
+    expect_code(&o, 0);
+    assert!(all_passed(&s), "{}", show(&o));
+    let runs = s.read("logs/cc-runs.log");
+    assert_eq!(s.count("logs/cc-runs.log"), 3, "{runs}");
+    assert!(runs.lines().last().unwrap().contains("broken.c"), "{runs}");
+    assert_eq!(
+        compiles(&s),
+        serde_json::json!({"hit": 2, "built": 0, "ran": 2})
+    );
+
+    // A header the compile read changes: compiled again, and the new value is what runs.
+    s.write("kernel/value.h", "#define VALUE 42\n");
+    s.write("expected.txt", "42\n");
+    let o = no_lock(&s, "0");
+    expect_code(&o, 0);
+    assert!(all_passed(&s), "{}", show(&o));
+    assert_eq!(
+        s.count("logs/cc-runs.log"),
+        5,
+        "{}",
+        s.read("logs/cc-runs.log")
+    );
+    assert_eq!(
+        compiles(&s),
+        serde_json::json!({"hit": 1, "built": 1, "ran": 2})
+    );
+    // The entries are the cache's: `cache stats` counts them, `verify` re-hashes them.
+    let stats = stdout(&s.cmd(&["cache", "stats"]).output().unwrap());
+    assert!(stats.contains("compiled"), "{stats}");
+    expect_code(&s.cmd(&["cache", "verify"]).output().unwrap(), 0);
+}
+
+#[test]
+fn without_compile_cache_every_compile_runs() {
+    let s = compiling_suite();
+    let text = s
+        .read("scenes.yaml")
+        .replace("compile_cache:\n  compilers: [tcc-15]\n", "");
+    s.write("scenes.yaml", &text);
+    for _ in 0..2 {
+        expect_code(&no_lock(&s, "0"), 0);
+    }
+    assert_eq!(
+        s.count("logs/cc-runs.log"),
+        6,
+        "{}",
+        s.read("logs/cc-runs.log")
+    );
+    assert!(report(&s)["device"].get("compiles").is_none());
+}
+
+#[test]
+fn a_compiler_name_that_is_a_path_or_given_twice_is_a_manifest_error() {
+    let s = compiling_suite();
+    let text = s.read("scenes.yaml");
+    for (list, want) in [
+        ("[/usr/bin/cc]", "`/usr/bin/cc` is not a program name"),
+        ("[\"g++ -O2\"]", "`g++ -O2` is not a program name"),
+        ("[cc, cc]", "`cc` is listed twice"),
+    ] {
+        s.write("scenes.yaml", &text.replace("[tcc-15]", list));
+        let o = s.cmd(&["plan"]).output().unwrap();
+        expect_code(&o, 4);
+        let err = stderr(&o);
+        assert!(
+            err.contains("compile_cache.compilers") && err.contains(want),
+            "{err}"
+        );
+    }
+}
