@@ -111,16 +111,22 @@ hold() {
 }
 
 flow() {
-    # Meanwhile, the resident memory of the lane processes waiting for their ids (their
-    # arguments hold the sentinel until the ids come), the most seen at once.
+    # Meanwhile, the memory of the lane processes waiting for their ids (their arguments
+    # hold the sentinel until the ids come), with the fork server and what it forked
+    # (their arguments are the server's), the most seen at once: resident (RSS, shared
+    # pages counted in every process) and proportional (PSS, shared pages split).
     (
-        most=0 n=0
+        most=0 n=0 pss=0
         while [ ! -e "$BENCH_TMP/$1.done" ]; do
-            read -r c kib < <(ps -eo rss=,args= | awk '/__scenerun_devices__/ && $2 ~ /python/ {n++; s+=$1} END {print n+0, s+0}')
-            [ "$kib" -gt "$most" ] && most=$kib n=$c
+            read -r c kib pids < <(ps -eo pid=,rss=,args= | awk '/__scenerun_devices__|scenerun_pytest zygote/ && $3 ~ /python/ {n++; s+=$2; p=p" "$1} END {print n+0, s+0, p}')
+            if [ "$kib" -gt "$most" ]; then
+                most=$kib n=$c
+                # shellcheck disable=SC2086
+                pss=$(cd /proc && awk '/^Pss:/ {s+=$2} END {print s+0}' $(printf '%s/smaps_rollup ' $pids) 2>/dev/null || echo 0)
+            fi
             sleep 0.5
         done
-        log "$1: at most $n lane processes waited for their ids at once, $((most / 1024)) MiB resident in all"
+        log "$1: at most $n lane processes (and fork server) waited for their ids at once: $((most / 1024)) MiB resident (RSS), $((pss / 1024)) MiB proportional (PSS) in all"
     ) &
     job "$1" "cd '$W' && scenerun warm ${WARM_ARGS:-} && scenerun device"
     touch "$BENCH_TMP/$1.done"

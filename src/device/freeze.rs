@@ -202,6 +202,13 @@ fn frozen_lanes(
             let mut env = plan.manifest.env.clone();
             env.extend(std::mem::take(&mut l.env));
             crate::compiled::put_shims_first(&plan.manifest, run_dir, &mut env);
+            if plan.manifest.fork_server.is_some() {
+                let sock = super::lane::fork_server::socket(run_dir);
+                env.insert(
+                    super::lane::fork_server::ENV.into(),
+                    sock.display().to_string(),
+                );
+            }
             l.env = env;
             out.insert(name.to_string(), l);
         }

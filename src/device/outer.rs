@@ -10,6 +10,7 @@ use anyhow::Result;
 
 use super::events::Notice;
 use super::freeze::{freeze, grace, lay_out, write_frozen};
+use super::lane::fork_server;
 use super::lane::prestart::{self, Prestart};
 use super::live::notify;
 use super::lockrun::{self, Killed, LockEnding, LockRun};
@@ -109,9 +110,29 @@ fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
         true => super::inner::to_prestart(frozen, frozen.device_count),
         false => Vec::new(),
     };
-    let prestart = prestart::start(frozen, units, grace(plan), |w| {
+    let server = match (&plan.manifest.fork_server, units.is_empty()) {
+        (Some(config), false) => {
+            let log = plan.job_dir.join("logs").join("fork-server.log");
+            let started = fork_server::start(
+                config,
+                &plan.manifest.dir,
+                &plan.manifest.env,
+                &frozen.run_dir,
+                &log,
+            );
+            started
+                .map_err(|why| {
+                    let w = format!("the fork server is not there ({why}); each lane process starts its own interpreter");
+                    notify(ui, Notice::PrestartWarning(w))
+                })
+                .ok()
+        }
+        _ => None,
+    };
+    let mut prestart = prestart::start(frozen, units, grace(plan), |w| {
         notify(ui, Notice::PrestartWarning(w))
     });
+    prestart.keep_until_finished(server);
     let counts = prestart.counts();
     if !counts.is_empty() {
         let counts = counts.iter().map(|(l, n)| (l.to_string(), *n)).collect();

@@ -49,6 +49,15 @@ pub struct Top {
     prepare: Value,
     workers: Value,
     compile_cache: Value,
+    fork_server: Value,
+}
+
+/// `fork_server:` (docs/lanes.md, "A fork server").
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkServer {
+    pub run: String,
+    pub start_timeout: Option<Scalar>,
 }
 
 /// `compile_cache:` (docs/compile-cache.md).
@@ -259,6 +268,7 @@ pub fn keys() -> &'static [Mapping] {
             m::<Lane>("lanes.<name>"),
             m::<Worker>("workers.<name>"),
             m::<CompileCache>("compile_cache"),
+            m::<ForkServer>("fork_server"),
             m::<Scene>("scenes[]"),
             m::<Kernel>("scenes[].kernels[]"),
             m::<GenStep>("scenes[].fixture, scenes[].golden, scenes[].test"),

@@ -73,6 +73,7 @@ impl Ctx {
         let workers = self.workers(field("workers"));
         let prepare = self.prepare_steps(field("prepare"));
         let compile_cache = self.compile_cache(field("compile_cache"));
+        let fork_server = self.fork_server(field("fork_server"));
         let scenes = match field("scenes") {
             None if !generators.is_empty() => Vec::new(),
             None => {
@@ -96,6 +97,7 @@ impl Ctx {
             prepare,
             workers,
             compile_cache,
+            fork_server,
             notes: std::mem::take(&mut self.notes),
             layout: Default::default(),
         })
@@ -163,6 +165,16 @@ impl Ctx {
             }
         }
         out
+    }
+
+    /// `fork_server:`: its command (no placeholders) and how long it may take to be ready.
+    pub(super) fn fork_server(&mut self, v: Option<Value>) -> Option<super::ForkServer> {
+        let f = v.and_then(|v| self.take::<raw::ForkServer>(v, "fork_server"))?;
+        let run = self.templ(&f.run, "fork_server.run", &[])?;
+        let start_timeout = self
+            .duration(f.start_timeout, "fork_server.start_timeout")
+            .unwrap_or(super::workers::DEFAULT_START_TIMEOUT);
+        Some(super::ForkServer { run, start_timeout })
     }
 
     /// `toolchains:` by name; a broken one is remembered so its kernels are not told

@@ -44,6 +44,9 @@ pub struct Manifest {
     /// device steps go through the cache (`compiled`).
     #[serde(default)]
     pub compile_cache: Vec<String>,
+    /// `fork_server:`: the process lane processes started before the lock fork from.
+    #[serde(default)]
+    pub fork_server: Option<ForkServer>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
     /// Where its parts are in the file, for what is said about them after loading.
@@ -315,4 +318,13 @@ mod tests {
         assert_eq!(l.devices_of(1).unwrap().line, 11);
         assert_eq!(l.devices_of(2), l.scenes_key);
     }
+}
+
+/// `fork_server:` (docs/lanes.md, "A fork server").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForkServer {
+    /// Starts it; it listens on `$SCENERUN_FORK_SERVER` and prints `ready`.
+    pub run: crate::template::Template,
+    /// From its start to its ready line; past it, the lanes start their own interpreters.
+    pub start_timeout: std::time::Duration,
 }

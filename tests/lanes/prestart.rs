@@ -5,7 +5,7 @@
 //! until the lanes say they are ready, so the order of events (lane start, acquire,
 //! go, release) is what the tests count, from the lanes' and the lock tool's own logs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -822,4 +822,225 @@ fn a_prestart_that_is_neither_true_false_nor_all_is_a_manifest_error() {
         err.contains("lanes.l.prestart") && err.contains("`sometimes` is not a prestart"),
         "{err}"
     );
+}
+
+/// A pytest lane run through `scenerun_pytest fork`, two lanes of two scenes on one id,
+/// `prestart: all`: both processes start before the lock. `heavy.py` stands for torch: it
+/// logs each import. `server`: the manifest has a `fork_server` that preloads it.
+fn forking_suite(server: Option<&str>) -> Suite {
+    let py = venv_python();
+    let s = Suite::with_logs();
+    s.write(
+        "heavy.py",
+        "import os\nwith open('logs/heavy.log', 'a') as f:\n    f.write('imported pid=%d\\n' % os.getpid())\n",
+    );
+    s.write(
+        "tests/conftest.py",
+        "import heavy\n\ndef pytest_addoption(parser):\n    parser.addoption('--device', action='store', default='0')\n",
+    );
+    s.write(
+        "tests/test_f.py",
+        r#"import os, signal
+
+def _log(name):
+    with open("logs/ran.log", "a") as f:
+        f.write("%s pid=%d pgid=%d devices=%s\n" % (name, os.getpid(), os.getpgrp(), os.environ["SCENERUN_DEVICES"]))
+
+def test_a1(): _log("a1")
+def test_a2(): _log("a2")
+def test_b1(): _log("b1")
+def test_b2():
+    _log("b2")
+    assert os.environ.get("ONLY_B") == "yes", "the lane's own env"
+def test_crash():
+    os.kill(os.getpid(), signal.SIGKILL)
+"#,
+    );
+    let token = format!("pre{}x{}", std::process::id(), s.dir().display());
+    let lane = |env: &str| {
+        format!(
+            "    run: \"{} -m scenerun_pytest fork pytest -p no:cacheprovider -q {{args}} --device {{devices}}\"\n    prestart: all\n    env: {{{env}}}\n",
+            py.display()
+        )
+    };
+    let scene = |name: &str, lane: &str| {
+        format!("  - name: {name}\n    device:\n      lane: {lane}\n      args: [\"tests/test_f.py::test_{name}\"]\n")
+    };
+    let server = server
+        .map(|run| format!("fork_server:\n  run: \"{run}\"\n  start_timeout: 60s\n"))
+        .unwrap_or_default();
+    s.manifest(&format!(
+        "version: 1\ncache:\n  dir: cache\nenv:\n  LANE_TOKEN: \"{token}\"\n{server}lock:\n  submit: \"{TASK_SUBMIT} --timeout 60 --device auto --device-num {{device_count}} --run {{run}}\"\n  device_count: 1\n  grace: 2s\nlanes:\n  a:\n{}  b:\n{}scenes:\n{}{}{}{}",
+        lane(""),
+        lane("ONLY_B: \"yes\""),
+        scene("a1", "a"),
+        scene("a2", "a"),
+        scene("b1", "b"),
+        scene("b2", "b"),
+    ));
+    s
+}
+
+fn preloading(py: &std::path::Path) -> String {
+    format!("{} -m scenerun_pytest zygote heavy pytest", py.display())
+}
+
+/// Every process of the suite alive now (a lane, the server, what it forked): its
+/// token is in the environment each started with.
+fn suite_procs_alive(s: &Suite) -> Vec<String> {
+    let token = format!("LANE_TOKEN=pre{}x{}", std::process::id(), s.dir().display());
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let env = fs::read(e.path().join("environ")).unwrap_or_default();
+        let env = String::from_utf8_lossy(&env);
+        if name.bytes().all(|b| b.is_ascii_digit())
+            && env.split('\0').any(|v| v == token)
+            && pid_alive(&name)
+        {
+            let cmd = fs::read(e.path().join("cmdline")).unwrap_or_default();
+            out.push(format!(
+                "{name}: {}",
+                String::from_utf8_lossy(&cmd).replace('\0', " ")
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn lane_processes_fork_from_the_fork_server_and_import_its_modules_once() {
+    let py = venv_python();
+    for server in [None, Some(preloading(&py))] {
+        let pool = Pool::new("5");
+        let s = forking_suite(server.as_deref());
+        let mut blocker = holder(&pool, "5");
+        let child = device(&s, &pool);
+        // Both lanes collect before the lock (the conftest imported `heavy`).
+        assert!(wait_until(Duration::from_secs(60), || s
+            .count("logs/heavy.log")
+            >= if server.is_some() { 1 } else { 2 }));
+        std::thread::sleep(Duration::from_millis(300));
+        blocker.release();
+        let o = child.output();
+        expect_code(&o, 0);
+        assert!(
+            outcomes(&report(&s)).values().all(|o| o == "passed"),
+            "{}",
+            show(&o)
+        );
+        let ran = fields(&s, "logs/ran.log");
+        assert_eq!(ran.len(), 4, "{}", s.read("logs/ran.log"));
+        assert!(
+            ran.iter().all(|f| f["devices"] == "5"),
+            "{}",
+            s.read("logs/ran.log")
+        );
+        let lanes = r_lanes(&s);
+        assert_eq!(lanes.len(), 2, "{}", show(&o));
+        assert!(lanes.iter().all(|l| l["prestarted"] == true), "{lanes:?}");
+        // The tests ran in the group of the process scenerun started for their lane.
+        let pgids: BTreeSet<&str> = ran.iter().map(|f| f["pgid"].as_str()).collect();
+        assert_eq!(pgids.len(), 2, "{}", s.read("logs/ran.log"));
+        let imports = s.count("logs/heavy.log");
+        match &server {
+            None => assert_eq!(imports, 2, "one per process"),
+            Some(_) => {
+                assert_eq!(
+                    imports,
+                    1,
+                    "once, in the server: {}\n{}\n{}",
+                    s.read("logs/heavy.log"),
+                    s.read("build/scenerun/logs/fork-server.log"),
+                    show(&o)
+                );
+                assert!(
+                    ran.iter().all(|f| f["pid"] != f["pgid"]),
+                    "forked, not started"
+                );
+            }
+        }
+        assert!(
+            suite_procs_alive(&s).is_empty(),
+            "{:?}",
+            suite_procs_alive(&s)
+        );
+    }
+}
+
+#[test]
+fn a_lane_forked_from_the_server_that_dies_of_a_signal_is_reported_as_one_that_was_started() {
+    let py = venv_python();
+    let verdict = |server: Option<String>| {
+        let s = forking_suite(server.as_deref());
+        let text = s.read("scenes.yaml").replace(
+            "  - name: a2\n",
+            "  - name: crash\n    device:\n      lane: a\n      args: [\"tests/test_f.py::test_crash\"]\n  - name: a2\n",
+        );
+        s.manifest(&text);
+        let pool = Pool::new("5");
+        let o = device(&s, &pool).output();
+        let r = report(&s);
+        let crash = scene_in(&r, "crash");
+        assert!(
+            suite_procs_alive(&s).is_empty(),
+            "{:?}",
+            suite_procs_alive(&s)
+        );
+        (
+            code(&o),
+            crash["outcome"].clone(),
+            message(&r, "crash"),
+            outcomes(&r),
+        )
+    };
+    let started = verdict(None);
+    let forked = verdict(Some(preloading(&py)));
+    assert_eq!(started.1, "failed", "{started:?}");
+    assert_eq!(forked, started);
+}
+
+#[test]
+fn a_cancel_while_queued_stops_the_server_and_what_it_forked() {
+    let py = venv_python();
+    let pool = Pool::new("5");
+    let s = forking_suite(Some(&preloading(&py)));
+    let mut blocker = holder(&pool, "5");
+    let child = device(&s, &pool);
+    assert!(wait_until(Duration::from_secs(60), || s
+        .count("logs/heavy.log")
+        == 1));
+    // The two lanes forked and waiting: the server and two processes each.
+    assert!(wait_until(Duration::from_secs(60), || suite_procs_alive(
+        &s
+    )
+    .len()
+        >= 5));
+    child.signal(libc::SIGTERM);
+    let o = child.output();
+    expect_code(&o, 2);
+    assert!(
+        suite_procs_alive(&s).is_empty(),
+        "{:?}",
+        suite_procs_alive(&s)
+    );
+    blocker.release();
+    assert!(outcomes(&report(&s)).values().all(|o| o == "not_run"));
+    assert_eq!(s.count("logs/ran.log"), 0);
+}
+
+#[test]
+fn a_server_that_never_gets_ready_is_said_and_the_lanes_start_their_own() {
+    let pool = Pool::new("5");
+    let s = forking_suite(Some("exit 3"));
+    let o = device(&s, &pool).output();
+    expect_code(&o, 0);
+    assert!(
+        stderr(&o).contains("the fork server is not there")
+            && stderr(&o).contains("each lane process starts its own interpreter"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(s.count("logs/heavy.log"), 2);
+    assert!(outcomes(&report(&s)).values().all(|o| o == "passed"));
 }

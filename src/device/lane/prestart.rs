@@ -41,6 +41,8 @@ pub struct Prestart {
     done: Arc<AtomicBool>,
     monitor: Option<JoinHandle<()>>,
     grace: Duration,
+    /// The fork server they were forked from, stopped once they are gone.
+    server: Option<super::fork_server::Running>,
 }
 
 /// Some lane of the frozen plan starts before the lock (only then is what to start
@@ -94,6 +96,7 @@ pub fn start(
         done,
         monitor,
         grace,
+        server: None,
     }
 }
 
@@ -186,6 +189,12 @@ fn stop_unowned(procs: &[Proc]) {
 }
 
 impl Prestart {
+    /// Stop `server` in `finish`, after every process is gone (a child it forked still
+    /// running needs it to say how it ended).
+    pub fn keep_until_finished(&mut self, server: Option<super::fork_server::Running>) {
+        self.server = server;
+    }
+
     /// How many were started, by lane.
     pub fn counts(&self) -> std::collections::BTreeMap<&str, usize> {
         let mut out = std::collections::BTreeMap::new();
@@ -228,6 +237,9 @@ impl Prestart {
                 let _ = r.join();
             }
             proc::disown(p.rec.leader.pid);
+        }
+        if let Some(server) = self.server.take() {
+            server.stop(self.grace + Duration::from_secs(2));
         }
     }
 }

@@ -55,11 +55,16 @@ def split_exclude(spec: str) -> tuple[str, str] | None:
     return None
 
 
-USAGE = "usage: python -m scenerun_pytest {collect|fixture|golden|worker|test} ...  (see docs/pytest.md)"
+USAGE = "usage: python -m scenerun_pytest {collect|fixture|golden|worker|test|zygote|fork} ...  (see docs/pytest.md)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("zygote", "fork"):
+        # A lane's fork server and the process that stands for a lane (docs/lanes.md).
+        from . import fork
+
+        return fork.zygote_main(argv[1:]) if argv[0] == "zygote" else fork.fork_main(argv[1:])
     if not argv or argv[0] not in ("collect", "fixture", "golden", "worker", "test"):
         print(USAGE, file=sys.stderr)
         return 4 if argv and argv[0] not in ("-h", "--help") else 0
