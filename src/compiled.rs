@@ -257,12 +257,15 @@ fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir()?;
     let key = key_of(call, c, &cwd, &files)?;
     if let Lookup::Hit(e) = store.lookup(Kind::Compiled, &key, &call.base, &files) {
-        return serve(call, c, &cwd, &e.out(), "hit", 0.0);
+        // Marked used, as a warm marks its hits: `cache prune` evicts by last use.
+        store.touch(&e);
+        return serve(call, c, &cwd, &e.out());
     }
     // One build per key at a time: a second lane compiling the same kernel waits, then hits.
     let _lock = store.lock_key(Kind::Compiled, &key)?;
     if let Lookup::Hit(e) = store.lookup(Kind::Compiled, &key, &call.base, &files) {
-        return serve(call, c, &cwd, &e.out(), "hit", 0.0);
+        store.touch(&e);
+        return serve(call, c, &cwd, &e.out());
     }
     let staging = store.stage(Kind::Compiled)?;
     let out = staging.out();
@@ -332,18 +335,11 @@ fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
 }
 
 /// A hit: the kept output at the command's `-o`, its messages printed again.
-fn serve(
-    call: &Call,
-    c: &Cacheable,
-    cwd: &Path,
-    out: &Path,
-    what: &str,
-    secs: f64,
-) -> anyhow::Result<i32> {
+fn serve(call: &Call, c: &Cacheable, cwd: &Path, out: &Path) -> anyhow::Result<i32> {
     place(c, cwd, &out.join("result"))?;
     let _ = std::io::stdout().write_all(&std::fs::read(out.join("stdout")).unwrap_or_default());
     let _ = std::io::stderr().write_all(&std::fs::read(out.join("stderr")).unwrap_or_default());
-    note(call, what, "", secs);
+    note(call, "hit", "", 0.0);
     Ok(0)
 }
 

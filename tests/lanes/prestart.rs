@@ -1044,3 +1044,40 @@ fn a_server_that_never_gets_ready_is_said_and_the_lanes_start_their_own() {
     assert_eq!(s.count("logs/heavy.log"), 2);
     assert!(outcomes(&report(&s)).values().all(|o| o == "passed"));
 }
+
+#[test]
+fn a_lane_whose_interpreter_differs_from_the_servers_starts_its_own() {
+    let py = venv_python();
+    let s = forking_suite(Some(&preloading(&py)));
+    let text = s.read("scenes.yaml").replace(
+        "env: {ONLY_B: \"yes\"}",
+        "env: {ONLY_B: \"yes\", PYTHONPATH: \"tests\"}",
+    );
+    s.manifest(&text);
+    let pool = Pool::new("5");
+    let o = device(&s, &pool).output();
+    expect_code(&o, 0);
+    assert!(
+        outcomes(&report(&s)).values().all(|o| o == "passed"),
+        "{}",
+        show(&o)
+    );
+    // The server's import, and lane b's own.
+    assert_eq!(s.count("logs/heavy.log"), 2, "{}", s.read("logs/heavy.log"));
+    let logs: String = fs::read_dir(s.path("build/scenerun/logs/lanes"))
+        .unwrap()
+        .flatten()
+        .map(|e| fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(
+        logs.contains(
+            "the lane's PYTHONPATH differs from the server's; starting its own interpreter"
+        ),
+        "{logs}"
+    );
+    assert!(
+        suite_procs_alive(&s).is_empty(),
+        "{:?}",
+        suite_procs_alive(&s)
+    );
+}

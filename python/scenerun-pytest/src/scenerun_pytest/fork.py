@@ -33,6 +33,9 @@ Message = Dict[str, Any]
 ENV = "SCENERUN_FORK_SERVER"
 # Signals a lane's group may get (a stop signal, the cancel, a dump request): the child
 # acts on them, the process standing for it does not.
+# What decides the interpreter a child would be, other than its executable: a lane whose
+# values differ from the server's is not forked (it would get the server's sys.path).
+SHAPING = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "VIRTUAL_ENV")
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -153,6 +156,13 @@ def _start_child(conn: socket.socket, listener: socket.socket) -> int | None:
         for fd in fds:
             os.close(fd)
         return None
+    differs = [v for v in SHAPING if req.get("env", {}).get(v) != os.environ.get(v)]
+    if req.get("executable") != sys.executable or differs:
+        what = ", ".join(differs) or f"the interpreter {req.get('executable')}"
+        _send(conn, {"error": f"the lane's {what} differs from the server's"})
+        for fd in fds:
+            os.close(fd)
+        return None
     go_r, go_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -263,6 +273,7 @@ def _through_server(path: str, module: str, args: list[str]) -> int | None:
             "cwd": os.getcwd(),
             "env": dict(os.environ),
             "pgid": os.getpgrp(),
+            "executable": sys.executable,
         }
         # The group's signals are the child's from the moment it exists.
         for sig in RELAYED:
