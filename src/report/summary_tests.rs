@@ -87,13 +87,18 @@ fn report(lock: bool, lanes: Vec<Value>, quarantined: &[&str], scenes: Vec<Value
                "inner_ended_at": 109.0, "returned_at": 110.0, "queue_wait_secs": 2.0,
                "held_secs": 8.0, "output_tail": null, "signal_forwarded_at": null})
     });
+    // Through the lock, the tests compiled too (`compile_cache:`).
+    let compiles = lock
+        .is_some()
+        .then(|| json!({"hit": 19, "built": 1, "ran": 7}));
     serde_json::from_value(json!({
         "version": 1, "scenerun": "0", "manifest": "m", "exit_code": 1, "error": null,
         "lock": lock,
         "device": {
             "granted": ["0", "1"], "inner_secs": 7.0, "busy_secs": 3.0,
             "device_secs_used": 4.0, "device_secs_held": 16.0, "efficiency": 0.4,
-            "startup_secs": 1.5, "quarantined": quarantined, "lanes": lanes
+            "startup_secs": 1.5, "quarantined": quarantined, "lanes": lanes,
+            "compiles": compiles
         },
         "scenes": scenes
     }))
