@@ -172,3 +172,62 @@ fn a_compiler_name_that_is_a_path_or_given_twice_is_a_manifest_error() {
         );
     }
 }
+
+#[test]
+fn two_lanes_compiling_the_same_kernel_at_once_run_the_compiler_once() {
+    let s = compiling_suite();
+    // Two lanes on two ids, each test compiling the kernel; the compiler is slowed so
+    // that the two compiles overlap when nothing holds the second back.
+    let text = s.read("scenes.yaml").replace(
+        "lanes:\n  py:\n",
+        "lanes:\n  py2:\n    run: \"PLACEHOLDER\"\n  py:\n",
+    );
+    let run = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("run:") && l.contains("pytest"))
+        .unwrap()
+        .to_string();
+    let text = text.replace("    run: \"PLACEHOLDER\"", &run).replace(
+        "  - name: second\n    device:\n      lane: py\n",
+        "  - name: second\n    device:\n      lane: py2\n",
+    );
+    s.write("scenes.yaml", &text);
+    let log = s.path("logs/cc-runs.log");
+    s.script(
+        "tools/tcc-15",
+        &format!(
+            "#!/bin/sh\ncase \" $* \" in *' -o '*) echo \"$*\" >> '{}'; sleep 1;; esac\nexec cc \"$@\"\n",
+            log.display()
+        ),
+    );
+    let text = s.read("scenes.yaml").replace(
+        "  - name: broken\n    device:\n      lane: py\n      args: [\"tests/test_k.py::test_broken\"]\n",
+        "",
+    );
+    s.write("scenes.yaml", &text);
+    let o = no_lock(&s, "0,1");
+    expect_code(&o, 0);
+    assert!(
+        outcomes(&report(&s)).values().all(|o| o == "passed"),
+        "{}",
+        show(&o)
+    );
+    let r = report(&s);
+    let lanes: Vec<String> = r["device"]["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["lane"].as_str().unwrap().to_string())
+        .collect();
+    assert!(lanes.contains(&"py2".to_string()), "{lanes:?}");
+    assert_eq!(
+        s.count("logs/cc-runs.log"),
+        1,
+        "{}",
+        s.read("logs/cc-runs.log")
+    );
+    assert_eq!(
+        compiles(&s),
+        serde_json::json!({"hit": 1, "built": 1, "ran": 1})
+    );
+}
