@@ -1081,3 +1081,38 @@ fn a_lane_whose_interpreter_differs_from_the_servers_starts_its_own() {
         suite_procs_alive(&s)
     );
 }
+
+/// `scenerun device` SIGKILLed while the forked lanes wait in the queue: its watchdog
+/// kills every group it registered — the server's, and each lane's, which the forked
+/// child joined — so nothing of the suite is alive 0.5 s later.
+#[test]
+fn a_killed_device_leaves_no_server_nor_forked_lane() {
+    let py = venv_python();
+    let pool = Pool::new("5");
+    let s = forking_suite(Some(&preloading(&py)));
+    let mut blocker = holder(&pool, "5");
+    let child = device(&s, &pool);
+    // The server and the two children it forked (they carry its command line).
+    let forked = |s: &Suite| {
+        suite_procs_alive(s)
+            .iter()
+            .filter(|p| p.contains("scenerun_pytest zygote"))
+            .count()
+    };
+    assert!(wait_until(Duration::from_secs(60), || forked(&s) == 3));
+    let killed = unix_secs();
+    child.signal(libc::SIGKILL);
+    let _ = child.output();
+    let wait = killed + 0.5 - unix_secs();
+    if wait > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(wait));
+    }
+    // (The lock tool still queues: its own end is `a_killed_device_leaves_no_lane_...`'s.)
+    let python: Vec<String> = suite_procs_alive(&s)
+        .into_iter()
+        .filter(|p| p.contains("scenerun_pytest"))
+        .collect();
+    assert!(python.is_empty(), "{python:?}");
+    blocker.release();
+    assert_eq!(s.count("logs/ran.log"), 0);
+}
