@@ -207,32 +207,7 @@ pub enum Command {
     /// Internal: a compile a lane or device step started, through the cache
     /// (`compile_cache:`; the shims on the lanes' PATH call it).
     #[command(hide = true)]
-    Cc(CcArgs),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct CcArgs {
-    /// The cache directory.
-    #[arg(long = "cc-cache", value_name = "DIR")]
-    pub cache: PathBuf,
-    /// The manifest's directory.
-    #[arg(long = "cc-base", value_name = "DIR")]
-    pub base: PathBuf,
-    /// The compiler the shim stands for.
-    #[arg(long = "cc-real", value_name = "PATH")]
-    pub real: PathBuf,
-    /// Where each compile appends a line.
-    #[arg(long = "cc-log", value_name = "FILE")]
-    pub log: Option<PathBuf>,
-    /// `cache.verify_key`, hex.
-    #[arg(long = "cc-verify-key", value_name = "HEX")]
-    pub verify_key: Option<String>,
-    /// `cache.sign_key_env`.
-    #[arg(long = "cc-sign-key-env", value_name = "NAME")]
-    pub sign_key_env: Option<String>,
-    /// The compiler's arguments (after `--`).
-    #[arg(last = true, allow_hyphen_values = true)]
-    pub args: Vec<std::ffi::OsString>,
+    Cc(crate::compiled::Call),
 }
 
 #[derive(Debug, Clone, Default, Args)]

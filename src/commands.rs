@@ -85,19 +85,10 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
             Exit::Infra
         });
     }
-    if let Command::Cc(a) = &cli.command {
-        let a = a.clone();
+    if let Command::Cc(call) = &cli.command {
         // The compiler's own status, whatever it is: scenerun's codes mean nothing to
         // the test that started the compile.
-        std::process::exit(crate::compiled::run(&crate::compiled::Call {
-            cache: a.cache,
-            base: a.base,
-            real: a.real,
-            log: a.log,
-            verify_key: a.verify_key,
-            sign_key_env: a.sign_key_env,
-            args: a.args,
-        }));
+        std::process::exit(crate::compiled::run(call));
     }
     proc::install_signal_thread(on_signal);
     let jobs = cli

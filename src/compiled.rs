@@ -104,23 +104,31 @@ const NOT_CACHED_PREFIX: &[&str] = &[
     "-fcallgraph-info",
 ];
 
-/// What `scenerun cc` is told by its shim (`shims`).
-#[derive(Debug, Clone)]
+/// What `scenerun cc` is told by its shim (`write_shims`): the hidden command's
+/// arguments, as clap parses them.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Call {
     /// The cache directory.
+    #[arg(long = "cc-cache", value_name = "DIR")]
     pub cache: PathBuf,
     /// The manifest's directory: dependency paths inside it are recorded relative to it.
+    #[arg(long = "cc-base", value_name = "DIR")]
     pub base: PathBuf,
     /// The compiler the shim stands for, as found on `PATH` (not resolved further: a
     /// driver may choose its mode by its name).
+    #[arg(long = "cc-real", value_name = "PATH")]
     pub real: PathBuf,
     /// Where each compile appends one line: `hit`, `built`, `ran` (not cached) and why.
+    #[arg(long = "cc-log", value_name = "FILE")]
     pub log: Option<PathBuf>,
-    /// `cache.verify_key`, hex: an entry it did not sign is a miss.
+    /// `cache.verify_key` (`ed25519:<base64>`): an entry it did not sign is a miss. No
+    /// signing key comes with it (none is ever handed to a lane): what this process
+    /// keeps is published unsigned, and `scenerun device` signs it when the run ends
+    /// (`sign_kept`).
+    #[arg(long = "cc-verify-key", value_name = "KEY")]
     pub verify_key: Option<String>,
-    /// `cache.sign_key_env`: what this process builds is signed with the key there.
-    pub sign_key_env: Option<String>,
-    /// The compiler's own arguments.
+    /// The compiler's own arguments (after `--`).
+    #[arg(last = true, allow_hyphen_values = true)]
     pub args: Vec<OsString>,
 }
 
@@ -205,7 +213,7 @@ pub fn run(call: &Call) -> i32 {
             .all(|v| std::env::var_os(v).is_none())
     });
     let Some(c) = shape else {
-        note(call, "ran", "not a command the cache keeps", 0.0);
+        note(call, "ran", "not a command the cache keeps", 0.0, None);
         return exec_real(call);
     };
     match cached(call, &c) {
@@ -217,6 +225,7 @@ pub fn run(call: &Call) -> i32 {
                 "ran",
                 &format!("the cache cannot be used: {why:#}"),
                 0.0,
+                None,
             );
             exec_real(call)
         }
@@ -230,11 +239,12 @@ fn exec_real(call: &Call) -> i32 {
     127
 }
 
-/// One line in the log the device run reads (`compile_log`).
-fn note(call: &Call, what: &str, why: &str, secs: f64) {
+/// One line in the log the device run reads (`Tally::of_run`); `key`: the entry a
+/// `built` compile published.
+fn note(call: &Call, what: &str, why: &str, secs: f64, key: Option<&str>) {
     let Some(log) = &call.log else { return };
     let source = shape(&call.args).map(|c| c.source.display().to_string());
-    let line = serde_json::json!({"compile": what, "source": source, "why": why, "secs": secs});
+    let line = serde_json::json!({"compile": what, "source": source, "why": why, "secs": secs, "key": key});
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
@@ -248,8 +258,11 @@ fn note(call: &Call, what: &str, why: &str, secs: f64) {
 /// Err: the cache could not be used and no compiler has run.
 fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
     let keys = crate::cache::sign::Keys::of(
-        call.verify_key.as_deref().map(verify_key).transpose()?,
-        call.sign_key_env.as_deref(),
+        call.verify_key
+            .as_deref()
+            .map(crate::manifest::remote::parse_ed25519)
+            .transpose()?,
+        None,
     )?;
     let store = Store::at(call.cache.clone()).with_keys(keys);
     store.ensure()?;
@@ -304,7 +317,7 @@ fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
     let _ = std::io::stderr().write_all(&ran.stderr);
     if !ran.status.success() || !result.is_file() {
         // Never kept: the next run compiles again, as the compiler alone would.
-        note(call, "ran", "the compile failed", secs);
+        note(call, "ran", "the compile failed", secs, None);
         return Ok(status_code(ran.status));
     }
     for (name, bytes) in [("stdout", &ran.stdout), ("stderr", &ran.stderr)] {
@@ -325,12 +338,12 @@ fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
         Ok(entry_out) => place(c, &cwd, &entry_out.join("result"))?,
         Err(why) => {
             // Compiled, not kept: the compile still stands.
-            note(call, "ran", &format!("not kept: {why:#}"), secs);
+            note(call, "ran", &format!("not kept: {why:#}"), secs, None);
             place(c, &cwd, &result)?;
             return Ok(0);
         }
     }
-    note(call, "built", "", secs);
+    note(call, "built", "", secs, Some(&key));
     Ok(0)
 }
 
@@ -339,7 +352,7 @@ fn serve(call: &Call, c: &Cacheable, cwd: &Path, out: &Path) -> anyhow::Result<i
     place(c, cwd, &out.join("result"))?;
     let _ = std::io::stdout().write_all(&std::fs::read(out.join("stdout")).unwrap_or_default());
     let _ = std::io::stderr().write_all(&std::fs::read(out.join("stderr")).unwrap_or_default());
-    note(call, "hit", "", 0.0);
+    note(call, "hit", "", 0.0, None);
     Ok(0)
 }
 
@@ -467,16 +480,6 @@ fn status_code(s: std::process::ExitStatus) -> i32 {
     s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
 }
 
-fn verify_key(hex: &str) -> anyhow::Result<[u8; 32]> {
-    let bytes: Vec<u8> = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("x"), 16))
-        .collect::<Result<_, _>>()?;
-    bytes
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("a verify key is 32 bytes"))
-}
-
 /// The directory of a device run's compiler shims.
 pub fn shim_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("bin")
@@ -555,15 +558,10 @@ pub fn write_shims(
             q(&log_path(run_dir)),
         );
         if let Some(k) = manifest.cache.verify_key {
+            let text = crate::manifest::remote::ed25519_text(&k);
             line.push_str(&format!(
                 " --cc-verify-key {}",
-                crate::cache::digest::hex(&k)
-            ));
-        }
-        if let Some(env) = &manifest.cache.sign_key_env {
-            line.push_str(&format!(
-                " --cc-sign-key-env {}",
-                crate::template::quote(env)
+                crate::template::quote(&text)
             ));
         }
         let shim = dir.join(name);
@@ -594,24 +592,49 @@ pub struct Tally {
     pub ran: usize,
 }
 
-impl Tally {
+/// A device run's compile log, read once when the run ends: its tally, and the entries
+/// its compiles published.
+pub struct RunLog {
+    pub tally: Tally,
+    built: Vec<String>,
+}
+
+impl RunLog {
     /// Read the run's log (a missing one: no compile).
-    pub fn of_run(run_dir: &Path) -> Tally {
-        let mut t = Tally::default();
+    pub fn read(run_dir: &Path) -> RunLog {
+        let mut log = RunLog {
+            tally: Tally::default(),
+            built: Vec::new(),
+        };
         let text = crate::fsutil::read_capped(&log_path(run_dir), crate::fsutil::Cap::SMALL)
             .unwrap_or_default();
         for line in String::from_utf8_lossy(&text).lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
             match v["compile"].as_str() {
-                Some("hit") => t.hit += 1,
-                Some("built") => t.built += 1,
-                Some("ran") => t.ran += 1,
+                Some("hit") => log.tally.hit += 1,
+                Some("built") => {
+                    log.tally.built += 1;
+                    log.built.extend(v["key"].as_str().map(str::to_string));
+                }
+                Some("ran") => log.tally.ran += 1,
                 _ => {}
             }
         }
-        t
+        log
     }
 
+    /// Sign what the run's compiles kept, when this process holds the signing key (a
+    /// lane never does): without it, under `cache.verify_key` they are misses, and each
+    /// compiles again. How many were signed.
+    pub fn sign_kept(&self, store: &Store) -> usize {
+        self.built
+            .iter()
+            .filter(|k| store.sign_unsigned(Kind::Compiled, k).unwrap_or(false))
+            .count()
+    }
+}
+
+impl Tally {
     pub fn any(&self) -> bool {
         self.hit + self.built + self.ran > 0
     }

@@ -82,10 +82,7 @@ impl Keys {
     pub(super) fn sign(&self, meta: &mut Meta) {
         if let Some(k) = &self.signer {
             let sig = k.sign(&meta_bytes(meta));
-            meta.signature = Some(format!(
-                "ed25519:{}",
-                base64::engine::general_purpose::STANDARD.encode(sig.to_bytes())
-            ));
+            meta.signature = Some(crate::manifest::remote::ed25519_text(&sig.to_bytes()));
         }
     }
 

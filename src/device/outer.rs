@@ -598,9 +598,10 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         through_lock(Phase { plan, opts, ui }, &mut frozen, &mut report)?
     };
     record_history(plan, &r);
-    let compiles = crate::compiled::Tally::of_run(&frozen.run_dir);
-    if let Some(d) = report.device.as_mut().filter(|_| compiles.any()) {
-        d.compiles = Some(compiles);
+    let compiles = crate::compiled::RunLog::read(&frozen.run_dir);
+    compiles.sign_kept(&plan.store);
+    if let Some(d) = report.device.as_mut().filter(|_| compiles.tally.any()) {
+        d.compiles = Some(compiles.tally);
     }
     if r.no_healthy_device {
         notify(

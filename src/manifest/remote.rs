@@ -78,6 +78,15 @@ impl RemoteConfig {
     }
 }
 
+/// Bytes (a key, a signature) → `ed25519:<base64>`, the form `parse_ed25519` reads.
+pub fn ed25519_text(bytes: &[u8]) -> String {
+    use base64::Engine;
+    format!(
+        "ed25519:{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
 /// `ed25519:<base64 of 32 bytes>` → the bytes. Used for `verify_key` here and for the
 /// signing seed read from the environment.
 pub fn parse_ed25519(text: &str) -> Result<[u8; 32], BadKey> {

@@ -231,3 +231,61 @@ fn two_lanes_compiling_the_same_kernel_at_once_run_the_compiler_once() {
         serde_json::json!({"hit": 1, "built": 1, "ran": 1})
     );
 }
+
+/// Under `cache.verify_key` an entry must be signed to be served, and the signing key
+/// never reaches a lane: `device` signs what the run's compiles kept once the run has
+/// ended. Within that first run the second test's compile is a miss (its twin is not
+/// signed yet); the next run serves both.
+#[test]
+fn with_a_verify_key_the_compiles_kept_are_signed_when_the_run_ends() {
+    let (private, public) = crate::trust::signed::keypair(5);
+    let s = compiling_suite();
+    let text = s.read("scenes.yaml").replace(
+        "cache:\n  dir: cache\n",
+        &format!(
+            "cache:\n  dir: cache\n  verify_key: \"{public}\"\n  sign_key_env: MY_ENTRY_KEY\n"
+        ),
+    );
+    s.write("scenes.yaml", &text);
+    let device = |key: Option<&str>| {
+        let mut c = s.cmd(&["device", "--no-lock", "--devices", "0"]);
+        if let Some(k) = key {
+            c.env("MY_ENTRY_KEY", k);
+        }
+        c.output().unwrap()
+    };
+    // Without the key nothing kept can be served: every compile runs, every run.
+    for _ in 0..2 {
+        expect_code(&device(None), 0);
+    }
+    assert_eq!(
+        s.count("logs/cc-runs.log"),
+        6,
+        "{}",
+        s.read("logs/cc-runs.log")
+    );
+    // With it: compiled (both, and the broken one), kept, signed at the end.
+    let o = device(Some(&private));
+    expect_code(&o, 0);
+    assert_eq!(
+        s.count("logs/cc-runs.log"),
+        9,
+        "{}",
+        s.read("logs/cc-runs.log")
+    );
+    // Served under the verify key: only the broken compile runs again.
+    let o = device(Some(&private));
+    expect_code(&o, 0);
+    assert_eq!(
+        s.count("logs/cc-runs.log"),
+        10,
+        "{}",
+        s.read("logs/cc-runs.log")
+    );
+    assert_eq!(
+        compiles(&s),
+        serde_json::json!({"hit": 2, "built": 0, "ran": 2}),
+        "{}",
+        show(&o)
+    );
+}

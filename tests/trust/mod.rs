@@ -16,7 +16,7 @@ mod planted;
 mod readonly;
 mod remote_records;
 mod secrets;
-mod signed;
+pub(crate) mod signed;
 mod terminal;
 
 use std::collections::BTreeMap;

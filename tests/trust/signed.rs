@@ -14,7 +14,7 @@ fn b64(bytes: &[u8]) -> String {
 }
 
 /// A signing key and its public half, as the manifest and the environment take them.
-fn keypair(seed: u8) -> (String, String) {
+pub(crate) fn keypair(seed: u8) -> (String, String) {
     let sk = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
     (
         format!("ed25519:{}", b64(&[seed; 32])),

@@ -51,10 +51,7 @@ impl Record {
 
     pub fn sign(&mut self, key: &SigningKey) {
         let sig = key.sign(&self.signed_bytes());
-        self.signature = Some(format!(
-            "ed25519:{}",
-            base64::engine::general_purpose::STANDARD.encode(sig.to_bytes())
-        ));
+        self.signature = Some(crate::manifest::remote::ed25519_text(&sig.to_bytes()));
     }
 
     /// The bytes of all its files (saturating: a record may claim anything).
