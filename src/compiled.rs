@@ -118,6 +118,10 @@ pub struct Call {
     /// driver may choose its mode by its name).
     #[arg(long = "cc-real", value_name = "PATH")]
     pub real: PathBuf,
+    /// What `<compiler> --version` printed, hashed: run once by `scenerun device`
+    /// before the lock (`write_shims`), not by every compile inside it.
+    #[arg(long = "cc-identity", value_name = "HASH")]
+    pub identity: String,
     /// Where each compile appends one line: `hit`, `built`, `ran` (not cached) and why.
     #[arg(long = "cc-log", value_name = "FILE")]
     pub log: Option<PathBuf>,
@@ -356,25 +360,15 @@ fn serve(call: &Call, c: &Cacheable, cwd: &Path, out: &Path) -> anyhow::Result<i
     Ok(0)
 }
 
-/// The key: the compiler (its path and what `--version` says), the arguments with the
+/// The key: the compiler (its path and its identity), the arguments with the
 /// output masked, the working directory, the source and the other inputs by content,
 /// and the variables compilers read. The headers are not in it: the depfile of the
 /// compile that made the entry lists them, and a hit re-checks each.
 fn key_of(call: &Call, c: &Cacheable, cwd: &Path, files: &Files) -> anyhow::Result<String> {
-    let version = Command::new(&call.real)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()?;
-    anyhow::ensure!(
-        version.status.success(),
-        "`{} --version` failed",
-        call.real.display()
-    );
     let mut h = KeyHasher::new(Kind::Compiled.name());
     h.field("compiled-schema", SCHEMA.as_bytes());
     h.field("compiler", call.real.as_os_str().as_encoded_bytes());
-    h.field("identity", &version.stdout);
+    h.field("identity", call.identity.as_bytes());
     h.field("cwd", cwd.as_os_str().as_encoded_bytes());
     for (i, a) in call.args.iter().enumerate() {
         let masked: &[u8] = match (i == c.out_at, c.joined) {
@@ -523,14 +517,16 @@ fn inherited_path(manifest: &crate::manifest::Manifest) -> String {
 }
 
 /// Write a shim for each of `compile_cache.compilers` into the run's `bin/`: a script
-/// that hands its arguments to `scenerun cc` with the compiler it found on `PATH`. The
-/// names not found on `PATH` (no shim: a test that runs one fails as it would without
-/// scenerun).
+/// that hands its arguments to `scenerun cc` with the compiler it found on `PATH` and
+/// that compiler's identity (`<compiler> --version`, run here once through `identity`,
+/// before the lock). The compilers left without a shim, with why: not on `PATH` (a test
+/// that runs one fails as it would without scenerun), or no identity (its compiles run
+/// without the cache).
 pub fn write_shims(
     manifest: &crate::manifest::Manifest,
     store: &Store,
     run_dir: &Path,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Vec<(String, String)>> {
     use std::os::unix::fs::PermissionsExt;
     if manifest.compile_cache.is_empty() {
         return Ok(Vec::new());
@@ -546,11 +542,20 @@ pub fn write_shims(
     let mut missing = Vec::new();
     for name in &manifest.compile_cache {
         let Some(real) = find_on(&path, name) else {
-            missing.push(name.clone());
+            missing.push((name.clone(), "is not on PATH".into()));
             continue;
         };
+        let version = format!("{} --version", q(&real));
+        let timeout = crate::identity::DEFAULT_TIMEOUT;
+        let identity = match crate::identity::run(&version, &manifest.dir, &manifest.env, timeout) {
+            Ok(out) => blake3::hash(&out).to_hex().to_string(),
+            Err(e) => {
+                missing.push((name.clone(), format!("has no identity ({e})")));
+                continue;
+            }
+        };
         let mut line = format!(
-            "exec {} cc --cc-cache {} --cc-base {} --cc-real {} --cc-log {}",
+            "exec {} cc --cc-cache {} --cc-base {} --cc-real {} --cc-identity {identity} --cc-log {}",
             q(&me),
             q(&store.root),
             q(&manifest.dir),

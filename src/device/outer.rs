@@ -620,12 +620,13 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     finish(opts, report, exit)
 }
 
-/// The compiler shims of `compile_cache:` in the run's `bin/`; a compiler not on `PATH`
-/// is said once (its compiles, if any, fail as they would without scenerun).
+/// The compiler shims of `compile_cache:` in the run's `bin/`; a compiler left without
+/// one is said once (not on `PATH`: its compiles, if any, fail as they would without
+/// scenerun; no identity: they run without the cache).
 fn shims(plan: &Plan, ui: &Ui, run_dir: &Path) -> Result<()> {
-    for name in crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir)? {
+    for (name, why) in crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir)? {
         ui.info(&format!(
-            "compile_cache: `{name}` is not on PATH; no compile of it goes through the cache"
+            "compile_cache: `{name}` {why}; no compile of it goes through the cache"
         ));
     }
     Ok(())

@@ -38,8 +38,9 @@ fn compiling_suite() -> Suite {
     s.script(
         "tools/tcc-15",
         &format!(
-            "#!/bin/sh\ncase \" $* \" in *' -o '*) echo \"$*\" >> '{}';; esac\nexec cc \"$@\"\n",
-            log.display()
+            "#!/bin/sh\ncase \" $* \" in *' -o '*) echo \"$*\" >> '{}';; *' --version '*) echo v >> '{}';; esac\nexec cc \"$@\"\n",
+            log.display(),
+            s.path("logs/cc-probes.log").display()
         ),
     );
     s.write("kernel/value.h", "#define VALUE 41\n");
@@ -88,6 +89,9 @@ fn a_compile_a_test_runs_in_its_body_is_served_from_the_cache_the_next_time() {
         "{}",
         s.read("logs/cc-runs.log")
     );
+    // The compiler's identity is asked once per run, before the lock, not per compile;
+    // the other `--version` is test_probe's own.
+    assert_eq!(s.count("logs/cc-probes.log"), 2);
     assert_eq!(
         compiles(&s),
         serde_json::json!({"hit": 1, "built": 1, "ran": 2}),
