@@ -14,7 +14,6 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Instant;
 
 use crate::cache::{Dep, Kind, Lookup, Store};
@@ -298,12 +297,9 @@ fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
         false => result.clone().into_os_string(),
     };
     args.extend(["-MD".into(), "-MF".into(), depfile.clone().into_os_string()]);
-    // By the clock files are stamped with, less a tick of it: a file changed after this
-    // was changed during the compile (or just before: then only a keep is lost).
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
-        - 10_000_000;
+    // "Now" by the clock files are stamped with: the staging dir was just made. A file
+    // the compile read that changed after this was changed during the compile.
+    let started = crate::fsutil::file_clock_at(&out);
     let t0 = Instant::now();
     let ran = Command::new(&call.real)
         .args(&args)
@@ -397,8 +393,9 @@ fn key_of(call: &Call, c: &Cacheable, cwd: &Path, files: &Files) -> anyhow::Resu
     Ok(h.finish())
 }
 
-/// What the compile read, from its depfile: each a regular file, none changed since
-/// the compile started (then what it made is not what the record would name).
+/// What the compile read, from its depfile (`depfile::recorded`): each a regular file,
+/// none changed since the compile started (then what it made is not what the record
+/// would name).
 fn deps_of(
     call: &Call,
     depfile: &Path,
@@ -407,26 +404,23 @@ fn deps_of(
     started: i128,
 ) -> anyhow::Result<Vec<Dep>> {
     let text = crate::fsutil::read_capped(depfile, crate::fsutil::Cap::DEPFILE)?;
+    // The compiler wrote its paths relative to its own directory; the record names them
+    // relative to the manifest's (what a hit resolves them against).
     let cwd = std::env::current_dir()?;
-    let mut deps = Vec::new();
-    for p in crate::warm::depfile::parse(&String::from_utf8_lossy(&text)) {
-        let path = normalize(&cwd.join(&p));
-        if path.starts_with(staging) {
-            continue;
+    let paths = crate::warm::depfile::parse(&String::from_utf8_lossy(&text))
+        .into_iter()
+        .map(|p| cwd.join(p).to_string_lossy().into_owned())
+        .collect();
+    crate::warm::depfile::recorded(paths, &call.base, staging, |path| {
+        if !std::fs::metadata(path)?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
         }
-        let m = std::fs::metadata(&path)?;
-        anyhow::ensure!(m.is_file(), "{} is not a regular file", path.display());
-        anyhow::ensure!(
-            crate::fsutil::Stamp::of(&m).ctime_ns < started,
-            "{} changed while it was compiled",
-            path.display()
-        );
-        deps.push(Dep {
-            path: Arc::from(key_name(&call.base, &path)),
-            blake3: Arc::from(files.hash(&path)?),
-        });
-    }
-    Ok(deps)
+        if crate::fsutil::changed_since(path, started) {
+            return Err(std::io::Error::other("changed while it was compiled"));
+        }
+        files.hash(path)
+    })
+    .map_err(|(p, e)| anyhow::anyhow!("{p}: {e}"))
 }
 
 /// Copy `from` to the command's output: written beside it and renamed over it (as a

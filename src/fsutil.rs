@@ -428,6 +428,25 @@ impl Stamp {
     }
 }
 
+/// When `path` last changed, by the clock the filesystem stamps files with (its ctime,
+/// ns since the epoch): stat a file just written to learn "now" on that clock, so that
+/// a file changed after it has a ctime not before it, on any filesystem with fine
+/// timestamps. Cannot be read: the system clock, less a tick of that coarse clock.
+pub fn file_clock_at(path: &Path) -> i128 {
+    match Stamp::at(path) {
+        Some(s) => s.ctime_ns,
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128 - 10_000_000),
+    }
+}
+
+/// Whether the file at `path` changed (ctime) at or after `since` (`file_clock_at`), or
+/// is gone.
+pub fn changed_since(path: &Path, since: i128) -> bool {
+    Stamp::at(path).is_none_or(|s| s.ctime_ns >= since)
+}
+
 /// The most scenerun reads of one kind of file it keeps or is handed (docs/guarantees.md,
 /// "Bounds"): a file past its cap is damaged, never read. `what` names the kind in
 /// messages.

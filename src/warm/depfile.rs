@@ -3,6 +3,34 @@
 //! files the compiler read. Fixture and golden steps may also write one path per line
 //! (`parse_any` tells the two apart, see docs/pytest.md).
 
+/// The files a depfile names, as an entry's record keeps them: each resolved against
+/// `base` (lexically), those under `staging` (what the step itself wrote) left out,
+/// named as keys name files (relative to `base` when inside it) with the content hash
+/// `hash` gives. Err: the first name that cannot be hashed, as the depfile wrote it, and
+/// why.
+pub fn recorded(
+    paths: Vec<String>,
+    base: &std::path::Path,
+    staging: &std::path::Path,
+    mut hash: impl FnMut(&std::path::Path) -> std::io::Result<String>,
+) -> Result<Vec<crate::cache::Dep>, (String, std::io::Error)> {
+    let mut deps = Vec::new();
+    for p in paths {
+        let path = crate::key::normalize(&base.join(&p));
+        if path.starts_with(staging) {
+            continue;
+        }
+        match hash(&path) {
+            Ok(h) => deps.push(crate::cache::Dep {
+                path: crate::key::key_name(base, &path).into(),
+                blake3: h.into(),
+            }),
+            Err(e) => return Err((p, e)),
+        }
+    }
+    Ok(deps)
+}
+
 /// A depfile of a fixture or golden step: Make-style when its first non-empty line
 /// contains `: ` or ends with `:`, else one path per line (blank lines skipped).
 pub fn parse_any(text: &str) -> Vec<String> {

@@ -39,17 +39,9 @@ pub(super) fn start_log(job_dir: &Path, log: &Path, command: &str) -> i128 {
 }
 
 /// When a step starts, by the clock the filesystem stamps files with: the change time
-/// of its log, written just before the spawn (ns since the epoch). A file changed after
-/// that has a ctime not before it, on any filesystem with fine timestamps.
+/// of its log, written just before the spawn (`fsutil::file_clock_at`).
 fn started_at(log: &Path) -> i128 {
-    use std::os::unix::fs::MetadataExt;
-    match std::fs::metadata(log) {
-        Ok(m) => i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
-        // No log: the system clock, less a tick of the coarse clock files are stamped by.
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i128 - 10_000_000),
-    }
+    crate::fsutil::file_clock_at(log)
 }
 
 /// Wait (a few ms at most) until the clock files are stamped by has ticked past now,
@@ -77,17 +69,10 @@ fn next_tick(job_dir: &Path, log: &Path) {
 /// place: it is published whole, often within the clock tick in which the step that
 /// reads it starts, and this warm may have rebuilt it since the plan hashed it.
 fn dep_changed_during(plan: &Plan, deps: &[Dep], started: i128) -> Option<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
     deps.iter()
         .map(|d| plan.manifest.dir.join(&*d.path))
         .filter(|p| !p.starts_with(&plan.store.root) && !p.starts_with(&plan.job.root))
-        .find(|p| match std::fs::metadata(p) {
-            Ok(m) => {
-                i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()) >= started
-                    || plan.files.changed_since_hashed(p)
-            }
-            Err(_) => true,
-        })
+        .find(|p| crate::fsutil::changed_since(p, started) || plan.files.changed_since_hashed(p))
 }
 
 /// Run the unit once more under a key recomputed from the files as they are now;

@@ -528,36 +528,22 @@ fn recorded_deps(
     } else {
         depfile::parse_any(&text)
     };
-    let mut deps = Vec::new();
-    for p in paths {
-        let path = crate::key::normalize(&plan.manifest.dir.join(&p));
-        if path.starts_with(staging) {
-            continue;
-        }
+    depfile::recorded(paths, &plan.manifest.dir, staging, |path| {
         // An artifact of this warm (a golden reads its fixture) may have been rebuilt
         // since the plan hashed it: read it again rather than trust the memo.
         let built_here = path.starts_with(&plan.store.root) || path.starts_with(&plan.job.root);
-        let hash = if built_here {
-            crate::fsutil::open_regular(&path)
+        if built_here {
+            crate::fsutil::open_regular(path)
                 .and_then(|f| crate::cache::digest::Digester::new().read_all(f))
                 .map(|d| d.blake3)
         } else {
-            plan.files.hash(&path)
-        };
-        match hash {
-            Ok(h) => deps.push(Dep {
-                path: crate::key::key_name(&plan.manifest.dir, &path).into(),
-                blake3: h.into(),
-            }),
-            Err(e) => {
-                return Err(FailCause::BadDepfileEntry {
-                    path: p,
-                    error: e.to_string(),
-                })
-            }
+            plan.files.hash(path)
         }
-    }
-    Ok(deps)
+    })
+    .map_err(|(path, e)| FailCause::BadDepfileEntry {
+        path,
+        error: e.to_string(),
+    })
 }
 
 /// The environment a warm step runs with: its context's env (docs/manifest.md) and the
