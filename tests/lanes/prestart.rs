@@ -157,6 +157,13 @@ impl Drop for Holder {
 
 /// The suite's lane processes alive now (pid: command), found by their token.
 fn lanes_alive(s: &Suite) -> Vec<String> {
+    alive_with_token(s, true)
+}
+
+/// The suite's processes alive now (pid: command), found by the token in the
+/// environment each started with; `lanes`: only those started as a lane process (a
+/// child forked by a fork server started with the server's environment, not a lane's).
+fn alive_with_token(s: &Suite, lanes: bool) -> Vec<String> {
     let token = format!("LANE_TOKEN=pre{}x{}", std::process::id(), s.dir().display());
     let mut out = Vec::new();
     for e in fs::read_dir("/proc").unwrap().flatten() {
@@ -167,7 +174,7 @@ fn lanes_alive(s: &Suite) -> Vec<String> {
         let env = fs::read(e.path().join("environ")).unwrap_or_default();
         let env = String::from_utf8_lossy(&env);
         let mine = env.split('\0').any(|v| v == token)
-            && env.split('\0').any(|v| v.starts_with("SCENERUN_LANE="));
+            && (!lanes || env.split('\0').any(|v| v.starts_with("SCENERUN_LANE=")));
         let cmd = fs::read(e.path().join("cmdline")).unwrap_or_default();
         if mine && !cmd.is_empty() && pid_alive(&name) {
             out.push(format!(
@@ -888,24 +895,7 @@ fn preloading(py: &std::path::Path) -> String {
 /// Every process of the suite alive now (a lane, the server, what it forked): its
 /// token is in the environment each started with.
 fn suite_procs_alive(s: &Suite) -> Vec<String> {
-    let token = format!("LANE_TOKEN=pre{}x{}", std::process::id(), s.dir().display());
-    let mut out = Vec::new();
-    for e in fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        let env = fs::read(e.path().join("environ")).unwrap_or_default();
-        let env = String::from_utf8_lossy(&env);
-        if name.bytes().all(|b| b.is_ascii_digit())
-            && env.split('\0').any(|v| v == token)
-            && pid_alive(&name)
-        {
-            let cmd = fs::read(e.path().join("cmdline")).unwrap_or_default();
-            out.push(format!(
-                "{name}: {}",
-                String::from_utf8_lossy(&cmd).replace('\0', " ")
-            ));
-        }
-    }
-    out
+    alive_with_token(s, false)
 }
 
 /// The fork server and the children it forked, alive now (they carry its command line;
