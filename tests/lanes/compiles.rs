@@ -293,3 +293,28 @@ fn with_a_verify_key_the_compiles_kept_are_signed_when_the_run_ends() {
         show(&o)
     );
 }
+
+#[test]
+fn a_compiler_not_on_path_is_said_once_and_the_others_still_go_through_the_cache() {
+    let s = compiling_suite();
+    let text = s
+        .read("scenes.yaml")
+        .replace("[tcc-15]", "[nosuch-cc-15, tcc-15]");
+    s.write("scenes.yaml", &text);
+    let o = no_lock(&s, "0");
+    expect_code(&o, 0);
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        said.matches(
+            "compile_cache: `nosuch-cc-15` is not on PATH; no compile of it goes through the cache"
+        )
+        .count(),
+        1,
+        "{}",
+        show(&o)
+    );
+    assert_eq!(
+        compiles(&s),
+        serde_json::json!({"hit": 1, "built": 1, "ran": 2})
+    );
+}
