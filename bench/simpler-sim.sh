@@ -132,6 +132,17 @@ flow() {
     touch "$BENCH_TMP/$1.done"
     wait $!
     cp "$W/build/scenerun/report.json" "$BENCH_TMP/$1.report.json" 2>/dev/null || true
+    # From its report: the lane processes' start-up inside the lock, when the first test
+    # began, and the compiles the tests started (compile_cache:).
+    python3 - "$BENCH_TMP/$1.report.json" "$1" <<'PY' >&2 || true
+import json, sys
+d = json.load(open(sys.argv[1]))["device"]
+lanes = d.get("lanes") or []
+first = min((l["start_secs"] + l["startup_secs"] for l in lanes), default=0.0)
+c = d.get("compiles") or {}
+print(f"[bench] {sys.argv[2]}: {len(lanes)} lane processes, start-up {d['startup_secs']:.1f}s in all inside the lock; "
+      f"first test {first:.2f}s into it; compiles {c.get('hit', 0)} from the cache, {c.get('built', 0)} kept, {c.get('ran', 0)} without the cache")
+PY
 }
 
 diffs() { # upstream-name scenerun-name
