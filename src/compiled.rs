@@ -605,7 +605,7 @@ impl RunLog {
             tally: Tally::default(),
             built: Vec::new(),
         };
-        let text = crate::fsutil::read_capped(&log_path(run_dir), crate::fsutil::Cap::SMALL)
+        let text = crate::fsutil::read_capped(&log_path(run_dir), crate::fsutil::Cap::DEVICE_RUN)
             .unwrap_or_default();
         for line in String::from_utf8_lossy(&text).lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();

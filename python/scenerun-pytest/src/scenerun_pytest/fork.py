@@ -28,6 +28,8 @@ import sys
 import time
 from typing import Any, Dict, Optional
 
+from .forks import exit_code, thread_count
+
 Message = Dict[str, Any]
 
 ENV = "SCENERUN_FORK_SERVER"
@@ -86,7 +88,7 @@ def zygote_main(modules: list[str]) -> int:
             __import__(m)
         except Exception as e:  # a module that fails here is imported by the child itself
             print(f"scenerun_pytest zygote: preloading {m} failed: {e!r}", file=sys.stderr)
-    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    threads = thread_count()
     if threads > 1:
         # A fork copies only this thread: a lock another thread held stays held for ever.
         print(f"scenerun_pytest zygote: {threads} threads after the imports; not forking", file=sys.stderr)
@@ -223,13 +225,7 @@ def _become(req: Message, fds: list[int], conn: socket.socket) -> None:
             runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as e:
-            if e.code is None:
-                code = 0
-            elif isinstance(e.code, int):
-                code = e.code
-            else:
-                print(e.code, file=sys.stderr)
-                code = 1
+            code = exit_code(e)
         except BaseException:
             import traceback
 

@@ -42,7 +42,6 @@ import os
 import shlex
 import signal
 import sys
-import threading
 import traceback
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence, TypedDict, Union
@@ -50,6 +49,7 @@ from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence, TypedDi
 import pytest
 
 from . import phases
+from .forks import exit_code, thread_count
 
 #: Tokens of shell syntax: a command holding one needs the shell (run as a process).
 _SHELL = frozenset("|&;<>()`$")
@@ -145,13 +145,6 @@ def _depfile_of(args: Sequence[str]) -> str | None:
     return None
 
 
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
 def _one_torch_thread_after(threads: int) -> None:
     """In a fork of a worker that had a thread pool: torch's intra-op pool (OpenMP) may be
     one of the threads the fork lost, and libgomp then hangs in the next parallel region.
@@ -164,15 +157,6 @@ def _one_torch_thread_after(threads: int) -> None:
             "threads when it forked (a thread pool started while collecting); see docs/pytest.md",
             file=sys.stderr,
         )
-
-
-def _exit_code(e: SystemExit) -> int:
-    if e.code is None:
-        return 0
-    if isinstance(e.code, int):
-        return e.code
-    print(e.code, file=sys.stderr)
-    return 1
 
 
 class _Serve:
@@ -220,7 +204,7 @@ class _Serve:
         # What collection made is never freed by a fork's garbage collector: its pages stay
         # shared instead of being copied into every step (as pre-fork servers do).
         gc.freeze()
-        threads = _threads()
+        threads = thread_count()
         if threads > 1:
             print(
                 f"scenerun_pytest worker: {threads} threads before the first fork: a thread pool "
@@ -242,7 +226,7 @@ class _Serve:
         phase, args = found
         sys.stdout.flush()
         sys.stderr.flush()
-        threads = _threads()
+        threads = thread_count()
         pid = os.fork()
         if pid == 0:
             self._child(session, request, phase, args, threads)
@@ -278,7 +262,7 @@ class _Serve:
             _one_torch_thread_after(threads)
             code = self._run(session, phase, args)
         except SystemExit as e:
-            code = _exit_code(e)
+            code = exit_code(e)
         except BaseException:  # noqa: BLE001 -- the step's failure, in its log
             traceback.print_exc()
             code = 1
