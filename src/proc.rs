@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::units::later;
 
 pub mod piped;
+pub mod server;
 
 /// Between SIGTERM and SIGKILL, unless a phase sets its own (`set_grace`).
 pub const GRACE: Duration = Duration::from_secs(2);

@@ -175,6 +175,9 @@ fn process_lines(
             if let Some(notes) = lane_notes(plan, lane) {
                 out.push_str(&format!("      {notes}\n"));
             }
+            if let Some(fork) = fork_line(plan, lane) {
+                out.push_str(&format!("      {fork}\n"));
+            }
             out
         }
     }
@@ -207,6 +210,19 @@ fn lane_notes(plan: &Plan, lane: &str) -> Option<String> {
         ));
     }
     (!notes.is_empty()).then(|| notes.join("; "))
+}
+
+/// Whether a lane's processes fork from the fork server, or why they run as written
+/// (docs/lanes.md, "A fork server").
+fn fork_line(plan: &Plan, lane: &str) -> Option<String> {
+    let server = plan.manifest.fork_server.as_ref()?;
+    let cfg = plan.manifest.lanes.get(lane)?;
+    Some(
+        match crate::device::lane::fork_server::refusal(server, &plan.manifest.env, cfg)? {
+            None => "forked from the fork server (with the lane's umask, limits, niceness, CPU affinity, directory and environment)".into(),
+            Some(why) => format!("runs as written, not forked from the fork server: {why}"),
+        },
+    )
 }
 
 pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {

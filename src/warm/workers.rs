@@ -29,6 +29,7 @@ use crate::failure::WorkerLoss;
 use crate::manifest::WorkerConfig;
 use crate::plan::{Plan, Step};
 use crate::proc::piped::{self, Piped, Received};
+use crate::proc::server::NotReady;
 use crate::proc::{self, Ended};
 use crate::template::{Ph, Val};
 
@@ -65,9 +66,6 @@ enum Reply {
         #[serde(default)]
         signal: Option<i32>,
     },
-    /// Once, after its start-up: it takes requests now; `pid` is the process that
-    /// forks the steps (its children are the steps).
-    Ready { ready: bool, pid: i32 },
 }
 
 /// How a step run through `Slot::run` ended.
@@ -238,23 +236,7 @@ impl Slot {
             Ok(None) => return Err("interrupted".into()),
             Err(e) => return Err(format!("could not start `sh -c`: {e}")),
         };
-        piped.set_deadline(Some(cfg.start_timeout));
-        let ready = loop {
-            match piped.recv(Duration::from_secs(1)) {
-                Received::Nothing => continue,
-                Received::Line(l) => match serde_json::from_str::<Reply>(&l) {
-                    Ok(Reply::Ready { ready: true, pid }) => break Ok(pid),
-                    _ => {
-                        break Err(format!(
-                            "said `{}` before it was ready",
-                            crate::error::clip(&l, 120)
-                        ))
-                    }
-                },
-                Received::Closed => break Err(String::new()),
-            }
-        };
-        piped.set_deadline(None);
+        let ready = crate::proc::server::await_ready(&piped, cfg.start_timeout);
         match ready {
             Ok(pid) if !piped.stopping() => Ok(Worker {
                 piped,
@@ -262,17 +244,16 @@ impl Slot {
                 next_id: 0,
             }),
             Ok(_) | Err(_) => {
-                let said = ready.err().filter(|s| !s.is_empty());
                 piped.kill();
                 let ended = piped.wait();
-                let how = match (said, ended) {
-                    (Some(s), _) => s,
-                    (None, Ok(Ended::TimedOut)) => format!(
+                let how = match (ready, ended) {
+                    (Err(NotReady::Said(s)), _) => format!("said `{s}` before it was ready"),
+                    (Err(NotReady::TimedOut), _) => format!(
                         "not ready within its start_timeout ({})",
                         crate::units::short_duration(cfg.start_timeout)
                     ),
-                    (None, Ok(e)) => e.describe(),
-                    (None, Err(e)) => e.to_string(),
+                    (_, Ok(e)) => e.describe(),
+                    (_, Err(e)) => e.to_string(),
                 };
                 Err(format!("{how}; see {}", log.display()))
             }
@@ -373,16 +354,20 @@ fn serve(w: &mut Worker, spec: &proc::Spec, cap: Option<u64>) -> Served {
     served
 }
 
-/// The worker process `pid` or one of its children (the step) past `cap`.
+/// The step past `cap`: the resident memory of its whole process tree (every descendant
+/// of the worker `pid`: the step's fork, what it started, what it left running), summed;
+/// or the worker itself past it.
 fn over_cap(pid: i32, cap: u64) -> Option<WorkerLoss> {
-    for child in piped::descendants(pid) {
-        if let Some(rss) = piped::resident(child).filter(|&r| r > cap) {
-            return Some(WorkerLoss::MemoryCap {
-                cap,
-                rss,
-                step: true,
-            });
-        }
+    let tree: u64 = piped::descendants(pid)
+        .into_iter()
+        .filter_map(piped::resident)
+        .sum();
+    if tree > cap {
+        return Some(WorkerLoss::MemoryCap {
+            cap,
+            rss: tree,
+            step: true,
+        });
     }
     let rss = piped::resident(pid).filter(|&r| r > cap)?;
     Some(WorkerLoss::MemoryCap {

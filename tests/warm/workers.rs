@@ -86,6 +86,14 @@ class TestA:
             block = b"x" * (400 << 20)
             time.sleep(60)
             return {"x": [len(block)]}
+        elif do == "bg":
+            import subprocess
+            mark(name + ".bg", str(subprocess.Popen(["sleep", "300"]).pid))
+        elif do == "tree":
+            import subprocess, sys
+            grow = "import time; b = b'x' * (70 << 20); time.sleep(30)"
+            for kid in [subprocess.Popen([sys.executable, "-c", grow]) for _ in range(3)]:
+                kid.wait()
         print("generated", name)  # on the step's stdout: its log, never the protocol
         mark(name, f"{state.SEEN}|{only_a.VALUE}|{os.getpid()}")
         return {"x": [1.0, 2.0]}
@@ -93,6 +101,15 @@ class TestA:
     def compute_golden(self, args, params):
         from helpers.golden_only import ref
 
+        if params["do"] == "bg":
+            with open(os.path.join(os.environ["WORKER_TEST_MARKS"], params["n"] + ".bg")) as f:
+                pid = f.read()
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    alive = f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                alive = False
+            mark(params["n"] + ".alive", "yes" if alive else "no")
         return {"y": ref(args["x"])}
 
     def test_run(self):
@@ -376,6 +393,77 @@ fn a_step_past_the_memory_cap_is_killed_with_its_worker_and_says_so() {
     );
     assert_eq!(built(&o).len(), 6, "{}", show(&o));
     assert_eq!(w.starts("scenerun_pytest worker"), 2);
+}
+
+#[test]
+fn the_memory_cap_counts_the_steps_whole_process_tree() {
+    let mut w = Workers::new();
+    // Three children of 70 MiB each: none alone is past the cap, the step's tree is.
+    let capped = format!("{PY}    memory_cap: 150MiB\n");
+    w.manifest(&capped, &["ok1", "tree1", "ok2"], Some("50s"));
+    let o = w.warm(&["-j", "1"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let why = cause(&o, "A.tree1/fixture");
+    assert!(
+        why.starts_with("worker py replaced: step exceeded memory cap 150.0 MiB (resident "),
+        "{why}"
+    );
+    assert_eq!(built(&o).len(), 6, "{}", show(&o));
+}
+
+/// Every file of the entry a step built, but its metadata (times, who built it).
+fn artifact(cache: &Path, built_by: &str) -> BTreeMap<String, Vec<u8>> {
+    let dir = entry_dirs(cache)
+        .into_values()
+        .find(|d| json_file(&d.join("meta.json"))["built_by"] == built_by)
+        .unwrap_or_else(|| panic!("no entry built by {built_by}"));
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.clone()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.file_name().is_some_and(|n| n != "meta.json") {
+                let rel = p.strip_prefix(&dir).unwrap().display().to_string();
+                out.insert(rel, fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_global_another_test_file_sets_at_import_never_reaches_a_step_in_a_worker() {
+    let bytes = |args: &[&str]| {
+        let mut w = Workers::new();
+        // test_a sets test_b's helper when it is imported, as a module-level seed does.
+        let a = w.suite.read("tests/test_a.py");
+        w.suite.write(
+            "tests/test_a.py",
+            &format!("from helpers import only_b\nonly_b.VALUE = 5\n{a}"),
+        );
+        w.manifest(PY, &["ok1"], None);
+        let o = w.warm(args);
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        artifact(&w.suite.path("cache"), "fixture/B.b1/fixture")
+    };
+    let in_worker = bytes(&["-j", "1"]);
+    let as_process = bytes(&["-j", "1", "--no-workers"]);
+    assert!(!as_process.is_empty());
+    assert_eq!(in_worker, as_process);
+}
+
+#[test]
+fn what_a_step_left_running_dies_with_it_in_a_worker_or_not() {
+    for args in [&["-j", "1"][..], &["-j", "1", "--no-workers"][..]] {
+        let mut w = Workers::new();
+        w.manifest(PY, &["bg1"], None);
+        let o = w.warm(args);
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        // The golden runs after the fixture ended, and looks for the fixture's child.
+        assert_eq!(w.mark("bg1.alive"), "no", "{args:?}");
+    }
 }
 
 #[test]

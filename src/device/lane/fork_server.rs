@@ -1,56 +1,45 @@
-//! The fork server of `fork_server:` (docs/lanes.md, "A fork server"): one process that
-//! imported a lane runtime's modules once, so the lane processes started before the lock
-//! fork from it instead of each importing them again. `scenerun device` starts it before
-//! those processes and stops it once the lock command has returned and they are gone.
-//! Invariant: no lane depends on it. Its socket lives in a directory only this user can
-//! enter; a lane that finds no server there, or one that cannot serve it, starts its own
-//! interpreter (`scenerun_pytest fork` does that); a server that is not ready in time is
-//! stopped and said once.
+//! The fork server of `fork_server:` (docs/lanes.md, "A fork server"): the one Python
+//! server (`proc::server`) with a lane runtime's modules imported once, so the lane
+//! processes started before the lock fork from it instead of each importing them again.
+//! `scenerun device` starts it before those processes and stops it once the lock command
+//! has returned and they are gone.
+//! Invariant: no lane depends on it. A lane that finds no server, one that refuses it (a
+//! setting a fork cannot take: `refusal` says which, for `--plan`) or one that does not
+//! answer within 5 s runs as written (`scenerun_pytest fork` does that); a server that is
+//! not ready in time is stopped and said once.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
 
 use crate::manifest::ForkServer;
-use crate::proc::piped::{self, Piped, Received};
+use crate::proc::piped::{self, Piped};
+use crate::proc::server::{self, NotReady, SocketDir};
 
 /// Where a lane finds the server: `SCENERUN_FORK_SERVER`.
 pub const ENV: &str = "SCENERUN_FORK_SERVER";
 
-/// The server's socket for the device run in `run_dir`: in a directory of its own under
-/// the system's temp dir (a UNIX socket's path has room for ~100 bytes; a checkout's run
-/// dir may not), named from the run dir, which no other run shares.
-pub fn socket(run_dir: &Path) -> PathBuf {
-    let tag = blake3::hash(run_dir.as_os_str().as_encoded_bytes()).to_hex();
-    std::env::temp_dir()
-        .join(format!("scenerun-fork-{}", &tag[..16]))
-        .join("s")
-}
+pub use crate::proc::server::socket;
 
 /// A started server, ready.
 pub struct Running {
     piped: Option<Piped>,
-    dir: PathBuf,
+    _dir: SocketDir,
 }
 
-/// Start the server and wait for its `ready` line. Err: why it is not there (nothing of
+/// Start the server and wait for its ready line. Err: why it is not there (nothing of
 /// it is left running); the lanes then start their own interpreters.
 pub fn start(
     config: &ForkServer,
     dir: &Path,
-    env: &std::collections::BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
     run_dir: &Path,
     log: &Path,
 ) -> Result<Running, String> {
     let sock = socket(run_dir);
-    let sock_dir = sock
-        .parent()
-        .expect("the socket has a directory")
-        .to_path_buf();
-    make_private_dir(&sock_dir).map_err(|e| format!("cannot make {}: {e}", sock_dir.display()))?;
-    let mut running = Running {
-        piped: None,
-        dir: sock_dir,
-    };
+    let sock_dir = sock.parent().expect("the socket has a directory");
+    let made = server::private_dir(sock_dir)
+        .map_err(|e| format!("cannot make {}: {e}", sock_dir.display()))?;
     let mut env = env.clone();
     env.insert(ENV.into(), sock.display().to_string());
     let command = config.run.render(|_| crate::template::Val::Raw("".into()));
@@ -63,58 +52,33 @@ pub fn start(
         Ok(None) => return Err("interrupted".into()),
         Err(e) => return Err(format!("cannot start `{command}`: {e}")),
     };
-    let until = Instant::now() + config.start_timeout;
-    let piped = running.piped.insert(piped);
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!(
-                "not ready within {:.0?} (its log: {})",
-                config.start_timeout,
-                log.display()
-            ));
-        }
-        match piped.recv(left.min(Duration::from_millis(100))) {
-            Received::Line(l) if l.trim() == "ready" => return Ok(running),
-            Received::Line(_) | Received::Nothing => {}
-            Received::Closed => {
-                return Err(format!(
-                    "it ended before it was ready (its log: {})",
-                    log.display()
-                ))
-            }
-        }
-        if crate::proc::interrupted() {
-            return Err("interrupted".into());
-        }
-    }
-}
-
-/// A directory only this user can enter; an existing one (planted, or left by a run
-/// that was killed) is used only if it is a real directory of this user's, mode 0700.
-fn make_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let m = std::fs::symlink_metadata(dir)?;
-            // SAFETY: geteuid has no preconditions.
-            let me = unsafe { libc::geteuid() };
-            if m.is_dir() && m.uid() == me && m.permissions().mode() & 0o077 == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::other(
-                    "it exists and is not a private directory of this user's",
-                ))
-            }
-        }
-        Err(e) => Err(e),
+    let running = Running {
+        piped: Some(piped),
+        _dir: made,
+    };
+    let piped = running.piped.as_ref().expect("just set");
+    match server::await_ready(piped, config.start_timeout) {
+        Ok(_) => Ok(running),
+        Err(NotReady::TimedOut) => Err(format!(
+            "not ready within {:.0?} (its log: {})",
+            config.start_timeout,
+            log.display()
+        )),
+        Err(NotReady::Closed) => Err(format!(
+            "it ended before it was ready (its log: {})",
+            log.display()
+        )),
+        Err(NotReady::Said(l)) => Err(format!(
+            "it said `{l}` before it was ready (its log: {})",
+            log.display()
+        )),
+        Err(NotReady::Interrupted) => Err("interrupted".into()),
     }
 }
 
 impl Running {
     /// No new children; wait for the server to end (it ends once the children it forked
-    /// have), at most `within`, then kill it; remove its socket's directory.
+    /// have), at most `within`, then kill it; its socket's directory goes with it.
     pub fn stop(mut self, within: Duration) {
         if let Some(p) = self.piped.take() {
             let _ = p.close(within);
@@ -128,6 +92,124 @@ impl Drop for Running {
             p.kill();
             let _ = p.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The protocol's description, whose `x-start-only-env` names what an interpreter (or a
+/// library the server preloaded) reads only when it starts.
+const PROTOCOL: &str =
+    include_str!("../../../python/scenerun-pytest/src/scenerun_pytest/server_protocol.schema.json");
+
+/// (names, prefixes) of the variables a forked child cannot take another value of.
+fn start_only() -> (Vec<String>, Vec<String>) {
+    let spec: serde_json::Value = serde_json::from_str(PROTOCOL).expect("the protocol is JSON");
+    let list = |k: &str| -> Vec<String> {
+        spec["x-start-only-env"][k]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    (list("names"), list("prefixes"))
+}
+
+fn is_start_only(name: &str) -> bool {
+    let (names, prefixes) = start_only();
+    names.iter().any(|n| n == name) || prefixes.iter().any(|p| name.starts_with(p.as_str()))
+}
+
+/// What a command line sets around `[python OPTIONS] -m scenerun_pytest WHAT`.
+#[derive(Default)]
+struct Around {
+    /// Variables assigned before the interpreter (`X=1 python`, `env X=1 python`).
+    assigned: Vec<(String, String)>,
+    /// The interpreter's options (`-O`, `-X dev`).
+    options: Vec<String>,
+}
+
+/// `Around` of `command`; None: it does not run `scenerun_pytest WHAT`.
+fn around(command: &str, what: &str) -> Option<Around> {
+    let words = shell_words::split(command).ok()?;
+    let at = (2..words.len().saturating_sub(1))
+        .find(|&i| words[i] == "scenerun_pytest" && words[i - 1] == "-m" && words[i + 1] == what)?;
+    let mut p = at - 1;
+    let mut options = Vec::new();
+    while p > 0 {
+        p -= 1;
+        let w = &words[p];
+        let takes_value = p > 0 && matches!(words[p - 1].as_str(), "-X" | "-W");
+        if w.starts_with('-') || takes_value {
+            options.insert(0, w.clone());
+        } else {
+            break;
+        }
+    }
+    let assigned = words[..p]
+        .iter()
+        .filter_map(|w| w.split_once('='))
+        .filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Some(Around { assigned, options })
+}
+
+/// For `--plan`: why lane `lane`'s processes run as written although a fork server is
+/// configured (Some), or None when they fork from it (or do not ask it). Known before the
+/// run: the lane's `env` and what its command line assigns before `python`, for the
+/// variables read only when an interpreter starts, and the interpreter's options, set
+/// against the server's. What only the run shows (a hard limit above the server's, say)
+/// is said in the lane's log.
+pub fn refusal(
+    server: &ForkServer,
+    manifest_env: &BTreeMap<String, String>,
+    lane: &crate::manifest::LaneConfig,
+) -> Option<Option<String>> {
+    let blank = |_| crate::template::Val::Raw("".into());
+    let Around { assigned, options } = around(&lane.run.render(blank), "fork")?;
+    let Around {
+        assigned: server_assigned,
+        options: server_options,
+    } = around(&server.run.render(blank), "zygote").unwrap_or_default();
+    let server_env = |k: &str| {
+        server_assigned
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+            .or(manifest_env.get(k).map(String::as_str))
+    };
+    let mut set: Vec<&str> = lane
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain(assigned.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .filter(|(k, v)| is_start_only(k) && server_env(k) != Some(*v))
+        .map(|(k, _)| k)
+        .collect();
+    set.sort_unstable();
+    set.dedup();
+    if !set.is_empty() {
+        return Some(Some(format!(
+            "it sets {}, which {} only when an interpreter starts",
+            set.join(", "),
+            if set.len() == 1 {
+                "is read"
+            } else {
+                "are read"
+            }
+        )));
+    }
+    if options != server_options {
+        let shown = |o: &[String]| match o.is_empty() {
+            true => "none".to_string(),
+            false => format!("`{}`", o.join(" ")),
+        };
+        return Some(Some(format!(
+            "its interpreter options ({}) are not the server's ({})",
+            shown(&options),
+            shown(&server_options)
+        )));
+    }
+    Some(None)
 }

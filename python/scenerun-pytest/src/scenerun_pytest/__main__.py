@@ -62,9 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("zygote", "fork"):
         # A lane's fork server and the process that stands for a lane (docs/lanes.md).
-        from . import fork
+        if argv[0] == "fork":
+            from . import fork
 
-        return fork.zygote_main(argv[1:]) if argv[0] == "zygote" else fork.fork_main(argv[1:])
+            return fork.fork_main(argv[1:])
+        from . import server
+
+        return server.main(argv[1:], lanes_only=True)
     if not argv or argv[0] not in ("collect", "fixture", "golden", "worker", "test"):
         print(USAGE, file=sys.stderr)
         return 4 if argv and argv[0] not in ("-h", "--help") else 0
