@@ -173,9 +173,39 @@ fn clean_stale(tmp: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// The protocol's one description, which the plugin's tests hold the server to.
+    pub(crate) const PROTOCOL: &str = include_str!(
+        "../../python/scenerun-pytest/src/scenerun_pytest/server_protocol.schema.json"
+    );
+
+    pub(crate) fn def(name: &str) -> serde_json::Value {
+        let schema: serde_json::Value = serde_json::from_str(PROTOCOL).expect("JSON");
+        schema["$defs"][name].clone()
+    }
+
+    pub(crate) fn required(name: &str) -> Vec<String> {
+        def(name)["required"]
+            .as_array()
+            .expect("required keys")
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_ready_line_is_read_as_the_protocol_describes_it() {
+        assert_eq!(required("ready"), ["ready", "pid"]);
+        let r: Ready = serde_json::from_str(
+            r#"{"ready": true, "pid": 7, "threads": 1, "modules": 3, "unknown": 0}"#,
+        )
+        .unwrap();
+        assert!(r.ready && r.pid == 7);
+        assert!(serde_json::from_str::<Ready>(r#"{"ready": true}"#).is_err());
+    }
 
     #[test]
     fn a_link_or_a_shared_directory_is_refused_and_left_alone() {

@@ -410,3 +410,44 @@ fn append(log: &Path, text: &str) {
         let _ = f.write_all(text.as_bytes());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proc::server::tests::{def, required};
+
+    #[test]
+    fn a_step_request_and_its_answers_are_what_the_protocol_describes() {
+        let env = BTreeMap::from([("A".to_string(), "1".to_string())]);
+        let request = Request {
+            id: 3,
+            command: "python -m scenerun_pytest fixture t.py::C --case a --out o",
+            cwd: Path::new("/d"),
+            env: &env,
+            log: Path::new("/d/l.log"),
+            timeout_secs: Some(1.5),
+        };
+        let v = serde_json::to_value(&request).unwrap();
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        let described = def("step")["properties"].as_object().unwrap().clone();
+        assert!(keys.iter().all(|k| described.contains_key(*k)), "{keys:?}");
+        assert!(required("step").iter().all(|k| v.get(k).is_some()));
+        assert!(required("ran")
+            .iter()
+            .all(|k| ["id", "status"].contains(&k.as_str())));
+        assert!(matches!(
+            serde_json::from_str::<Reply>(
+                r#"{"id": 3, "status": 0, "signal": 9, "depfile_written": true, "note": null}"#
+            ),
+            Ok(Reply::Done {
+                id: 3,
+                status: 0,
+                signal: Some(9)
+            })
+        ));
+        assert!(matches!(
+            serde_json::from_str::<Reply>(r#"{"id": 3, "unsupported": "why"}"#),
+            Ok(Reply::Unsupported { id: 3, .. })
+        ));
+    }
+}

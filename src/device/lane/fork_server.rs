@@ -213,3 +213,43 @@ pub fn refusal(
     }
     Some(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_only_variables_are_the_protocols() {
+        for v in [
+            "PYTHONHASHSEED",
+            "PYTHONOPTIMIZE",
+            "PYTHONPATH",
+            "LD_LIBRARY_PATH",
+            "LD_PRELOAD",
+            "VIRTUAL_ENV",
+        ] {
+            assert!(is_start_only(v), "{v}");
+        }
+        for v in ["PATH", "SCENERUN_DEVICES", "MY_FLAG"] {
+            assert!(!is_start_only(v), "{v}");
+        }
+    }
+
+    #[test]
+    fn what_a_command_line_sets_around_the_interpreter_is_found() {
+        let a = around(
+            "umask 027; env PYTHONHASHSEED=1 X=2 nice -n 3 python -O -X dev -m scenerun_pytest fork pytest -q",
+            "fork",
+        )
+        .unwrap();
+        assert_eq!(
+            a.assigned,
+            [
+                ("PYTHONHASHSEED".into(), "1".into()),
+                ("X".into(), "2".into())
+            ]
+        );
+        assert_eq!(a.options, ["-O", "-X", "dev"]);
+        assert!(around("python -m pytest", "fork").is_none());
+    }
+}
