@@ -580,6 +580,42 @@ fn a_steps_depfile_in_a_worker_is_its_depfile_as_a_process_and_only_its_own() {
 }
 
 #[test]
+fn a_project_module_the_conftest_imports_is_imported_once_and_stays_in_the_depfiles() {
+    let run = |args: &[&str]| {
+        let mut w = Workers::new();
+        w.suite.write(
+            "helpers/deep.py",
+            "import os\nwith open('logs/deep.log', 'a') as f:\n    f.write('%d\\n' % os.getpid())\n",
+        );
+        w.suite
+            .write("helpers/chain.py", "from helpers import deep\n");
+        let conftest = w.suite.read("conftest.py");
+        w.suite
+            .write("conftest.py", &format!("{conftest}import helpers.chain\n"));
+        let a = w.suite.read("tests/test_a.py");
+        w.suite
+            .write("tests/test_a.py", &format!("import helpers.chain\n{a}"));
+        w.manifest(PY, &["ok1", "ok2"], None);
+        let o = w.warm(args);
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        (
+            deps_by_step(&w.suite.path("cache")),
+            w.suite.count("logs/deep.log"),
+        )
+    };
+    let (in_worker, imported) = run(&["-j", "1"]);
+    let (as_process, per_step) = run(&["-j", "1", "--no-workers"]);
+    assert_eq!(in_worker, as_process);
+    assert!(
+        in_worker["fixture/A.ok1/fixture"].contains(&"helpers/deep.py".to_string()),
+        "{in_worker:#?}"
+    );
+    // Once per step as processes; in the worker once to find it, once to preload it.
+    assert_eq!(per_step, 6);
+    assert_eq!(imported, 2);
+}
+
+#[test]
 fn a_worker_that_cannot_start_leaves_its_steps_to_processes_and_says_so_once() {
     let mut w = Workers::new();
     w.manifest(

@@ -7,6 +7,7 @@ forked lane imports it before anything else."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -107,18 +108,13 @@ def same_user(sock: socket.socket) -> bool:
 
 # ----------------------------------------------------------------- what a child must be
 
-_start_only: Optional[tuple[frozenset[str], tuple[str, ...]]] = None
-
-
+@functools.lru_cache(maxsize=None)
 def start_only() -> tuple[frozenset[str], tuple[str, ...]]:
     """(names, prefixes) of the variables an interpreter or a preloaded library reads only
     when it starts: a child forked from a server cannot take another value of them."""
-    global _start_only
-    if _start_only is None:
-        with open(SCHEMA) as f:
-            spec = json.load(f)["x-start-only-env"]
-        _start_only = (frozenset(spec["names"]), tuple(spec["prefixes"]))
-    return _start_only
+    with open(SCHEMA) as f:
+        spec = json.load(f)["x-start-only-env"]
+    return frozenset(spec["names"]), tuple(spec["prefixes"])
 
 
 def start_only_differences(theirs: Message, mine: Message) -> list[str]:

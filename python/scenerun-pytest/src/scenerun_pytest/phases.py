@@ -157,6 +157,10 @@ def _outside_dirs() -> list[str]:
     return [os.path.realpath(d) for d in dirs if d]
 
 
+#: Where a worker leaves its import edges for the logs of its forks (``ImportLog``).
+INHERITED = "_scenerun_import_edges"
+
+
 class ImportLog:
     """Which project module imported which, and what a step imported while it ran.
 
@@ -177,6 +181,15 @@ class ImportLog:
         self.edges: dict[str, set[str]] = {}  # importer module name -> names it imported
         self.touched: set[str] | None = None  # a set while a step runs
         self._project: dict[str, str | None] = {}  # module name -> its project file, or None
+        # In a fork of the worker: the edges its log recorded while it preloaded project
+        # modules (their import statements ran there, not here).
+        inherited = getattr(sys, INHERITED, None)
+        if isinstance(inherited, tuple) and inherited[0] == self.root:
+            self.edges = {k: set(v) for k, v in inherited[1].items()}
+
+    def hand_down(self) -> None:
+        """Leave the edges recorded so far where a fork's own log finds them."""
+        setattr(sys, INHERITED, (self.root, self.edges))
 
     def install(self) -> None:
         import builtins

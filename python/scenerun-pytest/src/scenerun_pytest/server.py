@@ -45,7 +45,8 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any, NoReturn, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, NoReturn, Sequence
 
 from . import forks
 from .forks import Message, exit_code, recv_message, same_user, send_message, thread_count
@@ -55,10 +56,12 @@ _SHELL = frozenset("|&;<>()`$")
 
 #: Modules the codec's libraries import on first use (a save, a load): imported once in
 #: the server when the library is preloaded. Imports only, no operation.
-_LAZY = {
-    "torch": ("torch.utils.serialization", "torch._weights_only_unpickler"),
-    "numpy": ("numpy.lib.format",),
-}
+_LAZY: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "torch": ("torch.utils.serialization", "torch._weights_only_unpickler"),
+        "numpy": ("numpy.lib.format",),
+    }
+)
 
 #: How long a client has to send its whole request.
 REQUEST_SECS = 2.0

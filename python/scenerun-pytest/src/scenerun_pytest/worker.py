@@ -2,11 +2,13 @@
 "Workers"): the one server (``server``) preloading what the suite imports from outside
 the project.
 
-Invariant: what it preloads is found without running any project code in the server.
-A throwaway fork collects the suite (its arguments are the suite's paths and options,
-as ``collect`` takes them) and names the modules that collection imported from outside
-the project (the interpreter's library, site-packages: torch, numpy, pytest); the server
-imports those by name and serves. Each step's child then collects its own class as
+Invariant: what it preloads is what every step's own process imports too, never a test
+file or a conftest. A throwaway fork collects the suite (its arguments are the suite's
+paths and options, as ``collect`` takes them) and names the modules that collection
+imported from outside the project (the interpreter's library, site-packages: torch,
+numpy, pytest) and the project modules the initial conftests imported before collection
+began; the server imports those by name (recording their project imports for the
+steps' depfiles) and serves. Each step's child then collects its own class as
 ``python -m scenerun_pytest fixture|golden`` does in a process of its own, so a module
 global or a seed that another test file set at import time never reaches it, and its
 depfile is what that process would write.
@@ -37,14 +39,19 @@ def _probe(pytest_args: Sequence[str]) -> tuple[int, list[str]]:
             from . import phases
 
             root = phases.ImportLog(os.getcwd())
-            code = int(pytest.main([*phases.COLLECT_ARGS, *pytest_args]))
+            early = _Early()
+            code = int(pytest.main([*phases.COLLECT_ARGS, *pytest_args], plugins=[early]))
             names = []
             for name, module in list(sys.modules.items()):
                 top = name.split(".")[0]
                 if top in ("scenerun_pytest", "__main__") or name.startswith("_pytest.assertion.rewrite"):
                     continue
                 file = getattr(module, "__file__", None)
-                if file and root._file(name, file) is None and not _is_test_or_conftest(file):
+                if not file or _is_test_or_conftest(file):
+                    continue
+                # From outside the project; or a project module the conftests imported
+                # before collection, which every step's process imports too.
+                if root._file(name, file) is None or name in early.loaded:
                     names.append(name)
             data = json.dumps(names).encode()
             while data:
@@ -70,6 +77,17 @@ def _probe(pytest_args: Sequence[str]) -> tuple[int, list[str]]:
     return os.waitstatus_to_exitcode(status), [str(n) for n in names]
 
 
+class _Early:
+    """The modules loaded before collection starts: the plugins, the initial conftests and
+    what they import (every step's own process loads those conftests too)."""
+
+    def __init__(self) -> None:
+        self.loaded: set[str] = set()
+
+    def pytest_collection(self) -> None:
+        self.loaded = set(sys.modules)
+
+
 def _is_test_or_conftest(file: str) -> bool:
     base = os.path.basename(file)
     return base == "conftest.py" or base.startswith("test_") or base.endswith("_test.py")
@@ -83,4 +101,10 @@ def main(pytest_args: Sequence[str]) -> int:
         print(f"scenerun_pytest worker: pytest ended before serving (exit {code})", file=sys.stderr)
         return code
     sys.stdout.flush()
+    # What the project modules it preloads import is recorded for its forks' depfiles.
+    from . import phases
+
+    imports = phases.ImportLog(os.getcwd())
+    imports.install()
+    imports.hand_down()
     return server.main(modules, lanes_only=False)
