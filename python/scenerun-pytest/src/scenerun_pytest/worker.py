@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import server
 
@@ -48,6 +48,10 @@ def _probe(pytest_args: Sequence[str]) -> tuple[int, list[str]]:
                     continue
                 file = getattr(module, "__file__", None)
                 if not file or _is_test_or_conftest(file):
+                    continue
+                # pytest rewrites its asserts when it imports it (a `-p` plugin, a
+                # registered package): imported in the server, it would not be.
+                if early.rewritten(name):
                     continue
                 # From outside the project; or a project module the conftests imported
                 # before collection, which every step's process imports too.
@@ -83,9 +87,15 @@ class _Early:
 
     def __init__(self) -> None:
         self.loaded: set[str] = set()
+        self.marked: frozenset[str] = frozenset()
 
-    def pytest_collection(self) -> None:
+    def pytest_collection(self, session: Any) -> None:
         self.loaded = set(sys.modules)
+        hook = getattr(getattr(session.config, "_assertstate", None), "hook", None)
+        self.marked = frozenset(getattr(hook, "_must_rewrite", ()) or ())
+
+    def rewritten(self, name: str) -> bool:
+        return any(name == m or name.startswith(m + ".") for m in self.marked)
 
 
 def _is_test_or_conftest(file: str) -> bool:
