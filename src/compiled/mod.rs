@@ -419,11 +419,18 @@ impl Compile<'_> {
                 p.display()
             );
         }
-        let mut dirs = Vec::new();
+        let mut sp = reads::SearchPath::default();
         let mut langs: Vec<Lang> = s.units.iter().map(|(_, l)| *l).collect();
         langs.dedup();
         for lang in langs {
-            dirs.extend(self.search_dirs(s, lang)?);
+            let more = self.search_path(s, lang)?;
+            for (to, from) in [(&mut sp.quote, more.quote), (&mut sp.angle, more.angle)] {
+                for d in from {
+                    if !to.contains(&d) {
+                        to.push(d);
+                    }
+                }
+            }
         }
         let libs: Vec<PathBuf> = linked
             .iter()
@@ -434,14 +441,7 @@ impl Compile<'_> {
             })
             .cloned()
             .collect();
-        // A `"…"` include looks next to the unit first (units are not in their own
-        // dependency output).
-        dirs.extend(
-            units
-                .iter()
-                .filter_map(|u| u.parent().map(Path::to_path_buf)),
-        );
-        let absent = reads::absent(&headers, &dirs, &libs, &reads::lib_dirs(&s.args, &self.cwd));
+        let absent = reads::absent(&scanned, &sp, &libs, &reads::lib_dirs(&s.args, &self.cwd));
         let mut read: Vec<String> = Vec::new();
         for p in headers.iter().chain(&linked) {
             let p = p.to_string_lossy().into_owned();
@@ -468,7 +468,7 @@ impl Compile<'_> {
 
     /// The directories the preprocessor searches for this command and language, as
     /// the compiler prints them (one more run of it, on an empty input, on a miss only).
-    fn search_dirs(&self, s: &Shape, lang: Lang) -> anyhow::Result<Vec<PathBuf>> {
+    fn search_path(&self, s: &Shape, lang: Lang) -> anyhow::Result<reads::SearchPath> {
         let args = reads::probe_args(s, lang);
         let ran = crate::proc::program(&self.real, &args, &self.cwd, &self.env())
             .stdin_null()
@@ -479,10 +479,10 @@ impl Compile<'_> {
             ran.status.success(),
             "the compiler did not print its search path"
         );
-        Ok(reads::search_dirs(&String::from_utf8_lossy(&ran.stderr))
-            .into_iter()
-            .map(|d| normalize(&self.cwd.join(d)))
-            .collect())
+        Ok(reads::search_path(
+            &String::from_utf8_lossy(&ran.stderr),
+            &self.cwd,
+        ))
     }
 
     /// A hit: the kept output at the command's `-o`, its messages printed again.

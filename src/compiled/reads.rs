@@ -9,23 +9,37 @@ use std::path::{Path, PathBuf};
 
 use super::command::{Lang, Shape};
 
-/// The directories the preprocessor searches for `#include`, in its order, as the
-/// compiler itself prints them (`-E -v` on an empty input, with the command's own
-/// options): both the `"…"` and the `<…>` list.
-pub fn search_dirs(stderr: &str) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    let mut inside = false;
+/// The directories the preprocessor searches for `#include`, in its order.
+#[derive(Debug, Default, PartialEq)]
+pub struct SearchPath {
+    /// Searched for `"…"` only (after the including file's own directory).
+    pub quote: Vec<PathBuf>,
+    /// Searched for both `"…"` (after `quote`) and `<…>`.
+    pub angle: Vec<PathBuf>,
+}
+
+/// The search path as the compiler itself prints it (`-E -v` on an empty input, with
+/// the command's own options), relative directories resolved against `cwd`.
+pub fn search_path(stderr: &str, cwd: &Path) -> SearchPath {
+    let mut sp = SearchPath::default();
+    let mut list = None;
     for line in stderr.lines() {
-        if line.starts_with("#include ") && line.ends_with("search starts here:") {
-            inside = true;
+        if line.starts_with("#include \"...\" search starts here:") {
+            list = Some(false);
+        } else if line.starts_with("#include <...> search starts here:") {
+            list = Some(true);
         } else if line.starts_with("End of search list.") {
-            inside = false;
-        } else if inside && line.starts_with(' ') {
+            list = None;
+        } else if let (Some(angle), true) = (list, line.starts_with(' ')) {
             let d = line.trim().trim_end_matches(" (framework directory)");
-            dirs.push(crate::key::normalize(Path::new(d)));
+            let d = crate::key::normalize(&cwd.join(d));
+            match angle {
+                true => sp.angle.push(d),
+                false => sp.quote.push(d),
+            }
         }
     }
-    dirs
+    sp
 }
 
 /// The arguments of the search path probe: the command's own options (its operands,
@@ -55,36 +69,40 @@ pub fn probe_args(shape: &Shape, lang: Lang) -> Vec<std::ffi::OsString> {
     out
 }
 
-/// The places where a file that does not exist now would be found before one the
-/// compile read: for each file read under a searched directory (or next to another
-/// file read, as `"…"` includes are), the same name in every searched directory and
-/// every directory a file was read from. More than the compiler would look at, never
-/// less: a file appearing at one of them makes the entry stale (a needless compile at
-/// worst). Libraries the linker read are matched by name (`libX.so`, `libX.a`) in the
-/// `-L` directories, `LIBRARY_PATH` and where libraries were found.
+/// The places where a file that does not exist now would be found before the one the
+/// compile read: for each `#include` line of each file read (`#if` not evaluated, so
+/// more lines than the compiler followed), every place the preprocessor looks before
+/// the first that holds a file — the including file's directory for `"…"`, then the
+/// search path in order. A file appearing at one makes the entry stale (a needless
+/// compile at worst). Libraries the linker read are matched by name (`libX.so`,
+/// `libX.a`) in the `-L` directories, `LIBRARY_PATH` and where libraries were found.
 pub fn absent(
     read: &[PathBuf],
-    dirs: &[PathBuf],
+    sp: &SearchPath,
     libs: &[PathBuf],
     lib_dirs: &[PathBuf],
 ) -> Vec<PathBuf> {
-    let mut all_dirs: BTreeSet<PathBuf> = dirs.iter().cloned().collect();
-    all_dirs.extend(
-        read.iter()
-            .filter_map(|p| p.parent().map(Path::to_path_buf)),
-    );
-    let mut names: BTreeSet<PathBuf> = BTreeSet::new();
-    for p in read {
-        for d in &all_dirs {
-            if let Ok(rel) = p.strip_prefix(d) {
-                names.insert(rel.to_path_buf());
-            }
-        }
-    }
     let mut candidates: BTreeSet<PathBuf> = BTreeSet::new();
-    for d in &all_dirs {
-        for n in &names {
-            candidates.insert(d.join(n));
+    let mut seen: BTreeSet<(Option<PathBuf>, String)> = BTreeSet::new();
+    for f in read {
+        let Ok(text) = std::fs::read(f) else { continue };
+        for inc in crate::key::scan_includes(&text) {
+            let own = inc
+                .quoted
+                .then(|| f.parent().map(Path::to_path_buf))
+                .flatten();
+            if !seen.insert((own.clone(), inc.name.clone())) {
+                continue;
+            }
+            let quote = sp.quote.iter().filter(|_| inc.quoted);
+            let chain = own.iter().chain(quote).chain(&sp.angle);
+            for d in chain {
+                let p = crate::key::normalize(&d.join(&inc.name));
+                if std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
+                    break;
+                }
+                candidates.insert(p);
+            }
         }
     }
     let mut lib_all: BTreeSet<PathBuf> = lib_dirs.iter().cloned().collect();
@@ -103,14 +121,17 @@ pub fn absent(
             continue;
         };
         for d in &lib_all {
-            candidates.insert(d.join(format!("lib{stem}.so")));
-            candidates.insert(d.join(format!("lib{stem}.a")));
+            for p in [
+                d.join(format!("lib{stem}.so")),
+                d.join(format!("lib{stem}.a")),
+            ] {
+                if !std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
+                    candidates.insert(p);
+                }
+            }
         }
     }
-    candidates
-        .into_iter()
-        .filter(|c| !std::fs::metadata(c).is_ok_and(|m| m.is_file()))
-        .collect()
+    candidates.into_iter().collect()
 }
 
 /// The first file of `paths` (sources, headers, assembly) that tells the assembler to
@@ -154,25 +175,44 @@ mod tests {
     #[test]
     fn the_search_list_is_read_from_what_the_compiler_prints() {
         let text = "ignoring nonexistent directory \"/x\"\n#include \"...\" search starts here:\n a\n#include <...> search starts here:\n b/../c\n /usr/include\nEnd of search list.\n";
+        let sp = search_path(text, Path::new("/w"));
+        assert_eq!(sp.quote, vec![PathBuf::from("/w/a")]);
         assert_eq!(
-            search_dirs(text),
-            vec![
-                PathBuf::from("a"),
-                PathBuf::from("c"),
-                PathBuf::from("/usr/include")
-            ]
+            sp.angle,
+            vec![PathBuf::from("/w/c"), PathBuf::from("/usr/include")]
         );
     }
 
     #[test]
     fn a_header_that_would_shadow_one_read_is_a_place_recorded_absent() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let (a, b, src) = (
+            dir.path().join("a"),
+            dir.path().join("b"),
+            dir.path().join("src"),
+        );
         std::fs::create_dir_all(&a).unwrap();
         std::fs::create_dir_all(b.join("sub")).unwrap();
         std::fs::write(b.join("sub/x.h"), "").unwrap();
-        let got = absent(&[b.join("sub/x.h")], &[a.clone(), b.clone()], &[], &[]);
-        assert!(got.contains(&a.join("sub/x.h")), "{got:?}");
-        assert!(!got.contains(&b.join("sub/x.h")));
+        std::fs::write(dir.path().join("c.h"), "").unwrap();
+        let k = src.join("k.c");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(&k, "#include \"sub/x.h\"\n#include <c.h>\n").unwrap();
+        let sp = SearchPath {
+            quote: vec![],
+            angle: vec![a.clone(), b.clone(), dir.path().to_path_buf()],
+        };
+        let got = absent(&[k], &sp, &[], &[]);
+        // Next to the source, then a/, for "sub/x.h"; a/ and b/ for <c.h>; nothing after
+        // where each was found.
+        assert_eq!(
+            got,
+            vec![
+                a.join("c.h"),
+                a.join("sub/x.h"),
+                b.join("c.h"),
+                src.join("sub/x.h")
+            ]
+        );
     }
 }
