@@ -82,6 +82,12 @@ pub fn stat_memo(job_dir: &Path) -> PathBuf {
     job_dir.join("statmemo.json")
 }
 
+/// The stat memo of the compiles tests start (`scenerun cc`): its own file, so the
+/// compiles of a device run never race `warm`'s memo.
+pub fn compile_stat_memo(job_dir: &Path) -> PathBuf {
+    job_dir.join("compiled-statmemo.json")
+}
+
 /// The kept parse of the manifest in a job dir.
 pub fn manifest_memo(job_dir: &Path) -> PathBuf {
     job_dir.join("manifest.json")

@@ -223,11 +223,24 @@ impl Compile<'_> {
                 path: self.real.display().to_string(),
             });
         };
+        // A file whose stat is as the memo recorded is not read again (as for kernels).
+        let memo = crate::layout::compile_stat_memo(&crate::layout::job_dir(&self.call.base));
+        let files = Files::new(Some(memo));
+        let done = self.through_cache(s, identity, &files);
+        files.save();
+        done
+    }
+
+    fn through_cache(
+        &self,
+        s: &Shape,
+        identity: &str,
+        files: &Files,
+    ) -> Result<(i32, Outcome), Why> {
         let unusable = |e: anyhow::Error| Why::CacheUnusable(format!("{e:#}"));
-        let files = Files::new(None);
-        let keys = Keys::of(self, s, identity, &files).map_err(unusable)?;
+        let keys = Keys::of(self, s, identity, files).map_err(unusable)?;
         let store = self.store().map_err(unusable)?;
-        let lookup = |key: &str| match store.lookup(Kind::Compiled, key, &self.call.base, &files) {
+        let lookup = |key: &str| match store.lookup(Kind::Compiled, key, &self.call.base, files) {
             Lookup::Hit(e) => Some(e),
             _ => None,
         };
@@ -245,7 +258,7 @@ impl Compile<'_> {
             store.touch(&e);
             return self.serve(s, &e.out()).map_err(unusable);
         }
-        self.build(s, &store, &keys, &files).map_err(unusable)
+        self.build(s, &store, &keys, files).map_err(unusable)
     }
 
     fn store(&self) -> anyhow::Result<Store> {
