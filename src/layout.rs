@@ -6,6 +6,7 @@
 //! ```text
 //! <manifest dir>/build/scenerun/        the job dir (also the default report dir)
 //!     statmemo.json closurememo.json    stat and include-closure memos (key)
+//!     compiled-statmemo.json            the stat memo of the compiles tests start (compiled)
 //!     manifest.json                     the parsed manifest, kept for the next run
 //!     warm.json                         the warm record
 //!     job/                              a store of `persist: false` artifacts
