@@ -6,6 +6,7 @@
 //! ```text
 //! <manifest dir>/build/scenerun/        the job dir (also the default report dir)
 //!     statmemo.json closurememo.json    stat and include-closure memos (key)
+//!     compiled-statmemo.json            the stat memo of the compiles tests start (compiled)
 //!     manifest.json                     the parsed manifest, kept for the next run
 //!     warm.json                         the warm record
 //!     job/                              a store of `persist: false` artifacts
@@ -80,6 +81,12 @@ pub fn report_dir(flag: Option<&Path>, job_dir: &Path) -> PathBuf {
 /// The stat memo in a job dir (the closure memo is kept beside it).
 pub fn stat_memo(job_dir: &Path) -> PathBuf {
     job_dir.join("statmemo.json")
+}
+
+/// The stat memo of the compiles tests start (`scenerun cc`): its own file, so the
+/// compiles of a device run never race `warm`'s memo.
+pub fn compile_stat_memo(job_dir: &Path) -> PathBuf {
+    job_dir.join("compiled-statmemo.json")
 }
 
 /// The kept parse of the manifest in a job dir.

@@ -525,7 +525,23 @@ pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Ex
 /// `sh` without its stdin: a piped child (`piped`) gets a pipe there (duct lets an inner
 /// redirection win, so `sh`'s own would).
 fn shell(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
-    let mut e = duct::cmd("sh", ["-c", command]).dir(dir).unchecked();
+    for_child(duct::cmd("sh", ["-c", command]), dir, env)
+}
+
+/// A program run with its own arguments, no shell between (`scenerun cc` runs the real
+/// compiler so): the environment and signal state as `sh` gives them; stdin, stdout and
+/// stderr inherited unless the caller redirects them.
+pub fn program(
+    program: &Path,
+    args: &[std::ffi::OsString],
+    dir: &Path,
+    env: &BTreeMap<String, String>,
+) -> duct::Expression {
+    for_child(duct::cmd(program, args), dir, env)
+}
+
+fn for_child(e: duct::Expression, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
+    let mut e = e.dir(dir).unchecked();
     // The URL variables redacted, whether given or inherited; each name is set once, so
     // which of two settings of a name duct would keep never matters.
     let redacted: BTreeMap<String, String> = url_vars_for_child(env).into_iter().collect();

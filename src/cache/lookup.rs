@@ -212,6 +212,16 @@ fn check_deps(
     let checked = files.with_deps(base, |names| {
         let mut deps = Vec::with_capacity(view.deps.len());
         for (path, blake3) in view.deps.iter() {
+            if blake3 == super::ABSENT {
+                if std::fs::metadata(crate::key::key_path(base, path)).is_ok_and(|m| m.is_file()) {
+                    return Err((path.to_string(), false));
+                }
+                deps.push(Dep {
+                    path: path.into(),
+                    blake3: super::ABSENT.into(),
+                });
+                continue;
+            }
             match names.get(path) {
                 Ok(now) if *now.hash == *blake3 => deps.push(Dep {
                     path: now.name,

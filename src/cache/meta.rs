@@ -60,6 +60,11 @@ impl CopyId {
 /// A file the compiler reported reading (from its depfile), re-checked on every hit.
 /// Shared strings: the records of one plan name the same few hundred files thousands of
 /// times, and a hit's record holds the plan's own copy of each name and hash.
+/// A dependency whose `blake3` is this is a place that must hold no regular file (a
+/// header or library that would be found before one the compile read:
+/// docs/compile-cache.md); a file there makes the entry stale.
+pub const ABSENT: &str = "absent";
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Dep {
     /// Relative to the manifest's directory when inside it, else absolute.

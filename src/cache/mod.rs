@@ -40,7 +40,7 @@ use crate::fsutil;
 use digest::Digester;
 pub use guard::{Damage, Exposed};
 pub use lookup::{Entry, Lookup, Snapshot, Stale};
-pub use meta::{read_meta, Dep, FileRecord, Meta};
+pub use meta::{read_meta, Dep, FileRecord, Meta, ABSENT};
 pub use publish::{digest_in_cache, Staging};
 
 pub const LAYOUT: u32 = 1;

@@ -576,7 +576,7 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         return Ok(exit);
     }
     frozen.through_lock = !opts.no_lock;
-    let laid = lay_out(&mut frozen).and_then(|()| shims(plan, ui, &frozen.run_dir));
+    let laid = lay_out(&mut frozen).and_then(|()| shims(plan, ui, &frozen));
     if let Err(e) = laid {
         report.scenes = scene_reports(plan, &frozen, None);
         report.exit_code = Exit::Infra.code();
@@ -623,8 +623,14 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
 /// The compiler shims of `compile_cache:` in the run's `bin/`; a compiler left without
 /// one is said once (not on `PATH`: its compiles, if any, fail as they would without
 /// scenerun; no identity: they run without the cache).
-fn shims(plan: &Plan, ui: &Ui, run_dir: &Path) -> Result<()> {
-    for (name, why) in crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir)? {
+fn shims(plan: &Plan, ui: &Ui, frozen: &Frozen) -> Result<()> {
+    // Each lane's and device step's own `PATH`: the compiler a shim stands for is the
+    // one the caller's `PATH` finds.
+    let paths = (frozen.scenes.iter().map(|s| &s.env))
+        .chain(frozen.lanes.values().map(|l| &l.env))
+        .filter_map(|env| env.get("PATH").map(String::as_str));
+    let run_dir = &frozen.run_dir;
+    for (name, why) in crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir, paths)? {
         ui.info(&format!(
             "compile_cache: `{name}` {why}; no compile of it goes through the cache"
         ));

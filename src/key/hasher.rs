@@ -13,6 +13,7 @@ pub const KEY_SCHEMA: &str = "scenerun-key-3";
 /// The fields are gathered into one buffer and hashed at the end: BLAKE3 of the same
 /// bytes either way, but a key is ~40 small fields, and one `update` per piece cost
 /// more than the hashing itself (a plan computes thousands of keys).
+#[derive(Clone)]
 pub struct KeyHasher(Vec<u8>);
 
 impl KeyHasher {

@@ -4,6 +4,7 @@
 //! and a real pytest + pytest-reportlog lane (`pytest.rs`). Assertions count process
 //! start-ups and runs from the runtime's own log, and read the reports.
 
+mod compile_exact;
 mod compiles;
 mod faults;
 mod order;
