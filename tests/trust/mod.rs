@@ -15,6 +15,7 @@ mod numbers;
 mod planted;
 mod readonly;
 mod remote_records;
+mod restored;
 mod secrets;
 pub(crate) mod signed;
 mod terminal;
