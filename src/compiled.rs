@@ -130,6 +130,10 @@ pub struct Call {
     /// (`sign_kept`).
     #[arg(long = "cc-verify-key", value_name = "KEY")]
     pub verify_key: Option<String>,
+    /// The device run's socket (`cache::witness`): told each entry this compile
+    /// publishes, the only word the run signs compiled entries on.
+    #[arg(long = "cc-report", value_name = "SOCKET")]
+    pub report: Option<PathBuf>,
     /// The compiler's own arguments (after `--`).
     #[arg(last = true, allow_hyphen_values = true)]
     pub args: Vec<OsString>,
@@ -272,16 +276,13 @@ fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
     let files = Files::new(None);
     let cwd = std::env::current_dir()?;
     let key = key_of(call, c, &cwd, &files)?;
-    if let Lookup::Hit(e) = store.lookup(Kind::Compiled, &key, &call.base, &files) {
-        // Marked used, as a warm marks its hits: `cache prune` evicts by last use.
-        store.touch(&e);
-        return serve(call, c, &cwd, &e.out());
+    if let Some(code) = hit(call, c, (&store, &key), &cwd, &files)? {
+        return Ok(code);
     }
     // One build per key at a time: a second lane compiling the same kernel waits, then hits.
     let _lock = store.lock_key(Kind::Compiled, &key)?;
-    if let Lookup::Hit(e) = store.lookup(Kind::Compiled, &key, &call.base, &files) {
-        store.touch(&e);
-        return serve(call, c, &cwd, &e.out());
+    if let Some(code) = hit(call, c, (&store, &key), &cwd, &files)? {
+        return Ok(code);
     }
     let staging = store.stage(Kind::Compiled)?;
     let out = staging.out();
@@ -330,7 +331,14 @@ fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
             let built_by = format!("compiled/{}", key_name(&call.base, &cwd.join(&c.source)));
             store
                 .publish(staging, Kind::Compiled, &key, &built_by, secs, deps)
-                .map(|e| e.out())
+                .map(|e| {
+                    // Told to the run (never through a file a step can write): what it
+                    // may sign when the run ends. Not told, it is never signed.
+                    if let Some(socket) = &call.report {
+                        let _ = crate::cache::witness::tell(socket, &key, &e.meta.files);
+                    }
+                    e.out()
+                })
         }
         Err(why) => Err(why),
     };
@@ -347,11 +355,51 @@ fn cached(call: &Call, c: &Cacheable) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// A hit whose kept messages read under their cap, served (marked used, as a warm marks
+/// its hits: `cache prune` evicts by last use). None: no hit, or messages that cannot
+/// be read so (a link, over the cap): the compile runs and replaces the entry.
+fn hit(
+    call: &Call,
+    c: &Cacheable,
+    (store, key): (&Store, &str),
+    cwd: &Path,
+    files: &Files,
+) -> anyhow::Result<Option<i32>> {
+    let Lookup::Hit(e) = store.lookup(Kind::Compiled, key, &call.base, files) else {
+        return Ok(None);
+    };
+    let Some(messages) = messages(&e.out()) else {
+        return Ok(None);
+    };
+    store.touch(&e);
+    serve(call, c, cwd, &e.out(), messages).map(Some)
+}
+
+/// An entry's kept stdout and stderr (absent: empty), each read without following a
+/// link and under `Cap::COMPILER_MESSAGES`; None when either cannot be read so.
+fn messages(out: &Path) -> Option<[Vec<u8>; 2]> {
+    let read = |name: &str| match crate::fsutil::read_capped(
+        &out.join(name),
+        crate::fsutil::Cap::COMPILER_MESSAGES,
+    ) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Vec::new()),
+        Err(_) => None,
+    };
+    Some([read("stdout")?, read("stderr")?])
+}
+
 /// A hit: the kept output at the command's `-o`, its messages printed again.
-fn serve(call: &Call, c: &Cacheable, cwd: &Path, out: &Path) -> anyhow::Result<i32> {
+fn serve(
+    call: &Call,
+    c: &Cacheable,
+    cwd: &Path,
+    out: &Path,
+    [stdout, stderr]: [Vec<u8>; 2],
+) -> anyhow::Result<i32> {
     place(c, cwd, &out.join("result"))?;
-    let _ = std::io::stdout().write_all(&std::fs::read(out.join("stdout")).unwrap_or_default());
-    let _ = std::io::stderr().write_all(&std::fs::read(out.join("stderr")).unwrap_or_default());
+    let _ = std::io::stdout().write_all(&stdout);
+    let _ = std::io::stderr().write_all(&stderr);
     note(call, "hit", "", 0.0, None);
     Ok(0)
 }
@@ -520,6 +568,7 @@ pub fn write_shims(
     manifest: &crate::manifest::Manifest,
     store: &Store,
     run_dir: &Path,
+    report: Option<&Path>,
 ) -> anyhow::Result<Vec<(String, String)>> {
     use std::os::unix::fs::PermissionsExt;
     if manifest.compile_cache.is_empty() {
@@ -563,6 +612,9 @@ pub fn write_shims(
                 crate::template::quote(&text)
             ));
         }
+        if let Some(socket) = report {
+            line.push_str(&format!(" --cc-report {}", q(socket)));
+        }
         let shim = dir.join(name);
         std::fs::write(&shim, format!("#!/bin/sh\n{line} -- \"$@\"\n"))
             .and_then(|()| std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)))
@@ -591,45 +643,38 @@ pub struct Tally {
     pub ran: usize,
 }
 
-/// A device run's compile log, read once when the run ends: its tally, and the entries
-/// its compiles published.
+/// A device run's compile log, read once when the run ends: its tally (nothing else:
+/// any step can append to it, so what it says is counted, never signed), and how many
+/// lines were not lines a shim writes (`note`).
 pub struct RunLog {
     pub tally: Tally,
-    built: Vec<String>,
+    pub ignored: usize,
 }
 
 impl RunLog {
-    /// Read the run's log (a missing one: no compile).
+    /// Read the run's log (a missing one: no compile). A line that is not one object
+    /// with a known `compile`, or whose `key` is not a key scenerun makes, is ignored.
     pub fn read(run_dir: &Path) -> RunLog {
         let mut log = RunLog {
             tally: Tally::default(),
-            built: Vec::new(),
+            ignored: 0,
         };
         let text = crate::fsutil::read_capped(&log_path(run_dir), crate::fsutil::Cap::DEVICE_RUN)
             .unwrap_or_default();
         for line in String::from_utf8_lossy(&text).lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
-            match v["compile"].as_str() {
-                Some("hit") => log.tally.hit += 1,
-                Some("built") => {
-                    log.tally.built += 1;
-                    log.built.extend(v["key"].as_str().map(str::to_string));
-                }
-                Some("ran") => log.tally.ran += 1,
-                _ => {}
+            let key_ok = match &v["key"] {
+                serde_json::Value::Null => true,
+                k => k.as_str().is_some_and(crate::cache::witness::is_key),
+            };
+            match (v["compile"].as_str(), key_ok) {
+                (Some("hit"), true) => log.tally.hit += 1,
+                (Some("built"), true) => log.tally.built += 1,
+                (Some("ran"), true) => log.tally.ran += 1,
+                _ => log.ignored += 1,
             }
         }
         log
-    }
-
-    /// Sign what the run's compiles kept, when this process holds the signing key (a
-    /// lane never does): without it, under `cache.verify_key` they are misses, and each
-    /// compiles again. How many were signed.
-    pub fn sign_kept(&self, store: &Store) -> usize {
-        self.built
-            .iter()
-            .filter(|k| store.sign_unsigned(Kind::Compiled, k).unwrap_or(false))
-            .count()
     }
 }
 

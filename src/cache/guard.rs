@@ -186,7 +186,7 @@ impl Store {
     /// directory belongs.
     pub(super) fn entry_checked(&self, kind: Kind, key: &str) -> Result<Option<PathBuf>, Damage> {
         let kind_dir = self.root.join("entries").join(kind.name());
-        let shard = kind_dir.join(&key[..2.min(key.len())]);
+        let shard = kind_dir.join(super::shard_of(key));
         let entry = shard.join(key);
         for (i, p) in [&kind_dir, &shard, &entry].into_iter().enumerate() {
             match fsutil::node(p) {

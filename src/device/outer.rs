@@ -576,7 +576,12 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         return Ok(exit);
     }
     frozen.through_lock = !opts.no_lock;
-    let laid = lay_out(&mut frozen).and_then(|()| shims(plan, ui, &frozen.run_dir));
+    let mut witness = None;
+    let laid = lay_out(&mut frozen).and_then(|()| {
+        witness = listen(plan, ui, &frozen.run_dir);
+        let socket = witness.as_ref().map(crate::cache::witness::Witness::path);
+        shims(plan, ui, &frozen.run_dir, socket)
+    });
     if let Err(e) = laid {
         report.scenes = scene_reports(plan, &frozen, None);
         report.exit_code = Exit::Infra.code();
@@ -599,7 +604,17 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     };
     record_history(plan, &r);
     let compiles = crate::compiled::RunLog::read(&frozen.run_dir);
-    compiles.sign_kept(&plan.store);
+    if let Some(w) = &witness {
+        w.sign_told(&plan.store);
+    }
+    if compiles.ignored > 0 {
+        notify(
+            ui,
+            Notice::CompileLogIgnored {
+                lines: compiles.ignored,
+            },
+        );
+    }
     if let Some(d) = report.device.as_mut().filter(|_| compiles.tally.any()) {
         d.compiles = Some(compiles.tally);
     }
@@ -620,11 +635,26 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     finish(opts, report, exit)
 }
 
+/// Where this run hears what its compiler shims publish (`cache::witness`), when it
+/// holds the signing key and has shims: the only word it signs compiled entries on.
+fn listen(plan: &Plan, ui: &Ui, run_dir: &Path) -> Option<crate::cache::witness::Witness> {
+    if plan.manifest.compile_cache.is_empty() || !plan.store.keys.signs() {
+        return None;
+    }
+    match crate::cache::witness::Witness::listen(&run_dir.join("compiles.sock")) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            notify(ui, Notice::CompilesNotSigned { why: e.to_string() });
+            None
+        }
+    }
+}
+
 /// The compiler shims of `compile_cache:` in the run's `bin/`; a compiler left without
 /// one is said once (not on `PATH`: its compiles, if any, fail as they would without
 /// scenerun; no identity: they run without the cache).
-fn shims(plan: &Plan, ui: &Ui, run_dir: &Path) -> Result<()> {
-    for (name, why) in crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir)? {
+fn shims(plan: &Plan, ui: &Ui, run_dir: &Path, socket: Option<&Path>) -> Result<()> {
+    for (name, why) in crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir, socket)? {
         ui.info(&format!(
             "compile_cache: `{name}` {why}; no compile of it goes through the cache"
         ));

@@ -7,6 +7,7 @@
 mod args;
 mod attacks;
 pub mod bounded;
+mod compiled;
 mod discovery;
 mod inputs;
 mod kept;
