@@ -521,10 +521,30 @@ pub fn sh(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Ex
     shell(command, dir, env).stdin_null()
 }
 
+/// A program run with its own arguments, no shell (`git` for `--changed-since`), as
+/// `sh` runs a command: in `dir`, the inherited environment less what
+/// `hide_from_children` named (URL variables redacted), stdin from /dev/null, any exit
+/// status a result, the default signal state. No `Command::new` elsewhere hands a
+/// child scenerun's environment.
+pub fn program<I, S>(program: &str, args: I, dir: &Path) -> duct::Expression
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString>,
+{
+    let e = duct::cmd(program, args).dir(dir).unchecked();
+    scrubbed(e, &BTreeMap::new()).stdin_null()
+}
+
 /// `sh` without its stdin: a piped child (`piped`) gets a pipe there (duct lets an inner
 /// redirection win, so `sh`'s own would).
 fn shell(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
-    let mut e = duct::cmd("sh", ["-c", command]).dir(dir).unchecked();
+    let e = duct::cmd("sh", ["-c", command]).dir(dir).unchecked();
+    scrubbed(e, env)
+}
+
+/// `e` with `env` on top of the inherited environment, less the hidden variables, the
+/// URL variables redacted, and the signal state a program expects.
+fn scrubbed(mut e: duct::Expression, env: &BTreeMap<String, String>) -> duct::Expression {
     // The URL variables redacted, whether given or inherited; each name is set once, so
     // which of two settings of a name duct would keep never matters.
     let redacted: BTreeMap<String, String> = url_vars_for_child(env).into_iter().collect();
