@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::units::later;
 
 pub mod piped;
+pub mod view;
 
 /// Between SIGTERM and SIGKILL, unless a phase sets its own (`set_grace`).
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -820,12 +821,22 @@ fn start(
 
 /// `cmd` (made by `sh`) as the leader of a process group of its own, known to the
 /// watchdog before it runs a single instruction of its own, and killed when the thread
+/// that starts it ends (the parent-death signal follows the thread): if scenerun dies,
+/// the whole group is SIGKILLed. Not in the registry (no cancel, no timeout here): the
+/// lock command, whose caller forwards signals itself, and `disown`s it once it ended.
+pub fn watched_group(cmd: duct::Expression) -> duct::Expression {
+    own_group(cmd)
+}
+
+/// `cmd` (made by `sh`) as the leader of a process group of its own, known to the
+/// watchdog before it runs a single instruction of its own, and killed when the thread
 /// that starts it ends (the parent-death signal follows the thread).
 fn own_group(cmd: duct::Expression) -> duct::Expression {
     let watchdog_fd = ensure_watchdog();
     cmd.before_spawn(move |c| {
         // SAFETY: between fork and exec the closure calls only async-signal-safe
-        // functions (setpgid, write via register_self, prctl) on stack values; it
+        // functions (setpgid, write via register_self, prctl, unshare, mount) on stack
+        // values and memory prepared before the fork; it
         // allocates nothing and takes no lock. (`sh` made `cmd`: its own hook restores
         // the signal state.)
         unsafe {
@@ -835,7 +846,8 @@ fn own_group(cmd: duct::Expression) -> duct::Expression {
                     register_self(fd);
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
+                // The device phase's read-only view of the entries, once it is set.
+                view::enter_in_child()
             });
         }
         Ok(())

@@ -197,6 +197,14 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         let f = LockFailure::before(Exit::Infra, format!("was not called: {e:#}"));
         return Err(fail(ph, frozen, report, lock, f));
     }
+    // A signal during the start-ups before the lock (the fork server's, the lanes'):
+    // the lock command is never called.
+    if crate::proc::interrupted() {
+        prestart.finish();
+        let what = "interrupted before the lock command was called".into();
+        let f = LockFailure::before(Exit::Interrupted, what);
+        return Err(fail(ph, frozen, report, lock, f));
+    }
     notify(
         ui,
         Notice::TakingLock {
@@ -576,6 +584,10 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         return Ok(exit);
     }
     frozen.through_lock = !opts.no_lock;
+    // From here on, every child sees the entries read-only where a mount namespace can
+    // be made (the lock command, and so the inner run, included).
+    frozen.readonly = crate::proc::view::entry_dirs(&plan.store.root);
+    crate::proc::view::enter_for_children(&frozen.readonly);
     let mut witness = None;
     let laid = lay_out(&mut frozen).and_then(|()| {
         witness = listen(plan, ui, &frozen.run_dir);

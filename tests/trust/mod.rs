@@ -11,6 +11,7 @@ mod compiled;
 mod discovery;
 mod inputs;
 mod kept;
+mod lock_orphan;
 mod maintain;
 mod numbers;
 mod planted;
