@@ -371,10 +371,11 @@ pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<Vec<Stamp>, Dam
 
 /// Whether the files of an entry are as they were published (or last confirmed), from
 /// their stamps `now` (in record order): Ok(None) when they are; Ok(Some(stamps)) when
-/// the record's stamps must be taken again — the entry is another copy than the one
-/// they were taken in (a restored or copied cache, or a record without its `copy`), or
-/// a file's stamp changed — and Err when a file's content is not the recorded one.
-/// `copy`: the entry's directory now. Any stamp that does not hold is re-hashed before
+/// the record's stamps must be taken again — they are not `trusted` (the entry is
+/// another copy than the one they were taken in: a restored or copied cache; or the
+/// record has no `copy`, or no seal of this user over its stamps: stamps written by
+/// someone else), or a file's stamp changed — and Err when a file's content is not the
+/// recorded one. `copy`: the entry's directory now. Any stamp that does not hold is re-hashed before
 /// it is taken again (in another copy: every file), so a file swapped for other bytes
 /// of the same size is never re-stamped: what this lets serve is what `cache verify`
 /// would call intact (and, with a verify key, what the signature covers: the record's
@@ -382,11 +383,11 @@ pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<Vec<Stamp>, Dam
 pub fn stamps_hold(
     out: &Path,
     files: &[FileRecord],
-    recorded_copy: Option<CopyId>,
+    trusted: bool,
     copy: CopyId,
     now: Vec<Stamp>,
 ) -> Result<Option<(Vec<Stamp>, CopyId)>, Damage> {
-    let other_copy = recorded_copy != Some(copy);
+    let other_copy = !trusted;
     let mut changed = other_copy;
     for (f, stamp) in files.iter().zip(&now) {
         if !other_copy && f.stamp == Some(*stamp) {

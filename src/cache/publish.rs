@@ -56,7 +56,14 @@ pub(super) fn stamp_entry(dir: &Path, meta: &mut Meta) -> io::Result<()> {
     for f in &mut meta.files {
         f.stamp = now.get(&f.path).copied();
     }
-    meta.copy = Some(super::meta::CopyId::of(&fs::symlink_metadata(dir)?));
+    let copy = super::meta::CopyId::of(&fs::symlink_metadata(dir)?);
+    meta.copy = Some(copy);
+    meta.stamps_seal = Some(super::meta::seal_stamps(
+        meta.kind,
+        &meta.key,
+        copy,
+        &meta.files,
+    ));
     Ok(())
 }
 

@@ -78,9 +78,9 @@ pub fn run(
     // `sh` gives the lock tool the default signal state (scenerun's own threads block
     // SIGINT/SIGTERM and it ignores SIGXFSZ).
     // Its own group, known to the watchdog from its first instruction: if this process
-    // is SIGKILLed while the lock command is queued, the watchdog kills the whole group,
-    // so no lock request outlives its `device` and later takes the ids. (This runs on the
-    // thread that runs the device phase: its death is the process's.)
+    // is SIGKILLed, the watchdog sends the group SIGTERM (a queued request is cancelled,
+    // held ids released by the lock tool itself), SIGKILL after a bounded wait; so no
+    // lock request outlives its `device` and later takes the ids.
     let cmd = crate::proc::watched_group(
         crate::proc::sh(command, dir, env)
             .stderr_to_stdout()

@@ -178,8 +178,8 @@ fn forged_compile_log_lines_are_ignored_with_a_notice() {
     );
 }
 
-/// An entry's `stdout` that is a link (to /dev/zero, to a big file) or a sparse file of
-/// 1 TiB whose record and stamps were rewritten to match: never read whole. The
+/// An entry's `stdout` that is a link (to /dev/zero, to a big file) or a file past the
+/// cap whose record was rewritten to match (hash and stamps): never read whole. The
 /// compile is served only from an entry whose messages are read under their cap;
 /// otherwise it runs again.
 #[test]
@@ -195,7 +195,7 @@ fn an_entrys_stdout_is_read_capped_and_never_through_a_link() {
     let big = s.path("big.txt");
     fs::File::create(&big).unwrap().set_len(1 << 30).unwrap();
     let mut runs = 1;
-    for plant in ["/dev/zero", big.to_str().unwrap(), "sparse"] {
+    for plant in ["/dev/zero", big.to_str().unwrap(), "over the cap"] {
         let entries = compiled_entries(&s);
         assert_eq!(entries.len(), 1, "{entries:?}");
         let entry = &entries[0];
@@ -206,13 +206,16 @@ fn an_entrys_stdout_is_read_capped_and_never_through_a_link() {
         let mut m = meta(entry);
         let files = m["files"].as_array_mut().unwrap();
         files.retain(|f| f["path"] != "stdout");
-        if plant == "sparse" {
-            // A regular file the record lists, with the very stamp it has: no re-hash.
-            fs::File::create(&stdout).unwrap().set_len(1 << 40).unwrap();
+        if plant == "over the cap" {
+            // A regular file past the messages' cap (16 MiB), recorded with its true
+            // BLAKE3 and the very stamp it has: a consistent entry a lookup serves.
+            let len: u64 = (16 << 20) + 1;
+            fs::File::create(&stdout).unwrap().set_len(len).unwrap();
+            let hash = blake3::hash(&vec![0u8; len as usize]).to_hex().to_string();
             let st = fs::symlink_metadata(&stdout).unwrap();
             let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
             files.push(serde_json::json!({
-                "path": "stdout", "size": st.len(), "blake3": "00".repeat(32),
+                "path": "stdout", "size": st.len(), "blake3": hash,
                 "stamp": {"size": st.len(), "mtime_ns": ns(st.mtime(), st.mtime_nsec()),
                           "ctime_ns": ns(st.ctime(), st.ctime_nsec()), "ino": st.ino()}
             }));

@@ -188,3 +188,42 @@ fn a_record_without_its_copy_field_is_rehashed_not_restamped() {
     let o = run(&s, &["cache", "verify"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
 }
+
+/// In place, signed: a file swapped and its stamp in the record rewritten to the new
+/// file's (the stamps are not signed, so the signature still verifies). The stamps are
+/// sealed with this user's secret: the forged ones are not trusted, the file is
+/// re-hashed, and the entry rebuilt.
+#[test]
+fn forged_stamps_in_a_signed_record_are_not_trusted() {
+    use std::os::unix::fs::MetadataExt;
+    let (private, public) = keypair(12);
+    let s = suite(&format!(
+        "  verify_key: \"{public}\"\n  sign_key_env: MY_ENTRY_KEY\n"
+    ));
+    let env = [("MY_ENTRY_KEY", private.as_str())];
+    let o = run_env(&s, &["warm"], &env);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let entry = only_entry(&s, "fixture");
+    let file = entry.join("out/input.txt");
+    swap(&file, b"66\n");
+    let st = fs::symlink_metadata(&file).unwrap();
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    let meta = entry.join("meta.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
+    for f in v["files"].as_array_mut().unwrap() {
+        if f["path"] == "input.txt" {
+            f["stamp"] = serde_json::json!({"size": st.len(),
+                "mtime_ns": ns(st.mtime(), st.mtime_nsec()),
+                "ctime_ns": ns(st.ctime(), st.ctime_nsec()), "ino": st.ino()});
+        }
+    }
+    fs::set_permissions(&meta, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&meta, serde_json::to_vec(&v).unwrap()).unwrap();
+
+    let o = run_env(&s, &["device", "--no-lock", "--devices", "0"], &[]);
+    assert_eq!(code(&o), 6, "device served it: {}", show(&o));
+    assert_eq!(s.count("logs/device.log"), 0);
+    let o = run_env(&s, &["warm"], &env);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(s.count("logs/gen.log"), 2, "rebuilt: {}", show(&o));
+}
