@@ -325,6 +325,53 @@ pub(super) fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, Damage> {
     }
 }
 
+/// What the seal over an entry's stamps covers: its kind and key, the copy they were
+/// taken in, and each file's path, BLAKE3 and stamp (binding the stamps to the recorded
+/// content, which a signature covers). Length-prefixed.
+fn stamps_body(copy: CopyId, files: &[FileRecord]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut field = |b: &[u8]| {
+        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        out.extend_from_slice(b);
+    };
+    field(&copy.dev.to_le_bytes());
+    field(&copy.ino.to_le_bytes());
+    for f in files {
+        field(f.path.as_bytes());
+        field(f.blake3.as_bytes());
+        field(&f.size.to_le_bytes());
+        match &f.stamp {
+            Some(s) => {
+                field(&s.size.to_le_bytes());
+                field(&s.mtime_ns.to_le_bytes());
+                field(&s.ctime_ns.to_le_bytes());
+                field(&s.ino.to_le_bytes());
+            }
+            None => field(b"-"),
+        }
+    }
+    out
+}
+
+const STAMPS_DOMAIN: &str = "scenerun cache stamps v1";
+
+/// The seal of an entry's stamps taken in `copy` (see `Meta::stamps_seal`).
+pub fn seal_stamps(kind: Kind, key: &str, copy: CopyId, files: &[FileRecord]) -> String {
+    let name = format!("{}/{key}", kind.name());
+    crate::seal::tag(STAMPS_DOMAIN, &name, &stamps_body(copy, files))
+}
+
+/// Whether `seal` is this user's seal of these stamps.
+pub fn stamps_sealed(
+    (kind, key): (Kind, &str),
+    copy: CopyId,
+    files: &[FileRecord],
+    seal: Option<&str>,
+) -> bool {
+    let name = format!("{}/{key}", kind.name());
+    seal.is_some_and(|t| crate::seal::verify(STAMPS_DOMAIN, &name, &stamps_body(copy, files), t))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,51 +425,4 @@ mod tests {
             assert_eq!(ours, serde);
         }
     }
-}
-
-/// What the seal over an entry's stamps covers: its kind and key, the copy they were
-/// taken in, and each file's path, BLAKE3 and stamp (binding the stamps to the recorded
-/// content, which a signature covers). Length-prefixed.
-fn stamps_body(copy: CopyId, files: &[FileRecord]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut field = |b: &[u8]| {
-        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-        out.extend_from_slice(b);
-    };
-    field(&copy.dev.to_le_bytes());
-    field(&copy.ino.to_le_bytes());
-    for f in files {
-        field(f.path.as_bytes());
-        field(f.blake3.as_bytes());
-        field(&f.size.to_le_bytes());
-        match &f.stamp {
-            Some(s) => {
-                field(&s.size.to_le_bytes());
-                field(&s.mtime_ns.to_le_bytes());
-                field(&s.ctime_ns.to_le_bytes());
-                field(&s.ino.to_le_bytes());
-            }
-            None => field(b"-"),
-        }
-    }
-    out
-}
-
-const STAMPS_DOMAIN: &str = "scenerun cache stamps v1";
-
-/// The seal of an entry's stamps taken in `copy` (see `Meta::stamps_seal`).
-pub fn seal_stamps(kind: Kind, key: &str, copy: CopyId, files: &[FileRecord]) -> String {
-    let name = format!("{}/{key}", kind.name());
-    crate::seal::tag(STAMPS_DOMAIN, &name, &stamps_body(copy, files))
-}
-
-/// Whether `seal` is this user's seal of these stamps.
-pub fn stamps_sealed(
-    (kind, key): (Kind, &str),
-    copy: CopyId,
-    files: &[FileRecord],
-    seal: Option<&str>,
-) -> bool {
-    let name = format!("{}/{key}", kind.name());
-    seal.is_some_and(|t| crate::seal::verify(STAMPS_DOMAIN, &name, &stamps_body(copy, files), t))
 }
