@@ -142,6 +142,23 @@ fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
     (prestart, written)
 }
 
+/// The start-ups before the lock (lanes, the fork server) and the frozen plan written:
+/// Err when the lock command is not to be called — the plan could not be written, or a
+/// signal came during the start-ups (the lock command is then never called).
+fn before_lock(ph: Phase, frozen: &mut Frozen) -> Result<Prestart, Box<LockFailure>> {
+    let (mut prestart, written) = prestart_lanes(ph, frozen);
+    let failure = match written {
+        Err(e) => LockFailure::before(Exit::Infra, format!("was not called: {e:#}")),
+        Ok(()) if crate::proc::interrupted() => LockFailure::before(
+            Exit::Interrupted,
+            "interrupted before the lock command was called".into(),
+        ),
+        Ok(()) => return Ok(prestart),
+    };
+    prestart.finish();
+    Err(Box::new(failure))
+}
+
 /// Say how the lock command misbehaved, if it did: it ran the inner run twice, or it
 /// had to be killed for not returning.
 fn warn_lock_ending(ui: &Ui, ran: &LockRun, repeated: bool, release_timeout: Duration) {
@@ -191,20 +208,10 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         let f = LockFailure::before(Exit::Interrupted, what);
         return Err(fail(ph, frozen, report, lock, f));
     }
-    let (mut prestart, written) = prestart_lanes(ph, frozen);
-    if let Err(e) = written {
-        prestart.finish();
-        let f = LockFailure::before(Exit::Infra, format!("was not called: {e:#}"));
-        return Err(fail(ph, frozen, report, lock, f));
-    }
-    // A signal during the start-ups before the lock (the fork server's, the lanes'):
-    // the lock command is never called.
-    if crate::proc::interrupted() {
-        prestart.finish();
-        let what = "interrupted before the lock command was called".into();
-        let f = LockFailure::before(Exit::Interrupted, what);
-        return Err(fail(ph, frozen, report, lock, f));
-    }
+    let mut prestart = match before_lock(ph, frozen) {
+        Ok(p) => p,
+        Err(f) => return Err(fail(ph, frozen, report, lock, *f)),
+    };
     notify(
         ui,
         Notice::TakingLock {
