@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -29,11 +28,12 @@ pub fn wanted(sel: &Selection) -> bool {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
+    let words: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+    let out = crate::proc::program(Path::new("git"), &words, dir, &Default::default())
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .run()
         .map_err(|e| crate::error::err!(Usage, "--changed-since needs git: {e}"))?;
     if !out.status.success() {
         return Err(crate::error::err!(

@@ -483,6 +483,8 @@ impl Cap {
     pub const MANIFEST: Cap = Cap::new("a manifest", 64 * MIB);
     /// A step's depfile.
     pub const DEPFILE: Cap = Cap::new("a depfile", 64 * MIB);
+    /// What a kept compile printed (`compiled` entries' stdout and stderr).
+    pub const COMPILER_MESSAGES: Cap = Cap::new("a kept compile's messages", 16 * MIB);
 
     pub const fn new(what: &'static str, bytes: u64) -> Cap {
         Cap { what, bytes }

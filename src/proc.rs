@@ -16,6 +16,7 @@ use crate::units::later;
 
 pub mod piped;
 pub mod server;
+pub mod view;
 
 /// Between SIGTERM and SIGKILL, unless a phase sets its own (`set_grace`).
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -347,6 +348,12 @@ fn ensure_watchdog() -> Option<std::os::fd::RawFd> {
 /// is registered before the step runs a single instruction of its own. Only
 /// async-signal-safe calls here (no allocation); one short write is atomic on a pipe.
 fn register_self(fd: std::os::fd::RawFd) {
+    register_self_as(fd, b'+');
+}
+
+/// `register_self` with the line's first byte: `+` (SIGKILLed when scenerun dies) or
+/// `~` (ended gently: see `watchdog`).
+fn register_self_as(fd: std::os::fd::RawFd, prefix: u8) {
     let mut buf = [0u8; 24];
     let mut digits = [0u8; 20];
     // SAFETY: getpid has no preconditions and is async-signal-safe (this runs after fork).
@@ -360,7 +367,7 @@ fn register_self(fd: std::os::fd::RawFd) {
             break;
         }
     }
-    buf[0] = b'+';
+    buf[0] = prefix;
     for i in 0..n {
         buf[1 + i] = digits[n - 1 - i];
     }
@@ -400,21 +407,46 @@ fn start_watchdog() -> Option<ChildStdin> {
     stdin
 }
 
-/// The watchdog: reads `+pgid` / `-pgid` lines; at EOF (scenerun exited or was killed)
-/// SIGKILLs every group still registered.
+/// How long the watchdog gives a gently ended group (the lock command) after its
+/// SIGTERM before it SIGKILLs it: a lock tool forwards the signal to its run, waits for
+/// it (the inner run kills its steps at once when scenerun is gone) and releases.
+const GENTLE_WAIT: Duration = Duration::from_secs(30);
+
+/// The watchdog: reads `+pgid` / `~pgid` / `-pgid` lines; at EOF (scenerun exited or was
+/// killed) SIGKILLs every `+` group still registered, and sends each `~` group (the
+/// lock command) SIGTERM, so a queued request is cancelled and held ids are released
+/// by the lock tool itself, then SIGKILL once it is still there after `GENTLE_WAIT`.
 pub fn watchdog() -> i32 {
-    let mut live: Vec<i32> = Vec::new();
+    let mut live: Vec<(i32, bool)> = Vec::new();
     let stdin = io::stdin();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
         if let Some(p) = line.strip_prefix('+').and_then(|p| p.parse().ok()) {
-            live.push(p);
+            live.push((p, false));
+        } else if let Some(p) = line.strip_prefix('~').and_then(|p| p.parse().ok()) {
+            live.push((p, true));
         } else if let Some(p) = line.strip_prefix('-').and_then(|p| p.parse::<i32>().ok()) {
-            live.retain(|x| *x != p);
+            live.retain(|x| x.0 != p);
         }
     }
-    for pgid in live {
-        // SAFETY: killpg takes plain integers; a group that is gone gives ESRCH, ignored.
+    let mut gentle = Vec::new();
+    for (pgid, soft) in live {
+        // A group that is gone gives ESRCH, ignored.
+        match soft {
+            true => {
+                signal_group(pgid, libc::SIGTERM);
+                gentle.push(pgid);
+            }
+            false => {
+                signal_group(pgid, libc::SIGKILL);
+            }
+        }
+    }
+    let until = Instant::now() + GENTLE_WAIT;
+    while gentle.iter().any(|g| group_alive(*g)) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for pgid in gentle {
         signal_group(pgid, libc::SIGKILL);
     }
     0
@@ -529,8 +561,10 @@ fn shell(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Exp
 }
 
 /// A program run with its own arguments, no shell between (`scenerun cc` runs the real
-/// compiler so): the environment and signal state as `sh` gives them; stdin, stdout and
-/// stderr inherited unless the caller redirects them.
+/// compiler so, `--changed-since` runs `git`): the environment and signal state as `sh`
+/// gives them (less what `hide_from_children` named, URL variables redacted); stdin,
+/// stdout and stderr inherited unless the caller redirects them. No `Command::new`
+/// elsewhere hands a child scenerun's environment.
 pub fn program(
     program: &Path,
     args: &[std::ffi::OsString],
@@ -540,6 +574,8 @@ pub fn program(
     for_child(duct::cmd(program, args), dir, env)
 }
 
+/// `e` in `dir` with `env` on top of the inherited environment, less the hidden
+/// variables, the URL variables redacted, and the signal state a program expects.
 fn for_child(e: duct::Expression, dir: &Path, env: &BTreeMap<String, String>) -> duct::Expression {
     let mut e = e.dir(dir).unchecked();
     // The URL variables redacted, whether given or inherited; each name is set once, so
@@ -816,13 +852,38 @@ fn start(
 }
 
 /// `cmd` (made by `sh`) as the leader of a process group of its own, known to the
+/// watchdog before it runs a single instruction of its own: if scenerun dies, the
+/// watchdog sends the group SIGTERM (a lock tool cancels a queued request, or forwards
+/// it to its run and releases the ids), SIGKILL if it is still there after
+/// `GENTLE_WAIT`. Not in the registry (no cancel, no timeout here): the lock command,
+/// whose caller forwards signals itself and `disown`s it once it ended.
+pub fn watched_group(cmd: duct::Expression) -> duct::Expression {
+    let watchdog_fd = ensure_watchdog();
+    cmd.before_spawn(move |c| {
+        // SAFETY: between fork and exec the closure calls only async-signal-safe
+        // functions (setpgid, write via register_self_as) on stack values.
+        unsafe {
+            c.pre_exec(move || {
+                libc::setpgid(0, 0);
+                if let Some(fd) = watchdog_fd {
+                    register_self_as(fd, b'~');
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    })
+}
+
+/// `cmd` (made by `sh`) as the leader of a process group of its own, known to the
 /// watchdog before it runs a single instruction of its own, and killed when the thread
 /// that starts it ends (the parent-death signal follows the thread).
 fn own_group(cmd: duct::Expression) -> duct::Expression {
     let watchdog_fd = ensure_watchdog();
     cmd.before_spawn(move |c| {
         // SAFETY: between fork and exec the closure calls only async-signal-safe
-        // functions (setpgid, write via register_self, prctl) on stack values; it
+        // functions (setpgid, write via register_self, prctl, unshare, mount) on stack
+        // values and memory prepared before the fork; it
         // allocates nothing and takes no lock. (`sh` made `cmd`: its own hook restores
         // the signal state.)
         unsafe {
@@ -832,7 +893,8 @@ fn own_group(cmd: duct::Expression) -> duct::Expression {
                     register_self(fd);
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
+                // The device phase's read-only view of the entries, once it is set.
+                view::enter_in_child()
             });
         }
         Ok(())

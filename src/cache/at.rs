@@ -128,7 +128,7 @@ fn open_dir(dir: libc::c_int, parts: &[&str]) -> io::Result<OwnedFd> {
 
 /// An entry directory `<kk>/<key>` beneath its kind directory.
 pub fn entry(kind_dir: BorrowedFd<'_>, key: &str) -> io::Result<OwnedFd> {
-    let shard = &key[..2.min(key.len())];
+    let shard = super::shard_of(key);
     open_dir(kind_dir.as_raw_fd(), &[shard, "/", key])
 }
 

@@ -5,8 +5,8 @@
 //! Invariants kept here: a non-empty directory without the marker is never adopted; the
 //! cache's own top-level directories are real directories (a symlink there is exit 3,
 //! never followed); an entry is served only when its `out` listing equals its integrity
-//! record exactly, with regular files only and no path leaving `out`. Nothing here
-//! re-hashes: a hit costs one `lstat` per file.
+//! record exactly, with regular files only and no path leaving `out`. A hit costs one
+//! `lstat` per file; a file is re-hashed only when its stamp does not hold (`stamps_hold`).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -186,7 +186,7 @@ impl Store {
     /// directory belongs.
     pub(super) fn entry_checked(&self, kind: Kind, key: &str) -> Result<Option<PathBuf>, Damage> {
         let kind_dir = self.root.join("entries").join(kind.name());
-        let shard = kind_dir.join(&key[..2.min(key.len())]);
+        let shard = kind_dir.join(super::shard_of(key));
         let entry = shard.join(key);
         for (i, p) in [&kind_dir, &shard, &entry].into_iter().enumerate() {
             match fsutil::node(p) {
@@ -371,24 +371,26 @@ pub fn check_listing(out: &Path, files: &[FileRecord]) -> Result<Vec<Stamp>, Dam
 
 /// Whether the files of an entry are as they were published (or last confirmed), from
 /// their stamps `now` (in record order): Ok(None) when they are; Ok(Some(stamps)) when
-/// the record's stamps must be taken again — the entry is another copy than the one
-/// they were taken in (a restored or copied cache, or a record from before stamps),
-/// or a file's stamp changed but its content is still the recorded one (a `touch`) —
-/// and Err when a file's content changed since (a step wrote into the entry).
-/// `copy`: the entry's directory now. Only a changed file is re-hashed.
+/// the record's stamps must be taken again — they are not `trusted` (the entry is
+/// another copy than the one they were taken in: a restored or copied cache; or the
+/// record has no `copy`, or no seal of this user over its stamps: stamps written by
+/// someone else), or a file's stamp changed — and Err when a file's content is not the
+/// recorded one. `copy`: the entry's directory now. Any stamp that does not hold is re-hashed before
+/// it is taken again (in another copy: every file), so a file swapped for other bytes
+/// of the same size is never re-stamped: what this lets serve is what `cache verify`
+/// would call intact (and, with a verify key, what the signature covers: the record's
+/// hashes).
 pub fn stamps_hold(
     out: &Path,
     files: &[FileRecord],
-    recorded_copy: Option<CopyId>,
+    trusted: bool,
     copy: CopyId,
     now: Vec<Stamp>,
 ) -> Result<Option<(Vec<Stamp>, CopyId)>, Damage> {
-    if recorded_copy != Some(copy) {
-        return Ok(Some((now, copy)));
-    }
-    let mut changed = false;
+    let other_copy = !trusted;
+    let mut changed = other_copy;
     for (f, stamp) in files.iter().zip(&now) {
-        if f.stamp == Some(*stamp) {
+        if !other_copy && f.stamp == Some(*stamp) {
             continue;
         }
         changed = true;
@@ -399,8 +401,10 @@ pub fn stamps_hold(
         };
         let same = super::digest_in_cache(&path, super::Digester::new())
             .is_ok_and(|d| d.size == f.size && d.blake3 == f.blake3);
-        if !same {
-            return Err(Damage::Changed(f.path.clone()));
+        match (same, other_copy) {
+            (true, _) => {}
+            (false, true) => return Err(Damage::Content(f.path.clone())),
+            (false, false) => return Err(Damage::Changed(f.path.clone())),
         }
     }
     Ok(changed.then_some((now, copy)))

@@ -120,6 +120,7 @@ struct Names<'a> {
     key: &'a str,
     layout: u32,
     copy: Option<CopyId>,
+    stamps_seal: Option<&'a str>,
 }
 
 /// The trust check, made by every reader of an entry (docs/cache-trust.md): its record
@@ -155,7 +156,9 @@ fn trust(
         path: dir.to_path_buf(),
         error: e.to_string(),
     })?;
-    guard::stamps_hold(&out, files, record.copy, copy, now)
+    let trusted = record.copy == Some(copy)
+        && super::meta::stamps_sealed((kind, key), copy, files, record.stamps_seal);
+    guard::stamps_hold(&out, files, trusted, copy, now)
 }
 
 impl MetaView<'_> {
@@ -183,6 +186,7 @@ impl MetaView<'_> {
             key: &self.key,
             layout: self.layout,
             copy: self.copy,
+            stamps_seal: self.stamps_seal.as_deref(),
         }
     }
 }
@@ -195,6 +199,7 @@ impl Meta {
             key: &self.key,
             layout: self.layout,
             copy: self.copy,
+            stamps_seal: self.stamps_seal.as_deref(),
         }
     }
 }
@@ -247,6 +252,7 @@ fn check_deps(
         deps,
         copy: view.copy,
         signature: view.signature,
+        stamps_seal: view.stamps_seal,
     };
     Lookup::Hit(Arc::new(Entry { dir, meta, record }))
 }
@@ -393,6 +399,12 @@ impl Store {
             f.stamp = Some(s);
         }
         meta.copy = Some(copy);
+        meta.stamps_seal = Some(super::meta::seal_stamps(
+            meta.kind,
+            &meta.key,
+            copy,
+            &meta.files,
+        ));
         let lock = match locked {
             true => None,
             false => match self.try_lock_key(meta.kind, &meta.key) {

@@ -85,6 +85,7 @@ pub(super) struct MetaView<'a> {
     pub(super) deps: Deps<'a>,
     pub(super) copy: Option<CopyId>,
     pub(super) signature: Option<String>,
+    pub(super) stamps_seal: Option<String>,
 }
 
 /// `Meta` with `deps` left as its JSON text (checked by serde to be valid JSON).
@@ -106,6 +107,8 @@ struct MetaRaw<'a> {
     copy: Option<CopyId>,
     #[serde(default)]
     signature: Option<String>,
+    #[serde(default)]
+    stamps_seal: Option<String>,
 }
 
 fn no_deps() -> &'static serde_json::value::RawValue {
@@ -138,6 +141,7 @@ impl<'a> MetaView<'a> {
                     deps: Deps::Canonical { text, count },
                     copy: raw.copy,
                     signature: raw.signature,
+                    stamps_seal: raw.stamps_seal,
                 });
             }
         }
@@ -153,6 +157,7 @@ impl<'a> MetaView<'a> {
             deps: Deps::Parsed(m.deps),
             copy: m.copy,
             signature: m.signature,
+            stamps_seal: m.stamps_seal,
         })
     }
 }
@@ -265,6 +270,11 @@ pub struct Meta {
     /// manifest's `cache.sign_key_env` (docs/cache-trust.md, "Signed entries").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
+    /// This user's seal over the stamps, `copy` and each file's BLAKE3 (`seal_stamps`):
+    /// stamps are trusted only when it verifies, so stamps rewritten by whoever can
+    /// write the cache make the files be re-hashed, never skip it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamps_seal: Option<String>,
 }
 
 impl Meta {
@@ -286,6 +296,7 @@ impl Meta {
             deps,
             copy: None,
             signature: None,
+            stamps_seal: None,
         }
     }
 
@@ -317,6 +328,53 @@ pub(super) fn read_record(dir: &Path) -> Result<Option<Vec<u8>>, Damage> {
         }
         Err(e) => Err(Damage::RecordUnreadable(e.to_string())),
     }
+}
+
+/// What the seal over an entry's stamps covers: its kind and key, the copy they were
+/// taken in, and each file's path, BLAKE3 and stamp (binding the stamps to the recorded
+/// content, which a signature covers). Length-prefixed.
+fn stamps_body(copy: CopyId, files: &[FileRecord]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut field = |b: &[u8]| {
+        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        out.extend_from_slice(b);
+    };
+    field(&copy.dev.to_le_bytes());
+    field(&copy.ino.to_le_bytes());
+    for f in files {
+        field(f.path.as_bytes());
+        field(f.blake3.as_bytes());
+        field(&f.size.to_le_bytes());
+        match &f.stamp {
+            Some(s) => {
+                field(&s.size.to_le_bytes());
+                field(&s.mtime_ns.to_le_bytes());
+                field(&s.ctime_ns.to_le_bytes());
+                field(&s.ino.to_le_bytes());
+            }
+            None => field(b"-"),
+        }
+    }
+    out
+}
+
+const STAMPS_DOMAIN: &str = "scenerun cache stamps v1";
+
+/// The seal of an entry's stamps taken in `copy` (see `Meta::stamps_seal`).
+pub fn seal_stamps(kind: Kind, key: &str, copy: CopyId, files: &[FileRecord]) -> String {
+    let name = format!("{}/{key}", kind.name());
+    crate::seal::tag(STAMPS_DOMAIN, &name, &stamps_body(copy, files))
+}
+
+/// Whether `seal` is this user's seal of these stamps.
+pub fn stamps_sealed(
+    (kind, key): (Kind, &str),
+    copy: CopyId,
+    files: &[FileRecord],
+    seal: Option<&str>,
+) -> bool {
+    let name = format!("{}/{key}", kind.name());
+    seal.is_some_and(|t| crate::seal::verify(STAMPS_DOMAIN, &name, &stamps_body(copy, files), t))
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ mod meta;
 mod publish;
 pub mod remote;
 pub mod sign;
+pub mod witness;
 
 use std::fs;
 use std::io;
@@ -49,6 +50,12 @@ const MARKER: &str = "scenerun-cache.json";
 pub const GENERATED: &str = "generated";
 
 pub use crate::stepid::Kind;
+
+/// The shard directory name of a key: its first two bytes (a key scenerun made is hex;
+/// anything else read from outside never splits a character).
+pub(crate) fn shard_of(key: &str) -> &str {
+    key.get(..2).unwrap_or(key)
+}
 
 /// An entry directory found on disk: (kind, key, dir).
 pub type EntryDir = (Kind, String, PathBuf);
@@ -104,7 +111,7 @@ impl Store {
         self.root
             .join("entries")
             .join(kind.name())
-            .join(&key[..2.min(key.len())])
+            .join(shard_of(key))
             .join(key)
     }
 

@@ -56,7 +56,14 @@ pub(super) fn stamp_entry(dir: &Path, meta: &mut Meta) -> io::Result<()> {
     for f in &mut meta.files {
         f.stamp = now.get(&f.path).copied();
     }
-    meta.copy = Some(super::meta::CopyId::of(&fs::symlink_metadata(dir)?));
+    let copy = super::meta::CopyId::of(&fs::symlink_metadata(dir)?);
+    meta.copy = Some(copy);
+    meta.stamps_seal = Some(super::meta::seal_stamps(
+        meta.kind,
+        &meta.key,
+        copy,
+        &meta.files,
+    ));
     Ok(())
 }
 
@@ -199,30 +206,6 @@ impl Store {
             meta,
             record: None,
         })
-    }
-
-    /// Sign the record of an entry published unsigned by a process that holds no
-    /// signing key (a compile a lane started: the key is never handed to a lane), with
-    /// this process's key; under the entry's key lock, its record replaced in one
-    /// rename. `true` when it was signed here; `false` when this process cannot sign,
-    /// or the entry is gone, damaged or signed already.
-    pub fn sign_unsigned(&self, kind: Kind, key: &str) -> Result<bool> {
-        if !self.keys.signs() {
-            return Ok(false);
-        }
-        let _lock = self.lock_key(kind, key)?;
-        let dir = self.entry_dir(kind, key);
-        let Ok(Some(mut meta)) = super::read_meta(&dir) else {
-            return Ok(false);
-        };
-        if meta.signature.is_some() || meta.kind != kind || meta.key != key {
-            return Ok(false);
-        }
-        self.keys.sign(&mut meta);
-        let path = dir.join("meta.json");
-        fsutil::write_atomic(&path, &serde_json::to_vec(&meta).expect("meta serializes"))
-            .map_err(|e| infra(e, "write", &path))?;
-        Ok(true)
     }
 
     /// Remove staging dirs whose builder is gone (its lock is free). `tmp/` itself was

@@ -84,10 +84,14 @@ pub struct Call {
     pub log: Option<PathBuf>,
     /// `cache.verify_key` (`ed25519:<base64>`): an entry it did not sign is a miss. No
     /// signing key comes with it (none is ever handed to a lane): what this process
-    /// keeps is published unsigned, and `scenerun device` signs it when the run ends
-    /// (`sign_kept`).
+    /// keeps is published unsigned, and `scenerun device` signs it when the run ends, on
+    /// the word this process gives over `report`.
     #[arg(long = "cc-verify-key", value_name = "KEY")]
     pub verify_key: Option<String>,
+    /// The device run's socket (`cache::witness`): told each entry this compile
+    /// publishes, the only word the run signs compiled entries on.
+    #[arg(long = "cc-report", value_name = "SOCKET")]
+    pub report: Option<PathBuf>,
     /// The compiler's own arguments (after `--`).
     #[arg(last = true, allow_hyphen_values = true)]
     pub args: Vec<OsString>,
@@ -244,19 +248,26 @@ impl Compile<'_> {
             Lookup::Hit(e) => Some(e),
             _ => None,
         };
-        let found = || keys.candidates().iter().find_map(|k| lookup(k));
-        if let Some(e) = found() {
+        // A hit whose kept messages read under their cap (a link, or over it: the
+        // compile runs and replaces the entry).
+        let found = || {
+            keys.candidates()
+                .iter()
+                .find_map(|k| lookup(k))
+                .and_then(|e| messages(&e.out()).map(|m| (e, m)))
+        };
+        if let Some((e, m)) = found() {
             // Marked used, as a warm marks its hits: `cache prune` evicts by last use.
             store.touch(&e);
-            return self.serve(s, &e.out()).map_err(unusable);
+            return self.serve(s, &e.out(), m).map_err(unusable);
         }
         // One build per key at a time: a second lane compiling the same kernel waits, then hits.
         let _lock = store
             .lock_key(Kind::Compiled, &keys.key(false, false))
             .map_err(unusable)?;
-        if let Some(e) = found() {
+        if let Some((e, m)) = found() {
             store.touch(&e);
-            return self.serve(s, &e.out()).map_err(unusable);
+            return self.serve(s, &e.out(), m).map_err(unusable);
         }
         self.build(s, &store, &keys, files).map_err(unusable)
     }
@@ -365,7 +376,12 @@ impl Compile<'_> {
             let unit = self.cwd.join(&s.units[0].0);
             let built_by = format!("compiled/{}", key_name(&self.call.base, &unit));
             let secs = self.started.elapsed().as_secs_f64();
-            store.publish(staging, Kind::Compiled, &key, &built_by, secs, deps)?;
+            let e = store.publish(staging, Kind::Compiled, &key, &built_by, secs, deps)?;
+            // Told to the run (never through a file a step can write): what it may sign
+            // when the run ends. Not told, it is never signed.
+            if let Some(socket) = &self.call.report {
+                let _ = crate::cache::witness::tell(socket, &key, &e.meta.files);
+            }
             anyhow::Ok(key)
         })();
         Ok(match kept {
@@ -499,13 +515,18 @@ impl Compile<'_> {
     }
 
     /// A hit: the kept output at the command's `-o`, its messages printed again.
-    fn serve(&self, s: &Shape, out: &Path) -> anyhow::Result<(i32, Outcome)> {
+    fn serve(
+        &self,
+        s: &Shape,
+        out: &Path,
+        [stdout, stderr]: [Vec<u8>; 2],
+    ) -> anyhow::Result<(i32, Outcome)> {
         let made = std::fs::read_dir(out.join("result"))?
             .next()
             .ok_or_else(|| anyhow::anyhow!("the entry holds no output"))??;
         self.place(s, &made.path())?;
-        let _ = std::io::stdout().write_all(&std::fs::read(out.join("stdout")).unwrap_or_default());
-        let _ = std::io::stderr().write_all(&std::fs::read(out.join("stderr")).unwrap_or_default());
+        let _ = std::io::stdout().write_all(&stdout);
+        let _ = std::io::stderr().write_all(&stderr);
         Ok((0, Outcome::Hit))
     }
 
@@ -748,50 +769,67 @@ pub struct Tally {
     pub reasons: BTreeMap<String, usize>,
 }
 
-/// A device run's compile log, read once when the run ends: its tally, and the entries
-/// its compiles published.
+/// A device run's compile log, read once when the run ends: its tally (nothing else:
+/// any step can append to it, so what it says is counted, never signed), and how many
+/// lines were not lines a shim writes (`note`).
 pub struct RunLog {
     pub tally: Tally,
-    built: Vec<String>,
+    pub ignored: usize,
 }
 
 impl RunLog {
-    /// Read the run's log (a missing one: no compile).
+    /// Read the run's log (a missing one: no compile). A line that is not one object
+    /// with a known `compile`, whose `key` is not a key scenerun makes, or whose `reason`
+    /// could not be one `Why::reason` writes (a short line of printable text), is ignored.
     pub fn read(run_dir: &Path) -> RunLog {
         let mut log = RunLog {
             tally: Tally::default(),
-            built: Vec::new(),
+            ignored: 0,
         };
         let text = crate::fsutil::read_capped(&log_path(run_dir), crate::fsutil::Cap::DEVICE_RUN)
             .unwrap_or_default();
         for line in String::from_utf8_lossy(&text).lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
-            match v["compile"].as_str() {
-                Some("hit") => log.tally.hit += 1,
-                Some("built") => {
-                    log.tally.built += 1;
-                    log.built.extend(v["key"].as_str().map(str::to_string));
-                }
-                Some("ran") => {
+            let key_ok = match &v["key"] {
+                serde_json::Value::Null => true,
+                k => k.as_str().is_some_and(crate::cache::witness::is_key),
+            };
+            let reason = match &v["reason"] {
+                serde_json::Value::Null => Some("unknown"),
+                r => r.as_str().filter(|r| could_be_reason(r)),
+            };
+            match (v["compile"].as_str(), key_ok, reason) {
+                (Some("hit"), true, _) => log.tally.hit += 1,
+                (Some("built"), true, _) => log.tally.built += 1,
+                (Some("ran"), true, Some(reason)) => {
                     log.tally.ran += 1;
-                    let reason = v["reason"].as_str().unwrap_or("unknown");
                     *log.tally.reasons.entry(reason.to_string()).or_default() += 1;
                 }
-                _ => {}
+                _ => log.ignored += 1,
             }
         }
         log
     }
+}
 
-    /// Sign what the run's compiles kept, when this process holds the signing key (a
-    /// lane never does): without it, under `cache.verify_key` they are misses, and each
-    /// compiles again. How many were signed.
-    pub fn sign_kept(&self, store: &Store) -> usize {
-        self.built
-            .iter()
-            .filter(|k| store.sign_unsigned(Kind::Compiled, k).unwrap_or(false))
-            .count()
-    }
+/// Short printable text, as every `Why::reason` is: a forged line's reason never brings
+/// control characters or a wall of text into report.json.
+fn could_be_reason(r: &str) -> bool {
+    !r.is_empty() && r.len() <= 200 && !r.chars().any(char::is_control)
+}
+
+/// An entry's kept stdout and stderr (absent: empty), each read without following a
+/// link and under `Cap::COMPILER_MESSAGES`; None when either cannot be read so.
+fn messages(out: &Path) -> Option<[Vec<u8>; 2]> {
+    let read = |name: &str| match crate::fsutil::read_capped(
+        &out.join(name),
+        crate::fsutil::Cap::COMPILER_MESSAGES,
+    ) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Vec::new()),
+        Err(_) => None,
+    };
+    Some([read("stdout")?, read("stderr")?])
 }
 
 impl Tally {

@@ -66,12 +66,14 @@ pub fn identities(path: &Path) -> BTreeMap<String, String> {
 /// identified here, before the lock (`<compiler> --version`, through `identity`), and
 /// kept in the identity table the shims read. The compilers left without a shim, with
 /// why: on none of the `PATH`s (a test that runs one fails as it would without
-/// scenerun), or no identity (its compiles run without the cache).
+/// scenerun), or no identity (its compiles run without the cache). `report`: the device
+/// run's socket (`cache::witness`), told each entry a compile keeps.
 pub fn write_shims<'a>(
     manifest: &crate::manifest::Manifest,
     store: &Store,
     run_dir: &Path,
     paths: impl IntoIterator<Item = &'a str>,
+    report: Option<&Path>,
 ) -> anyhow::Result<Vec<(String, String)>> {
     use std::os::unix::fs::PermissionsExt;
     if manifest.compile_cache.is_empty() {
@@ -134,6 +136,9 @@ pub fn write_shims<'a>(
                 " --cc-verify-key {}",
                 crate::template::quote(&text)
             ));
+        }
+        if let Some(socket) = report {
+            line.push_str(&format!(" --cc-report {}", q(socket)));
         }
         let shim = dir.join(name);
         std::fs::write(&shim, format!("#!/bin/sh\n{line} -- \"$@\"\n"))

@@ -167,6 +167,12 @@ pub enum Notice {
     AllDecidedInWarm,
     /// Every granted id was quarantined before the scenes all ran.
     NoHealthyDevice { quarantined: Vec<String> },
+    /// Lines of the run's compile log no compiler shim writes (forged or damaged by a
+    /// step): ignored.
+    CompileLogIgnored { lines: usize },
+    /// The run cannot hear its compiler shims (`cache::witness`): nothing they keep is
+    /// signed, so under `cache.verify_key` each compiles again next time.
+    CompilesNotSigned { why: String },
 }
 
 /// What the executor tells the scheduler, the accumulator and the reporter.

@@ -52,6 +52,7 @@ pub fn freeze(plan: &Plan, report_dir: &Path, run_dir: &Path) -> (Frozen, Vec<Mi
             .and_then(|l| l.device_fault.clone()),
         scenes,
         prestarted: Vec::new(),
+        readonly: Vec::new(),
     };
     (frozen, missing)
 }

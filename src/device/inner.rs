@@ -317,6 +317,8 @@ impl<'a> Run<'a> {
 /// accumulator, the reporter and the scheduler. Ids reported faulty are never used
 /// again in this run.
 pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
+    // The read-only view of the entries the outer chose (a no-op when it set it here).
+    crate::proc::view::enter_for_children(&frozen.readonly);
     let admitted = admit(frozen, &granted);
     let mut sched = Scheduler::new(frozen, &granted, &admitted.runnable);
     let mut run = Run::new(frozen, &granted, admitted.fixed);

@@ -352,6 +352,16 @@ impl Notice {
                 "device: every selected scene was decided in warm; the lock was not taken".into(),
                 true,
             ),
+            Notice::CompileLogIgnored { lines } => (
+                format!(
+                    "notice: compile log: {lines} line(s) ignored (not written by a compiler shim of this run)"
+                ),
+                true,
+            ),
+            Notice::CompilesNotSigned { why } => (
+                format!("notice: compile_cache: what this run's compiles keep will not be signed: {why}"),
+                true,
+            ),
             Notice::NoHealthyDevice { quarantined } => (
                 format!(
                     "device: no healthy device left (quarantined: {}); the remaining scenes were not run",

@@ -187,6 +187,10 @@ fn every_notice_of_the_outer() {
         Notice::NoHealthyDevice {
             quarantined: vec!["0".into(), "3".into()],
         },
+        Notice::CompileLogIgnored { lines: 3 },
+        Notice::CompilesNotSigned {
+            why: "Address already in use".into(),
+        },
     ];
     let text: String = notices
         .iter()

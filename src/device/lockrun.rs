@@ -10,7 +10,7 @@
 //!   inner run that starts before that waits for them (see `watch`).
 
 use crate::proc::group_alive;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -77,17 +77,20 @@ pub fn run(
         .open(log)?;
     // `sh` gives the lock tool the default signal state (scenerun's own threads block
     // SIGINT/SIGTERM and it ignores SIGXFSZ).
-    let cmd = crate::proc::sh(command, dir, env)
-        .stderr_to_stdout()
-        .stdout_file(out)
-        .before_spawn(|c| {
-            c.process_group(0);
-            Ok(())
-        });
+    // Its own group, known to the watchdog from its first instruction: if this process
+    // is SIGKILLed, the watchdog sends the group SIGTERM (a queued request is cancelled,
+    // held ids released by the lock tool itself), SIGKILL after a bounded wait; so no
+    // lock request outlives its `device` and later takes the ids.
+    let cmd = crate::proc::watched_group(
+        crate::proc::sh(command, dir, env)
+            .stderr_to_stdout()
+            .stdout_file(out),
+    );
     let called_at = super::unix_now();
     let child = cmd.start()?;
     drop(cmd);
     let pgid = crate::proc::leader(&child);
+    let _forget = Disown(pgid);
     if let Err(e) = record(ProcId::of(pgid)) {
         crate::proc::signal_group(pgid, libc::SIGKILL);
         let _ = child.wait();
@@ -144,5 +147,15 @@ pub fn run(
             }
         }
         std::thread::sleep(POLL);
+    }
+}
+
+/// The lock command's group is forgotten by the watchdog once `run` returns (it has been
+/// waited for and its leftovers killed): a later process reusing the id is not killed.
+struct Disown(i32);
+
+impl Drop for Disown {
+    fn drop(&mut self) {
+        crate::proc::disown(self.0);
     }
 }

@@ -303,6 +303,10 @@ pub struct Frozen {
     /// the inner run to adopt (docs/lanes.md, lanes started before the lock).
     #[serde(default)]
     pub prestarted: Vec<Prestarted>,
+    /// The cache's entry directories device steps and lanes see read-only, where a
+    /// private mount namespace can be made (`proc::view`).
+    #[serde(default)]
+    pub readonly: Vec<PathBuf>,
 }
 
 /// A lane process started before the lock, as the frozen plan tells the inner run.

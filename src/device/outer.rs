@@ -142,6 +142,23 @@ fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
     (prestart, written)
 }
 
+/// The start-ups before the lock (lanes, the fork server) and the frozen plan written:
+/// Err when the lock command is not to be called — the plan could not be written, or a
+/// signal came during the start-ups (the lock command is then never called).
+fn before_lock(ph: Phase, frozen: &mut Frozen) -> Result<Prestart, Box<LockFailure>> {
+    let (mut prestart, written) = prestart_lanes(ph, frozen);
+    let failure = match written {
+        Err(e) => LockFailure::before(Exit::Infra, format!("was not called: {e:#}")),
+        Ok(()) if crate::proc::interrupted() => LockFailure::before(
+            Exit::Interrupted,
+            "interrupted before the lock command was called".into(),
+        ),
+        Ok(()) => return Ok(prestart),
+    };
+    prestart.finish();
+    Err(Box::new(failure))
+}
+
 /// Say how the lock command misbehaved, if it did: it ran the inner run twice, or it
 /// had to be killed for not returning.
 fn warn_lock_ending(ui: &Ui, ran: &LockRun, repeated: bool, release_timeout: Duration) {
@@ -191,12 +208,10 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         let f = LockFailure::before(Exit::Interrupted, what);
         return Err(fail(ph, frozen, report, lock, f));
     }
-    let (mut prestart, written) = prestart_lanes(ph, frozen);
-    if let Err(e) = written {
-        prestart.finish();
-        let f = LockFailure::before(Exit::Infra, format!("was not called: {e:#}"));
-        return Err(fail(ph, frozen, report, lock, f));
-    }
+    let mut prestart = match before_lock(ph, frozen) {
+        Ok(p) => p,
+        Err(f) => return Err(fail(ph, frozen, report, lock, *f)),
+    };
     notify(
         ui,
         Notice::TakingLock {
@@ -576,7 +591,16 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         return Ok(exit);
     }
     frozen.through_lock = !opts.no_lock;
-    let laid = lay_out(&mut frozen).and_then(|()| shims(plan, ui, &frozen));
+    // From here on, every child sees the entries read-only where a mount namespace can
+    // be made (the lock command, and so the inner run, included).
+    frozen.readonly = crate::proc::view::entry_dirs(&plan.store.root);
+    crate::proc::view::enter_for_children(&frozen.readonly);
+    let mut witness = None;
+    let laid = lay_out(&mut frozen).and_then(|()| {
+        witness = listen(plan, ui, &frozen.run_dir);
+        let socket = witness.as_ref().map(crate::cache::witness::Witness::path);
+        shims(plan, ui, &frozen, socket)
+    });
     if let Err(e) = laid {
         report.scenes = scene_reports(plan, &frozen, None);
         report.exit_code = Exit::Infra.code();
@@ -599,7 +623,17 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     };
     record_history(plan, &r);
     let compiles = crate::compiled::RunLog::read(&frozen.run_dir);
-    compiles.sign_kept(&plan.store);
+    if let Some(w) = &witness {
+        w.sign_told(&plan.store);
+    }
+    if compiles.ignored > 0 {
+        notify(
+            ui,
+            Notice::CompileLogIgnored {
+                lines: compiles.ignored,
+            },
+        );
+    }
     if let Some(d) = report.device.as_mut().filter(|_| compiles.tally.any()) {
         d.compiles = Some(compiles.tally);
     }
@@ -620,17 +654,33 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     finish(opts, report, exit)
 }
 
+/// Where this run hears what its compiler shims publish (`cache::witness`), when it
+/// holds the signing key and has shims: the only word it signs compiled entries on.
+fn listen(plan: &Plan, ui: &Ui, run_dir: &Path) -> Option<crate::cache::witness::Witness> {
+    if plan.manifest.compile_cache.is_empty() || !plan.store.keys.signs() {
+        return None;
+    }
+    match crate::cache::witness::Witness::listen(&run_dir.join("compiles.sock")) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            notify(ui, Notice::CompilesNotSigned { why: e.to_string() });
+            None
+        }
+    }
+}
+
 /// The compiler shims of `compile_cache:` in the run's `bin/`; a compiler left without
 /// one is said once (not on `PATH`: its compiles, if any, fail as they would without
 /// scenerun; no identity: they run without the cache).
-fn shims(plan: &Plan, ui: &Ui, frozen: &Frozen) -> Result<()> {
+fn shims(plan: &Plan, ui: &Ui, frozen: &Frozen, socket: Option<&Path>) -> Result<()> {
     // Each lane's and device step's own `PATH`: the compiler a shim stands for is the
     // one the caller's `PATH` finds.
     let paths = (frozen.scenes.iter().map(|s| &s.env))
         .chain(frozen.lanes.values().map(|l| &l.env))
         .filter_map(|env| env.get("PATH").map(String::as_str));
     let run_dir = &frozen.run_dir;
-    for (name, why) in crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir, paths)? {
+    let shims = crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir, paths, socket)?;
+    for (name, why) in shims {
         ui.info(&format!(
             "compile_cache: `{name}` {why}; no compile of it goes through the cache"
         ));

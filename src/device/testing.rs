@@ -86,6 +86,7 @@ pub fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
         lane_startup: BTreeMap::new(),
         device_fault: None,
         prestarted: Vec::new(),
+        readonly: Vec::new(),
     }
 }
 

@@ -373,6 +373,11 @@ fn device_text(plan: &Plan, out: &mut String) {
             out.push_str("lock command: none (the manifest has no `lock:`; use --no-lock)\n")
         }
     }
+    let dirs = crate::proc::view::entry_dirs(&plan.store.root);
+    out.push_str(&format!(
+        "entries as device steps see them: {}\n",
+        crate::proc::view::mode(&dirs).describe()
+    ));
 }
 
 pub fn json(plan: &Plan) -> Value {

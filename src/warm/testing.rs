@@ -47,6 +47,7 @@ pub fn entry(kind: Kind) -> Arc<Entry> {
             deps: Vec::new(),
             copy: None,
             signature: None,
+            stamps_seal: None,
         },
         record: None,
     })

@@ -7,14 +7,17 @@
 mod args;
 mod attacks;
 pub mod bounded;
+mod compiled;
 mod discovery;
 mod inputs;
 mod kept;
+mod lock_orphan;
 mod maintain;
 mod numbers;
 mod planted;
 mod readonly;
 mod remote_records;
+mod restored;
 mod secrets;
 pub(crate) mod signed;
 mod terminal;

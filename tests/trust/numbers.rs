@@ -211,3 +211,55 @@ fn a_panic_in_any_thread_is_exit_3_with_the_steps_killed() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
 }
+
+/// A lane's `duration_secs: 1e308` (finite, so JSON) is clamped to the time the lane
+/// process ran and noted; report.json's busy time stays within the held time, and
+/// `fleet simulate --from-reports` takes the report.
+#[test]
+fn a_lane_duration_past_its_process_is_clamped_and_noted() {
+    let s = Suite::with_logs();
+    s.script(
+        "lane.sh",
+        "#!/bin/sh\nwhile IFS= read -r l; do n=$(printf '%s' \"$l\" | sed -n 's/.*\"scene\":\"\\([^\"]*\\)\".*/\\1/p'); printf '{\"scene\":\"%s\",\"event\":\"start\"}\\n{\"scene\":\"%s\",\"event\":\"end\",\"outcome\":\"passed\",\"duration_secs\":1e308}\\n' \"$n\" \"$n\" >> \"$2\"; done < \"$1\"\n",
+    );
+    s.manifest(
+        "version: 1\ncache:\n  dir: cache\nlanes:\n  l:\n    run: \"./lane.sh {scenes} {results}\"\nscenes:\n  - name: a\n    device:\n      lane: l\n  - name: b\n    device:\n      lane: l\n",
+    );
+    let o = run(&s, &["device", "--no-lock", "--devices", "0"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(
+        stderr(&o).contains("clamped"),
+        "the clamp is noted: {}",
+        show(&o)
+    );
+    let report = s.record("report.json").expect("report.json");
+    let text = report.to_string();
+    assert!(!text.contains("e308"), "{text}");
+    let d = &report["device"];
+    let (busy, held) = (
+        d["busy_secs"].as_f64().unwrap(),
+        d["inner_secs"].as_f64().unwrap(),
+    );
+    assert!(busy <= held + 1e-6, "busy {busy} > held {held}: {d}");
+    for sc in report["scenes"].as_array().unwrap() {
+        let secs = sc["duration_secs"].as_f64().unwrap_or(0.0);
+        assert!(secs <= held + 1e-6, "{sc}");
+    }
+    let dir = s.path("build/scenerun");
+    let o = run(
+        &s,
+        &[
+            "fleet",
+            "simulate",
+            "--cards",
+            "2",
+            "--jobs",
+            "4",
+            "--arrival",
+            "fixed:60",
+            "--from-reports",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 0, "fleet refused the report: {}", show(&o));
+}

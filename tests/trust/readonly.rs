@@ -39,14 +39,39 @@ fn shared_fixture_suite(a_writes: bool) -> Suite {
     s
 }
 
+/// `scenerun ARGS` with the mount namespace refused (debug builds), so the detection
+/// that stays where none can be made is tested on a machine where one can.
+fn run_detecting(s: &Suite, args: &[&str]) -> Output {
+    let mut c = scenerun_process();
+    c.current_dir(s.dir())
+        .env("SCENERUN_DEBUG_NO_NAMESPACE", "1")
+        .arg("--manifest")
+        .arg(s.path("scenes.yaml"))
+        .args(args);
+    run_bounded(c, Duration::from_secs(120))
+}
+
+/// How device steps see entries here, as `plan` says it.
+fn view(s: &Suite) -> String {
+    let o = run(s, &["plan"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let out = stdout(&o);
+    out.lines()
+        .find_map(|l| l.strip_prefix("entries as device steps see them: "))
+        .unwrap_or_else(|| panic!("plan does not say how entries are seen: {out}"))
+        .to_string()
+}
+
 fn mode(p: &Path) -> u32 {
     fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
 }
 
+/// Where no mount namespace can be made (forced here by SCENERUN_DEBUG_NO_NAMESPACE):
+/// root's write is caught, not refused.
 #[test]
 fn an_entry_changed_in_place_by_a_device_step_is_caught_and_rebuilt() {
     let s = shared_fixture_suite(false);
-    let o = run(&s, &["warm"]);
+    let o = run_detecting(&s, &["warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
     assert_eq!(s.count("logs/gen.log"), 1, "one shared entry");
     let out = only_entry(&s, "fixture").join("out");
@@ -61,7 +86,7 @@ fn an_entry_changed_in_place_by_a_device_step_is_caught_and_rebuilt() {
         "published read-only"
     );
 
-    let o = run(&s, &["device", "--no-lock", "--devices", "0"]);
+    let o = run_detecting(&s, &["device", "--no-lock", "--devices", "0"]);
     assert_eq!(code(&o), 1, "b cannot pass: {}", show(&o));
     assert_eq!(s.count("logs/scribble.log"), 1);
     assert_eq!(
@@ -86,12 +111,12 @@ fn an_entry_changed_in_place_by_a_device_step_is_caught_and_rebuilt() {
     );
 
     // `cache verify` finds it; the next warm rebuilds it instead of serving it.
-    let o = run(&s, &["cache", "verify"]);
+    let o = run_detecting(&s, &["cache", "verify"]);
     assert_eq!(code(&o), 1, "{}", show(&o));
-    let o = run(&s, &["warm"]);
+    let o = run_detecting(&s, &["warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
     assert_eq!(s.count("logs/gen.log"), 2, "rebuilt: {}", show(&o));
-    let o = run(&s, &["cache", "verify"]);
+    let o = run_detecting(&s, &["cache", "verify"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
 }
 
@@ -119,7 +144,7 @@ fn a_step_that_declares_writes_gets_a_private_copy() {
 #[test]
 fn a_copied_cache_is_served_and_still_guarded() {
     let s = shared_fixture_suite(false);
-    let o = run(&s, &["warm"]);
+    let o = run_detecting(&s, &["warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
     let st = std::process::Command::new("cp")
         .args(["-a", "cache", "restored"])
@@ -129,10 +154,10 @@ fn a_copied_cache_is_served_and_still_guarded() {
     assert!(st.success());
     let restored = s.path("restored");
     let restored = restored.to_str().unwrap();
-    let o = run(&s, &["--cache-dir", restored, "warm"]);
+    let o = run_detecting(&s, &["--cache-dir", restored, "warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
     assert_eq!(s.count("logs/gen.log"), 1, "served: {}", show(&o));
-    let o = run(
+    let o = run_detecting(
         &s,
         &[
             "--cache-dir",
@@ -145,7 +170,7 @@ fn a_copied_cache_is_served_and_still_guarded() {
     );
     assert_eq!(code(&o), 1, "{}", show(&o));
     assert_eq!(s.count("logs/check.log"), 0, "{}", show(&o));
-    let o = run(&s, &["--cache-dir", restored, "warm"]);
+    let o = run_detecting(&s, &["--cache-dir", restored, "warm"]);
     assert_eq!(code(&o), 0, "{}", show(&o));
     assert_eq!(s.count("logs/gen.log"), 2, "rebuilt: {}", show(&o));
 }
@@ -204,4 +229,51 @@ fn as_another_user_entries_cannot_be_written_and_can_still_be_removed() {
         entry_dirs(&s.path("cache")).is_empty(),
         "every entry removed"
     );
+}
+
+/// As root, where a private mount namespace can be made (checked: `plan` says which),
+/// the device step's write into `{fixture}` fails in that step (a read-only bind
+/// mount), and the scene sharing the fixture reads the published bytes and passes;
+/// nothing needs rebuilding. Where none can be made, the detection holds (the test
+/// above covers it) and this one says which case it found.
+#[test]
+fn as_root_a_write_into_fixture_fails_in_its_step_and_other_scenes_read_the_published_bytes() {
+    let s = shared_fixture_suite(false);
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let seen = view(&s);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    eprintln!("entries as device steps see them here: {seen} (root: {root})");
+    let o = run(&s, &["device", "--no-lock", "--devices", "0"]);
+    assert_eq!(code(&o), 1, "a cannot pass: {}", show(&o));
+    assert_eq!(s.count("logs/scribble.log"), 1);
+    if seen.starts_with("detection only") {
+        assert!(root, "{seen}");
+        assert_eq!(s.count("logs/check.log"), 0, "{}", show(&o));
+        return;
+    }
+    assert!(
+        seen.starts_with("read-only bind mount") || (!root && seen.starts_with("mode bits")),
+        "{seen}"
+    );
+    let outcomes = outcomes(&s.record("report.json").expect("report.json"));
+    assert_eq!(outcomes["a"], "failed", "{}", show(&o));
+    assert_eq!(
+        outcomes["b"],
+        "passed",
+        "b read the published bytes: {}",
+        show(&o)
+    );
+    assert_eq!(s.count("logs/check.log"), 1);
+    let out = only_entry(&s, "fixture").join("out");
+    assert_eq!(
+        fs::read_to_string(out.join("data.txt")).unwrap(),
+        "original\n"
+    );
+    let o = run(&s, &["cache", "verify"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let o = run(&s, &["warm"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(s.count("logs/gen.log"), 1, "nothing to rebuild");
 }

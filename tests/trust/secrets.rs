@@ -171,3 +171,81 @@ fn a_password_in_the_remote_url_never_reaches_a_child_a_log_or_a_file() {
     }
     assert!(leaks.is_empty(), "the password leaked: {leaks:#?}");
 }
+
+/// `--changed-since` runs `git`: a wrapper first on `PATH` logs the environment each
+/// `git` gets. Neither the remote token nor the signing key may be in it.
+#[test]
+fn git_for_changed_since_gets_no_secret() {
+    let real_git = std::process::Command::new("sh")
+        .args(["-c", "command -v git"])
+        .output()
+        .unwrap();
+    let real_git = String::from_utf8_lossy(&real_git.stdout).trim().to_string();
+    assert!(!real_git.is_empty(), "this test needs git on PATH");
+    let s = light_suite();
+    let text = s.read("scenes.yaml").replace(
+        "cache:\n  dir: cache\n",
+        "cache:\n  dir: cache\n  sign_key_env: MY_SIGNING_KEY\n",
+    );
+    s.manifest(&text);
+    for args in [
+        &["init", "-q"][..],
+        &["add", "."],
+        &["commit", "-qm", "base"],
+    ] {
+        let st = std::process::Command::new(&real_git)
+            .current_dir(s.dir())
+            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    s.script(
+        "wrap/git",
+        &format!(
+            "#!/bin/sh\nenv > \"{}/logs/git-env.$$\"\nexec {real_git} \"$@\"\n",
+            s.dir().display()
+        ),
+    );
+    let (private, _) = super::signed::keypair(3);
+    let mut c = scenerun_process();
+    c.current_dir(s.dir())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                s.path("wrap").display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("SCENERUN_REMOTE_TOKEN", DEFAULT_TOKEN)
+        .env("MY_SIGNING_KEY", &private)
+        .arg("--manifest")
+        .arg(s.path("scenes.yaml"))
+        .args(["plan", "--changed-since", "HEAD", "--no-scenes", "pass"]);
+    let o = run_bounded(c, Duration::from_secs(120));
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let dumps: Vec<String> = fs::read_dir(s.path("logs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("git-env."))
+        .map(|e| fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert!(
+        dumps.len() >= 2,
+        "git ran through the wrapper: {}",
+        dumps.len()
+    );
+    for d in &dumps {
+        for (name, secret) in [
+            ("SCENERUN_REMOTE_TOKEN", DEFAULT_TOKEN),
+            ("MY_SIGNING_KEY", private.as_str()),
+        ] {
+            assert!(
+                !d.contains(secret) && !d.contains(&format!("{name}=")),
+                "git got {name}: {d}"
+            );
+        }
+    }
+}

@@ -36,9 +36,26 @@ def line_of(sample):
     return sample if isinstance(sample, str) else json.dumps(sample)
 
 
+def _not_json(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(text):
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is beyond a double")
+    return number
+
+
+def strict_json(text):
+    """JSON as RFC 8259 and scenerun's parser take it: no NaN or Infinity, no number
+    beyond a double (1e400), which Python's json module would read as inf."""
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+
+
 def accepted(v, text):
     try:
-        record = json.loads(text)
+        record = strict_json(text)
     except ValueError:
         return False
     return v.is_valid(record)

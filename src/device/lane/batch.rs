@@ -53,6 +53,20 @@ enum State {
     Done,
 }
 
+/// A duration a lane claims for what ran from `since` until `now` (seconds since its
+/// process started): at most `now - since`, the time scenerun saw it run, so no scene is
+/// busier than its process held the ids. A claim past the process's whole life is
+/// noted (`who`: the scene or node id).
+fn bounded(who: &str, claimed: f64, since: f64, now: f64, out: &mut Vec<Effect>) -> f64 {
+    let seen = (now - since).max(0.0);
+    if claimed > now {
+        out.push(Effect::Warn(format!(
+            "`{who}` claims {claimed:e} s, more than its lane process has run ({now:.3} s): clamped to {seen:.3} s"
+        )));
+    }
+    claimed.min(seen)
+}
+
 /// What the machine tells its runner.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
@@ -360,11 +374,15 @@ impl Batch {
                 self.result_seen(now);
                 self.close_others(i, out);
                 self.state[i] = State::Done;
+                let duration = match duration {
+                    Some(d) => bounded(scene, d, since, now, out),
+                    None => (now - since).max(0.0),
+                };
                 out.push(Effect::Scene {
                     scene: i,
                     verdict,
                     started: since,
-                    duration: duration.unwrap_or(now - since).max(0.0),
+                    duration,
                     message,
                 });
             }
@@ -410,7 +428,7 @@ impl Batch {
                 self.state[i] = State::Reporting {
                     since,
                     verdict: worse,
-                    duration: d0 + duration,
+                    duration: bounded(&nodeid, d0 + duration, since, now, out),
                     message: m0.or(if telling {
                         message.map(|m| format!("{nodeid} ({when}): {m}"))
                     } else {

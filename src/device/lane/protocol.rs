@@ -168,8 +168,11 @@ mod lenient {
     use serde::{Deserialize, Deserializer};
     use serde_json::Value;
 
+    /// A number, finite and not negative (durations, times): anything else is absent.
     pub fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-        Ok(Value::deserialize(d)?.as_f64())
+        Ok(Value::deserialize(d)?
+            .as_f64()
+            .filter(|n| n.is_finite() && *n >= 0.0))
     }
 
     /// A string; an empty one is none.
