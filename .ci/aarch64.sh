@@ -21,6 +21,7 @@ need() {
 need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
 need qemu-aarch64-static qemu-user-static
 need update-binfmts binfmt-support
+need file file
 rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET"
 
 # binfmt_misc: the kernel runs an aarch64 ELF through qemu-aarch64-static, so every
