@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lint every workflow in workflows/ with actionlint, and the steps of the action
+# Lint every workflow in workflows/ and .github/workflows/ with actionlint, and the steps of the action
 # (action.yml) as far as actionlint can: it lints workflows, not action metadata, so the
 # action's inputs and steps are written out as a reusable workflow (inputs as
 # `workflow_call` inputs, the steps as one job's) and linted like the others: expression
@@ -83,6 +83,7 @@ open(dst, "w").write("\n".join(out) + "\n")
 PY
 
 shopt -s nullglob
-files=(workflows/*.yml workflows/*.yaml "$dir/as-workflow/action.yml")
+# .github/workflows/: this repository's own CI (the arm64 job, docs/install.md#aarch64).
+files=(workflows/*.yml workflows/*.yaml .github/workflows/*.yml "$dir/as-workflow/action.yml")
 [ ${#files[@]} -gt 0 ] || { echo "lint-workflows: no workflow files in workflows/" >&2; exit 1; }
 SELF_HOSTED_LABELS="${SELF_HOSTED_LABELS[*]}" NODE_PATH="$PWD/$dir/node_modules" node "$dir/lint.cjs" "${files[@]}"

@@ -29,6 +29,15 @@ pub fn scenerun_process() -> std::process::Command {
     c
 }
 
+/// What emulates the binaries of this test run, if anything: `.ci/aarch64.sh` sets
+/// `SCENERUN_EMULATED=qemu-user` (docs/install.md#aarch64). Only waits that emulation
+/// makes longer depend on it.
+pub fn emulated() -> Option<String> {
+    std::env::var("SCENERUN_EMULATED")
+        .ok()
+        .filter(|e| !e.is_empty())
+}
+
 /// The scenerun and GitHub variables a test's own environment may carry and no
 /// scenerun a test starts may see.
 pub const NOT_INHERITED: [&str; 6] = [

@@ -285,7 +285,9 @@ pub struct Frozen {
     pub device_count: usize,
     /// Between SIGTERM and SIGKILL for the device steps when cancelled.
     pub grace_secs: f64,
-    /// `scenerun device` itself; the inner run kills every step at once if it dies.
+    /// `scenerun device` itself; the inner run kills every step at once if it dies. The
+    /// inner watches it by the run dir's outer lock (`runs::outer_running`); the pid
+    /// names it in the message.
     pub outer: Option<ProcId>,
     /// The lock command's process, likewise; recorded right after it was started.
     pub lock_tool: Option<ProcId>,

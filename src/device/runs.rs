@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 use super::ProcId;
 
 /// This invocation's directory; removed when the invocation ends (a later one sweeps
-/// it if this process was killed).
+/// it if this process was killed). The invocation holds the directory's outer lock for
+/// its whole life: the kernel drops it when the process dies, SIGKILL included.
 pub struct Invocation {
     pub dir: PathBuf,
+    _outer: File,
 }
 
 impl Invocation {
@@ -34,7 +36,9 @@ impl Invocation {
             crate::fsutil::unique()
         ));
         std::fs::create_dir(&dir)?;
-        Ok(Invocation { dir })
+        let outer = crate::fsutil::open_lock_file(&outer_lock_path(&dir))?;
+        outer.try_lock().map_err(io::Error::other)?;
+        Ok(Invocation { dir, _outer: outer })
     }
 
     /// Remove the directory unless an inner run still uses it (the lock tool returned
@@ -58,7 +62,10 @@ fn sweep(root: &Path) {
             (Some(p), Some(s)) => p.parse().ok().zip(s.parse().ok()),
             _ => None,
         };
-        let alive = owner.is_some_and(|(pid, start)| ProcId { pid, start }.alive());
+        // The name's pid and start time, for a directory whose outer lock is not taken
+        // yet (its invocation is between making it and locking it).
+        let alive = outer_running(&e.path())
+            || owner.is_some_and(|(pid, start)| ProcId { pid, start }.alive());
         if !alive && !inner_running(&e.path()) {
             let _ = crate::fsutil::remove_any(&e.path());
         }
@@ -88,9 +95,27 @@ fn repeated_path(run_dir: &Path) -> PathBuf {
     run_dir.join("inner.repeated")
 }
 
+/// Held (flock) by the `device` invocation that made the run dir, for its whole life.
+/// The inner run's watch reads the outer's death from it: a lock names no pid (so no
+/// reused pid passes for the outer) and needs no `/proc/<pid>/stat` of the outer's own
+/// reading, which qemu-user fakes (docs/install.md, aarch64).
+fn outer_lock_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("outer.lock")
+}
+
+/// The invocation that made the run dir lives.
+pub fn outer_running(run_dir: &Path) -> bool {
+    held(&outer_lock_path(run_dir))
+}
+
 /// An inner run holds the run dir's lock now.
 pub fn inner_running(run_dir: &Path) -> bool {
-    match File::options().write(true).open(inner_lock_path(run_dir)) {
+    held(&inner_lock_path(run_dir))
+}
+
+/// Some process holds the lock file at `path` (absent: nobody).
+fn held(path: &Path) -> bool {
+    match File::options().write(true).open(path) {
         Ok(f) => f.try_lock().is_err(),
         Err(_) => false,
     }
@@ -201,5 +226,48 @@ pub fn wait_for_inner(run_dir: &Path, limit: std::time::Duration) -> bool {
             return false;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outer_lock_lives_as_long_as_its_invocation() {
+        let job = tempfile::tempdir().expect("tempdir");
+        let inv = Invocation::create(job.path()).expect("invocation");
+        assert!(outer_running(&inv.dir), "held while the invocation lives");
+        let dir = inv.dir.clone();
+        drop(inv);
+        assert!(!outer_running(&dir), "free once it is gone");
+    }
+
+    #[test]
+    fn a_killed_holder_frees_the_outer_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock = outer_lock_path(dir.path());
+        std::fs::write(&lock, "").expect("lock file");
+        use std::os::unix::process::CommandExt;
+        // flock(1) and the `sleep` it starts both hold the lock's descriptor: the group
+        // is killed.
+        let mut holder = std::process::Command::new("flock")
+            .arg(&lock)
+            .args(["sleep", "30"])
+            .process_group(0)
+            .spawn()
+            .expect("flock (util-linux)");
+        let t = std::time::Instant::now();
+        while !outer_running(dir.path()) && t.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(outer_running(dir.path()), "the holder's lock is seen");
+        crate::proc::signal_group(holder.id() as i32, libc::SIGKILL);
+        holder.wait().expect("reaped");
+        let t = std::time::Instant::now();
+        while outer_running(dir.path()) && t.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!outer_running(dir.path()), "gone with its holder");
     }
 }

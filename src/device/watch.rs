@@ -4,8 +4,9 @@
 //! alive while any process of its process group is (its `sh -c` may die of a forwarded
 //! signal before the lock tool it started has finished forwarding it). The inner's parent is often a
 //! `sh -c` of the lock tool, so a parent-death signal alone proves nothing; the watcher
-//! checks both recorded processes (pid and start time) every `PERIOD`, and the
-//! parent-death signal only makes it look at once (docs/device.md, cancellation).
+//! checks both every `PERIOD` (the outer by the run dir's outer lock, which it holds for
+//! its life; the lock command by pid and start time), and the parent-death signal only
+//! makes it look at once (docs/device.md, cancellation).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -71,6 +72,10 @@ pub fn start(frozen: &Frozen, plan: &std::path::Path) {
     if unsafe { libc::getppid() } != parent || parent == 1 {
         PARENT_DIED.store(true, Ordering::SeqCst);
     }
+    let outer = outer.map(|p| Outer {
+        pid: p.pid,
+        run_dir: frozen.run_dir.clone(),
+    });
     let _ = WATCHED.set((outer, lock));
     // Every step spawn looks too, so that none starts in the gap between two looks.
     crate::proc::set_spawn_gate(still_held);
@@ -86,18 +91,25 @@ pub fn start(frozen: &Frozen, plan: &std::path::Path) {
 }
 
 /// The processes watched: the outer and the lock command.
-static WATCHED: std::sync::OnceLock<(Option<ProcId>, Option<ProcId>)> = std::sync::OnceLock::new();
+static WATCHED: std::sync::OnceLock<(Option<Outer>, Option<ProcId>)> = std::sync::OnceLock::new();
+
+/// `scenerun device`, alive while it holds its run dir's outer lock.
+struct Outer {
+    pid: i32,
+    run_dir: std::path::PathBuf,
+}
 
 /// Look now; on a loss, kill everything (once). False once the lock is lost.
 fn still_held() -> bool {
     if lock_lost() {
         return false;
     }
-    let Some(&(outer, lock)) = WATCHED.get() else {
+    let Some((outer, lock)) = WATCHED.get() else {
         return true;
     };
+    let (outer, lock) = (outer.as_ref(), *lock);
     match check(
-        outer.map(|p| p.alive()),
+        outer.map(|o| super::runs::outer_running(&o.run_dir)),
         lock.map(|p| p.group_alive()),
         PARENT_DIED.load(Ordering::SeqCst),
     ) {
@@ -129,7 +141,7 @@ fn recorded_lock_tool(plan: &std::path::Path) -> Option<ProcId> {
 /// How long to wait for that record.
 const RECORD_WAIT: Duration = Duration::from_secs(5);
 
-fn lost(gone: Gone, outer: Option<ProcId>, lock: Option<ProcId>) {
+fn lost(gone: Gone, outer: Option<&Outer>, lock: Option<ProcId>) {
     if LOST.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -137,7 +149,7 @@ fn lost(gone: Gone, outer: Option<ProcId>, lock: Option<ProcId>) {
     let who = match gone {
         Gone::Outer => format!(
             "scenerun device (pid {}) died",
-            outer.map(|p| p.pid).unwrap_or(0)
+            outer.map(|o| o.pid).unwrap_or(0)
         ),
         Gone::LockTool => format!(
             "the lock command (pid {}) died",

@@ -152,6 +152,45 @@ fn nothing_is_built_inside_the_lock() {
     }
 }
 
+/// The inner run does not take a live `scenerun device` for dead, however it was
+/// started: here its parent waits 0.3 s between fork and exec. A process's start time is
+/// its fork; under qemu-user a process reading its own `/proc/<pid>/stat` gets qemu's
+/// own start instead, so a check by pid and start time took every outer for dead there
+/// at once ("scenerun device (pid N) died", every step killed; docs/install.md).
+#[test]
+fn the_inner_never_takes_a_live_outer_for_dead() {
+    use std::os::unix::process::CommandExt;
+    let s = suite_with(
+        "  - name: a\n    device:\n      run: \"./slow.sh a\"\n  - name: b\n    device:\n      run: \"./slow.sh b\"\n",
+    );
+    // Each step runs for ten of the watcher's looks at least.
+    s.script(
+        "slow.sh",
+        "#!/bin/sh\nsleep 0.5\necho \"$1\" >> logs/dev.log\n",
+    );
+    let pool = Pool::new("0-3");
+    warm(&s, &pool, &[]);
+    let mut std = scenerun_process();
+    std.current_dir(s.dir())
+        .arg("--manifest")
+        .arg(s.path("scenes.yaml"))
+        .arg("device");
+    // SAFETY: the child only sleeps before exec (nanosleep is async-signal-safe).
+    unsafe {
+        std.pre_exec(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(())
+        });
+    }
+    let mut c = assert_cmd::Command::from_std(std);
+    pool.apply(&mut c);
+    let o = c.output().expect("run scenerun");
+    assert!(!stderr(&o).contains("died"), "{}", show(&o));
+    expect_code(&o, 0);
+    assert_eq!(s.count("logs/dev.log"), 2, "each step ran to its end");
+    assert_eq!(pool.acquisitions(), 1);
+}
+
 // ------------------------------------------------------------------ two jobs, one pool
 
 #[test]

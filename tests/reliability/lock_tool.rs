@@ -174,13 +174,18 @@ fn lock_tool_misbehaving_is_exit_3_with_a_report() {
         "TASK_DEVICE",
         false,
     );
-    // Returns while the inner run goes on in the background, outside the lock.
-    s.script("fake-lock.sh", "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --run ] && run=$2; shift; done\nTASK_DEVICE=0 setsid sh -c \"$run\" > /dev/null 2>&1 &\nsleep 0.3\necho 'fake-lock: done (the run is still going)'\nexit 0\n");
+    // Returns while the inner run goes on in the background, outside the lock. The inner
+    // run must have started its step by then: under qemu-user it takes seconds to start.
+    let (head_start, step) = match emulated() {
+        Some(_) => ("3", "sleep 6"),
+        None => ("0.3", "sleep 1.25"),
+    };
+    s.script("fake-lock.sh", &format!("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --run ] && run=$2; shift; done\nTASK_DEVICE=0 setsid sh -c \"$run\" > /dev/null 2>&1 &\nsleep {head_start}\necho 'fake-lock: done (the run is still going)'\nexit 0\n"));
     check(
         &mut faults,
         "lock tool returns while the run goes on",
         fake(""),
-        "sleep 1.25",
+        step,
         Some(0),
         "still running outside",
         true,
