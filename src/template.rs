@@ -29,10 +29,12 @@ pub enum Ph {
     Args,
     Scenes,
     Results,
+    SelectionPaths,
+    SelectionArgs,
 }
 
 impl Ph {
-    const ALL: [Ph; 18] = [
+    const ALL: [Ph; 20] = [
         Ph::Source,
         Ph::Out,
         Ph::Depfile,
@@ -51,6 +53,8 @@ impl Ph {
         Ph::Args,
         Ph::Scenes,
         Ph::Results,
+        Ph::SelectionPaths,
+        Ph::SelectionArgs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +77,8 @@ impl Ph {
             Ph::Args => "args",
             Ph::Scenes => "scenes",
             Ph::Results => "results",
+            Ph::SelectionPaths => "selection_paths",
+            Ph::SelectionArgs => "selection_args",
         }
     }
 
@@ -98,7 +104,15 @@ pub mod allowed {
     pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform];
     pub const LOCK: &[Ph] = &[DeviceCount, Run];
     /// `lanes.*.run`: one process runs a batch of scenes (docs/lanes.md).
-    pub const LANE: &[Ph] = &[Devices, Args, Scenes, Results, Platform];
+    pub const LANE: &[Ph] = &[
+        Devices,
+        Args,
+        Scenes,
+        Results,
+        Platform,
+        SelectionPaths,
+        SelectionArgs,
+    ];
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -116,6 +116,7 @@ fn freeze_scene(
         name: ps.name.clone(),
         nodeid: scene.nodeid.clone(),
         case: scene.case.clone(),
+        selection: scene.selection.clone(),
         platform: scene.platform.clone(),
         env: scene.env.clone(),
         device: ps

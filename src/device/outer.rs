@@ -495,6 +495,7 @@ fn scene_reports(
         .enumerate()
         .map(|(i, (result, fs))| SceneReport {
             result,
+            selection: fs.selection.clone(),
             nodeid: fs.nodeid.clone(),
             case: fs.case.clone(),
             steps: step_reports(plan, i),
@@ -548,6 +549,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
 fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit> {
     let (mut frozen, missing) = freeze(plan, &opts.report_dir, &inv.dir);
     let mut report = Report::new(&plan.manifest.file);
+    report.profile = plan.manifest.profile.clone();
     if !missing.is_empty() {
         return Err(not_warm(plan, opts, &frozen, &missing, report));
     }

@@ -11,6 +11,7 @@ mod prestart;
 mod protocol;
 mod pytest;
 mod restart;
+mod selections;
 mod stop;
 mod variants;
 
