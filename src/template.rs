@@ -31,10 +31,11 @@ pub enum Ph {
     Results,
     SelectionPaths,
     SelectionArgs,
+    Outputs,
 }
 
 impl Ph {
-    const ALL: [Ph; 20] = [
+    const ALL: [Ph; 21] = [
         Ph::Source,
         Ph::Out,
         Ph::Depfile,
@@ -55,6 +56,7 @@ impl Ph {
         Ph::Results,
         Ph::SelectionPaths,
         Ph::SelectionArgs,
+        Ph::Outputs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,6 +81,7 @@ impl Ph {
             Ph::Results => "results",
             Ph::SelectionPaths => "selection_paths",
             Ph::SelectionArgs => "selection_args",
+            Ph::Outputs => "outputs",
         }
     }
 
@@ -101,7 +104,7 @@ pub mod allowed {
     pub const TEST: &[Ph] = &[Out, Scene, Platform, Threads, Fixture, Golden, Depfile];
     /// Top-level `prepare:` steps: shared by every scene, so no `{scene}`.
     pub const PREPARE: &[Ph] = &[Out, Platform, Threads, Depfile];
-    pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform];
+    pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform, Outputs];
     pub const LOCK: &[Ph] = &[DeviceCount, Run];
     /// `lanes.*.run`: one process runs a batch of scenes (docs/lanes.md).
     pub const LANE: &[Ph] = &[

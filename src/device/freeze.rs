@@ -230,6 +230,7 @@ pub(super) fn write_frozen(frozen: &Frozen) -> Result<()> {
 /// Everything the inner run reads, laid out before the lock: the private copies of the
 /// artifacts `device.writes` names, the frozen plan, the `{kernels}` links.
 pub(super) fn lay_out(frozen: &mut Frozen) -> Result<()> {
+    super::outputs::make(frozen)?;
     super::private::copy_for_writers(frozen)?;
     write_frozen(frozen)?;
     link_kernels(frozen)

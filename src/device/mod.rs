@@ -12,6 +12,7 @@ pub mod live;
 mod lockrun;
 pub mod not_warm;
 pub mod outer;
+pub mod outputs;
 pub mod packing;
 mod private;
 mod recheck;

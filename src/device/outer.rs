@@ -498,6 +498,7 @@ fn scene_reports(
             selection: fs.selection.clone(),
             nodeid: fs.nodeid.clone(),
             case: fs.case.clone(),
+            outputs: super::outputs::written(&frozen.report_dir, &fs.name),
             steps: step_reports(plan, i),
         })
         .collect()
@@ -534,6 +535,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     // From here on every ending writes its own report; none from an earlier run stays.
     let _ = std::fs::remove_file(opts.report_dir.join("report.json"));
     let _ = std::fs::remove_file(opts.report_dir.join("junit.xml"));
+    super::outputs::clear(&opts.report_dir);
     let inv = Invocation::create(&plan.job_dir).map_err(|e| {
         let what = format!(
             "cannot create a run directory under {}",

@@ -43,6 +43,8 @@ pub struct SceneReport {
     /// The test node it ran (a pytest node id) and its case, when the manifest says.
     pub nodeid: Option<String>,
     pub case: Option<String>,
+    /// The files it wrote into its outputs directory, relative to the report dir.
+    pub outputs: Vec<String>,
     pub steps: Vec<StepReport>,
 }
 
@@ -73,6 +75,8 @@ mod json {
         duration_secs: f64,
         log: Option<&'a Path>,
         log_tail: Option<&'a str>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        outputs: &'a [String],
         lane: Option<&'a str>,
         attempts: &'a [Attempt],
         steps: &'a [StepReport],
@@ -94,6 +98,7 @@ mod json {
                 duration_secs: r.duration_secs,
                 log: r.log.as_deref(),
                 log_tail: r.log_tail.as_deref(),
+                outputs: &s.outputs,
                 lane: r.lane.as_deref(),
                 attempts: &r.attempts,
                 steps: &s.steps,
@@ -118,6 +123,8 @@ mod json {
         duration_secs: f64,
         log: Option<PathBuf>,
         log_tail: Option<String>,
+        #[serde(default)]
+        outputs: Vec<String>,
         lane: Option<String>,
         attempts: Vec<Attempt>,
         steps: Vec<StepReport>,
@@ -143,6 +150,7 @@ mod json {
                 selection: s.selection,
                 nodeid: s.nodeid,
                 case: s.case,
+                outputs: s.outputs,
                 steps: s.steps,
             }
         }
@@ -375,6 +383,7 @@ mod tests {
             selection: None,
             nodeid: Some("tests/test_ops.py::TestOps::test_run".into()),
             case: None,
+            outputs: Vec::new(),
             steps: vec![StepReport {
                 kind: Kind::Kernel,
                 name: "vadd".into(),

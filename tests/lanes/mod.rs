@@ -7,6 +7,7 @@
 mod compiles;
 mod faults;
 mod order;
+mod outputs;
 mod prestart;
 mod protocol;
 mod pytest;

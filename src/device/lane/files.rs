@@ -65,6 +65,7 @@ pub(super) fn scenes_text(frozen: &Frozen, batch: &[usize]) -> String {
                 "fixture": s.fixture.as_ref().map(|a| &a.out),
                 "golden": s.golden.as_ref().map(|a| &a.out),
                 "timeout_secs": s.device().timeout_secs,
+                "outputs": crate::device::outputs::dir(&frozen.report_dir, &s.name),
             })
             .to_string(),
         );
