@@ -559,15 +559,10 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
 
 /// The workers the steps to run would start (one per slot that runs a step for it).
 fn dry_run_workers(plan: &Plan, out: &mut String) {
-    use crate::template::{Ph, Val};
     let mut seen = std::collections::BTreeSet::new();
     for s in plan.steps.iter().filter(|s| !s.status.is_hit()) {
         let Some(w) = plan.worker_of(s) else { continue };
-        let platform = plan.step_context(s).0;
-        let command = w.run.render(|ph| match ph {
-            Ph::Platform => Val::One(platform.into()),
-            _ => Val::Raw("".into()),
-        });
+        let command = plan.worker_command(w, s);
         if seen.insert((w.name.clone(), command.clone())) {
             out.push_str(&format!(
                 "# worker {} (one per slot, started by its first step there):\n{command}\n",

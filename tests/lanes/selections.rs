@@ -409,3 +409,33 @@ fn a_cycle_or_an_unknown_parent_is_a_manifest_error_naming_the_chain() {
         show(&o)
     );
 }
+
+#[test]
+fn a_worker_that_names_the_selection_is_started_once_per_selection_that_needs_it() {
+    let d = Demo::new();
+    let manifest = SELECTIONS
+        .replace(
+            "scenes_from:",
+            "workers:\n  py: {run: \"python -m scenerun_pytest worker {selection_paths} {selection_args} --platform {platform}\"}\nscenes_from:",
+        )
+        .replace("collect {selection_paths}", "collect --worker py {selection_paths}");
+    d.suite.write("pytest-demo/scenes.yaml", &manifest);
+    // With the daily profile extra has TestAxpy, which main has not: both selections'
+    // steps need building, each in a worker started with its own words.
+    let o = d.run(&["--profile", "daily", "warm", "-j", "1"]);
+    expect_code(&o, 0);
+    let log = std::fs::read_to_string(d.dir().join("build/scenerun/logs/workers/py.0.log"))
+        .unwrap_or_else(|e| panic!("no worker log ({e}): {}", show(&o)));
+    let mut started: Vec<&str> = log.lines().filter(|l| l.starts_with("$ ")).collect();
+    started.sort();
+    assert_eq!(
+        started,
+        [
+            "$ python -m scenerun_pytest worker tests/st/test_elementwise.py -k 'Relu or Axpy' --platform sim",
+            "$ python -m scenerun_pytest worker tests/st/test_elementwise.py -k 'VectorAdd or Relu' --platform sim",
+        ],
+        "{log}"
+    );
+    let r = json_file(&d.dir().join("build/scenerun/warm.json"));
+    assert!(r.to_string().contains("extra/TestAxpy.unit"), "{r:#}");
+}
