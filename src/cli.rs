@@ -93,6 +93,16 @@ pub struct Cli {
     )]
     pub color: Color,
 
+    /// The manifest's profile to apply (`profiles:`, e.g. a daily mode).
+    #[arg(
+        long,
+        global = true,
+        env = "SCENERUN_PROFILE",
+        value_name = "NAME",
+        help_heading = GLOBAL
+    )]
+    pub profile: Option<String>,
+
     #[command(flatten)]
     pub remote: RemoteFlags,
 
@@ -224,6 +234,9 @@ pub struct SelectArgs {
     /// Only scenes of this platform.
     #[arg(long, value_name = "NAME")]
     pub platform: Option<String>,
+    /// Only scenes of this selection of the manifest (`selections:`; repeatable: any).
+    #[arg(long = "selection", value_name = "NAME")]
+    pub selections: Vec<String>,
     /// K/N: the K-th (1-based) of N shards, by a hash of the scene name.
     #[arg(long, value_name = "K/N", value_parser = Partition::parse)]
     pub partition: Option<Partition>,
@@ -247,6 +260,7 @@ impl SelectArgs {
             tags: self.tags.clone(),
             skip_tags: self.skip_tags.clone(),
             platform: self.platform.clone(),
+            selections: self.selections.clone(),
             partition: self.partition,
             changed: self.changed.clone(),
             changed_since: self.changed_since.clone(),

@@ -284,7 +284,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
                 .ok()
                 .map(|d| plan::stat_memo(&d))
         });
-        let loaded = manifest::load_deferred(&cli.manifest);
+        let loaded = manifest::load_deferred(&cli.manifest, cli.profile.as_deref());
         if let Ok((m, _)) = &loaded {
             plan::start_identities(s, m, select);
         }
@@ -403,9 +403,11 @@ fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
     } else {
         None
     };
-    let mut m = manifest::load(manifest_path(cli)?).map_err(Error::Manifest)?;
+    let mut m =
+        manifest::load_as(manifest_path(cli)?, cli.profile.as_deref()).map_err(Error::Manifest)?;
     let files = plan::stat_memo(&m.dir);
     add_generated(cli, &mut m, &files)?;
+    crate::select::check_selections(&m, &sel)?;
     let selected = match crate::select::select(&m.scenes, &sel) {
         Ok(s) => s,
         Err(e)

@@ -224,18 +224,45 @@ pub fn walk_files(root: &Path) -> io::Result<Vec<(String, u64)>> {
 
 /// `walk_files` with each file's `Stamp` (from the same `lstat`).
 pub fn walk_stamped(root: &Path) -> io::Result<Vec<(String, Stamp)>> {
+    Ok(walk(root, usize::MAX, Others::Refuse)?.0)
+}
+
+/// The regular files under directory `root` (relative paths with `/`, sorted), at most
+/// `max` of them (true: there were more), never following a link: links and special
+/// files are left out. What a step left behind, listed without trusting it.
+pub fn walk_regular(root: &Path, max: usize) -> io::Result<(Vec<String>, bool)> {
+    let (files, more) = walk(root, max, Others::Skip)?;
+    Ok((files.into_iter().map(|(p, _)| p).collect(), more))
+}
+
+/// What a walk does with a link or a special file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Others {
+    /// An error: an artifact must be self-contained.
+    Refuse,
+    /// Left out.
+    Skip,
+}
+
+/// The one walker: regular files under `root` (root itself if it is one), by `lstat`,
+/// at most `max` (true: more were there), sorted.
+fn walk(root: &Path, max: usize, others: Others) -> io::Result<(Vec<(String, Stamp)>, bool)> {
     let mut out = Vec::new();
     let meta = fs::symlink_metadata(root)?;
     if meta.is_file() {
         out.push((String::new(), Stamp::of(&meta)));
-        return Ok(out);
+        return Ok((out, false));
     }
-    if !meta.is_dir() {
-        return Err(io::Error::other(format!(
+    let not_regular = |p: &Path| {
+        io::Error::other(format!(
             "{} is not a regular file (symlinks and special files cannot be cached)",
-            root.display()
-        )));
+            p.display()
+        ))
+    };
+    if !meta.is_dir() {
+        return Err(not_regular(root));
     }
+    let mut more = false;
     let mut stack = vec![(root.to_path_buf(), String::new())];
     while let Some((dir, prefix)) = stack.pop() {
         for e in fs::read_dir(&dir)? {
@@ -250,17 +277,18 @@ pub fn walk_stamped(root: &Path) -> io::Result<Vec<(String, Stamp)>> {
             if ft.is_dir() {
                 stack.push((e.path(), rel));
             } else if ft.is_file() {
+                if out.len() >= max {
+                    more = true;
+                    continue;
+                }
                 out.push((rel, Stamp::of(&e.metadata()?)));
-            } else {
-                return Err(io::Error::other(format!(
-                    "{} is not a regular file (symlinks and special files cannot be cached)",
-                    e.path().display()
-                )));
+            } else if others == Others::Refuse {
+                return Err(not_regular(&e.path()));
             }
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    Ok((out, more))
 }
 
 /// True when an I/O error means the disk or quota is full.

@@ -95,6 +95,31 @@ impl Plan {
     }
 
     /// The enabled worker that serves a fixture, golden or prepare step, if it names one.
+    /// The selection of a step's scene (none for a prepare step or a scene of no
+    /// selection): its words fill a worker's `{selection_paths}` / `{selection_args}`.
+    pub fn selection_of(&self, step: &Step) -> Option<&crate::manifest::NamedSelection> {
+        if step.kind == Kind::Prepare {
+            return None;
+        }
+        let name = self.scene(step).selection.as_ref()?;
+        self.manifest.selections.iter().find(|s| &s.name == name)
+    }
+
+    /// A worker's command for `step`: `{platform}` and the selection's words filled.
+    pub fn worker_command(&self, w: &crate::manifest::WorkerConfig, step: &Step) -> String {
+        use crate::template::{Ph, Val};
+        let platform = self.step_context(step).0;
+        let sel = self.selection_of(step);
+        let paths = sel.map(|s| s.paths_for(platform)).unwrap_or_default();
+        let args = sel.map(|s| s.args_for(platform)).unwrap_or_default();
+        w.run.render(|ph| match ph {
+            Ph::Platform => Val::One(platform.into()),
+            Ph::SelectionPaths => Val::Many(paths.as_slice().into()),
+            Ph::SelectionArgs => Val::Many(args.as_slice().into()),
+            _ => Val::Raw("".into()),
+        })
+    }
+
     pub fn worker_of(&self, step: &Step) -> Option<&crate::manifest::WorkerConfig> {
         if step.kind == Kind::Kernel {
             return None;

@@ -1,4 +1,4 @@
-//! Selection: `-k`, `--tag`, `--skip-tag`, `--platform`, `--partition K/N`. Partitions
+//! Selection: `-k`, `--tag`, `--skip-tag`, `--platform`, `--selection`, `--partition K/N`. Partitions
 //! come from a hash of the scene name alone, so adding or filtering other scenes never
 //! moves a scene to another shard.
 
@@ -17,6 +17,8 @@ pub struct Selection {
     /// Drop scenes with one of these tags.
     pub skip_tags: Vec<String>,
     pub platform: Option<String>,
+    /// Only scenes of these selections of the manifest (`--selection`, any).
+    pub selections: Vec<String>,
     pub partition: Option<Partition>,
     /// Only scenes whose inputs include one of these paths (relative to the current dir).
     pub changed: Vec<PathBuf>,
@@ -94,6 +96,27 @@ fn matches_pattern(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// Every `--selection` names one of the manifest's `selections:` (else exit 4 listing
+/// them).
+pub fn check_selections(m: &crate::manifest::Manifest, sel: &Selection) -> anyhow::Result<()> {
+    for name in &sel.selections {
+        if !m.selections.iter().any(|s| &s.name == name) {
+            let known: Vec<&str> = m.selections.iter().map(|s| s.name.as_str()).collect();
+            return Err(crate::error::err!(
+                Usage,
+                "unknown selection `{}` (--selection; the manifest's: {})",
+                crate::error::clip(name, 40),
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The indices of the selected scenes, in manifest order. Nothing selected is exit 5 with
 /// a message that says what each filter removed.
 pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
@@ -128,6 +151,16 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
         filters.push((
             format!("--platform {p}"),
             Box::new(move |s: &Scene| &s.platform == p),
+        ));
+    }
+    if !sel.selections.is_empty() {
+        filters.push((
+            format!("--selection {}", sel.selections.join(" --selection ")),
+            Box::new(|s: &Scene| {
+                s.selection
+                    .as_ref()
+                    .is_some_and(|n| sel.selections.contains(n))
+            }),
         ));
     }
     if let Some(part) = partition {

@@ -29,10 +29,13 @@ pub enum Ph {
     Args,
     Scenes,
     Results,
+    SelectionPaths,
+    SelectionArgs,
+    Outputs,
 }
 
 impl Ph {
-    const ALL: [Ph; 18] = [
+    const ALL: [Ph; 21] = [
         Ph::Source,
         Ph::Out,
         Ph::Depfile,
@@ -51,6 +54,9 @@ impl Ph {
         Ph::Args,
         Ph::Scenes,
         Ph::Results,
+        Ph::SelectionPaths,
+        Ph::SelectionArgs,
+        Ph::Outputs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +79,9 @@ impl Ph {
             Ph::Args => "args",
             Ph::Scenes => "scenes",
             Ph::Results => "results",
+            Ph::SelectionPaths => "selection_paths",
+            Ph::SelectionArgs => "selection_args",
+            Ph::Outputs => "outputs",
         }
     }
 
@@ -95,10 +104,18 @@ pub mod allowed {
     pub const TEST: &[Ph] = &[Out, Scene, Platform, Threads, Fixture, Golden, Depfile];
     /// Top-level `prepare:` steps: shared by every scene, so no `{scene}`.
     pub const PREPARE: &[Ph] = &[Out, Platform, Threads, Depfile];
-    pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform];
+    pub const DEVICE: &[Ph] = &[Kernels, Fixture, Golden, Devices, Scene, Platform, Outputs];
     pub const LOCK: &[Ph] = &[DeviceCount, Run];
     /// `lanes.*.run`: one process runs a batch of scenes (docs/lanes.md).
-    pub const LANE: &[Ph] = &[Devices, Args, Scenes, Results, Platform];
+    pub const LANE: &[Ph] = &[
+        Devices,
+        Args,
+        Scenes,
+        Results,
+        Platform,
+        SelectionPaths,
+        SelectionArgs,
+    ];
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -40,8 +40,9 @@ pub fn emulated() -> Option<String> {
 
 /// The scenerun and GitHub variables a test's own environment may carry and no
 /// scenerun a test starts may see.
-pub const NOT_INHERITED: [&str; 6] = [
+pub const NOT_INHERITED: [&str; 7] = [
     "SCENERUN_MANIFEST",
+    "SCENERUN_PROFILE",
     "SCENERUN_CACHE_DIR",
     "SCENERUN_REMOTE_URL",
     "SCENERUN_REMOTE_WRITE",

@@ -231,6 +231,8 @@ fn scene_env(
     env.insert("SCENERUN_KERNELS".into(), kernels.display().to_string());
     env.insert("SCENERUN_DEVICES".into(), devices.to_string());
     env.insert("SCENERUN_SCENE".into(), s.name.clone());
+    let outputs = super::outputs::dir(&frozen.report_dir, &s.name);
+    env.insert(super::outputs::ENV.into(), outputs.display().to_string());
     if let Some(f) = &s.fixture {
         env.insert("SCENERUN_FIXTURE".into(), f.out.display().to_string());
     }
@@ -260,7 +262,7 @@ fn start_plain(
         &kernels,
         s.fixture.as_ref().map(|a| a.out.as_path()),
         s.golden.as_ref().map(|a| a.out.as_path()),
-        Some(devices),
+        Some((devices, &super::outputs::dir(&frozen.report_dir, &s.name))),
     );
     let env = scene_env(frozen, s, devices);
     crate::fsutil::start_log(&frozen.report_dir, log, &format!("$ {command}\n"))?;

@@ -117,6 +117,7 @@ fn freeze_scene(
         name: ps.name.clone(),
         nodeid: scene.nodeid.clone(),
         case: scene.case.clone(),
+        selection: scene.selection.clone(),
         platform: scene.platform.clone(),
         env: scene.env.clone(),
         device: ps
@@ -230,6 +231,7 @@ pub(super) fn write_frozen(frozen: &Frozen) -> Result<()> {
 /// Everything the inner run reads, laid out before the lock: the private copies of the
 /// artifacts `device.writes` names, the frozen plan, the `{kernels}` links.
 pub(super) fn lay_out(frozen: &mut Frozen) -> Result<()> {
+    super::outputs::make(frozen)?;
     super::private::copy_for_writers(frozen)?;
     write_frozen(frozen)?;
     link_kernels(frozen)

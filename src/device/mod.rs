@@ -12,6 +12,7 @@ pub mod live;
 mod lockrun;
 pub mod not_warm;
 pub mod outer;
+pub mod outputs;
 pub mod packing;
 mod private;
 mod recheck;
@@ -207,6 +208,9 @@ pub struct FrozenScene {
     pub nodeid: Option<String>,
     #[serde(default)]
     pub case: Option<String>,
+    /// The manifest's selection it belongs to (docs/manifest.md, "Selections").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<String>,
     pub platform: String,
     pub env: BTreeMap<String, String>,
     /// None: the scene has no device step (it passes once warm).

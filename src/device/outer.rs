@@ -510,8 +510,10 @@ fn scene_reports(
         .enumerate()
         .map(|(i, (result, fs))| SceneReport {
             result,
+            selection: fs.selection.clone(),
             nodeid: fs.nodeid.clone(),
             case: fs.case.clone(),
+            outputs: super::outputs::written(&frozen.report_dir, &fs.name),
             steps: step_reports(plan, i),
         })
         .collect()
@@ -548,6 +550,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
     // From here on every ending writes its own report; none from an earlier run stays.
     let _ = std::fs::remove_file(opts.report_dir.join("report.json"));
     let _ = std::fs::remove_file(opts.report_dir.join("junit.xml"));
+    super::outputs::clear(&opts.report_dir);
     let inv = Invocation::create(&plan.job_dir).map_err(|e| {
         let what = format!(
             "cannot create a run directory under {}",
@@ -563,6 +566,7 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
 fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit> {
     let (mut frozen, missing) = freeze(plan, &opts.report_dir, &inv.dir);
     let mut report = Report::new(&plan.manifest.file);
+    report.profile = plan.manifest.profile.clone();
     if !missing.is_empty() {
         return Err(not_warm(plan, opts, &frozen, &missing, report));
     }

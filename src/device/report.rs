@@ -38,9 +38,13 @@ pub struct StepReport {
 #[serde(from = "json::Scene")]
 pub struct SceneReport {
     pub result: SceneResult,
+    /// The manifest's selection it belongs to (docs/manifest.md, "Selections").
+    pub selection: Option<String>,
     /// The test node it ran (a pytest node id) and its case, when the manifest says.
     pub nodeid: Option<String>,
     pub case: Option<String>,
+    /// The files it wrote into its outputs directory, relative to the report dir.
+    pub outputs: Vec<String>,
     pub steps: Vec<StepReport>,
 }
 
@@ -59,6 +63,8 @@ mod json {
     pub(super) struct SceneRef<'a> {
         name: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
+        selection: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         nodeid: Option<&'a str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         case: Option<&'a str>,
@@ -69,6 +75,8 @@ mod json {
         duration_secs: f64,
         log: Option<&'a Path>,
         log_tail: Option<&'a str>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        outputs: &'a [String],
         lane: Option<&'a str>,
         attempts: &'a [Attempt],
         steps: &'a [StepReport],
@@ -80,6 +88,7 @@ mod json {
             let r = &s.result;
             SceneRef {
                 name: &r.name,
+                selection: s.selection.as_deref(),
                 nodeid: s.nodeid.as_deref(),
                 case: s.case.as_deref(),
                 outcome: r.outcome,
@@ -89,6 +98,7 @@ mod json {
                 duration_secs: r.duration_secs,
                 log: r.log.as_deref(),
                 log_tail: r.log_tail.as_deref(),
+                outputs: &s.outputs,
                 lane: r.lane.as_deref(),
                 attempts: &r.attempts,
                 steps: &s.steps,
@@ -101,6 +111,8 @@ mod json {
     pub(super) struct Scene {
         name: String,
         #[serde(default)]
+        selection: Option<String>,
+        #[serde(default)]
         nodeid: Option<String>,
         #[serde(default)]
         case: Option<String>,
@@ -111,6 +123,8 @@ mod json {
         duration_secs: f64,
         log: Option<PathBuf>,
         log_tail: Option<String>,
+        #[serde(default)]
+        outputs: Vec<String>,
         lane: Option<String>,
         attempts: Vec<Attempt>,
         steps: Vec<StepReport>,
@@ -133,8 +147,10 @@ mod json {
                     attempts: s.attempts,
                     lane: s.lane,
                 },
+                selection: s.selection,
                 nodeid: s.nodeid,
                 case: s.case,
+                outputs: s.outputs,
                 steps: s.steps,
             }
         }
@@ -188,6 +204,9 @@ pub struct Report {
     pub version: u32,
     pub scenerun: String,
     pub manifest: String,
+    /// The manifest's profile in use (`--profile`), when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     pub exit_code: i32,
     pub error: Option<String>,
     pub scenes: Vec<SceneReport>,
@@ -198,6 +217,9 @@ pub struct Report {
 /// One test node's verdict, from the scenes that ran it (docs/reports.md).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct NodeReport {
+    /// The selection it ran in: a node in two selections is two nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<String>,
     pub nodeid: String,
     /// The outcome of the scene that decided it.
     pub outcome: SceneOutcome,
@@ -223,28 +245,32 @@ pub fn node_outcome(outcomes: impl Iterator<Item = SceneOutcome>) -> SceneOutcom
 }
 
 impl Report {
-    /// Every test node the scenes name, in first-scene order, with its verdict.
+    /// Every test node the scenes name (per selection), in first-scene order, with its
+    /// verdict.
     pub fn nodes(&self) -> Vec<NodeReport> {
-        let mut order: Vec<&str> = Vec::new();
-        let mut members: std::collections::HashMap<&str, Vec<&SceneReport>> =
+        type Node<'a> = (Option<&'a str>, &'a str);
+        let mut order: Vec<Node> = Vec::new();
+        let mut members: std::collections::HashMap<Node, Vec<&SceneReport>> =
             std::collections::HashMap::new();
         for s in &self.scenes {
             let Some(n) = s.nodeid.as_deref() else {
                 continue;
             };
-            let list = members.entry(n).or_default();
+            let key = (s.selection.as_deref(), n);
+            let list = members.entry(key).or_default();
             if list.is_empty() {
-                order.push(n);
+                order.push(key);
             }
             list.push(s);
         }
         order
             .into_iter()
-            .map(|n| {
-                let scenes = &members[n];
+            .map(|key| {
+                let scenes = &members[&key];
                 let outcome = node_outcome(scenes.iter().map(|s| s.result.outcome));
                 NodeReport {
-                    nodeid: n.to_string(),
+                    selection: key.0.map(str::to_string),
+                    nodeid: key.1.to_string(),
                     outcome,
                     pytest: outcome.pytest_word().to_string(),
                     scenes: scenes.iter().map(|s| s.result.name.clone()).collect(),
@@ -258,6 +284,7 @@ impl Report {
             version: REPORT_VERSION,
             scenerun: env!("CARGO_PKG_VERSION").to_string(),
             manifest: manifest.display().to_string(),
+            profile: None,
             exit_code: 0,
             error: None,
             scenes: Vec::new(),
@@ -353,8 +380,10 @@ mod tests {
                 attempts: Vec::new(),
                 lane: None,
             },
+            selection: None,
             nodeid: Some("tests/test_ops.py::TestOps::test_run".into()),
             case: None,
+            outputs: Vec::new(),
             steps: vec![StepReport {
                 kind: Kind::Kernel,
                 name: "vadd".into(),

@@ -33,6 +33,7 @@ fn scene(name: &str, run: DeviceRun, devices: usize, ex: bool, est: f64) -> Froz
         name: name.into(),
         nodeid: None,
         case: None,
+        selection: None,
         platform: "p".into(),
         env: BTreeMap::new(),
         device: Some(FrozenDevice {
@@ -67,6 +68,7 @@ pub fn frozen(dir: &Path, scenes: Vec<FrozenScene>) -> Frozen {
         restart_on: None,
         max_restarts: 3,
         prestart: crate::manifest::Prestart::Off,
+        args: Vec::new(),
     };
     Frozen {
         version: FROZEN_VERSION,

@@ -49,6 +49,9 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
         .collect();
     // And its workers.
     cx.worker_names = m.workers.keys().cloned().collect();
+    // Its scenes belong to the generator's selection.
+    cx.selections_declared = m.selections.clone();
+    cx.current_selection = g.selection.clone();
     let mut scenes = Vec::new();
     let mut lines: Vec<usize> = Vec::new();
     for (i, v) in list.into_iter().enumerate() {

@@ -13,7 +13,7 @@ use super::raw;
 use super::validate::{bad_name, valid_name, Ctx};
 use super::validate::{MAX_DEVICES, MAX_RESTARTS, MAX_RETRIES};
 use crate::proc::Stop;
-use crate::template::{allowed, Ph, Template};
+use crate::template::{allowed, Ph, Template, Val};
 
 /// One `lanes.<name>` entry: a command that runs a batch of scenes in one process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,6 +42,41 @@ pub struct LaneConfig {
     /// their ids (docs/lanes.md, lanes started before the lock).
     #[serde(default)]
     pub prestart: Prestart,
+    /// `args`: words put before every scene's own in `{args}`.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl LaneConfig {
+    /// The command of one of its processes: `{args}` is the lane's `args`, the
+    /// variant's, then each scene's (`scene_args`), each word quoted;
+    /// `{selection_paths}` and `{selection_args}` the variant's selection's words
+    /// (none without one); `runtime` fills the rest (ids, files).
+    pub fn command<'a, 'b>(
+        &self,
+        variant: &Variant,
+        scene_args: impl Iterator<Item = &'a String>,
+        platform: &str,
+        runtime: impl Fn(Ph) -> Val<'b>,
+    ) -> String {
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .chain(&variant.args)
+            .cloned()
+            .chain(scene_args.cloned())
+            .collect();
+        let sel = variant.selection.as_ref();
+        let paths = sel.map(|s| s.paths_for(platform)).unwrap_or_default();
+        let sel_args = sel.map(|s| s.args_for(platform)).unwrap_or_default();
+        self.run.render(|ph| match ph {
+            Ph::Args => Val::Many(args.as_slice().into()),
+            Ph::SelectionPaths => Val::Many(paths.as_slice().into()),
+            Ph::SelectionArgs => Val::Many(sel_args.as_slice().into()),
+            Ph::Platform => Val::One(platform.into()),
+            other => runtime(other),
+        })
+    }
 }
 
 /// `lanes.<name>.prestart`: which of a lane's processes start before the lock.
@@ -185,17 +220,27 @@ impl DeviceRun {
 pub struct Variant {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// The selection of its scenes (docs/manifest.md, "Selections"): its words fill the
+    /// lane command's `{selection_paths}` and `{selection_args}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<super::NamedSelection>,
 }
 
 impl Variant {
     pub fn is_plain(&self) -> bool {
-        self.args.is_empty() && self.env.is_empty()
+        self.args.is_empty() && self.env.is_empty() && self.selection.is_none()
     }
 
-    /// `--enable-dep-gen DFX=1`: how the preview names it ("" for the plain one).
+    /// `selection dep_gen DFX=1 --enable-dep-gen`: how the preview names it ("" for the plain
+    /// one).
     pub fn describe(&self) -> String {
+        let sel = self
+            .selection
+            .iter()
+            .map(|s| format!("selection {}", s.name));
         let env = self.env.iter().map(|(k, v)| format!("{k}={v}"));
-        let words: Vec<String> = env
+        let words: Vec<String> = sel
+            .chain(env)
             .chain(
                 self.args
                     .iter()
@@ -242,12 +287,29 @@ pub(super) struct Steps {
 
 impl Ctx {
     /// `lanes:`: every lane, keyed by name.
-    pub(super) fn lanes(&mut self, v: Option<Value>) -> BTreeMap<String, LaneConfig> {
+    pub(super) fn lanes(
+        &mut self,
+        v: Option<Value>,
+        defaults: Option<Value>,
+    ) -> BTreeMap<String, LaneConfig> {
         let mut out = BTreeMap::new();
-        let Some(v) = v else { return out };
+        let Some(v) = v else {
+            if defaults.is_some() {
+                self.err(
+                    "lane_defaults",
+                    "`lane_defaults` is given, and there are no `lanes:`",
+                );
+            }
+            return out;
+        };
         let Some(map) = self.take::<BTreeMap<String, Value>>(v, "lanes") else {
             return out;
         };
+        for name in map.keys() {
+            // Known even when its parent is broken: its scenes are not told "unknown lane".
+            self.lane_devices.insert(name.clone(), None);
+        }
+        let map = self.inherit_lanes(map, defaults);
         for (name, v) in map {
             let path = format!("lanes.{name}");
             if !valid_name(&name) {
@@ -263,6 +325,7 @@ impl Ctx {
             // command need not name it; one that reports nothing fails its scenes with
             // "lane process ended without reporting it".
             let run = self.templ(&l.run, &format!("{path}.run"), allowed::LANE);
+            let run = run.filter(|r| self.selections_known(r, &format!("{path}.run")));
             let devices = l.devices.unwrap_or(1);
             if devices == 0 || devices > MAX_DEVICES {
                 self.err(
@@ -298,6 +361,7 @@ impl Ctx {
                         restart_on,
                         max_restarts: l.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS),
                         prestart,
+                        args: l.args.unwrap_or_default(),
                     },
                 );
             }
@@ -362,7 +426,13 @@ impl Ctx {
 
     /// A scene's `device:` step: its command or lane, the ids it holds, its timeout,
     /// retries and stop signal.
-    pub(super) fn device_step(&mut self, v: Value, dp: &str, steps: Steps) -> Option<DeviceStep> {
+    pub(super) fn device_step(
+        &mut self,
+        v: Value,
+        dp: &str,
+        steps: Steps,
+        selection: Option<&super::NamedSelection>,
+    ) -> Option<DeviceStep> {
         let d = self.take::<raw::DeviceStep>(v, dp)?;
         let ok: Vec<Ph> = allowed::DEVICE
             .iter()
@@ -393,9 +463,17 @@ impl Ctx {
             );
         }
         let stop = self.stop(d.stop_signal, d.stop_wait, dp);
-        let order = self.order(d.order.as_deref(), dp);
+        // The scene's own order, else its selection's.
+        let order = match (d.order.as_deref(), selection.and_then(|s| s.order)) {
+            (None, Some(o)) => o,
+            (word, _) => self.order(word, dp),
+        };
         let writes = self.writes(d.writes.as_deref().unwrap_or_default(), dp, steps);
-        let run = run?;
+        let mut run = run?;
+        if let DeviceRun::Lane { variant, .. } = &mut run {
+            // Scenes of two selections never share a lane process.
+            variant.selection = selection.cloned();
+        }
         Some(DeviceStep {
             devices: self
                 .lane_scene_devices(&run)
@@ -445,7 +523,7 @@ impl Ctx {
     }
 
     /// `<dp>.order`: `first`, `any` (the default) or `last`.
-    fn order(&mut self, word: Option<&str>, dp: &str) -> Order {
+    pub(super) fn order(&mut self, word: Option<&str>, dp: &str) -> Order {
         let Some(word) = word else {
             return Order::Any;
         };
@@ -572,6 +650,7 @@ impl Ctx {
                     variant: Variant {
                         args: d.lane_args.clone().unwrap_or_default(),
                         env: self.env(env, &format!("{dp}.lane_env")),
+                        selection: None,
                     },
                 })
             }

@@ -21,7 +21,7 @@ use super::paths::{Probe, Resolver};
 use super::{FileRef, Manifest};
 
 /// Bump when `Manifest`, the key or the probes change shape.
-const SCHEMA: u32 = 4;
+const SCHEMA: u32 = 5;
 
 thread_local! {
     /// The manifest directory while a memo is written or read on this thread: a path
@@ -112,15 +112,19 @@ pub(super) struct Key {
     file: PathBuf,
     dir: PathBuf,
     exe: Option<crate::fsutil::Stamp>,
+    /// The profile applied (`--profile`): another profile is another manifest.
+    #[serde(default)]
+    profile: Option<String>,
 }
 
 impl Key {
-    pub(super) fn of(text: &str, file: &Path, dir: &Path) -> Key {
+    pub(super) fn of(text: &str, file: &Path, dir: &Path, profile: Option<&str>) -> Key {
         Key {
             text: blake3::hash(text.as_bytes()).to_hex().to_string(),
             file: file.to_path_buf(),
             dir: dir.to_path_buf(),
             exe: exe_id(),
+            profile: profile.map(str::to_string),
         }
     }
 }

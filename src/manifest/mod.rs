@@ -14,12 +14,14 @@
 pub mod depth;
 mod discover;
 pub mod generated;
+mod inherit;
 pub mod lanes;
 mod memo;
 mod paths;
 mod raw;
 pub mod remote;
 mod scenes;
+pub mod selections;
 mod suite_args;
 mod top;
 mod types;
@@ -34,6 +36,7 @@ pub use lanes::{
 };
 pub use paths::{expand_vars, FileRef};
 pub use raw::{keys, Mapping};
+pub use selections::NamedSelection;
 pub use types::*;
 pub use validate::{valid_name, MAX_DEVICES, MAX_LABEL, MAX_RESTARTS, MAX_RETRIES, MAX_THREADS};
 pub use workers::WorkerConfig;
@@ -43,7 +46,12 @@ use std::path::{Path, PathBuf};
 use validate::Ctx;
 
 pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
-    let (m, memo) = load_deferred(path)?;
+    load_as(path, None)
+}
+
+/// `load` with `profile` (`--profile`) applied.
+pub fn load_as(path: &Path, profile: Option<&str>) -> Result<Manifest, ManifestErrors> {
+    let (m, memo) = load_deferred(path, profile)?;
     if let Some(memo) = memo {
         memo.write(&m);
     }
@@ -52,7 +60,10 @@ pub fn load(path: &Path) -> Result<Manifest, ManifestErrors> {
 
 /// `load`, leaving the memo of a manifest parsed from its text to the caller to keep
 /// (it takes a while on a big suite, and can be written while the plan is made).
-pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), ManifestErrors> {
+pub fn load_deferred(
+    path: &Path,
+    profile: Option<&str>,
+) -> Result<(Manifest, Option<MemoWrite>), ManifestErrors> {
     let file = path.display().to_string();
     let single = |message: String| ManifestErrors {
         file: file.clone(),
@@ -67,7 +78,7 @@ pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), Manif
         .map_err(|e| single(format!("cannot read it: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
     let dir = dir_of(path).map_err(|e| single(e.to_string()))?;
-    let key = memo::Key::of(&text, path, &dir);
+    let key = memo::Key::of(&text, path, &dir, profile);
     if let Some(mut m) = memo::read(&key, &dir) {
         // Kept as written: the URL's variables, as they are now (the probes checked
         // they are what the kept parse saw).
@@ -75,7 +86,7 @@ pub fn load_deferred(path: &Path) -> Result<(Manifest, Option<MemoWrite>), Manif
         guard_children(&m);
         return Ok((m, None));
     }
-    let (m, probes) = parse_probed(&text, path, &dir)?;
+    let (m, probes) = parse_probed(&text, path, &dir, profile)?;
     // Before anything of it runs (identity commands start as soon as it is loaded).
     guard_children(&m);
     Ok((m, Some(MemoWrite { key, dir, probes })))
@@ -104,7 +115,7 @@ impl MemoWrite {
 
 /// Parse and validate manifest text as if it were the file `file` in directory `dir`.
 pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Manifest, ManifestErrors> {
-    parse_probed(text, file, dir).map(|(m, _)| m)
+    parse_probed(text, file, dir, None).map(|(m, _)| m)
 }
 
 /// `parse`, with what validation looked at outside the text (for the memo).
@@ -112,10 +123,12 @@ fn parse_probed(
     text: &str,
     file: &Path,
     dir: &Path,
+    profile: Option<&str>,
 ) -> Result<(Manifest, Vec<paths::Probe>), ManifestErrors> {
     // A UTF-8 byte order mark (editors on Windows write one) is not a second document.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut cx = Ctx::new(file.display().to_string(), dir);
+    cx.profile = profile.map(str::to_string);
     let value = match yaml::parse(text) {
         Ok(v) => v,
         Err(e) => {

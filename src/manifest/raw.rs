@@ -50,6 +50,34 @@ pub struct Top {
     workers: Value,
     compile_cache: Value,
     fork_server: Value,
+    selections: Value,
+    profiles: Value,
+    lane_defaults: Value,
+}
+
+/// One `selections.<name>` entry (docs/manifest.md, "Selections").
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selection {
+    pub paths: Option<Vec<String>>,
+    pub args: Option<Vec<String>>,
+    pub order: Option<String>,
+}
+
+/// One `profiles.<name>` entry: what it replaces.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub suite_args: Option<Vec<String>>,
+    pub selections: Option<BTreeMap<String, Value>>,
+}
+
+/// `profiles.<name>.selections.<selection>`: the words a profile gives a selection.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSelection {
+    pub paths: Option<Vec<String>>,
+    pub args: Option<Vec<String>>,
 }
 
 /// `fork_server:` (docs/lanes.md, "A fork server").
@@ -121,11 +149,16 @@ pub struct Fault {
     pub patterns: Vec<String>,
 }
 
-/// One `lanes.<name>` entry (docs/lanes.md).
+/// One `lanes.<name>` entry (docs/lanes.md), after `lane_defaults` and `inherits` are
+/// resolved (`inherit.rs`); `lane_defaults` takes the same keys but `inherits`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Lane {
     pub run: String,
+    /// Taken out (and resolved) before the lane is read; named for the key check.
+    #[allow(dead_code)]
+    pub inherits: Option<String>,
+    pub args: Option<Vec<String>>,
     pub devices: Option<u32>,
     pub restarts: Option<u32>,
     pub timeout: Option<Scalar>,
@@ -163,6 +196,7 @@ pub struct Scene {
     pub name: String,
     pub nodeid: Option<String>,
     pub case: Option<String>,
+    pub selection: Option<String>,
     pub platform: Option<String>,
     #[serde(default)]
     pub tags: Vec<String>,
@@ -265,7 +299,10 @@ pub fn keys() -> &'static [Mapping] {
             m::<Fault>("lock.device_fault, lanes.<name>.restart_on"),
             m::<Prepare>("prepare[]"),
             m::<Generator>("scenes_from[]"),
-            m::<Lane>("lanes.<name>"),
+            m::<Lane>("lanes.<name>, lane_defaults"),
+            m::<Selection>("selections.<name>"),
+            m::<Profile>("profiles.<name>"),
+            m::<ProfileSelection>("profiles.<name>.selections.<name>"),
             m::<Worker>("workers.<name>"),
             m::<CompileCache>("compile_cache"),
             m::<ForkServer>("fork_server"),

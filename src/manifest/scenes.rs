@@ -92,9 +92,10 @@ impl Ctx {
             fixture: has_fixture,
             golden: has_golden,
         };
-        let mut device = s
-            .device
-            .and_then(|v| self.device_step(v, &format!("{path}.device"), steps));
+        let selection = self.scene_selection(s.selection, path, &s.name);
+        let mut device = s.device.and_then(|v| {
+            self.device_step(v, &format!("{path}.device"), steps, selection.as_ref())
+        });
         for (key, value) in [("nodeid", &s.nodeid), ("case", &s.case)] {
             if let Some(v) = value {
                 self.check_label(&format!("{path}.{key}"), v);
@@ -113,9 +114,13 @@ impl Ctx {
             );
         }
         Some(Scene {
-            name: s.name,
+            name: match &selection {
+                Some(sel) => format!("{}/{}", sel.name, s.name),
+                None => s.name,
+            },
             nodeid: s.nodeid,
             case: s.case,
+            selection: selection.map(|sel| sel.name),
             platform: s.platform.unwrap_or_else(|| platform.to_string()),
             tags: s.tags,
             env,
@@ -125,6 +130,47 @@ impl Ctx {
             test,
             device,
         })
+    }
+
+    /// The selection of scene `name` at `path`: its `selection:` key (a declared one),
+    /// else the one of the generator that printed it. A scene of no selection may not
+    /// be named like one (its logs would sit among that selection's).
+    fn scene_selection(
+        &mut self,
+        key: Option<String>,
+        path: &str,
+        name: &str,
+    ) -> Option<super::NamedSelection> {
+        let at = format!("{path}.selection");
+        let wanted = match (key, self.current_selection.clone()) {
+            (Some(k), Some(g)) if k != g => {
+                self.err(
+                    &at,
+                    format!("the scene says selection `{k}`, and its generator runs for `{g}`"),
+                );
+                return None;
+            }
+            (k, g) => k.or(g),
+        };
+        let Some(wanted) = wanted else {
+            if self.selections_declared.iter().any(|s| s.name == name) {
+                self.err(
+                    &format!("{path}.name"),
+                    format!("scene `{name}` of no selection is named like a selection"),
+                );
+            }
+            return None;
+        };
+        let found = self
+            .selections_declared
+            .iter()
+            .find(|s| s.name == wanted)
+            .cloned();
+        if found.is_none() {
+            let msg = self.unknown_selection(&wanted);
+            self.err(&at, msg);
+        }
+        found
     }
 
     /// A scene's `kernels:`, each valid and named once in the scene.

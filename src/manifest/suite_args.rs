@@ -57,7 +57,18 @@ pub fn expansion(words: &[String]) -> Result<String, SuiteArgsError> {
 /// `text` with every `{suite_args}` (not `{{suite_args}}`) replaced by `expansion`;
 /// None when it has none. Err when it has one and the manifest has no `suite_args:`.
 pub fn substitute(text: &str, expansion: Option<&str>) -> Option<Result<String, SuiteArgsError>> {
-    if !text.contains(PLACEHOLDER) {
+    let found = replace(text, PLACEHOLDER, expansion.unwrap_or(""))?;
+    Some(match expansion {
+        Some(_) => Ok(found),
+        None => Err(SuiteArgsError::NoSuiteArgs),
+    })
+}
+
+/// `text` with every `placeholder` (written `{name}`, not `{{name}}`) replaced by
+/// `with`; None when it has none. The one scan `{suite_args}` and the selections'
+/// placeholders share.
+pub fn replace(text: &str, placeholder: &str, with: &str) -> Option<String> {
+    if !text.contains(placeholder) {
         return None;
     }
     let mut out = String::with_capacity(text.len());
@@ -69,12 +80,9 @@ pub fn substitute(text: &str, expansion: Option<&str>) -> Option<Result<String, 
         if tail.starts_with("{{") || tail.starts_with("}}") {
             out.push_str(&tail[..2]);
             rest = &tail[2..];
-        } else if let Some(after) = tail.strip_prefix(PLACEHOLDER) {
+        } else if let Some(after) = tail.strip_prefix(placeholder) {
             found = true;
-            match expansion {
-                Some(e) => out.push_str(e),
-                None => return Some(Err(SuiteArgsError::NoSuiteArgs)),
-            }
+            out.push_str(with);
             rest = after;
         } else {
             out.push_str(&tail[..1]);
@@ -82,7 +90,7 @@ pub fn substitute(text: &str, expansion: Option<&str>) -> Option<Result<String, 
         }
     }
     out.push_str(rest);
-    found.then_some(Ok(out))
+    found.then_some(out)
 }
 
 #[cfg(test)]

@@ -51,9 +51,11 @@ impl Ctx {
             .and_then(|v| self.take::<BTreeMap<String, raw::Scalar>>(v, "env"))
             .unwrap_or_default();
         let env = self.env(env_raw, "env");
-        if let Some(words) =
-            field("suite_args").and_then(|v| self.take::<Vec<String>>(v, "suite_args"))
-        {
+        let profile_suite_args = self.selections(field("selections"), field("profiles"));
+        self.check_selection_words();
+        let suite_args_words =
+            field("suite_args").and_then(|v| self.take::<Vec<String>>(v, "suite_args"));
+        if let Some(words) = profile_suite_args.or(suite_args_words) {
             match suite_args::expansion(&words) {
                 Ok(e) => self.suite_args = Some(e),
                 Err(e) => self.err("suite_args", e.to_string()),
@@ -64,7 +66,8 @@ impl Ctx {
 
         let toolchains = self.toolchains(field("toolchains"));
 
-        let lanes = self.lanes(field("lanes"));
+        let lane_defaults = field("lane_defaults");
+        let lanes = self.lanes(field("lanes"), lane_defaults);
         let lock = self.lock(field("lock"));
 
         let generators = field("scenes_from")
@@ -98,6 +101,8 @@ impl Ctx {
             workers,
             compile_cache,
             fork_server,
+            selections: std::mem::take(&mut self.selections_declared),
+            profile: self.profile.clone(),
             notes: std::mem::take(&mut self.notes),
             layout: Default::default(),
         })
@@ -289,18 +294,29 @@ impl Ctx {
                 );
             }
             seen.push(p.name.clone());
-            let g = raw::GenStep {
-                run: p.run,
-                inputs: p.inputs,
-                persist: Some(p.persist.unwrap_or(false)),
-                memory: p.memory,
-                threads: p.threads,
-                timeout: p.timeout,
-                identity: p.identity,
-                worker: p.worker,
+            // Once per selection (`<name>.<selection>`) when it names the selections'
+            // placeholders.
+            let runs = match self.per_selection(&p.run, &format!("{path}.run")) {
+                Some(runs) => runs
+                    .into_iter()
+                    .map(|(s, r)| (format!("{}.{s}", p.name), r))
+                    .collect(),
+                None => vec![(p.name.clone(), p.run.clone())],
             };
-            if let Some(step) = self.gen_fields(g, &path, allowed::PREPARE) {
-                out.push(Prepare { name: p.name, step });
+            for (name, run) in runs {
+                let g = raw::GenStep {
+                    run,
+                    inputs: p.inputs.clone(),
+                    persist: Some(p.persist.unwrap_or(false)),
+                    memory: p.memory.clone(),
+                    threads: p.threads,
+                    timeout: p.timeout.clone(),
+                    identity: p.identity.clone(),
+                    worker: p.worker.clone(),
+                };
+                if let Some(step) = self.gen_fields(g, &path, allowed::PREPARE) {
+                    out.push(Prepare { name, step });
+                }
             }
         }
         out
@@ -317,16 +333,24 @@ impl Ctx {
             let Some(g) = self.take::<raw::Generator>(v, &path) else {
                 continue;
             };
-            let run = self.templ(&g.run, &format!("{path}.run"), &[Ph::Platform]);
             let inputs = self.inputs(&g.inputs, &path);
             let timeout = self.duration(g.timeout, &format!("{path}.timeout"));
-            if let Some(run) = run {
-                out.push(Generator {
-                    index: i,
-                    run: fill_platform(&run, platform),
-                    inputs,
-                    timeout: timeout.unwrap_or(GENERATOR_TIMEOUT),
-                });
+            // Once per selection when it names the selections' placeholders.
+            let runs = match self.per_selection(&g.run, &format!("{path}.run")) {
+                Some(runs) => runs.into_iter().map(|(s, r)| (Some(s), r)).collect(),
+                None => vec![(None, g.run.clone())],
+            };
+            for (selection, text) in runs {
+                let run = self.templ(&text, &format!("{path}.run"), &[Ph::Platform]);
+                if let Some(run) = run {
+                    out.push(Generator {
+                        index: i,
+                        run: fill_platform(&run, platform),
+                        inputs: inputs.clone(),
+                        timeout: timeout.unwrap_or(GENERATOR_TIMEOUT),
+                        selection,
+                    });
+                }
             }
         }
         out

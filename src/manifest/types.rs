@@ -47,6 +47,13 @@ pub struct Manifest {
     /// `fork_server:`: the process lane processes started before the lock fork from.
     #[serde(default)]
     pub fork_server: Option<ForkServer>,
+    /// `selections:` in declaration order, the profile applied (docs/manifest.md,
+    /// "Selections"); empty without them.
+    #[serde(default)]
+    pub selections: Vec<super::NamedSelection>,
+    /// The profile in use (`--profile`, `$SCENERUN_PROFILE`).
+    #[serde(default)]
+    pub profile: Option<String>,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
     /// Where its parts are in the file, for what is said about them after loading.
@@ -179,6 +186,9 @@ pub struct Scene {
     /// Which case of that node it runs, when the node runs several.
     #[serde(default)]
     pub case: Option<String>,
+    /// The selection it belongs to (its name then starts with `<selection>/`).
+    #[serde(default)]
+    pub selection: Option<String>,
     pub platform: String,
     pub tags: Vec<String>,
     /// Top-level env with the scene's env merged over it.
@@ -246,6 +256,10 @@ pub struct Generator {
     /// How long it may run (`timeout`, default 10 min); then its group is killed.
     #[serde(default = "default_timeout")]
     pub timeout: Duration,
+    /// The selection it runs for (its command names the selection's placeholders):
+    /// every scene it prints belongs to it.
+    #[serde(default)]
+    pub selection: Option<String>,
 }
 
 /// A generator's `timeout` when the manifest gives none.

@@ -70,6 +70,12 @@ pub(super) struct Ctx {
     pub(super) suite_args: Option<String>,
     /// The names under `workers:` (a broken worker's too).
     pub(super) worker_names: Vec<String>,
+    /// `selections:` in declaration order, the profile applied.
+    pub(super) selections_declared: Vec<super::NamedSelection>,
+    /// `--profile` / `$SCENERUN_PROFILE`: the profile to apply.
+    pub(super) profile: Option<String>,
+    /// The selection of the generator whose scenes are read (None: none).
+    pub(super) current_selection: Option<String>,
 }
 
 impl Ctx {
@@ -84,6 +90,9 @@ impl Ctx {
             lane_devices: Default::default(),
             suite_args: None,
             worker_names: Vec::new(),
+            selections_declared: Vec::new(),
+            profile: None,
+            current_selection: None,
         }
     }
 

@@ -22,7 +22,8 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(600);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
     pub name: String,
-    /// The command that starts it, `{platform}` its only placeholder.
+    /// The command that starts it: `{platform}`, and with `selections:` the words of
+    /// the selection of the step it serves (one worker per selection that needs one).
     pub run: Template,
     /// Resident memory a worker or the step it runs may reach: past it, both are
     /// killed and the worker replaced.
@@ -50,7 +51,10 @@ impl Ctx {
             let Some(w) = self.take::<raw::Worker>(v, &path) else {
                 continue;
             };
-            let run = self.templ(&w.run, &format!("{path}.run"), &[Ph::Platform]);
+            let at = format!("{path}.run");
+            let allowed = [Ph::Platform, Ph::SelectionPaths, Ph::SelectionArgs];
+            let run = self.templ(&w.run, &at, &allowed);
+            let run = run.filter(|r| self.selections_known(r, &at));
             let memory_cap = self.size(w.memory_cap, &format!("{path}.memory_cap"));
             if memory_cap == Some(0) {
                 self.err(&format!("{path}.memory_cap"), "memory_cap must be above 0");

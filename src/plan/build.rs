@@ -34,6 +34,7 @@ impl Plan {
         files: Files,
         mode: Lookups,
     ) -> Result<Plan> {
+        crate::select::check_selections(&manifest, sel)?;
         let selected = crate::select::select(&manifest.scenes, sel)?;
         let job_dir = layout::job_dir(&manifest.dir);
         // Signed entries (`cache.verify_key`): a signing key that cannot be read is exit

@@ -113,9 +113,10 @@ fn include_words(tc: &Toolchain, k: &Kernel) -> Vec<String> {
     out
 }
 
-/// A device step's command: every placeholder filled; `{devices}` shown as `<devices>`
-/// when `devices` is None (`--dry-run`). The one renderer of device commands, for the
-/// preview and for the inner run.
+/// A device step's command: every placeholder filled; `{devices}` and `{outputs}` (the
+/// scene's own outputs directory) shown as `<devices>` and `<outputs>` when `at` is
+/// None (`--dry-run`). The one renderer of device commands, for the preview and for the
+/// inner run.
 pub fn render_device_template(
     t: &Template,
     scene: &str,
@@ -123,7 +124,7 @@ pub fn render_device_template(
     kernels: &Path,
     fixture: Option<&Path>,
     golden: Option<&Path>,
-    devices: Option<&str>,
+    at: Option<(&str, &Path)>,
 ) -> String {
     let p = |p: Option<&Path>| {
         p.map(|p| p.to_string_lossy().to_string())
@@ -133,9 +134,13 @@ pub fn render_device_template(
         Ph::Kernels => Val::One(kernels.to_string_lossy().to_string().into()),
         Ph::Fixture => Val::One(p(fixture).into()),
         Ph::Golden => Val::One(p(golden).into()),
-        Ph::Devices => match devices {
-            Some(d) => Val::One(d.to_string().into()),
+        Ph::Devices => match at {
+            Some((d, _)) => Val::One(d.to_string().into()),
             None => Val::Raw("<devices>".into()),
+        },
+        Ph::Outputs => match at {
+            Some((_, o)) => Val::One(o.to_string_lossy().to_string().into()),
+            None => Val::Raw("<outputs>".into()),
         },
         Ph::Scene => Val::One(scene.to_string().into()),
         Ph::Platform => Val::One(platform.to_string().into()),

@@ -42,7 +42,7 @@ pub fn render(scenes: &[&Scene], format: Format) -> String {
             let list: Vec<_> = scenes
                 .iter()
                 .map(|s| {
-                    json!({
+                    let mut row = json!({
                         "name": s.name,
                         "nodeid": s.nodeid,
                         "case": s.case,
@@ -54,7 +54,12 @@ pub fn render(scenes: &[&Scene], format: Format) -> String {
                         "kernels": s.kernels.len(),
                         "fixture": s.fixture.is_some(),
                         "golden": s.golden.is_some(),
-                    })
+                    });
+                    // Only with `selections:`: a manifest without them lists what it did.
+                    if let Some(sel) = &s.selection {
+                        row["selection"] = json!(sel);
+                    }
+                    row
                 })
                 .collect();
             format!(

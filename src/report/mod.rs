@@ -95,9 +95,19 @@ impl Report {
             let s = &row.result;
             let status = junit_status(s);
             let mut case = TestCase::new(s.name.as_str(), status);
-            case.set_classname("scenerun");
-            // The test node and case it ran, so a junit reader can match pytest's own.
-            for (name, value) in [("nodeid", &row.nodeid), ("case", &row.case)] {
+            // A selection's scenes under their own class (docs/reports.md).
+            match &row.selection {
+                Some(sel) => case.set_classname(format!("scenerun.{sel}")),
+                None => case.set_classname("scenerun"),
+            };
+            // The selection, test node and case it ran, so a junit reader can match
+            // pytest's own.
+            let named = [
+                ("selection", &row.selection),
+                ("nodeid", &row.nodeid),
+                ("case", &row.case),
+            ];
+            for (name, value) in named {
                 if let Some(v) = value {
                     case.add_property(quick_junit::Property::new(name, v.as_str()));
                 }

@@ -234,6 +234,7 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
         count(m.scenes.len(), "scene"),
         plan.store.root.display()
     );
+    selections_text(plan, &mut out);
     if ui.verbose > 0 {
         for n in &m.notes {
             out.push_str(&format!("note: {n}\n"));
@@ -246,6 +247,31 @@ pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
         device_text(plan, &mut out);
     }
     out
+}
+
+/// With `selections:`: the profile in use, and each selection with its selected scenes
+/// (its order, when it has one).
+fn selections_text(plan: &Plan, out: &mut String) {
+    let m = &plan.manifest;
+    if let Some(p) = &m.profile {
+        out.push_str(&format!("profile: {p}\n"));
+    }
+    for sel in &m.selections {
+        let n = plan
+            .scenes
+            .iter()
+            .filter(|ps| m.scenes[ps.index].selection.as_ref() == Some(&sel.name))
+            .count();
+        let order = sel
+            .order
+            .map(|o| format!(", order {}", o.word()))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "selection {}: {} selected{order}\n",
+            sel.name,
+            count(n, "scene")
+        ));
+    }
 }
 
 /// The warm part: the counts, then one line per step with its status and estimate
@@ -424,7 +450,7 @@ pub fn json(plan: &Plan) -> Value {
         .map(|(i, ps)| {
             let proc = proc_of[i];
             let row = proc.map(|k| &p.procs[k]);
-            json!({
+            let mut row_json = json!({
                 "name": ps.name,
                 "devices": ps.device.as_ref().map(|d| d.devices),
                 "exclusive": ps.device.as_ref().map(|d| d.exclusive),
@@ -435,11 +461,13 @@ pub fn json(plan: &Plan) -> Value {
                 "start_secs": row.map(|r| r.start),
                 "slots": row.map(|r| r.slots.clone()),
                 "process": proc,
-            })
+            });
+            scene_selection(plan, ps, &mut row_json);
+            row_json
         })
         .collect();
     let hits = plan.steps.iter().filter(|s| s.status.is_hit()).count();
-    json!({
+    let mut out = json!({
         "schema": "scenerun-plan",
         "version": PLAN_SCHEMA_VERSION,
         "manifest": plan.manifest.file.display().to_string(),
@@ -470,7 +498,36 @@ pub fn json(plan: &Plan) -> Value {
             "lock_command": crate::device::outer::lock_command(plan),
             "no_lock_devices": plan.no_lock,
         },
-    })
+    });
+    selections_json(plan, &mut out);
+    out
+}
+
+/// A scene's selection and lane variant, only with `selections:` (a manifest without
+/// them prints what it did).
+fn scene_selection(plan: &Plan, ps: &crate::plan::PlanScene, row: &mut Value) {
+    if let Some(sel) = &plan.manifest.scenes[ps.index].selection {
+        row["selection"] = json!(sel);
+        let variant = ps.device.as_ref().and_then(|d| d.run.variant());
+        row["variant"] = json!(variant.map(|v| v.describe()));
+    }
+}
+
+/// The selections (their words, the profile applied) and the profile, only with
+/// `selections:` or a profile, so a manifest without them prints what it did.
+fn selections_json(plan: &Plan, out: &mut Value) {
+    let m = &plan.manifest;
+    if !m.selections.is_empty() {
+        out["selections"] = json!(m
+            .selections
+            .iter()
+            .map(|s| json!({"name": s.name, "paths": s.paths, "args": s.args,
+                "order": s.order.map(|o| o.word())}))
+            .collect::<Vec<_>>());
+    }
+    if let Some(p) = &m.profile {
+        out["profile"] = json!(p);
+    }
 }
 
 /// Lane processes as they would start (`--dry-run`): ids, scenes file and results file
@@ -483,27 +540,19 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
             continue;
         };
         let variant = variant_of(plan, &pr).cloned().unwrap_or_default();
-        let args: Vec<String> = variant
-            .args
+        let scene_args = pr
+            .scenes
             .iter()
-            .cloned()
-            .chain(
-                pr.scenes
-                    .iter()
-                    .filter_map(|&i| plan.scenes[i].device.as_ref())
-                    .flat_map(|d| match &d.run {
-                        crate::manifest::DeviceRun::Lane { args, .. } => args.clone(),
-                        crate::manifest::DeviceRun::Command(_) => Vec::new(),
-                    }),
-            )
-            .collect();
+            .filter_map(|&i| plan.scenes[i].device.as_ref())
+            .flat_map(|d| match &d.run {
+                crate::manifest::DeviceRun::Lane { args, .. } => args.as_slice(),
+                crate::manifest::DeviceRun::Command(_) => &[],
+            });
         let platform = &plan.manifest.scenes[plan.scenes[pr.scenes[0]].index].platform;
-        let command = cfg.run.render(|ph| match ph {
+        let command = cfg.command(&variant, scene_args, platform, |ph| match ph {
             Ph::Devices => Val::Raw("<devices>".into()),
             Ph::Scenes => Val::Raw("<scenes>".into()),
             Ph::Results => Val::Raw("<results>".into()),
-            Ph::Args => Val::Many(args.as_slice().into()),
-            Ph::Platform => Val::One(platform.as_str().into()),
             _ => Val::Raw("".into()),
         });
         let env: String = variant
@@ -531,15 +580,10 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
 
 /// The workers the steps to run would start (one per slot that runs a step for it).
 fn dry_run_workers(plan: &Plan, out: &mut String) {
-    use crate::template::{Ph, Val};
     let mut seen = std::collections::BTreeSet::new();
     for s in plan.steps.iter().filter(|s| !s.status.is_hit()) {
         let Some(w) = plan.worker_of(s) else { continue };
-        let platform = plan.step_context(s).0;
-        let command = w.run.render(|ph| match ph {
-            Ph::Platform => Val::One(platform.into()),
-            _ => Val::Raw("".into()),
-        });
+        let command = plan.worker_command(w, s);
         if seen.insert((w.name.clone(), command.clone())) {
             out.push_str(&format!(
                 "# worker {} (one per slot, started by its first step there):\n{command}\n",

@@ -31,7 +31,6 @@ use crate::plan::{Plan, Step};
 use crate::proc::piped::{self, Piped, Received};
 use crate::proc::server::NotReady;
 use crate::proc::{self, Ended};
-use crate::template::{Ph, Val};
 
 /// How often a running step's memory is looked at when its worker has a cap.
 const MEMORY_POLL: Duration = Duration::from_millis(50);
@@ -95,6 +94,9 @@ struct PoolKey {
     name: String,
     platform: String,
     env: BTreeMap<String, String>,
+    /// Its command as started (the selection's words filled): one worker per selection
+    /// that needs one.
+    command: String,
 }
 
 struct Worker {
@@ -156,6 +158,7 @@ impl Slot {
             name: cfg.name.clone(),
             platform: platform.to_string(),
             env: env.clone(),
+            command: plan.worker_command(cfg, step),
         };
         if self.broken.contains(&key) {
             return (StepRun::Ended(proc::run(spec)), None);
@@ -214,10 +217,7 @@ impl Slot {
     /// Start a worker for `key` and wait for its ready line (at most its
     /// `start_timeout`). Err: why it could not start.
     fn start(&mut self, plan: &Plan, cfg: &WorkerConfig, key: &PoolKey) -> Result<Worker, String> {
-        let command = cfg.run.render(|ph| match ph {
-            Ph::Platform => Val::One(key.platform.as_str().into()),
-            _ => Val::Raw("".into()),
-        });
+        let command = key.command.clone();
         let log = self
             .job_dir
             .join("logs/workers")

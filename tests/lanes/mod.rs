@@ -8,11 +8,13 @@ mod compile_exact;
 mod compiles;
 mod faults;
 mod order;
+mod outputs;
 mod prestart;
 mod protocol;
 mod pytest;
 mod restart;
 mod server;
+mod selections;
 mod stop;
 mod variants;
 

@@ -108,3 +108,31 @@ def test_the_ready_line_validates(tmp_path):
     (record,) = written(results)
     assert record["event"] == "ready"
     v.validate(record)
+
+
+def test_a_scenes_line_with_its_outputs_dir_is_read_and_set_only_while_its_scene_runs(monkeypatch, tmp_path):
+    line = {
+        "scene": "main/TestX.a",
+        "args": ["t.py::TestX::test_run", "--scenerun-case=a"],
+        "kernels": None,
+        "fixture": None,
+        "golden": None,
+        "timeout_secs": None,
+        "outputs": str(tmp_path / "outputs" / "main" / "TestX.a"),
+    }
+    s = schema()
+    jsonschema.Draft202012Validator(s["$defs"]["scenes_line"]).validate(line)
+    entry = lane.Entry.from_line(line)
+    assert entry.outputs == line["outputs"]
+    monkeypatch.setenv(lane.OUTPUTS_ENV, "before")
+    with lane.scene_outputs(entry):
+        assert lane.os.environ[lane.OUTPUTS_ENV] == line["outputs"]
+    assert lane.os.environ[lane.OUTPUTS_ENV] == "before"
+    monkeypatch.delenv(lane.OUTPUTS_ENV)
+    with lane.scene_outputs(entry):
+        pass
+    assert lane.OUTPUTS_ENV not in lane.os.environ
+    # A line without it (an older scenerun, a hand-written batch) changes nothing.
+    old = lane.Entry.from_line({k: v for k, v in line.items() if k != "outputs"})
+    with lane.scene_outputs(old):
+        assert lane.OUTPUTS_ENV not in lane.os.environ

@@ -65,6 +65,7 @@ pub(super) fn scenes_text(frozen: &Frozen, batch: &[usize]) -> String {
                 "fixture": s.fixture.as_ref().map(|a| &a.out),
                 "golden": s.golden.as_ref().map(|a| &a.out),
                 "timeout_secs": s.device().timeout_secs,
+                "outputs": crate::device::outputs::dir(&frozen.report_dir, &s.name),
             })
             .to_string(),
         );
@@ -85,25 +86,16 @@ pub fn lane_command(
     let cfg = &frozen.lanes[lane];
     // The batch shares one variant: its words come first, then each scene's.
     let variant = variant(frozen, batch);
-    let args: Vec<String> = variant
-        .args
+    let scene_args = batch
         .iter()
-        .cloned()
-        .chain(
-            batch
-                .iter()
-                .flat_map(|&i| frozen.scenes[i].device().args().iter().cloned()),
-        )
-        .collect();
+        .flat_map(|&i| frozen.scenes[i].device().args().iter());
     let platform = &frozen.scenes[batch[0]].platform;
     let scenes = files.scenes.display().to_string();
     let results = files.results.display().to_string();
-    let command = cfg.run.render(|ph| match ph {
+    let command = cfg.command(&variant, scene_args, platform, |ph| match ph {
         Ph::Devices => Val::One(ids.into()),
-        Ph::Args => Val::Many(args.as_slice().into()),
         Ph::Scenes => Val::One(scenes.as_str().into()),
         Ph::Results => Val::One(results.as_str().into()),
-        Ph::Platform => Val::One(platform.as_str().into()),
         _ => Val::Raw("".into()),
     });
     let mut env = cfg.env.clone();

@@ -333,3 +333,30 @@ fn the_shared_samples_are_read_as_the_schema_says() {
         }
     }
 }
+
+/// The other direction: every line of a real `{scenes}` file (a scene with artifacts and
+/// one without) is what the schema's `scenes_line` says, its own outputs dir included.
+#[test]
+fn the_scenes_file_is_what_the_schema_says() {
+    let root = json(SCHEMA);
+    let dir = tempfile::tempdir().unwrap();
+    let scenes = vec![
+        crate::device::testing::in_lane("a", "l", 1.0),
+        crate::device::testing::in_lane("sel/b", "l", 1.0),
+    ];
+    let frozen = crate::device::testing::frozen(dir.path(), scenes);
+    let text = super::super::files::scenes_text(&frozen, &[0, 1]);
+    let lines: Vec<Value> = text.lines().map(json).collect();
+    assert_eq!(lines.len(), 2);
+    for (line, name) in lines.iter().zip(["a", "sel/b"]) {
+        let def = &root["$defs"]["scenes_line"];
+        assert!(schema::valid(&root, def, line), "{line}");
+        let want = crate::device::outputs::dir(&frozen.report_dir, name);
+        assert_eq!(line["outputs"], want.display().to_string());
+    }
+    assert!(!schema::valid(
+        &root,
+        &root["$defs"]["scenes_line"],
+        &serde_json::json!({"scene": "a"})
+    ));
+}

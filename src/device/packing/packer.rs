@@ -838,6 +838,7 @@ mod tests {
         let dfx = Variant {
             args: vec!["--enable-dep-gen".into()],
             env: BTreeMap::new(),
+            selection: None,
         };
         let mut scenes: Vec<SceneSpec> = (0..8).map(|_| scene(1, false, 1.0, Some("l"))).collect();
         for s in &mut scenes[6..] {

@@ -9,9 +9,11 @@ runtime was poisoned under it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, TypedDict, Union
 
@@ -70,6 +72,7 @@ class Entry:
     fixture: str | None = None
     golden: str | None = None
     timeout_secs: float | None = None
+    outputs: str | None = None  # the scene's own directory ($SCENERUN_SCENE_OUTPUTS)
 
     @classmethod
     def from_line(cls, record: Mapping[str, Any]) -> "Entry":
@@ -84,6 +87,7 @@ class Entry:
             fixture=record.get("fixture") or None,
             golden=record.get("golden") or None,
             timeout_secs=float(timeout) if isinstance(timeout, (int, float)) else None,
+            outputs=record.get("outputs") or None,
         )
 
     def owns(self, test_id: str) -> bool:
@@ -91,6 +95,28 @@ class Entry:
         if self.args is None:
             return True
         return any(_owns(a, test_id) for a in self.args if not a.startswith("-"))
+
+
+OUTPUTS_ENV = "SCENERUN_SCENE_OUTPUTS"
+
+
+@contextlib.contextmanager
+def scene_outputs(entry: Entry | None) -> Iterator[None]:
+    """``$SCENERUN_SCENE_OUTPUTS`` is the entry's own outputs directory while its test
+    runs, and what it was before afterwards (docs/pytest.md): what a suite writes there
+    is kept per scene in the report dir."""
+    if entry is None or not entry.outputs:
+        yield
+        return
+    before = os.environ.get(OUTPUTS_ENV)
+    os.environ[OUTPUTS_ENV] = entry.outputs
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(OUTPUTS_ENV, None)
+        else:
+            os.environ[OUTPUTS_ENV] = before
 
 
 def _owns(arg: str, test_id: str) -> bool:

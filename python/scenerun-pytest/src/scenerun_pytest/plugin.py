@@ -31,7 +31,7 @@ from typing import Any, Callable, Generator, Mapping
 import pytest
 
 from . import SceneTest, codec, dumps, hookspecs, install, prestart, protocol, restart
-from .lane import CASE_OPTION, Batch, Entry
+from .lane import CASE_OPTION, Batch, Entry, scene_outputs
 from .lane import load as load_batch
 from .outcome import Outcome, Verdict, of_exception, of_report
 from .poison import Sinks, sink_names
@@ -292,7 +292,8 @@ class LanePlugin:
                 raise AssertionError(f"{cls.__name__} has no case {entry.case!r} (or the suite deselected it)")
             setattr(cls, self.names.cases, [case])
             self.batch.current = entry
-            call_test(item)
+            with scene_outputs(entry):
+                call_test(item)
         except (Exception, pytest.skip.Exception, pytest.fail.Exception, pytest.xfail.Exception) as e:  # noqa: BLE001
             raised = e
         finally:
@@ -332,6 +333,13 @@ class LanePlugin:
         if why:
             self.batch.poison(why)
             item.session.shouldstop = f"scenerun: the device runtime is poisoned ({why})"
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, None]:
+        """A node scene's test (setup, call, teardown) sees its own outputs directory in
+        ``$SCENERUN_SCENE_OUTPUTS``; a runner node's cases see theirs per case."""
+        with scene_outputs(self.batch.scene_of.get(item.nodeid)):
+            yield
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
