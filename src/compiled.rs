@@ -585,6 +585,7 @@ fn find_on(path: &str, name: &str) -> Option<PathBuf> {
 /// How the compiles of a device run went, from its log: served from the cache, built
 /// and kept, run without the cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Tally {
     pub hit: usize,
     pub built: usize,

@@ -40,6 +40,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// One step, as the worker is asked to run it.
 #[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 struct Request<'a> {
     id: u64,
     /// The step's command as it would run under `sh -c`, placeholders filled.
@@ -55,6 +56,7 @@ struct Request<'a> {
 /// A line a worker prints on its protocol channel.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 enum Reply {
     /// It does not serve this command: scenerun runs it as a process.
     Unsupported { id: u64, unsupported: String },
