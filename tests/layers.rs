@@ -37,7 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("plan", &["plan"]),
     ("phases", &["warm", "device", "compiled"]),
     ("readers", &["explain", "report", "affected", "fleet"]),
-    ("app", &["commands", "cli"]),
+    ("app", &["commands", "cli", "schemas"]),
     ("entry", &["entry"]),
 ];
 

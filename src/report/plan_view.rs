@@ -1,7 +1,10 @@
 //! `--plan` output (text and versioned JSON) and `--dry-run` command listings. Both read
 //! the plan only; neither runs nor writes anything.
 
-use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
 use std::fmt::Write as _;
 
 use crate::device::packing::input::PreviewProcess;
@@ -359,36 +362,140 @@ fn device_text(plan: &Plan, out: &mut String) {
     }
 }
 
-pub fn json(plan: &Plan) -> Value {
+/// `plan --format json` (docs/cli.md), as types: schemas/plan.schema.json is generated
+/// from them. Written through a `Value`, so the keys come out sorted as before.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct PlanJson<'a> {
+    /// Always `scenerun-plan`.
+    schema: &'static str,
+    version: u32,
+    manifest: String,
+    cache_dir: String,
+    warm: WarmJson<'a>,
+    device: DeviceJson<'a>,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct WarmJson<'a> {
+    steps: Vec<StepJson<'a>>,
+    unique_keys: usize,
+    hits: usize,
+    to_build: usize,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct StepJson<'a> {
+    kind: &'static str,
+    scene: &'a str,
+    name: &'a str,
+    key: &'a str,
+    /// `hit`, `miss`, `stale`, `failed`, ...
+    status: &'static str,
+    reason: Option<String>,
+    /// The one-word reason of a miss (`explain`).
+    why: Option<&'static str>,
+    /// `cache` or `job`.
+    scope: &'static str,
+    estimate_secs: Option<f64>,
+    threads: u32,
+    memory: u64,
+    worker: Option<&'a str>,
+    depends_on: Vec<DepJson<'a>>,
+    command: String,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct DepJson<'a> {
+    kind: &'static str,
+    key: &'a str,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct DeviceJson<'a> {
+    device_count: u32,
+    scenes: Vec<SceneJson<'a>>,
+    processes: Vec<ProcessJson<'a>>,
+    estimated_secs: f64,
+    lock_command: Option<String>,
+    no_lock_devices: Option<&'a [String]>,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct SceneJson<'a> {
+    name: &'a str,
+    devices: Option<u32>,
+    exclusive: Option<bool>,
+    lane: Option<&'a str>,
+    order: Option<&'static str>,
+    estimate_secs: Option<f64>,
+    failed_in_warm: bool,
+    start_secs: Option<f64>,
+    slots: Option<Vec<usize>>,
+    process: Option<usize>,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct ProcessJson<'a> {
+    lane: Option<String>,
+    lane_args: Option<&'a [String]>,
+    lane_env: Option<&'a BTreeMap<String, String>>,
+    scenes: Vec<&'a str>,
+    devices: usize,
+    order: &'static str,
+    slots: Vec<usize>,
+    start_secs: f64,
+    estimated_secs: f64,
+    startup_estimate_secs: Option<f64>,
+    prestart: bool,
+}
+
+/// The plan's steps as `warm.steps` lists them.
+fn step_rows(plan: &Plan) -> Vec<StepJson<'_>> {
     let whys = crate::explain::words(plan);
-    let steps: Vec<Value> = plan
-        .steps
+    plan.steps
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let (status, reason) = match &s.status {
-                Status::Stale(w) => (s.status.word(), Some(w.to_string())),
-                Status::Failed(w) => (s.status.word(), Some(w.to_string())),
-                _ => (s.status.word(), None),
+            let reason = match &s.status {
+                Status::Stale(w) => Some(w.to_string()),
+                Status::Failed(w) => Some(w.to_string()),
+                _ => None,
             };
-            json!({
-                "kind": s.kind.name(),
-                "scene": s.id.scene,
-                "name": s.name,
-                "key": s.key,
-                "status": status,
-                "reason": reason,
-                "why": whys[i],
-                "scope": if s.persist { "cache" } else { "job" },
-                "estimate_secs": s.estimate,
-                "threads": s.threads,
-                "memory": s.memory,
-                "worker": plan.worker_of(s).map(|w| w.name.as_str()),
-                "depends_on": s.deps.iter().map(|&d| json!({"kind": plan.steps[d].kind.name(), "key": plan.steps[d].key})).collect::<Vec<_>>(),
-                "command": plan.command(s, &Fill::DryRun),
-            })
+            StepJson {
+                kind: s.kind.name(),
+                scene: &s.id.scene,
+                name: &s.name,
+                key: &s.key,
+                status: s.status.word(),
+                reason,
+                why: whys[i],
+                scope: if s.persist { "cache" } else { "job" },
+                estimate_secs: s.estimate,
+                threads: s.threads,
+                memory: s.memory,
+                worker: plan.worker_of(s).map(|w| w.name.as_str()),
+                depends_on: s
+                    .deps
+                    .iter()
+                    .map(|&d| DepJson {
+                        kind: plan.steps[d].kind.name(),
+                        key: &plan.steps[d].key,
+                    })
+                    .collect(),
+                command: plan.command(s, &Fill::DryRun),
+            }
         })
-        .collect();
+        .collect()
+}
+
+pub fn json(plan: &Plan) -> Value {
     let p = packing(plan);
     let mut proc_of: Vec<Option<usize>> = vec![None; plan.scenes.len()];
     for (k, pr) in p.procs.iter().enumerate() {
@@ -396,60 +503,71 @@ pub fn json(plan: &Plan) -> Value {
             proc_of[i] = Some(k);
         }
     }
-    let scenes: Vec<Value> = plan
+    let scenes = plan
         .scenes
         .iter()
         .enumerate()
         .map(|(i, ps)| {
             let proc = proc_of[i];
             let row = proc.map(|k| &p.procs[k]);
-            json!({
-                "name": ps.name,
-                "devices": ps.device.as_ref().map(|d| d.devices),
-                "exclusive": ps.device.as_ref().map(|d| d.exclusive),
-                "lane": ps.device.as_ref().and_then(|d| d.run.lane()),
-                "order": ps.device.as_ref().map(|d| d.order.word()),
-                "estimate_secs": ps.device_estimate,
-                "failed_in_warm": scene_failed(plan, i),
-                "start_secs": row.map(|r| r.start),
-                "slots": row.map(|r| r.slots.clone()),
-                "process": proc,
-            })
+            SceneJson {
+                name: &ps.name,
+                devices: ps.device.as_ref().map(|d| d.devices),
+                exclusive: ps.device.as_ref().map(|d| d.exclusive),
+                lane: ps.device.as_ref().and_then(|d| d.run.lane()),
+                order: ps.device.as_ref().map(|d| d.order.word()),
+                estimate_secs: ps.device_estimate,
+                failed_in_warm: scene_failed(plan, i),
+                start_secs: row.map(|r| r.start),
+                slots: row.map(|r| r.slots.clone()),
+                process: proc,
+            }
         })
         .collect();
+    let processes = p
+        .procs
+        .iter()
+        .map(|pr| ProcessJson {
+            lane: pr.lane.clone(),
+            lane_args: variant_of(plan, pr).map(|v| v.args.as_slice()),
+            lane_env: variant_of(plan, pr).map(|v| &v.env),
+            scenes: pr
+                .scenes
+                .iter()
+                .map(|&i| plan.scenes[i].name.as_str())
+                .collect(),
+            devices: pr.devices,
+            order: pr.order.word(),
+            slots: pr.slots.clone(),
+            start_secs: pr.start,
+            estimated_secs: pr.end - pr.start,
+            startup_estimate_secs: pr.startup,
+            prestart: pr.prestart,
+        })
+        .collect();
+    let steps = step_rows(plan);
     let hits = plan.steps.iter().filter(|s| s.status.is_hit()).count();
-    json!({
-        "schema": "scenerun-plan",
-        "version": PLAN_SCHEMA_VERSION,
-        "manifest": plan.manifest.file.display().to_string(),
-        "cache_dir": plan.store.root.display().to_string(),
-        "warm": {
-            "steps": steps,
-            "unique_keys": plan.unique_keys(),
-            "hits": hits,
-            "to_build": plan.steps.len() - hits,
+    let doc = PlanJson {
+        schema: "scenerun-plan",
+        version: PLAN_SCHEMA_VERSION,
+        manifest: plan.manifest.file.display().to_string(),
+        cache_dir: plan.store.root.display().to_string(),
+        warm: WarmJson {
+            steps,
+            unique_keys: plan.unique_keys(),
+            hits,
+            to_build: plan.steps.len() - hits,
         },
-        "device": {
-            "device_count": plan.device_count,
-            "scenes": scenes,
-            "processes": p.procs.iter().map(|pr| json!({
-                "lane": pr.lane,
-                "lane_args": variant_of(plan, pr).map(|v| &v.args),
-                "lane_env": variant_of(plan, pr).map(|v| &v.env),
-                "scenes": pr.scenes.iter().map(|&i| plan.scenes[i].name.as_str()).collect::<Vec<_>>(),
-                "devices": pr.devices,
-                "order": pr.order.word(),
-                "slots": pr.slots,
-                "start_secs": pr.start,
-                "estimated_secs": pr.end - pr.start,
-                "startup_estimate_secs": pr.startup,
-                "prestart": pr.prestart,
-            })).collect::<Vec<_>>(),
-            "estimated_secs": p.makespan,
-            "lock_command": crate::device::outer::lock_command(plan),
-            "no_lock_devices": plan.no_lock,
+        device: DeviceJson {
+            device_count: plan.device_count,
+            scenes,
+            processes,
+            estimated_secs: p.makespan,
+            lock_command: crate::device::outer::lock_command(plan),
+            no_lock_devices: plan.no_lock.as_deref(),
         },
-    })
+    };
+    serde_json::to_value(doc).expect("the plan serializes")
 }
 
 /// Lane processes as they would start (`--dry-run`): ids, scenes file and results file

@@ -41,7 +41,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// One step, as the worker is asked to run it.
 #[derive(Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
-struct Request<'a> {
+pub(crate) struct Request<'a> {
     id: u64,
     /// The step's command as it would run under `sh -c`, placeholders filled.
     command: &'a str,
@@ -57,7 +57,7 @@ struct Request<'a> {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
-enum Reply {
+pub(crate) enum Reply {
     /// It does not serve this command: scenerun runs it as a process.
     Unsupported { id: u64, unsupported: String },
     /// It ran the step: its exit status, or the signal that killed it.
