@@ -23,6 +23,7 @@ fn all() -> Vec<(&'static str, Schema)> {
         ),
         ("worker_reply", schema_for!(crate::warm::workers::Reply)),
         ("verdict", schema_for!(crate::verdict::Verdict)),
+        ("trace", schema_for!(crate::report::trace::TraceFile)),
     ]
 }
 

@@ -1,7 +1,8 @@
 //! Real outputs of the two demo suites (fixtures/demo, fixtures/pytest-demo) validate
 //! against the committed JSON Schemas in `schemas/` (generated from the Rust types,
-//! docs/reports.md "Schemas"): plan json, warm.json, report.json and explain json, each
-//! from a real `plan`, `warm`, `device` (through the lock stand-in) and `explain`.
+//! docs/reports.md "Schemas"): plan json, warm.json, report.json, trace.json and explain
+//! json, each from a real `plan`, `warm`, `device` (through the lock stand-in) and
+//! `explain`.
 //! The validator is the Python `jsonschema` package of `.ci/venv` (the one the plugin's
 //! own schema tests use): no second validator to build, the same draft 2020-12 rules on
 //! both sides. Without the virtualenv these tests fail, they never pass unseen.
@@ -78,6 +79,12 @@ fn validate_a_suite(dir: &Path, run: &dyn Fn(&[&str]) -> std::process::Output, e
         &file(dir.join("build/scenerun/report.json")),
         "report.json",
     );
+    let trace = file(dir.join("build/scenerun/trace.json"));
+    assert!(
+        trace.contains("\"scenerun warm\"") && trace.contains("\"scenerun device\""),
+        "{trace}"
+    );
+    valid("trace", &trace, "trace.json (warm and device parts)");
     // A changed input: explain names it (`changes`), plan shows a stale step.
     let p = dir.join(edit);
     let mut text = file(p.clone());
