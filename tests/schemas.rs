@@ -58,6 +58,14 @@ fn validate_a_suite(dir: &Path, run: &dyn Fn(&[&str]) -> std::process::Output, e
     let plan = run(&["plan", "--format", "json"]);
     assert_eq!(code(&plan), 0, "{}", show(&plan));
     valid("plan", &stdout(&plan), "plan --format json (cold)");
+    // Its keys are sorted at every level, as when it was built as a `json!` value.
+    let text = stdout(&plan);
+    let sorted: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        text.trim_end(),
+        serde_json::to_string_pretty(&sorted).unwrap(),
+        "plan json keys out of order"
+    );
     let explain = run(&["explain", "--format", "json"]);
     assert_eq!(code(&explain), 0, "{}", show(&explain));
     valid("explain", &stdout(&explain), "explain --format json (cold)");

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::Value;
 use std::fmt::Write as _;
 
 use crate::device::packing::input::PreviewProcess;
@@ -363,97 +362,98 @@ fn device_text(plan: &Plan, out: &mut String) {
 }
 
 /// `plan --format json` (docs/cli.md), as types: schemas/plan.schema.json is generated
-/// from them. Written through a `Value`, so the keys come out sorted as before.
+/// from them. Fields in alphabetical order: the order the keys had when this was a
+/// `json!` value, so the bytes are as before, without building a value tree.
 #[derive(Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
-pub(crate) struct PlanJson<'a> {
+pub struct PlanJson<'a> {
+    cache_dir: String,
+    device: DeviceJson<'a>,
+    manifest: String,
     /// Always `scenerun-plan`.
     schema: &'static str,
     version: u32,
-    manifest: String,
-    cache_dir: String,
     warm: WarmJson<'a>,
-    device: DeviceJson<'a>,
 }
 
 #[derive(Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 struct WarmJson<'a> {
-    steps: Vec<StepJson<'a>>,
-    unique_keys: usize,
     hits: usize,
+    steps: Vec<StepJson<'a>>,
     to_build: usize,
+    unique_keys: usize,
 }
 
 #[derive(Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 struct StepJson<'a> {
-    kind: &'static str,
-    scene: &'a str,
-    name: &'a str,
+    command: String,
+    depends_on: Vec<DepJson<'a>>,
+    estimate_secs: Option<f64>,
     key: &'a str,
-    /// `hit`, `miss`, `stale`, `failed`, ...
-    status: &'static str,
+    kind: &'static str,
+    memory: u64,
+    name: &'a str,
     reason: Option<String>,
-    /// The one-word reason of a miss (`explain`).
-    why: Option<&'static str>,
+    scene: &'a str,
     /// `cache` or `job`.
     scope: &'static str,
-    estimate_secs: Option<f64>,
+    /// `hit`, `miss`, `stale`, `failed`, ...
+    status: &'static str,
     threads: u32,
-    memory: u64,
+    /// The one-word reason of a miss (`explain`).
+    why: Option<&'static str>,
     worker: Option<&'a str>,
-    depends_on: Vec<DepJson<'a>>,
-    command: String,
 }
 
 #[derive(Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 struct DepJson<'a> {
-    kind: &'static str,
     key: &'a str,
+    kind: &'static str,
 }
 
 #[derive(Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 struct DeviceJson<'a> {
     device_count: u32,
-    scenes: Vec<SceneJson<'a>>,
-    processes: Vec<ProcessJson<'a>>,
     estimated_secs: f64,
     lock_command: Option<String>,
     no_lock_devices: Option<&'a [String]>,
+    processes: Vec<ProcessJson<'a>>,
+    scenes: Vec<SceneJson<'a>>,
 }
 
 #[derive(Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 struct SceneJson<'a> {
-    name: &'a str,
     devices: Option<u32>,
-    exclusive: Option<bool>,
-    lane: Option<&'a str>,
-    order: Option<&'static str>,
     estimate_secs: Option<f64>,
+    exclusive: Option<bool>,
     failed_in_warm: bool,
-    start_secs: Option<f64>,
-    slots: Option<Vec<usize>>,
+    lane: Option<&'a str>,
+    name: &'a str,
+    order: Option<&'static str>,
     process: Option<usize>,
+    slots: Option<Vec<usize>>,
+    start_secs: Option<f64>,
 }
 
 #[derive(Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 struct ProcessJson<'a> {
+    devices: usize,
+    estimated_secs: f64,
     lane: Option<String>,
     lane_args: Option<&'a [String]>,
     lane_env: Option<&'a BTreeMap<String, String>>,
-    scenes: Vec<&'a str>,
-    devices: usize,
     order: &'static str,
+    prestart: bool,
+    scenes: Vec<&'a str>,
     slots: Vec<usize>,
     start_secs: f64,
-    estimated_secs: f64,
     startup_estimate_secs: Option<f64>,
-    prestart: bool,
 }
 
 /// The plan's steps as `warm.steps` lists them.
@@ -495,7 +495,7 @@ fn step_rows(plan: &Plan) -> Vec<StepJson<'_>> {
         .collect()
 }
 
-pub fn json(plan: &Plan) -> Value {
+pub fn json(plan: &Plan) -> PlanJson<'_> {
     let p = packing(plan);
     let mut proc_of: Vec<Option<usize>> = vec![None; plan.scenes.len()];
     for (k, pr) in p.procs.iter().enumerate() {
@@ -547,7 +547,7 @@ pub fn json(plan: &Plan) -> Value {
         .collect();
     let steps = step_rows(plan);
     let hits = plan.steps.iter().filter(|s| s.status.is_hit()).count();
-    let doc = PlanJson {
+    PlanJson {
         schema: "scenerun-plan",
         version: PLAN_SCHEMA_VERSION,
         manifest: plan.manifest.file.display().to_string(),
@@ -566,8 +566,7 @@ pub fn json(plan: &Plan) -> Value {
             lock_command: crate::device::outer::lock_command(plan),
             no_lock_devices: plan.no_lock.as_deref(),
         },
-    };
-    serde_json::to_value(doc).expect("the plan serializes")
+    }
 }
 
 /// Lane processes as they would start (`--dry-run`): ids, scenes file and results file
