@@ -18,6 +18,7 @@ use crate::units::{short_duration, short_size};
 /// Why a warm step failed (the step's own fault, never the cache's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cause", rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum FailCause {
     /// `sh -c` could not be started.
     CouldNotStart {
@@ -120,6 +121,7 @@ impl fmt::Display for FailCause {
 /// Why a worker was lost while it ran a step (or stopped after one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "loss", rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum WorkerLoss {
     /// It ended by itself (how, as `proc::Ended` describes it).
     Died { how: String },
@@ -159,6 +161,7 @@ impl fmt::Display for WorkerLoss {
 /// Why a unit did not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cause", rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum SkipCause {
     /// A unit it needs (a golden's fixture) failed.
     DependencyFailed,
@@ -175,6 +178,7 @@ impl fmt::Display for SkipCause {
 /// Why a warm step left no artifact: what the warm record keeps of a failed or skipped
 /// step (its `failure`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Failure {
     /// Its command failed, or what it left cannot be published.

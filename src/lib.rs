@@ -24,6 +24,8 @@ pub mod proc;
 pub mod record;
 pub mod report;
 pub mod sampling;
+#[cfg(test)]
+mod schemas;
 pub mod seal;
 pub mod select;
 pub mod stepid;

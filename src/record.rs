@@ -16,6 +16,7 @@ use crate::stepid::StepId;
 pub const RECORD_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Built,
@@ -39,6 +40,37 @@ pub struct StepRecord {
     /// Why it failed or was not run (None when it was built or hit).
     pub failure: Option<Failure>,
     pub log_tail: Option<String>,
+}
+
+/// A step record as warm.json has it (what `Serialize` below writes, `error` included):
+/// the schema's source (schemas/warm.schema.json).
+#[cfg(test)]
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+#[schemars(rename = "StepRecord")]
+struct StepRecordFile {
+    kind: Kind,
+    scene: String,
+    name: String,
+    key: String,
+    outcome: Outcome,
+    duration_secs: f64,
+    log: Option<String>,
+    /// The failure's text, for people and tools (written, never read back).
+    error: Option<String>,
+    failure: Option<Failure>,
+    log_tail: Option<String>,
+}
+
+#[cfg(test)]
+impl schemars::JsonSchema for StepRecord {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        StepRecordFile::schema_name()
+    }
+
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        StepRecordFile::json_schema(g)
+    }
 }
 
 impl Serialize for StepRecord {
@@ -90,6 +122,7 @@ pub enum Recorded {
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct WarmRecord {
     pub version: u32,
     pub steps: Vec<StepRecord>,

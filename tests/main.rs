@@ -20,6 +20,7 @@ mod readme;
 mod reliability;
 mod remote;
 mod reports;
+mod schemas;
 mod simpler;
 mod trust;
 mod verdicts;

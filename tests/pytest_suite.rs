@@ -55,7 +55,7 @@ pub(crate) fn venv() -> PathBuf {
 
 /// A copy of the demo (and the lock stand-in beside it, as `../bin`), with a `python`
 /// shim that logs every start to `logs/python.log`.
-struct Demo {
+pub(crate) struct Demo {
     suite: Suite,
     path_env: String,
     /// The suite's directory under the copy (`pytest-demo` or `pytest-demo/classes`).
@@ -63,7 +63,7 @@ struct Demo {
 }
 
 impl Demo {
-    fn new() -> Demo {
+    pub(crate) fn new() -> Demo {
         let venv = venv();
         let suite = Suite::with_logs();
         copy_tree(
@@ -96,11 +96,11 @@ impl Demo {
         }
     }
 
-    fn dir(&self) -> PathBuf {
+    pub(crate) fn dir(&self) -> PathBuf {
         self.suite.path(self.sub)
     }
 
-    fn scenerun(&self, args: &[&str]) -> assert_cmd::Command {
+    pub(crate) fn scenerun(&self, args: &[&str]) -> assert_cmd::Command {
         let mut c = scenerun();
         c.current_dir(self.dir())
             .env("PATH", &self.path_env)

@@ -761,6 +761,7 @@ pub(crate) fn inherited_path(manifest: &crate::manifest::Manifest) -> String {
 /// `reasons`: how many of `ran` ran so, by `Why::reason` (report.json only; the
 /// terminal line stays the three counts).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Tally {
     pub hit: usize,
     pub built: usize,

@@ -113,18 +113,25 @@ mod tests {
 
     #[test]
     fn exit_codes() {
+        use crate::verdict::Outcome::*;
         use SceneOutcome::*;
         let e = |v: Vec<(SceneOutcome, Option<Infra>)>| exit_of_scenes(false, v.into_iter());
-        assert_eq!(e(vec![(Passed, None)]), Exit::Ok);
-        assert_eq!(e(vec![(Passed, None), (Failed, None)]), Exit::Failed);
+        assert_eq!(e(vec![(Test(Passed), None)]), Exit::Ok);
         assert_eq!(
-            e(vec![(Failed, None), (NotRun, Some(Infra::Interrupted))]),
+            e(vec![(Test(Passed), None), (Test(Failed), None)]),
+            Exit::Failed
+        );
+        assert_eq!(
+            e(vec![
+                (Test(Failed), None),
+                (NotRun, Some(Infra::Interrupted))
+            ]),
             Exit::Interrupted
         );
         assert_eq!(
             e(vec![
                 (NotRun, Some(Infra::Interrupted)),
-                (Failed, Some(Infra::ArtifactMissing))
+                (Test(Failed), Some(Infra::ArtifactMissing))
             ]),
             Exit::Infra
         );

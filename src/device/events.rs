@@ -3,77 +3,70 @@
 //! and the decisions that follow an attempt (retry, rerun after a device fault). The
 //! decisions are pure functions of a scene's attempts, tested here.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// How one try of a scene's device step ended.
+pub use crate::verdict::Outcome;
+
+/// How one try of a scene's device step ended: the test's own verdict (pytest's words,
+/// `verdict::Outcome`), or one of scenerun's endings. JSON carries one word either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptOutcome {
-    Passed,
-    Failed,
-    Skipped,
-    /// A test marked `xfail` that failed, as expected (pytest's word).
-    Xfailed,
-    /// A test marked `xfail` that passed (non-strict: not a failure, as in pytest).
-    Xpassed,
-    /// A failure outside the test itself: its setup or teardown (pytest's `error`).
-    Error,
-    /// The suite's own runner would not reach it: an earlier case of its node ended the
-    /// node first (docs/pytest.md).
-    NotReached,
     TimedOut,
     DeviceFault,
     Interrupted,
     NotRun,
     /// A restart of its lane process cut it short: it runs once more in the fresh one.
     CutShort,
+    /// The test ended with a verdict of its own (`not_reached`: the suite's own runner
+    /// would not reach it, docs/pytest.md).
+    #[serde(untagged)]
+    Test(Outcome),
 }
 
 impl AttemptOutcome {
-    pub fn word(self) -> &'static str {
+    pub const PASSED: AttemptOutcome = AttemptOutcome::Test(Outcome::Passed);
+    pub const FAILED: AttemptOutcome = AttemptOutcome::Test(Outcome::Failed);
+
+    /// The word table of scenerun's endings (what JSON carries).
+    pub fn as_str(self) -> &'static str {
         match self {
-            AttemptOutcome::Passed => "passed",
-            AttemptOutcome::Failed => "failed",
-            AttemptOutcome::Skipped => "skipped",
-            AttemptOutcome::Xfailed => "xfailed",
-            AttemptOutcome::Xpassed => "xpassed",
-            AttemptOutcome::Error => "error",
-            AttemptOutcome::NotReached => "not reached",
-            AttemptOutcome::TimedOut => "timed out",
-            AttemptOutcome::DeviceFault => "device fault",
+            AttemptOutcome::TimedOut => "timed_out",
+            AttemptOutcome::DeviceFault => "device_fault",
             AttemptOutcome::Interrupted => "interrupted",
-            AttemptOutcome::NotRun => "not run",
-            AttemptOutcome::CutShort => "cut short",
+            AttemptOutcome::NotRun => "not_run",
+            AttemptOutcome::CutShort => "cut_short",
+            AttemptOutcome::Test(o) => o.as_str(),
         }
+    }
+
+    pub fn word(self) -> Cow<'static, str> {
+        crate::verdict::spoken(self.as_str())
     }
 
     /// A failure of the scene itself (what `retries` reruns).
     pub fn scene_failed(self) -> bool {
         matches!(
             self,
-            AttemptOutcome::Failed | AttemptOutcome::Error | AttemptOutcome::TimedOut
+            AttemptOutcome::Test(Outcome::Failed | Outcome::Error) | AttemptOutcome::TimedOut
         )
     }
 
     /// The scene's own verdict, whatever it was, and not a failure (a pass, a skip, an
     /// expected failure, a case its node did not reach).
     pub fn not_a_failure(self) -> bool {
-        matches!(
-            self,
-            AttemptOutcome::Passed
-                | AttemptOutcome::Skipped
-                | AttemptOutcome::Xfailed
-                | AttemptOutcome::Xpassed
-                | AttemptOutcome::NotReached
-        )
+        matches!(self, AttemptOutcome::Test(o) if o.passed())
     }
 }
 
 /// One try of a scene's device step.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Attempt {
     pub outcome: AttemptOutcome,
     pub devices: Vec<String>,
@@ -114,6 +107,7 @@ impl Attempt {
 
 /// One lane process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct LaneRecord {
     pub lane: String,
     pub devices: Vec<String>,
@@ -333,14 +327,21 @@ mod tests {
     fn a(outcome: AttemptOutcome) -> Attempt {
         crate::device::testing::attempt(outcome, &["0"])
     }
+    use crate::verdict::Outcome::*;
     use AttemptOutcome::*;
 
     #[test]
     fn a_failure_is_retried_while_retries_last() {
-        assert_eq!(follow_up(&[a(Failed)], 0), FollowUp::Final);
-        assert_eq!(follow_up(&[a(Failed)], 1), FollowUp::Retry);
-        assert_eq!(follow_up(&[a(Failed), a(TimedOut)], 1), FollowUp::Final);
-        assert_eq!(follow_up(&[a(Failed), a(Passed)], 1), FollowUp::Final);
+        assert_eq!(follow_up(&[a(Test(Failed))], 0), FollowUp::Final);
+        assert_eq!(follow_up(&[a(Test(Failed))], 1), FollowUp::Retry);
+        assert_eq!(
+            follow_up(&[a(Test(Failed)), a(TimedOut)], 1),
+            FollowUp::Final
+        );
+        assert_eq!(
+            follow_up(&[a(Test(Failed)), a(Test(Passed))], 1),
+            FollowUp::Final
+        );
     }
 
     #[test]
@@ -351,12 +352,18 @@ mod tests {
             FollowUp::Final
         );
         // The fault rerun does not use up retries.
-        assert_eq!(follow_up(&[a(DeviceFault), a(Failed)], 1), FollowUp::Retry);
+        assert_eq!(
+            follow_up(&[a(DeviceFault), a(Test(Failed))], 1),
+            FollowUp::Retry
+        );
         // A cut-short scene reruns in its lane, whatever the retries; its rerun's end
         // is what counts.
         assert_eq!(follow_up(&[a(CutShort)], 0), FollowUp::InLane);
         assert_eq!(follow_up(&[a(CutShort)], 2), FollowUp::InLane);
-        assert_eq!(follow_up(&[a(CutShort), a(Passed)], 0), FollowUp::Final);
+        assert_eq!(
+            follow_up(&[a(CutShort), a(Test(Passed))], 0),
+            FollowUp::Final
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::Sender;
 use std::time::Instant;
 
-use super::events::{Attempt, AttemptOutcome, Event};
+use super::events::{Attempt, AttemptOutcome, Event, Outcome};
 use super::{Frozen, FrozenScene};
 use crate::proc::{self, Ended};
 
@@ -129,7 +129,7 @@ pub fn run_plain(
             start_secs: start,
             duration_secs: duration,
             message,
-            output_tail: (outcome != AttemptOutcome::Passed).then_some(output),
+            output_tail: (outcome != AttemptOutcome::Test(Outcome::Passed)).then_some(output),
             log: Some(log),
             lane_process: None,
         },
@@ -152,11 +152,11 @@ fn plain_verdict(
         Ok(f) => &f.ended,
         Err(e) => {
             let why = format!("could not start the device step: {e}");
-            return (AttemptOutcome::Failed, Some(why));
+            return (AttemptOutcome::Test(Outcome::Failed), Some(why));
         }
     };
     match ended {
-        Ended::Exited(0) => (AttemptOutcome::Passed, None),
+        Ended::Exited(0) => (AttemptOutcome::Test(Outcome::Passed), None),
         Ended::TimedOut => (
             AttemptOutcome::TimedOut,
             Some(format!(
@@ -173,7 +173,7 @@ fn plain_verdict(
                 Some(format!("device fault on {}: {why}", devices.join(","))),
             ),
             None => (
-                AttemptOutcome::Failed,
+                AttemptOutcome::Test(Outcome::Failed),
                 Some(format!("device step {}", e.describe())),
             ),
         },

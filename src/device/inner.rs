@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::events::{self, Accumulator, Attempt, AttemptOutcome, Event, FollowUp};
+use super::events::{self, Accumulator, Attempt, AttemptOutcome, Event, FollowUp, Outcome};
 use super::exec::{self, Cx, FaultRules};
 use super::live::Reporter;
 use super::packing::packer::Unit;
@@ -120,13 +120,13 @@ fn admit(frozen: &Frozen, granted: &[String]) -> Admitted {
         } else if s.device.is_none() {
             Some(SceneResult::unrun(
                 s,
-                SceneOutcome::Passed,
+                SceneOutcome::Test(Outcome::Passed),
                 Some("no device step".into()),
             ))
         } else if s.device().devices > granted.len() {
             Some(SceneResult::unrun(
                 s,
-                SceneOutcome::Failed,
+                SceneOutcome::Test(Outcome::Failed),
                 Some(format!(
                     "needs {} devices but {} granted ({})",
                     s.device().devices,
@@ -141,7 +141,7 @@ fn admit(frozen: &Frozen, granted: &[String]) -> Admitted {
         } else if let Err(e) = super::recheck::scene(frozen, s) {
             Some(SceneResult::unrun(
                 s,
-                SceneOutcome::Failed,
+                SceneOutcome::Test(Outcome::Failed),
                 Some(e.to_string()),
             ))
         } else {
@@ -196,7 +196,7 @@ impl<'a> Run<'a> {
             if let Some(r) = r {
                 reporter.settled(
                     &frozen.scenes[i].name,
-                    r.outcome.word(),
+                    &r.outcome.word(),
                     r.outcome.passed(),
                     r.message.as_deref(),
                 );
@@ -538,8 +538,8 @@ mod tests {
         assert_eq!(outcome(0), Some(SceneOutcome::FailedInWarm));
         let message = |i: usize| fixed[i].as_ref().and_then(|r| r.message.as_deref());
         assert_eq!(message(0), Some("compile k: exited with status 1"));
-        assert_eq!(outcome(2), Some(SceneOutcome::Passed));
-        assert_eq!(outcome(3), Some(SceneOutcome::Failed));
+        assert_eq!(outcome(2), Some(SceneOutcome::Test(Outcome::Passed)));
+        assert_eq!(outcome(3), Some(SceneOutcome::Test(Outcome::Failed)));
         assert!(fixed[3]
             .as_ref()
             .unwrap()
@@ -547,7 +547,7 @@ mod tests {
             .as_ref()
             .unwrap()
             .contains("needs 3 devices but only 2 were granted (0,1)"));
-        assert_eq!(outcome(4), Some(SceneOutcome::Failed));
+        assert_eq!(outcome(4), Some(SceneOutcome::Test(Outcome::Failed)));
         assert!(fixed[4]
             .as_ref()
             .unwrap()
@@ -574,7 +574,7 @@ mod tests {
         // The pair's first try fails (one retry allowed): it is queued again.
         let ev = Event::Attempt {
             scene: 1,
-            attempt: attempt(AttemptOutcome::Failed, &["0", "1"]),
+            attempt: attempt(AttemptOutcome::Test(Outcome::Failed), &["0", "1"]),
         };
         r.on_event(ev, &mut s);
         assert!(r.dirty);

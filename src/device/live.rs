@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::events::{Attempt, AttemptOutcome, Event, FollowUp, Notice};
+use super::events::{Attempt, AttemptOutcome, Event, FollowUp, Notice, Outcome};
 use super::report::Cause;
 use crate::ui::Ui;
 
@@ -167,7 +167,7 @@ fn attempt_line(a: &Attempt, name: &str, done: usize, total: usize, follow: Foll
         FollowUp::InLane => text.push_str(" (runs again in the fresh lane process)"),
         FollowUp::Final => {}
     }
-    if !a.outcome.not_a_failure() || a.outcome == AttemptOutcome::NotReached {
+    if !a.outcome.not_a_failure() || a.outcome == AttemptOutcome::Test(Outcome::NotReached) {
         let c = Cause::of(a.message.as_deref(), a.output_tail.as_deref(), TAIL);
         for l in std::iter::once(&c.verdict)
             .filter(|v| !v.is_empty())

@@ -71,28 +71,41 @@ fn every_line() -> Vec<Live> {
         scene: 0,
         attempt: a,
     };
+    use crate::verdict::Outcome::*;
     use AttemptOutcome::*;
     for (name, a, follow) in [
-        ("vector_add", attempt(Passed, None, None), FollowUp::Final),
+        (
+            "vector_add",
+            attempt(Test(Passed), None, None),
+            FollowUp::Final,
+        ),
         (
             "skips",
-            attempt(Skipped, Some("no card"), None),
+            attempt(Test(Skipped), Some("no card"), None),
             FollowUp::Final,
         ),
         (
             "known_bug",
-            attempt(Xfailed, Some("known"), None),
+            attempt(Test(Xfailed), Some("known"), None),
             FollowUp::Final,
         ),
-        ("lucky", attempt(Xpassed, None, None), FollowUp::Final),
+        ("lucky", attempt(Test(Xpassed), None, None), FollowUp::Final),
         (
             "case_2",
-            attempt(NotReached, Some("an earlier case of its node failed"), None),
+            attempt(
+                Test(NotReached),
+                Some("an earlier case of its node failed"),
+                None,
+            ),
             FollowUp::Final,
         ),
         (
             "matmul",
-            attempt(Failed, Some("MISMATCH with golden"), Some("line 1\nline 2")),
+            attempt(
+                Test(Failed),
+                Some("MISMATCH with golden"),
+                Some("line 1\nline 2"),
+            ),
             FollowUp::Retry,
         ),
         (
@@ -107,7 +120,7 @@ fn every_line() -> Vec<Live> {
         ),
         (
             "conv",
-            attempt(Error, Some("fixture setup failed"), None),
+            attempt(Test(Error), Some("fixture setup failed"), None),
             FollowUp::Final,
         ),
         (

@@ -22,6 +22,7 @@ pub mod runs;
 mod testing;
 mod watch;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::FileRecord;
 use crate::manifest::{DeviceRun, DeviceStep};
+pub use crate::verdict::Outcome;
 
 /// 2: a scene's device step is one `device` object (its own command or a lane's batch),
 /// no longer `run` / `lane` / `args` side by side. 3: a scene's `warm_failure` is typed
@@ -100,6 +102,7 @@ fn stat(pid: i32) -> Option<(char, u64)> {
 /// fault. junit shows these as `<error>` testcases with the reason as `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum Infra {
     /// The lock command failed, timed out, or never ran the device steps.
     LockFailed,
@@ -236,16 +239,7 @@ pub struct TestVerdict {
 
 impl TestVerdict {
     pub fn of(v: crate::verdict::Verdict, log: PathBuf, secs: f64) -> TestVerdict {
-        use crate::verdict::Outcome;
-        let outcome = match v.outcome {
-            Outcome::Passed => SceneOutcome::Passed,
-            Outcome::Failed => SceneOutcome::Failed,
-            Outcome::Skipped => SceneOutcome::Skipped,
-            Outcome::Xfailed => SceneOutcome::Xfailed,
-            Outcome::Xpassed => SceneOutcome::Xpassed,
-            Outcome::Error => SceneOutcome::Error,
-            Outcome::NotReached => SceneOutcome::NotReached,
-        };
+        let outcome = SceneOutcome::Test(v.outcome);
         TestVerdict {
             outcome,
             message: v.message,
@@ -342,30 +336,29 @@ impl Frozen {
     }
 }
 
+/// How a scene ended: its test's own verdict (pytest's words, `verdict::Outcome`), or
+/// one of scenerun's endings. JSON carries one word either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SceneOutcome {
-    Passed,
     /// Passed on a retry after failing (docs/lanes.md).
     Flaky,
-    Skipped,
-    /// Marked `xfail` and failed, as expected: not a failure (pytest's word).
-    Xfailed,
-    /// Marked `xfail` and passed (non-strict): not a failure.
-    Xpassed,
-    /// Not run because the suite's own runner would have stopped before it: an earlier
-    /// case of the same node ended the node (docs/pytest.md). Not a failure of its own.
-    NotReached,
-    Failed,
-    /// Its setup or teardown failed (pytest's `error`).
-    Error,
     TimedOut,
     Interrupted,
     FailedInWarm,
     NotRun,
+    /// The test's own verdict. `not_reached`: not run because the suite's own runner
+    /// would have stopped before it, an earlier case of the same node ended the node
+    /// (docs/pytest.md); not a failure of its own.
+    #[serde(untagged)]
+    Test(Outcome),
 }
 
 impl SceneOutcome {
+    pub const PASSED: SceneOutcome = SceneOutcome::Test(Outcome::Passed);
+    pub const FAILED: SceneOutcome = SceneOutcome::Test(Outcome::Failed);
+
     /// A scene's outcome from its attempts: the last one decides; a pass after a failed
     /// attempt is flaky (a device fault before it does not count: the card failed).
     pub fn of(attempts: &[events::Attempt]) -> SceneOutcome {
@@ -374,147 +367,56 @@ impl SceneOutcome {
             return SceneOutcome::NotRun;
         };
         match last.outcome {
-            AttemptOutcome::Passed => {
+            AttemptOutcome::Test(Outcome::Passed) => {
                 if attempts.iter().any(|a| a.outcome.scene_failed()) {
                     SceneOutcome::Flaky
                 } else {
-                    SceneOutcome::Passed
+                    SceneOutcome::PASSED
                 }
             }
-            AttemptOutcome::Skipped => SceneOutcome::Skipped,
-            AttemptOutcome::Xfailed => SceneOutcome::Xfailed,
-            AttemptOutcome::Xpassed => SceneOutcome::Xpassed,
-            AttemptOutcome::Error => SceneOutcome::Error,
-            AttemptOutcome::NotReached => SceneOutcome::NotReached,
-            AttemptOutcome::Failed | AttemptOutcome::DeviceFault | AttemptOutcome::CutShort => {
-                SceneOutcome::Failed
-            }
+            AttemptOutcome::Test(o) => SceneOutcome::Test(o),
+            AttemptOutcome::DeviceFault | AttemptOutcome::CutShort => SceneOutcome::FAILED,
             AttemptOutcome::TimedOut => SceneOutcome::TimedOut,
             AttemptOutcome::Interrupted => SceneOutcome::Interrupted,
             AttemptOutcome::NotRun => SceneOutcome::NotRun,
         }
     }
 
-    pub fn word(self) -> &'static str {
+    /// The word table of scenerun's endings (what JSON carries).
+    pub fn as_str(self) -> &'static str {
         match self {
-            SceneOutcome::Passed => "passed",
             SceneOutcome::Flaky => "flaky",
-            SceneOutcome::Skipped => "skipped",
-            SceneOutcome::Xfailed => "xfailed",
-            SceneOutcome::Xpassed => "xpassed",
-            SceneOutcome::NotReached => "not reached",
-            SceneOutcome::Failed => "failed",
-            SceneOutcome::Error => "error",
-            SceneOutcome::TimedOut => "timed out",
+            SceneOutcome::TimedOut => "timed_out",
             SceneOutcome::Interrupted => "interrupted",
-            SceneOutcome::FailedInWarm => "failed in warm",
-            SceneOutcome::NotRun => "not run",
+            SceneOutcome::FailedInWarm => "failed_in_warm",
+            SceneOutcome::NotRun => "not_run",
+            SceneOutcome::Test(o) => o.as_str(),
         }
+    }
+
+    pub fn word(self) -> Cow<'static, str> {
+        crate::verdict::spoken(self.as_str())
     }
 
     /// Not a failure: exit 0 as far as this scene goes (pytest: skips, xfails and
     /// xpasses alone exit 0).
     pub fn passed(self) -> bool {
-        matches!(
-            self,
-            SceneOutcome::Passed
-                | SceneOutcome::Flaky
-                | SceneOutcome::Skipped
-                | SceneOutcome::Xfailed
-                | SceneOutcome::Xpassed
-                | SceneOutcome::NotReached
-        )
+        self.tally().passed()
     }
 
-    /// Which count of the summary it goes into ("6 passed, 4 skipped, 1 failed").
-    pub fn tally(self) -> Tally {
+    /// pytest's verdict for the node (what a comparison with pytest's own run reads, and
+    /// which count of the summary it goes into: "6 passed, 4 skipped, 1 failed"): flaky
+    /// is passed; a timeout or a crash is `failed`, as pytest-timeout and a dead worker
+    /// report it.
+    pub fn tally(self) -> Outcome {
         match self {
-            SceneOutcome::Passed | SceneOutcome::Flaky => Tally::Passed,
-            SceneOutcome::Skipped => Tally::Skipped,
-            SceneOutcome::Xfailed => Tally::Xfailed,
-            SceneOutcome::Xpassed => Tally::Xpassed,
-            SceneOutcome::NotReached => Tally::NotReached,
-            SceneOutcome::Error => Tally::Error,
-            SceneOutcome::Failed
-            | SceneOutcome::TimedOut
+            SceneOutcome::Test(o) => o,
+            SceneOutcome::Flaky => Outcome::Passed,
+            SceneOutcome::TimedOut
             | SceneOutcome::Interrupted
             | SceneOutcome::FailedInWarm
-            | SceneOutcome::NotRun => Tally::Failed,
+            | SceneOutcome::NotRun => Outcome::Failed,
         }
-    }
-
-    /// pytest's word for the node verdict this outcome gives (what a comparison with
-    /// pytest's own run reads): a timeout or a crash is `failed`, as pytest-timeout and
-    /// a dead worker report it.
-    pub fn pytest_word(self) -> &'static str {
-        match self.tally() {
-            Tally::Passed => "passed",
-            Tally::Skipped => "skipped",
-            Tally::Xfailed => "xfailed",
-            Tally::Xpassed => "xpassed",
-            Tally::NotReached => "not_reached",
-            Tally::Error => "error",
-            Tally::Failed => "failed",
-        }
-    }
-}
-
-/// The counts a summary line shows, in pytest's order of words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Tally {
-    Failed,
-    Passed,
-    Skipped,
-    Xfailed,
-    Xpassed,
-    Error,
-    NotReached,
-}
-
-impl Tally {
-    pub fn word(self) -> &'static str {
-        match self {
-            Tally::Failed => "failed",
-            Tally::Passed => "passed",
-            Tally::Skipped => "skipped",
-            Tally::Xfailed => "xfailed",
-            Tally::Xpassed => "xpassed",
-            Tally::Error => "error",
-            Tally::NotReached => "not reached",
-        }
-    }
-
-    /// "55 passed, 8 skipped, 4 failed": passed and failed always, the others when any.
-    pub fn line(counts: impl Iterator<Item = Tally>) -> String {
-        let mut n = std::collections::BTreeMap::new();
-        for t in counts {
-            *n.entry(t).or_insert(0usize) += 1;
-        }
-        let order = [
-            Tally::Passed,
-            Tally::Skipped,
-            Tally::Xfailed,
-            Tally::Xpassed,
-            Tally::NotReached,
-            Tally::Failed,
-            Tally::Error,
-        ];
-        order
-            .into_iter()
-            .filter_map(|t| {
-                let k = n.get(&t).copied().unwrap_or(0);
-                let always = matches!(t, Tally::Passed | Tally::Failed);
-                (k > 0 || always).then(|| {
-                    let word = if t == Tally::Error && k != 1 {
-                        "errors"
-                    } else {
-                        t.word()
-                    };
-                    format!("{k} {word}")
-                })
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
     }
 }
 
@@ -628,6 +530,7 @@ pub fn inner_command(frozen: &Path) -> String {
 mod tests {
     use super::events::{Attempt, AttemptOutcome::*};
     use super::SceneOutcome;
+    use crate::verdict::Outcome::*;
 
     fn a(outcome: super::events::AttemptOutcome) -> Attempt {
         super::testing::attempt(outcome, &["0"])
@@ -637,18 +540,21 @@ mod tests {
     fn the_last_attempt_decides_and_a_pass_after_a_failure_is_flaky() {
         assert_eq!(SceneOutcome::of(&[]), SceneOutcome::NotRun);
         assert_eq!(
-            SceneOutcome::of(&[a(Failed), a(Passed)]),
+            SceneOutcome::of(&[a(Test(Failed)), a(Test(Passed))]),
             SceneOutcome::Flaky
         );
         assert_eq!(
-            SceneOutcome::of(&[a(Failed), a(Failed)]),
-            SceneOutcome::Failed
+            SceneOutcome::of(&[a(Test(Failed)), a(Test(Failed))]),
+            SceneOutcome::Test(Failed)
         );
-        assert_eq!(SceneOutcome::of(&[a(Passed)]), SceneOutcome::Passed);
+        assert_eq!(
+            SceneOutcome::of(&[a(Test(Passed))]),
+            SceneOutcome::Test(Passed)
+        );
         // A device fault is the card's failure, not the scene's.
         assert_eq!(
-            SceneOutcome::of(&[a(DeviceFault), a(Passed)]),
-            SceneOutcome::Passed
+            SceneOutcome::of(&[a(DeviceFault), a(Test(Passed))]),
+            SceneOutcome::Test(Passed)
         );
     }
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{SceneOutcome, SceneResult};
+use super::{Outcome, SceneOutcome, SceneResult};
 use crate::stepid::Kind;
 
 /// Where a device phase's report goes.
@@ -23,6 +23,7 @@ pub trait Sink {
 pub const REPORT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct StepReport {
     pub kind: Kind,
     pub name: String,
@@ -108,6 +109,8 @@ mod json {
     }
 
     #[derive(Deserialize)]
+    #[cfg_attr(test, derive(schemars::JsonSchema))]
+    #[cfg_attr(test, schemars(rename = "SceneReport"))]
     pub(super) struct Scene {
         name: String,
         #[serde(default)]
@@ -157,6 +160,18 @@ mod json {
     }
 }
 
+/// Written as `json::SceneRef`, read as `json::Scene`: the schema is the one both share.
+#[cfg(test)]
+impl schemars::JsonSchema for SceneReport {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        json::Scene::schema_name()
+    }
+
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        json::Scene::json_schema(g)
+    }
+}
+
 impl Serialize for SceneReport {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         json::SceneRef::from(self).serialize(s)
@@ -164,6 +179,7 @@ impl Serialize for SceneReport {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct LockReport {
     pub command: String,
     pub exit_code: Option<i32>,
@@ -180,6 +196,7 @@ pub struct LockReport {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct DeviceReport {
     pub granted: Vec<String>,
     pub inner_secs: f64,
@@ -200,6 +217,7 @@ pub struct DeviceReport {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Report {
     pub version: u32,
     pub scenerun: String,
@@ -216,6 +234,7 @@ pub struct Report {
 
 /// One test node's verdict, from the scenes that ran it (docs/reports.md).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct NodeReport {
     /// The selection it ran in: a node in two selections is two nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,11 +252,11 @@ pub struct NodeReport {
 /// the node's own runner goes case by case and stops at the first that does not pass,
 /// the first such outcome is the node's; else xpassed when one xpassed, else passed.
 pub fn node_outcome(outcomes: impl Iterator<Item = SceneOutcome>) -> SceneOutcome {
-    let mut verdict = SceneOutcome::Passed;
+    let mut verdict = SceneOutcome::Test(Outcome::Passed);
     for o in outcomes {
         match o {
-            SceneOutcome::Passed | SceneOutcome::Flaky => {}
-            SceneOutcome::Xpassed => verdict = SceneOutcome::Xpassed,
+            SceneOutcome::Test(Outcome::Passed) | SceneOutcome::Flaky => {}
+            SceneOutcome::Test(Outcome::Xpassed) => verdict = SceneOutcome::Test(Outcome::Xpassed),
             other => return other,
         }
     }
@@ -272,7 +291,7 @@ impl Report {
                     selection: key.0.map(str::to_string),
                     nodeid: key.1.to_string(),
                     outcome,
-                    pytest: outcome.pytest_word().to_string(),
+                    pytest: outcome.tally().as_str().to_string(),
                     scenes: scenes.iter().map(|s| s.result.name.clone()).collect(),
                 }
             })
@@ -353,15 +372,19 @@ mod tests {
 
     #[test]
     fn a_node_ends_as_its_first_case_that_did_not_pass() {
+        use crate::verdict::Outcome::*;
         use SceneOutcome::*;
         let v = |o: &[SceneOutcome]| node_outcome(o.iter().copied());
-        assert_eq!(v(&[Passed, Flaky, Passed]), Passed);
-        assert_eq!(v(&[Passed, Failed, NotReached]), Failed);
-        assert_eq!(v(&[Skipped, NotReached]), Skipped);
-        assert_eq!(v(&[Passed, Xpassed]), Xpassed);
-        assert_eq!(v(&[Passed, TimedOut, Failed]), TimedOut);
-        assert_eq!(TimedOut.pytest_word(), "failed");
-        assert_eq!(Error.pytest_word(), "error");
+        assert_eq!(v(&[Test(Passed), Flaky, Test(Passed)]), Test(Passed));
+        assert_eq!(
+            v(&[Test(Passed), Test(Failed), Test(NotReached)]),
+            Test(Failed)
+        );
+        assert_eq!(v(&[Test(Skipped), Test(NotReached)]), Test(Skipped));
+        assert_eq!(v(&[Test(Passed), Test(Xpassed)]), Test(Xpassed));
+        assert_eq!(v(&[Test(Passed), TimedOut, Test(Failed)]), TimedOut);
+        assert_eq!(TimedOut.tally().as_str(), "failed");
+        assert_eq!(Test(Outcome::Error).tally().as_str(), "error");
     }
 
     #[test]
@@ -369,7 +392,7 @@ mod tests {
         let row = SceneReport {
             result: SceneResult {
                 name: "vector_ops".into(),
-                outcome: SceneOutcome::Failed,
+                outcome: SceneOutcome::Test(Outcome::Failed),
                 devices: vec!["4".into()],
                 start_secs: 0.5,
                 duration_secs: 0.47,

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::cache::history::HistoryId;
 use crate::cache::Stale;
@@ -327,53 +328,125 @@ pub fn text(plan: &Plan) -> String {
     out
 }
 
-fn change_json(c: &Change) -> Value {
-    let mut v = match c {
-        Change::Input { part, delta, name } => json!({
-            "what": match part { Part::File => "file", Part::Header => "header", Part::Env => "env" },
-            "change": match delta { Delta::Changed => "changed", Delta::Added => "added", Delta::Removed => "removed" },
-            "name": name,
-        }),
-        Change::Command { removed, added } => {
-            json!({"what": "command", "removed": removed, "added": added})
+/// `explain --format json` (docs/explain.md), as types: schemas/explain.schema.json is
+/// generated from them. Written through a `Value`, so the keys come out sorted as before.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct ExplainJson<'a> {
+    version: u32,
+    steps_total: usize,
+    steps: Vec<ExplainStep<'a>>,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct ExplainStep<'a> {
+    /// `kind/scene/name`.
+    step: String,
+    kind: &'static str,
+    scene: &'a str,
+    name: &'a str,
+    key: &'a str,
+    status: &'static str,
+    /// One word (`command`, `never_built`, ...).
+    reason: &'static str,
+    message: String,
+    changes: Vec<ChangeJson<'a>>,
+}
+
+/// One change, and its sentence.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct ChangeJson<'a> {
+    #[serde(flatten)]
+    what: What<'a>,
+    message: String,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(tag = "what", rename_all = "snake_case")]
+enum What<'a> {
+    File {
+        change: &'static str,
+        name: &'a str,
+    },
+    Header {
+        change: &'static str,
+        name: &'a str,
+    },
+    Env {
+        change: &'static str,
+        name: &'a str,
+    },
+    Command {
+        removed: &'a [String],
+        added: &'a [String],
+    },
+    Toolchain {
+        name: &'a str,
+    },
+    Identity {
+        command: &'a str,
+    },
+    Platform {
+        before: &'a str,
+        after: &'a str,
+    },
+    Fixture,
+}
+
+fn change_json(c: &Change) -> ChangeJson<'_> {
+    let what = match c {
+        Change::Input { part, delta, name } => {
+            let change = match delta {
+                Delta::Changed => "changed",
+                Delta::Added => "added",
+                Delta::Removed => "removed",
+            };
+            match part {
+                Part::File => What::File { change, name },
+                Part::Header => What::Header { change, name },
+                Part::Env => What::Env { change, name },
+            }
         }
-        Change::Toolchain { name } => json!({"what": "toolchain", "name": name}),
-        Change::StepIdentity { command } => json!({"what": "identity", "command": command}),
-        Change::Platform { before, after } => {
-            json!({"what": "platform", "before": before, "after": after})
-        }
-        Change::Fixture => json!({"what": "fixture"}),
+        Change::Command { removed, added } => What::Command { removed, added },
+        Change::Toolchain { name } => What::Toolchain { name },
+        Change::StepIdentity { command } => What::Identity { command },
+        Change::Platform { before, after } => What::Platform { before, after },
+        Change::Fixture => What::Fixture,
     };
-    v["message"] = json!(c.to_string());
-    v
+    ChangeJson {
+        what,
+        message: c.to_string(),
+    }
 }
 
 pub fn json(plan: &Plan) -> Value {
-    let steps: Vec<Value> = explain(plan)
+    let explained = explain(plan);
+    let steps = explained
         .iter()
-        .map(|(s, w)| {
-            let changes: Vec<Value> = match w {
+        .map(|(s, w)| ExplainStep {
+            step: s.id.to_string(),
+            kind: s.kind.name(),
+            scene: &s.id.scene,
+            name: &s.id.name,
+            key: &s.key,
+            status: s.status.word(),
+            reason: w.word(),
+            message: w.to_string(),
+            changes: match w {
                 Why::Changed(c) => c.iter().map(change_json).collect(),
                 _ => Vec::new(),
-            };
-            json!({
-                "step": s.id.to_string(),
-                "kind": s.kind.name(),
-                "scene": s.id.scene,
-                "name": s.id.name,
-                "key": s.key,
-                "status": s.status.word(),
-                "reason": w.word(),
-                "message": w.to_string(),
-                "changes": changes,
-            })
+            },
         })
         .collect();
-    json!({
-        "version": 1,
-        "steps_total": plan.steps.len(),
-        "steps": steps,
-    })
+    let doc = ExplainJson {
+        version: 1,
+        steps_total: plan.steps.len(),
+        steps,
+    };
+    serde_json::to_value(doc).expect("the explanation serializes")
 }
 
 /// The one-word reasons of a plan's misses, by step index (for `plan`).

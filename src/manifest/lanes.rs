@@ -135,6 +135,7 @@ pub struct DeviceFault {
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Order {
     First,
@@ -217,6 +218,7 @@ impl DeviceRun {
 /// `{args}` and variables added to its environment (session options such as a runtime's
 /// dump switches). Scenes of different variants never share a process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Variant {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,

@@ -23,6 +23,7 @@ pub const ARGS: &str = "{selection_args}";
 /// One entry of `selections:` (a profile's words applied): its name, the words that
 /// fill `{selection_paths}` and `{selection_args}`, and the order its scenes get.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct NamedSelection {
     pub name: String,
     pub paths: Vec<String>,

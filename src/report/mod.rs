@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::device::report::{Cause, NodeReport, Report, Sink};
-use crate::device::{SceneOutcome, SceneResult, Tally};
+use crate::device::{SceneOutcome, SceneResult};
 use crate::ui::Ui;
+use crate::verdict::{summary_line, Outcome};
 
 /// Lines of a failed scene's output shown under it in the summary table and its
 /// annotation.
@@ -60,19 +61,22 @@ impl Sink for Writer<'_> {
     }
 }
 
+/// report.json: the report, and the verdict of every test node its scenes name
+/// (schemas/report.schema.json is generated from this type).
+#[derive(serde::Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct ReportFile<'a> {
+    #[serde(flatten)]
+    pub report: &'a Report,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeReport>,
+}
+
 impl Report {
     /// Write report.json and junit.xml into `dir`, and the GitHub outputs when asked.
     pub fn write(&self, dir: &Path, github: bool) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        /// report.json: the report, and the verdict of every test node its scenes name.
-        #[derive(serde::Serialize)]
-        struct Full<'a> {
-            #[serde(flatten)]
-            report: &'a Report,
-            #[serde(skip_serializing_if = "Vec::is_empty")]
-            nodes: Vec<NodeReport>,
-        }
-        let full = Full {
+        let full = ReportFile {
             report: self,
             nodes: self.nodes(),
         };
@@ -150,7 +154,10 @@ impl Report {
             .scenes
             .iter()
             .map(|s| &s.result)
-            .filter(|s| s.outcome.tally() == Tally::Failed || s.outcome == SceneOutcome::Error)
+            .filter(|s| {
+                s.outcome.tally() == Outcome::Failed
+                    || s.outcome == SceneOutcome::Test(Outcome::Error)
+            })
             .filter(|s| s.outcome != SceneOutcome::NotRun)
         {
             // A message may come from a lane or a step: escaped as for the terminal. The
@@ -225,9 +232,9 @@ impl Report {
         for s in self.scenes.iter().map(|s| &s.result) {
             let word = format!("{:<15}", s.outcome.word());
             let word = match s.outcome.tally() {
-                Tally::Passed | Tally::Xpassed => ui.green(&word),
-                Tally::Skipped | Tally::Xfailed | Tally::NotReached => ui.yellow(&word),
-                Tally::Failed | Tally::Error => ui.red(&word),
+                Outcome::Passed | Outcome::Xpassed => ui.green(&word),
+                Outcome::Skipped | Outcome::Xfailed | Outcome::NotReached => ui.yellow(&word),
+                Outcome::Failed | Outcome::Error => ui.red(&word),
             };
             out.push_str(&format!(
                 "{:<w$}  {word} {:>7.2}s  {}\n",
@@ -235,7 +242,8 @@ impl Report {
                 s.duration_secs,
                 s.devices.join(",")
             ));
-            let explain = !s.outcome.passed() || s.outcome == SceneOutcome::NotReached;
+            let explain =
+                !s.outcome.passed() || s.outcome == SceneOutcome::Test(Outcome::NotReached);
             if s.message.is_some() && explain {
                 let c = cause(s);
                 out.push_str(&format!("{:<w$}    {}\n", "", c.verdict));
@@ -317,7 +325,7 @@ impl Report {
             .iter()
             .filter(|s| s.result.outcome == SceneOutcome::Flaky)
             .count();
-        let mut scenes = Tally::line(self.scenes.iter().map(|s| s.result.outcome.tally()));
+        let mut scenes = summary_line(self.scenes.iter().map(|s| s.result.outcome.tally()));
         if flaky > 0 {
             scenes = scenes.replacen(" passed", &format!(" passed ({flaky} flaky)"), 1);
         }
@@ -327,7 +335,7 @@ impl Report {
             lines.push(format!(
                 "{}: {}",
                 crate::units::count(nodes.len(), "test node"),
-                Tally::line(nodes.iter().map(|n| n.outcome.tally()))
+                summary_line(nodes.iter().map(|n| n.outcome.tally()))
             ));
         }
         lines
@@ -337,9 +345,9 @@ impl Report {
 /// A scene's mark in the step summary: a pass, a skip of some kind, or a failure.
 fn icon(o: SceneOutcome) -> &'static str {
     match o.tally() {
-        Tally::Passed | Tally::Xpassed => "✅",
-        Tally::Skipped | Tally::Xfailed | Tally::NotReached => "⏭️",
-        Tally::Failed | Tally::Error => "❌",
+        Outcome::Passed | Outcome::Xpassed => "✅",
+        Outcome::Skipped | Outcome::Xfailed | Outcome::NotReached => "⏭️",
+        Outcome::Failed | Outcome::Error => "❌",
     }
 }
 
@@ -364,7 +372,9 @@ fn junit_status(s: &SceneResult) -> quick_junit::TestCaseStatus {
         return st;
     }
     match s.outcome {
-        SceneOutcome::Passed | SceneOutcome::Flaky | SceneOutcome::Xpassed => {
+        SceneOutcome::Test(Outcome::Passed)
+        | SceneOutcome::Flaky
+        | SceneOutcome::Test(Outcome::Xpassed) => {
             let mut st = TestCaseStatus::success();
             for a in s.attempts.iter().filter(|a| a.outcome.scene_failed()) {
                 let mut r = TestRerun::new(NonSuccessKind::Failure);
@@ -378,14 +388,16 @@ fn junit_status(s: &SceneResult) -> quick_junit::TestCaseStatus {
             }
             st
         }
-        SceneOutcome::Skipped | SceneOutcome::Xfailed | SceneOutcome::NotReached => {
+        SceneOutcome::Test(Outcome::Skipped)
+        | SceneOutcome::Test(Outcome::Xfailed)
+        | SceneOutcome::Test(Outcome::NotReached) => {
             // As pytest writes them: a skip, an expected failure and a case its node did
             // not reach are <skipped>, never a pass or a failure.
             let mut st = TestCaseStatus::skipped();
             let word = s.outcome.word();
-            st.set_type(word);
+            st.set_type(word.clone());
             st.set_message(match &s.message {
-                Some(m) if s.outcome == SceneOutcome::Skipped => m.clone(),
+                Some(m) if s.outcome == SceneOutcome::Test(Outcome::Skipped) => m.clone(),
                 Some(m) => format!("{word}: {m}"),
                 None => word.to_string(),
             });

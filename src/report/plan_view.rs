@@ -1,7 +1,9 @@
 //! `--plan` output (text and versioned JSON) and `--dry-run` command listings. Both read
 //! the plan only; neither runs nor writes anything.
 
-use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+use serde::Serialize;
 use std::fmt::Write as _;
 
 use crate::device::packing::input::PreviewProcess;
@@ -406,36 +408,162 @@ fn device_text(plan: &Plan, out: &mut String) {
     ));
 }
 
-pub fn json(plan: &Plan) -> Value {
+/// `plan --format json` (docs/cli.md), as types: schemas/plan.schema.json is generated
+/// from them. Fields in alphabetical order: the order the keys had when this was a
+/// `json!` value, so the bytes are as before, without building a value tree.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub struct PlanJson<'a> {
+    cache_dir: String,
+    device: DeviceJson<'a>,
+    manifest: String,
+    /// The profile in use (`--profile`), when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<&'a str>,
+    /// Always `scenerun-plan`.
+    schema: &'static str,
+    /// The manifest's selections, when it has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    selections: Option<Vec<SelectionJson<'a>>>,
+    version: u32,
+    warm: WarmJson<'a>,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct SelectionJson<'a> {
+    args: &'a [String],
+    name: &'a str,
+    order: Option<&'static str>,
+    paths: &'a [String],
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct WarmJson<'a> {
+    hits: usize,
+    steps: Vec<StepJson<'a>>,
+    to_build: usize,
+    unique_keys: usize,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct StepJson<'a> {
+    command: String,
+    depends_on: Vec<DepJson<'a>>,
+    estimate_secs: Option<f64>,
+    key: &'a str,
+    kind: &'static str,
+    memory: u64,
+    name: &'a str,
+    reason: Option<String>,
+    scene: &'a str,
+    /// `cache` or `job`.
+    scope: &'static str,
+    /// `hit`, `miss`, `stale`, `failed`, ...
+    status: &'static str,
+    threads: u32,
+    /// The one-word reason of a miss (`explain`).
+    why: Option<&'static str>,
+    worker: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct DepJson<'a> {
+    key: &'a str,
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct DeviceJson<'a> {
+    device_count: u32,
+    estimated_secs: f64,
+    lock_command: Option<String>,
+    no_lock_devices: Option<&'a [String]>,
+    processes: Vec<ProcessJson<'a>>,
+    scenes: Vec<SceneJson<'a>>,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct SceneJson<'a> {
+    devices: Option<u32>,
+    estimate_secs: Option<f64>,
+    exclusive: Option<bool>,
+    failed_in_warm: bool,
+    lane: Option<&'a str>,
+    name: &'a str,
+    order: Option<&'static str>,
+    process: Option<usize>,
+    /// The scene's selection, with `selections:`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    selection: Option<&'a str>,
+    slots: Option<Vec<usize>>,
+    start_secs: Option<f64>,
+    /// The scene's lane variant (null: no lane), with `selections:`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    variant: Option<Option<String>>,
+}
+
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct ProcessJson<'a> {
+    devices: usize,
+    estimated_secs: f64,
+    lane: Option<String>,
+    lane_args: Option<&'a [String]>,
+    lane_env: Option<&'a BTreeMap<String, String>>,
+    order: &'static str,
+    prestart: bool,
+    scenes: Vec<&'a str>,
+    slots: Vec<usize>,
+    start_secs: f64,
+    startup_estimate_secs: Option<f64>,
+}
+
+/// The plan's steps as `warm.steps` lists them.
+fn step_rows(plan: &Plan) -> Vec<StepJson<'_>> {
     let whys = crate::explain::words(plan);
-    let steps: Vec<Value> = plan
-        .steps
+    plan.steps
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let (status, reason) = match &s.status {
-                Status::Stale(w) => (s.status.word(), Some(w.to_string())),
-                Status::Failed(w) => (s.status.word(), Some(w.to_string())),
-                _ => (s.status.word(), None),
+            let reason = match &s.status {
+                Status::Stale(w) => Some(w.to_string()),
+                Status::Failed(w) => Some(w.to_string()),
+                _ => None,
             };
-            json!({
-                "kind": s.kind.name(),
-                "scene": s.id.scene,
-                "name": s.name,
-                "key": s.key,
-                "status": status,
-                "reason": reason,
-                "why": whys[i],
-                "scope": if s.persist { "cache" } else { "job" },
-                "estimate_secs": s.estimate,
-                "threads": s.threads,
-                "memory": s.memory,
-                "worker": plan.worker_of(s).map(|w| w.name.as_str()),
-                "depends_on": s.deps.iter().map(|&d| json!({"kind": plan.steps[d].kind.name(), "key": plan.steps[d].key})).collect::<Vec<_>>(),
-                "command": plan.command(s, &Fill::DryRun),
-            })
+            StepJson {
+                kind: s.kind.name(),
+                scene: &s.id.scene,
+                name: &s.name,
+                key: &s.key,
+                status: s.status.word(),
+                reason,
+                why: whys[i],
+                scope: if s.persist { "cache" } else { "job" },
+                estimate_secs: s.estimate,
+                threads: s.threads,
+                memory: s.memory,
+                worker: plan.worker_of(s).map(|w| w.name.as_str()),
+                depends_on: s
+                    .deps
+                    .iter()
+                    .map(|&d| DepJson {
+                        kind: plan.steps[d].kind.name(),
+                        key: &plan.steps[d].key,
+                    })
+                    .collect(),
+                command: plan.command(s, &Fill::DryRun),
+            }
         })
-        .collect();
+        .collect()
+}
+
+pub fn json(plan: &Plan) -> PlanJson<'_> {
     let p = packing(plan);
     let mut proc_of: Vec<Option<usize>> = vec![None; plan.scenes.len()];
     for (k, pr) in p.procs.iter().enumerate() {
@@ -443,91 +571,104 @@ pub fn json(plan: &Plan) -> Value {
             proc_of[i] = Some(k);
         }
     }
-    let scenes: Vec<Value> = plan
+    let scenes = plan
         .scenes
         .iter()
         .enumerate()
         .map(|(i, ps)| {
             let proc = proc_of[i];
             let row = proc.map(|k| &p.procs[k]);
-            let mut row_json = json!({
-                "name": ps.name,
-                "devices": ps.device.as_ref().map(|d| d.devices),
-                "exclusive": ps.device.as_ref().map(|d| d.exclusive),
-                "lane": ps.device.as_ref().and_then(|d| d.run.lane()),
-                "order": ps.device.as_ref().map(|d| d.order.word()),
-                "estimate_secs": ps.device_estimate,
-                "failed_in_warm": scene_failed(plan, i),
-                "start_secs": row.map(|r| r.start),
-                "slots": row.map(|r| r.slots.clone()),
-                "process": proc,
-            });
-            scene_selection(plan, ps, &mut row_json);
-            row_json
+            SceneJson {
+                name: &ps.name,
+                devices: ps.device.as_ref().map(|d| d.devices),
+                exclusive: ps.device.as_ref().map(|d| d.exclusive),
+                lane: ps.device.as_ref().and_then(|d| d.run.lane()),
+                order: ps.device.as_ref().map(|d| d.order.word()),
+                estimate_secs: ps.device_estimate,
+                failed_in_warm: scene_failed(plan, i),
+                start_secs: row.map(|r| r.start),
+                slots: row.map(|r| r.slots.clone()),
+                process: proc,
+                selection: scene_selection(plan, ps),
+                variant: scene_variant(plan, ps),
+            }
         })
         .collect();
+    let processes = p
+        .procs
+        .iter()
+        .map(|pr| ProcessJson {
+            lane: pr.lane.clone(),
+            lane_args: variant_of(plan, pr).map(|v| v.args.as_slice()),
+            lane_env: variant_of(plan, pr).map(|v| &v.env),
+            scenes: pr
+                .scenes
+                .iter()
+                .map(|&i| plan.scenes[i].name.as_str())
+                .collect(),
+            devices: pr.devices,
+            order: pr.order.word(),
+            slots: pr.slots.clone(),
+            start_secs: pr.start,
+            estimated_secs: pr.end - pr.start,
+            startup_estimate_secs: pr.startup,
+            prestart: pr.prestart,
+        })
+        .collect();
+    let steps = step_rows(plan);
     let hits = plan.steps.iter().filter(|s| s.status.is_hit()).count();
-    let mut out = json!({
-        "schema": "scenerun-plan",
-        "version": PLAN_SCHEMA_VERSION,
-        "manifest": plan.manifest.file.display().to_string(),
-        "cache_dir": plan.store.root.display().to_string(),
-        "warm": {
-            "steps": steps,
-            "unique_keys": plan.unique_keys(),
-            "hits": hits,
-            "to_build": plan.steps.len() - hits,
+    PlanJson {
+        schema: "scenerun-plan",
+        version: PLAN_SCHEMA_VERSION,
+        manifest: plan.manifest.file.display().to_string(),
+        cache_dir: plan.store.root.display().to_string(),
+        warm: WarmJson {
+            steps,
+            unique_keys: plan.unique_keys(),
+            hits,
+            to_build: plan.steps.len() - hits,
         },
-        "device": {
-            "device_count": plan.device_count,
-            "scenes": scenes,
-            "processes": p.procs.iter().map(|pr| json!({
-                "lane": pr.lane,
-                "lane_args": variant_of(plan, pr).map(|v| &v.args),
-                "lane_env": variant_of(plan, pr).map(|v| &v.env),
-                "scenes": pr.scenes.iter().map(|&i| plan.scenes[i].name.as_str()).collect::<Vec<_>>(),
-                "devices": pr.devices,
-                "order": pr.order.word(),
-                "slots": pr.slots,
-                "start_secs": pr.start,
-                "estimated_secs": pr.end - pr.start,
-                "startup_estimate_secs": pr.startup,
-                "prestart": pr.prestart,
-            })).collect::<Vec<_>>(),
-            "estimated_secs": p.makespan,
-            "lock_command": crate::device::outer::lock_command(plan),
-            "no_lock_devices": plan.no_lock,
+        device: DeviceJson {
+            device_count: plan.device_count,
+            scenes,
+            processes,
+            estimated_secs: p.makespan,
+            lock_command: crate::device::outer::lock_command(plan),
+            no_lock_devices: plan.no_lock.as_deref(),
         },
-    });
-    selections_json(plan, &mut out);
-    out
-}
-
-/// A scene's selection and lane variant, only with `selections:` (a manifest without
-/// them prints what it did).
-fn scene_selection(plan: &Plan, ps: &crate::plan::PlanScene, row: &mut Value) {
-    if let Some(sel) = &plan.manifest.scenes[ps.index].selection {
-        row["selection"] = json!(sel);
-        let variant = ps.device.as_ref().and_then(|d| d.run.variant());
-        row["variant"] = json!(variant.map(|v| v.describe()));
+        profile: plan.manifest.profile.as_deref(),
+        selections: selections_json(plan),
     }
 }
 
-/// The selections (their words, the profile applied) and the profile, only with
-/// `selections:` or a profile, so a manifest without them prints what it did.
-fn selections_json(plan: &Plan, out: &mut Value) {
+/// A scene's selection, only with `selections:` (a manifest without them prints what it
+/// did).
+fn scene_selection<'a>(plan: &'a Plan, ps: &crate::plan::PlanScene) -> Option<&'a str> {
+    plan.manifest.scenes[ps.index].selection.as_deref()
+}
+
+/// A scene's lane variant beside its selection (null when it runs in no lane).
+fn scene_variant(plan: &Plan, ps: &crate::plan::PlanScene) -> Option<Option<String>> {
+    scene_selection(plan, ps)?;
+    let variant = ps.device.as_ref().and_then(|d| d.run.variant());
+    Some(variant.map(|v| v.describe()))
+}
+
+/// The selections (their words, the profile applied), only with `selections:`, so a
+/// manifest without them prints what it did.
+fn selections_json(plan: &Plan) -> Option<Vec<SelectionJson<'_>>> {
     let m = &plan.manifest;
-    if !m.selections.is_empty() {
-        out["selections"] = json!(m
-            .selections
+    (!m.selections.is_empty()).then(|| {
+        m.selections
             .iter()
-            .map(|s| json!({"name": s.name, "paths": s.paths, "args": s.args,
-                "order": s.order.map(|o| o.word())}))
-            .collect::<Vec<_>>());
-    }
-    if let Some(p) = &m.profile {
-        out["profile"] = json!(p);
-    }
+            .map(|s| SelectionJson {
+                args: &s.args,
+                name: &s.name,
+                order: s.order.map(|o| o.word()),
+                paths: &s.paths,
+            })
+            .collect()
+    })
 }
 
 /// Lane processes as they would start (`--dry-run`): ids, scenes file and results file

@@ -35,30 +35,93 @@ fn unix_secs(t: SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// One trace event as this file writes it (Chrome's trace-event format: `M` metadata,
+/// `X` a span, `i` an instant); schemas/trace.schema.json is generated from it. Built as
+/// a `Value`, so the keys are sorted as before; warm's spans are the same keys, written
+/// straight from their own struct (`write_warm`).
+#[derive(serde::Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Event {
+    ph: &'static str,
+    pid: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tid: Option<u64>,
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cat: Option<&'static str>,
+    /// Unix microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ts: Option<i64>,
+    /// Microseconds, at least 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dur: Option<i64>,
+    /// An instant's scope (`t`: its track).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    s: Option<&'static str>,
+    args: Value,
+}
+
+impl Event {
+    fn value(self) -> Value {
+        serde_json::to_value(self).expect("a trace event serializes")
+    }
+}
+
+/// The file: `traceEvents`, in the `ms` display unit (written as bytes by `replace_part`).
+#[cfg(test)]
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct TraceFile {
+    #[serde(rename = "displayTimeUnit")]
+    display_time_unit: String,
+    #[serde(rename = "traceEvents")]
+    trace_events: Vec<Event>,
+}
+
 fn meta(pid: u64, tid: Option<u64>, what: &str, name: &str, sort: u64) -> Vec<Value> {
-    let mut v = vec![match tid {
-        None => json!({"ph": "M", "pid": pid, "name": what, "args": {"name": name}}),
-        Some(t) => json!({"ph": "M", "pid": pid, "tid": t, "name": what, "args": {"name": name}}),
-    }];
     let sort_what = if tid.is_some() {
         "thread_sort_index"
     } else {
         "process_sort_index"
     };
-    v.push(match tid {
-        None => json!({"ph": "M", "pid": pid, "name": sort_what, "args": {"sort_index": sort}}),
-        Some(t) => {
-            json!({"ph": "M", "pid": pid, "tid": t, "name": sort_what, "args": {"sort_index": sort}})
-        }
-    });
-    v
+    let event = |name: &str, args: Value| Event {
+        ph: "M",
+        pid,
+        tid,
+        name: name.to_string(),
+        cat: None,
+        ts: None,
+        dur: None,
+        s: None,
+        args,
+    };
+    vec![
+        event(what, json!({ "name": name })).value(),
+        event(sort_what, json!({ "sort_index": sort })).value(),
+    ]
 }
 
-fn span(pid: u64, tid: u64, name: &str, cat: &str, start: f64, dur: f64, args: Value) -> Value {
-    json!({
-        "ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat,
-        "ts": us(start), "dur": us(dur.max(0.0)).max(1), "args": args,
-    })
+fn span(
+    pid: u64,
+    tid: u64,
+    name: &str,
+    cat: &'static str,
+    start: f64,
+    dur: f64,
+    args: Value,
+) -> Value {
+    Event {
+        ph: "X",
+        pid,
+        tid: Some(tid),
+        name: name.to_string(),
+        cat: Some(cat),
+        ts: Some(us(start)),
+        dur: Some(us(dur.max(0.0)).max(1)),
+        s: None,
+        args,
+    }
+    .value()
 }
 
 /// Replace the events of process `pid` in `dir/trace.json` with `events` (each already
@@ -263,12 +326,20 @@ fn lane_events(report: &Report, inner_start: f64, tid: impl Fn(&str) -> u64) -> 
                 ));
             }
             if let Some(why) = &l.restart_reason {
-                ev.push(json!({
-                    "ph": "i", "s": "t", "pid": DEVICE_PID, "tid": tid(d),
-                    "name": format!("{} restart", l.lane), "cat": "restart",
-                    "ts": us(inner_start + l.start_secs + l.duration_secs),
-                    "args": {"lane": l.lane, "reason": why, "restarts": l.restarts},
-                }));
+                ev.push(
+                    Event {
+                        ph: "i",
+                        pid: DEVICE_PID,
+                        tid: Some(tid(d)),
+                        name: format!("{} restart", l.lane),
+                        cat: Some("restart"),
+                        ts: Some(us(inner_start + l.start_secs + l.duration_secs)),
+                        dur: None,
+                        s: Some("t"),
+                        args: json!({"lane": l.lane, "reason": why, "restarts": l.restarts}),
+                    }
+                    .value(),
+                );
             }
         }
     }

@@ -40,7 +40,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// One step, as the worker is asked to run it.
 #[derive(Serialize)]
-struct Request<'a> {
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Request<'a> {
     id: u64,
     /// The step's command as it would run under `sh -c`, placeholders filled.
     command: &'a str,
@@ -55,7 +56,8 @@ struct Request<'a> {
 /// A line a worker prints on its protocol channel.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum Reply {
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) enum Reply {
     /// It does not serve this command: scenerun runs it as a process.
     Unsupported { id: u64, unsupported: String },
     /// It ran the step: its exit status, or the signal that killed it.

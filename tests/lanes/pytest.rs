@@ -94,3 +94,69 @@ fn a_pytest_suite_with_reportlog_is_a_lane() {
             .join(", ")
     );
 }
+
+/// The two combining rules (docs/pytest.md: rule 1, a node's phases; rule 2, the tests of
+/// one scene) give the same scene verdicts whether the lane reports through plain
+/// `pytest --report-log` or through the scenerun-pytest plugin: each scene here runs
+/// once in each kind of lane. One passed and one skipped test make a passed scene.
+#[test]
+fn a_reportlog_lane_and_a_plugin_lane_give_a_scene_the_same_verdict() {
+    let py = crate::pytest_suite::venv().join("bin/python");
+    let s = Suite::with_logs();
+    s.write(
+        "tests/st/test_mixed.py",
+        "import pytest\n\ndef test_ran():\n    pass\n\n@pytest.mark.skip(reason='needs a2a3')\ndef test_skipped():\n    pass\n",
+    );
+    s.write(
+        "tests/st/test_skip_first.py",
+        "import pytest\n\ndef test_skipped():\n    pytest.skip('not on sim')\n\ndef test_ran():\n    pass\n",
+    );
+    s.write(
+        "tests/st/test_all_skipped.py",
+        "import pytest\n\n@pytest.mark.skip(reason='a')\ndef test_a():\n    pass\n\n@pytest.mark.skip(reason='b')\ndef test_b():\n    pass\n",
+    );
+    s.write(
+        "tests/st/test_teardown.py",
+        "import pytest\n\n@pytest.fixture\ndef res():\n    yield 1\n    raise RuntimeError('teardown broke')\n\ndef test_uses(res):\n    pass\n\ndef test_other():\n    pass\n",
+    );
+    s.write(
+        "tests/st/test_xfail.py",
+        "import pytest\n\n@pytest.mark.xfail(reason='known')\ndef test_known():\n    assert False\n\n@pytest.mark.skip(reason='x')\ndef test_skipped():\n    pass\n",
+    );
+    let files = ["mixed", "skip_first", "all_skipped", "teardown", "xfail"];
+    let mut scenes = String::new();
+    for lane in ["reportlog", "plugin"] {
+        for f in files {
+            scenes.push_str(&format!(
+                "  - name: {lane}_{f}\n    device:\n      lane: {lane}\n      args: [\"tests/st/test_{f}.py\"]\n"
+            ));
+        }
+    }
+    let pytest = format!("{} -m pytest -p no:cacheprovider -q", py.display());
+    s.manifest(&format!(
+        "version: 1\ncache:\n  dir: cache\nlanes:\n  reportlog:\n    run: \"{pytest} -p no:scenerun {{args}} --report-log {{results}}\"\n  plugin:\n    run: \"{pytest} {{args}}\"\nscenes:\n{scenes}"
+    ));
+    let o = no_lock(&s, "0");
+    let r = report(&s);
+    let got = outcomes(&r);
+    let verdict = |lane: &str, f: &str| got[&format!("{lane}_{f}")].clone();
+    for f in files {
+        assert_eq!(
+            verdict("reportlog", f),
+            verdict("plugin", f),
+            "scene of tests/st/test_{f}.py: {got:?}\n{}",
+            show(&o)
+        );
+    }
+    let want = [
+        ("mixed", "passed"),
+        ("skip_first", "passed"),
+        ("all_skipped", "skipped"),
+        ("teardown", "error"),
+        ("xfail", "xfailed"),
+    ];
+    for (f, w) in want {
+        assert_eq!(verdict("plugin", f), w, "{got:?}\n{}", show(&o));
+    }
+    expect_code(&o, 1);
+}

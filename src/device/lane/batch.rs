@@ -9,21 +9,7 @@ use std::collections::HashMap;
 
 use super::protocol::{parse_line, LaneEvent, Line, Reportlog, TestReport};
 use crate::device::events::AttemptOutcome;
-
-/// Which of two reportlog verdicts of one scene wins: a failure of any phase over a
-/// passed test, a passed test over an expected failure or a skip (a scene of several
-/// tests passes when one ran and the others skipped, as pytest's own exit code says).
-fn reportlog_rank(o: AttemptOutcome) -> u8 {
-    match o {
-        AttemptOutcome::Error => 6,
-        AttemptOutcome::Failed => 5,
-        AttemptOutcome::Passed => 4,
-        AttemptOutcome::Xpassed => 3,
-        AttemptOutcome::Xfailed => 2,
-        AttemptOutcome::Skipped => 1,
-        _ => 0,
-    }
-}
+use crate::verdict::Outcome;
 
 /// One scene of a batch, as the lane process receives it.
 #[derive(Debug, Clone)]
@@ -45,10 +31,12 @@ enum State {
     /// Reportlog records came; more may follow until a later scene reports.
     Reporting {
         since: f64,
-        /// The verdict of its reports so far (`reportlog_rank` decides between two).
-        verdict: Option<AttemptOutcome>,
+        /// Its tests' verdicts so far, by rule 2 (`Outcome::of_tests`), and the message
+        /// of the one that decided it.
+        tests: Option<(Outcome, Option<String>)>,
+        /// The node reporting now, its phases so far by rule 1 (`Outcome::of_phases`).
+        node: Option<Node>,
         duration: f64,
-        message: Option<String>,
     },
     Done,
 }
@@ -65,6 +53,27 @@ fn bounded(who: &str, claimed: f64, since: f64, now: f64, out: &mut Vec<Effect>)
         )));
     }
     claimed.min(seen)
+}
+
+/// A node's reports so far: its id, and the verdict of the phases that said something
+/// (a passed setup or teardown says nothing) with the message that decided it.
+#[derive(Debug, Clone)]
+struct Node {
+    id: String,
+    verdict: Option<(Outcome, Option<String>)>,
+}
+
+/// `a` then `b`, combined by `rule`: the later one only when it outranks.
+fn fold(
+    a: Option<(Outcome, Option<String>)>,
+    b: Option<(Outcome, Option<String>)>,
+    rule: fn(Outcome, Outcome) -> Outcome,
+) -> Option<(Outcome, Option<String>)> {
+    match (a, b) {
+        (Some(a), Some(b)) if rule(a.0, b.0) != a.0 => Some(b),
+        (Some(a), _) => Some(a),
+        (None, b) => b,
+    }
 }
 
 /// What the machine tells its runner.
@@ -257,19 +266,21 @@ impl Batch {
         self.state.iter().position(|s| matches!(s, State::Pending))
     }
 
-    /// Close a reportlog scene with the outcome of its reports: failed if any report
-    /// failed, else passed if a test's call passed, else skipped.
+    /// Close a reportlog scene with the verdict of its tests (rule 2), each test's the
+    /// verdict of its phases (rule 1); a scene none of whose tests said anything is skipped.
     fn close_reporting(&mut self, i: usize, out: &mut Vec<Effect>) {
         if let State::Reporting {
             since,
-            verdict,
+            tests,
+            node,
             duration,
-            message,
         } = std::mem::replace(&mut self.state[i], State::Done)
         {
+            let (verdict, message) = fold(tests, node.and_then(|n| n.verdict), Outcome::of_tests)
+                .unwrap_or((Outcome::Skipped, None));
             out.push(Effect::Scene {
                 scene: i,
-                verdict: verdict.unwrap_or(AttemptOutcome::Skipped),
+                verdict: AttemptOutcome::Test(verdict),
                 started: since,
                 duration,
                 message,
@@ -406,34 +417,40 @@ impl Batch {
                 let prev = self.last_result;
                 self.result_seen(now);
                 self.close_others(i, out);
-                let (since, v0, d0, m0) = match std::mem::replace(&mut self.state[i], State::Done) {
+                let (since, mut tests, node, d0) = match std::mem::replace(&mut self.state[i], State::Done) {
                     State::Reporting {
                         since,
-                        verdict,
+                        tests,
+                        node,
                         duration,
-                        message,
-                    } => (since, verdict, duration, message),
-                    State::Running { since } => (since, None, 0.0, None),
-                    _ => (prev, None, 0.0, None),
+                    } => (since, tests, node, duration),
+                    State::Running { since } => (since, None, None, 0.0),
+                    _ => (prev, None, None, 0.0),
+                };
+                // Another node: the one before it is complete, a test of the scene.
+                let mut node = match node {
+                    Some(n) if n.id == nodeid => n,
+                    other => {
+                        tests = fold(tests, other.and_then(|n| n.verdict), Outcome::of_tests);
+                        Node {
+                            id: nodeid.clone(),
+                            verdict: None,
+                        }
+                    }
                 };
                 // A setup or teardown that passed says nothing of the test's verdict.
-                let counts = when == "call" || verdict != AttemptOutcome::Passed;
-                let mine = counts.then_some(verdict);
-                let worse = match (v0, mine) {
-                    (Some(a), Some(b)) if reportlog_rank(b) > reportlog_rank(a) => Some(b),
-                    (Some(a), _) => Some(a),
-                    (None, b) => b,
-                };
-                let telling = !matches!(verdict, AttemptOutcome::Passed | AttemptOutcome::Xpassed);
+                if when == "call" || verdict != Outcome::Passed {
+                    let telling = !matches!(verdict, Outcome::Passed | Outcome::Xpassed);
+                    let message = message
+                        .filter(|_| telling)
+                        .map(|m| format!("{nodeid} ({when}): {m}"));
+                    node.verdict = fold(node.verdict, Some((verdict, message)), Outcome::of_phases);
+                }
                 self.state[i] = State::Reporting {
                     since,
-                    verdict: worse,
+                    tests,
+                    node: Some(node),
                     duration: bounded(&nodeid, d0 + duration, since, now, out),
-                    message: m0.or(if telling {
-                        message.map(|m| format!("{nodeid} ({when}): {m}"))
-                    } else {
-                        None
-                    }),
                 };
             }
             Some(i) => out.push(Effect::Warn(format!(
@@ -534,7 +551,7 @@ impl Batch {
             let since = since_of(&self.state[i], self.last_result);
             let (verdict, message) = match end {
                 ProcessEnd::Exited { how, .. } => (
-                    AttemptOutcome::Failed,
+                    AttemptOutcome::Test(Outcome::Failed),
                     with_tail(format!("crashed the lane process (it {how})")),
                 ),
                 ProcessEnd::LaneTimeout => (
@@ -548,7 +565,7 @@ impl Batch {
                 ),
                 ProcessEnd::Interrupted => (AttemptOutcome::Interrupted, "interrupted".to_string()),
                 ProcessEnd::Protocol(why) => (
-                    AttemptOutcome::Failed,
+                    AttemptOutcome::Test(Outcome::Failed),
                     with_tail(format!("lane protocol error: {why}")),
                 ),
                 ProcessEnd::SceneTimeout | ProcessEnd::Restart(_) => {
@@ -587,7 +604,7 @@ impl Batch {
             match end {
                 ProcessEnd::Exited { .. } if clean => out.push(Effect::Scene {
                     scene: i,
-                    verdict: AttemptOutcome::Failed,
+                    verdict: AttemptOutcome::Test(Outcome::Failed),
                     started: now,
                     duration: 0.0,
                     message: Some("lane process ended without reporting it".into()),
@@ -642,7 +659,7 @@ impl Batch {
                 State::Running { since } => {
                     let (verdict, message) = if self.scenes[i].cut_before {
                         (
-                            AttemptOutcome::Failed,
+                            AttemptOutcome::Test(Outcome::Failed),
                             format!("cut short by a restart of the lane process again ({reason}); it had been rerun once already"),
                         )
                     } else {

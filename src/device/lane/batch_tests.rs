@@ -49,7 +49,7 @@ fn start_and_end_events_give_outcomes() {
         e,
         vec![Effect::Scene {
             scene: 0,
-            verdict: AttemptOutcome::Passed,
+            verdict: AttemptOutcome::Test(Outcome::Passed),
             started: 1.0,
             duration: 0.25,
             message: None
@@ -59,7 +59,10 @@ fn start_and_end_events_give_outcomes() {
         r#"{"scene": "b", "event": "end", "outcome": "skipped"}"#,
         1.5,
     );
-    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Skipped)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(1, AttemptOutcome::Test(Outcome::Skipped))]
+    );
     let (e, requeue) = b.finish(
         &ProcessEnd::Exited {
             ok: true,
@@ -104,7 +107,10 @@ fn start_without_end_crashes_and_the_rest_is_handed_back() {
         0.9,
         "segfault in runtime\n",
     );
-    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Failed)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(1, AttemptOutcome::Test(Outcome::Failed))]
+    );
     let Effect::Scene { message, .. } = &e[0] else {
         panic!()
     };
@@ -129,7 +135,10 @@ fn exit_zero_leaving_scenes_unreported_fails_them_without_restart() {
         0.6,
         "",
     );
-    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Failed)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(1, AttemptOutcome::Test(Outcome::Failed))]
+    );
     assert!(requeue.is_empty());
     let Effect::Scene { message, .. } = &e[0] else {
         panic!()
@@ -161,7 +170,10 @@ fn reportlog_scene_is_in_progress_until_a_later_scene_reports() {
     );
     // mm's first report closes vadd with the worst of its reports.
     let e = b.feed(&report("t/test_mm.py::test_mm", "call", "passed"), 1.5);
-    assert_eq!(verdicts(&e), vec![(0, AttemptOutcome::Failed)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(0, AttemptOutcome::Test(Outcome::Failed))]
+    );
     // Exit 0 closes the one in progress.
     let (e, requeue) = b.finish(
         &ProcessEnd::Exited {
@@ -171,7 +183,10 @@ fn reportlog_scene_is_in_progress_until_a_later_scene_reports() {
         2.0,
         "",
     );
-    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Passed)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(1, AttemptOutcome::Test(Outcome::Passed))]
+    );
     assert!(requeue.is_empty());
 }
 
@@ -193,7 +208,10 @@ fn reportlog_crash_blames_the_scene_of_the_last_report() {
         "",
     );
     // a was closed by b's report; b was in progress and crashed; c is handed back.
-    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Failed)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(1, AttemptOutcome::Test(Outcome::Failed))]
+    );
     assert_eq!(requeue, vec![2]);
 }
 
@@ -208,7 +226,10 @@ fn reportlog_crash_without_any_report_blames_the_first_scene() {
         0.5,
         "",
     );
-    assert_eq!(verdicts(&e), vec![(0, AttemptOutcome::Failed)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(0, AttemptOutcome::Test(Outcome::Failed))]
+    );
     assert_eq!(requeue, vec![1]);
 }
 
@@ -226,7 +247,10 @@ fn pytest_exit_1_after_session_finish_is_a_normal_end() {
         1.4,
         "",
     );
-    assert_eq!(verdicts(&e), vec![(1, AttemptOutcome::Passed)]);
+    assert_eq!(
+        verdicts(&e),
+        vec![(1, AttemptOutcome::Test(Outcome::Passed))]
+    );
     assert!(requeue.is_empty());
 }
 
@@ -248,7 +272,7 @@ fn skipped_only_when_no_test_of_the_scene_ran() {
     let mut v = verdicts(&e);
     v.sort_by_key(|x| x.0);
     // a was closed by b's first report (skipped); b had a passing test.
-    assert_eq!(v, vec![(1, AttemptOutcome::Passed)]);
+    assert_eq!(v, vec![(1, AttemptOutcome::Test(Outcome::Passed))]);
 }
 
 #[test]
@@ -368,7 +392,10 @@ fn a_protocol_error_fails_the_running_scene_and_does_not_requeue() {
     let (e, requeue) = b.finish(&ProcessEnd::Protocol(why), 1.2, "");
     assert_eq!(
         verdicts(&e),
-        vec![(1, AttemptOutcome::Failed), (2, AttemptOutcome::NotRun)]
+        vec![
+            (1, AttemptOutcome::Test(Outcome::Failed)),
+            (2, AttemptOutcome::NotRun)
+        ]
     );
     assert!(requeue.is_empty(), "the same lane would break it again");
 }
@@ -399,7 +426,7 @@ fn a_restart_cuts_the_running_scene_short_once() {
         r#"{"scene": "a", "event": "end", "outcome": "failed", "message": "poisoned"}"#,
         1.0,
     );
-    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Failed)]);
+    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Test(Outcome::Failed))]);
     b.feed(r#"{"scene": "b", "event": "start"}"#, 1.5);
     let (e, again) = b.finish(&ProcessEnd::Restart("r".into()), 2.0, "tail");
     assert_eq!(verdicts(&e), [(1, AttemptOutcome::CutShort)]);
@@ -413,7 +440,7 @@ fn a_restart_cuts_the_running_scene_short_once() {
     b.rerun_after_cut(0);
     b.feed(r#"{"scene": "b", "event": "start"}"#, 0.1);
     let (e, again) = b.finish(&ProcessEnd::Restart("r2".into()), 1.0, "");
-    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Failed)]);
+    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Test(Outcome::Failed))]);
     assert!(matches!(&e[0], Effect::Scene { message: Some(m), .. } if m.contains("again (r2)")));
     assert_eq!(again, [1]);
 }
@@ -444,7 +471,7 @@ fn a_restart_after_reportlog_lines_keeps_the_reported_scene() {
     let mut b = batch(&[("a", &["t.py::a"], None), ("b", &["t.py::b"], None)]);
     b.feed(&report("t.py::a", "call", "passed"), 1.0);
     let (e, again) = b.finish(&ProcessEnd::Restart("r".into()), 2.0, "");
-    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Passed)]);
+    assert_eq!(verdicts(&e), [(0, AttemptOutcome::Test(Outcome::Passed))]);
     assert_eq!(again, [1]);
 }
 

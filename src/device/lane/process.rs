@@ -15,7 +15,7 @@ use super::batch::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
 use super::files::{lane_command, prepare_files, variant, LaneFiles};
 use super::restart::{OutputScan, RestartRules};
 use super::results_tail::Tail;
-use crate::device::events::{Attempt, AttemptOutcome, Event, LaneRecord};
+use crate::device::events::{Attempt, AttemptOutcome, Event, LaneRecord, Outcome};
 use crate::device::exec::{log_tail, tail_lines, Cx};
 use crate::device::FrozenScene;
 use crate::proc::{self, Ended};
@@ -209,7 +209,7 @@ impl Slot<'_> {
     /// The scenes left are not run, for `why`.
     /// A scene that cannot start: failed, with why.
     fn failed_before_start(&self, scene: usize, why: &str) {
-        self.unrun(scene, AttemptOutcome::Failed, why);
+        self.unrun(scene, AttemptOutcome::Test(Outcome::Failed), why);
     }
 
     /// Scene `scene` ends with an attempt that ran nothing, on this process's ids.

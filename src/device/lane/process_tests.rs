@@ -96,7 +96,7 @@ fn a_lane_process_is_watched_to_its_end_and_its_scenes_settled() {
     p.prepare(&command).unwrap();
     let ended = p.run(&command, &env);
     assert_eq!(ended.as_ref().unwrap(), &Ended::Exited(3));
-    assert_eq!(attempts(&rx), [(0, AttemptOutcome::Passed)]);
+    assert_eq!(attempts(&rx), [(0, AttemptOutcome::Test(Outcome::Passed))]);
     let (end, how) = p.ending(&ended);
     assert!(
         matches!(end, ProcessEnd::Exited { ok: false, .. }),
@@ -111,7 +111,7 @@ fn a_lane_process_is_watched_to_its_end_and_its_scenes_settled() {
         _ => None,
     });
     let crashed = crashed.expect("y's attempt");
-    assert_eq!(crashed.outcome, AttemptOutcome::Failed);
+    assert_eq!(crashed.outcome, AttemptOutcome::Test(Outcome::Failed));
     assert!(
         crashed.message.as_deref().unwrap().contains("dying"),
         "{crashed:?}"

@@ -26,6 +26,7 @@ pub enum Line {
 /// scenerun's own records, tagged by `event`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum LaneEvent {
     /// Scene `scene` of the batch starts now.
     Start { scene: String },
@@ -73,15 +74,7 @@ pub use crate::verdict::Outcome;
 
 impl From<Outcome> for AttemptOutcome {
     fn from(o: Outcome) -> AttemptOutcome {
-        match o {
-            Outcome::Passed => AttemptOutcome::Passed,
-            Outcome::Failed => AttemptOutcome::Failed,
-            Outcome::Skipped => AttemptOutcome::Skipped,
-            Outcome::Xfailed => AttemptOutcome::Xfailed,
-            Outcome::Xpassed => AttemptOutcome::Xpassed,
-            Outcome::Error => AttemptOutcome::Error,
-            Outcome::NotReached => AttemptOutcome::NotReached,
-        }
+        AttemptOutcome::Test(o)
     }
 }
 
@@ -100,11 +93,15 @@ pub enum Reportlog {
 
 /// A reportlog `TestReport`: one phase (`when`) of the test `nodeid`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct TestReport {
     pub nodeid: String,
     #[serde(default = "call", deserialize_with = "lenient::when")]
     pub when: String,
-    pub outcome: ReportOutcome,
+    /// `passed`, `failed` or `skipped`: the phase's own outcome, in pytest's words (a
+    /// phase never reports the others).
+    #[serde(deserialize_with = "phase_outcome")]
+    pub outcome: Outcome,
     #[serde(default, deserialize_with = "lenient::number")]
     pub duration: Option<f64>,
     #[serde(default)]
@@ -114,31 +111,30 @@ pub struct TestReport {
     pub wasxfail: bool,
 }
 
-fn call() -> String {
-    "call".into()
+fn phase_outcome<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Outcome, D::Error> {
+    match Outcome::deserialize(d)? {
+        o @ (Outcome::Passed | Outcome::Failed | Outcome::Skipped) => Ok(o),
+        o => Err(serde::de::Error::custom(format!(
+            "a phase's outcome is passed, failed or skipped, not {}",
+            o.as_str()
+        ))),
+    }
 }
 
-/// A `TestReport`'s own `outcome`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReportOutcome {
-    Passed,
-    Failed,
-    Skipped,
+fn call() -> String {
+    "call".into()
 }
 
 impl TestReport {
     /// Its verdict as pytest words it: a failed setup or teardown is an error;
     /// `wasxfail` turns a skip into xfailed and a passed call into xpassed.
-    pub fn verdict(&self) -> AttemptOutcome {
+    pub fn verdict(&self) -> Outcome {
         let call = self.when == "call";
         match self.outcome {
-            ReportOutcome::Failed if !call => AttemptOutcome::Error,
-            ReportOutcome::Failed => AttemptOutcome::Failed,
-            ReportOutcome::Skipped if self.wasxfail => AttemptOutcome::Xfailed,
-            ReportOutcome::Skipped => AttemptOutcome::Skipped,
-            ReportOutcome::Passed if self.wasxfail && call => AttemptOutcome::Xpassed,
-            ReportOutcome::Passed => AttemptOutcome::Passed,
+            Outcome::Failed if !call => Outcome::Error,
+            Outcome::Skipped if self.wasxfail => Outcome::Xfailed,
+            Outcome::Passed if self.wasxfail && call => Outcome::Xpassed,
+            phase => phase,
         }
     }
 

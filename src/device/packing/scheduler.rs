@@ -243,7 +243,7 @@ impl<'a> Scheduler<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::events::AttemptOutcome;
+    use crate::device::events::{AttemptOutcome, Outcome};
     use crate::device::testing::{attempt, frozen, in_lane, plain};
 
     fn ids(n: usize) -> Vec<String> {
@@ -313,7 +313,7 @@ mod tests {
         assert_eq!(first[0].slots, [0]);
         let failed = Event::Attempt {
             scene: 0,
-            attempt: attempt(AttemptOutcome::Failed, &["0"]),
+            attempt: attempt(AttemptOutcome::Test(Outcome::Failed), &["0"]),
         };
         s.on_event(&failed, FollowUp::Retry, &BTreeSet::new());
         // The retry waits for nothing: id 1 is free, and it avoids id 0.
@@ -373,7 +373,7 @@ mod tests {
         // y failed and may be retried; z was handed back (never started).
         let failed = Event::Attempt {
             scene: 1,
-            attempt: attempt(AttemptOutcome::Failed, &["0"]),
+            attempt: attempt(AttemptOutcome::Test(Outcome::Failed), &["0"]),
         };
         s.on_event(&failed, FollowUp::Retry, &BTreeSet::new());
         assert!(s.start_ready().is_empty(), "not before its process is done");

@@ -153,7 +153,10 @@ class Batch:
     #: A scene class's runner node -> the batch's cases of it, batch order.
     cases_of: dict[str, list[Entry]] = field(default_factory=dict)
     left: dict[str, int] = field(default_factory=dict)  # scene -> its items not finished
+    #: scene -> the verdict of its tests so far (rule 2, :meth:`Outcome.of_tests`).
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+    #: A node scene's node reporting now -> its entry and its phases' verdict (rule 1).
+    phases: dict[str, tuple[Entry, Verdict]] = field(default_factory=dict)
     started: dict[str, float] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
     #: The case entry whose case runs now (served functions answer only for it).
@@ -168,15 +171,24 @@ class Batch:
             self.results.write({"scene": entry.scene, "event": "start"})
 
     def note(self, entry: Entry, verdict: Verdict) -> None:
-        old = self.verdicts.get(entry.scene, Verdict(Outcome.PASSED))
-        if verdict.outcome.rank > old.outcome.rank:
-            self.verdicts[entry.scene] = verdict
+        """One test of the scene ended so (a case, or a node whose phases are all in)."""
+        old = self.verdicts.get(entry.scene)
+        self.verdicts[entry.scene] = verdict if old is None else old.of_tests(verdict)
+
+    def note_phase(self, nodeid: str, entry: Entry, verdict: Verdict) -> None:
+        """One phase of a node scene's node ended so; the node counts when it finishes."""
+        old = self.phases.get(nodeid)
+        self.phases[nodeid] = (entry, verdict if old is None else old[1].of_phases(verdict))
 
     def expect(self, entry: Entry) -> None:
         self.left[entry.scene] = self.left.get(entry.scene, 0) + 1
 
     def finish(self, entry: Entry) -> None:
         """One more item of the scene is done; the last one ends the scene."""
+        for nodeid, (owner, verdict) in list(self.phases.items()):
+            if owner.scene == entry.scene:
+                del self.phases[nodeid]
+                self.note(owner, verdict)
         self.left[entry.scene] = self.left.get(entry.scene, 1) - 1
         if self.left[entry.scene] > 0 or entry.scene in self.ended:
             return

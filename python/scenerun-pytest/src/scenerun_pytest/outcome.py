@@ -5,8 +5,17 @@ scene's verdict and pytest's own summary can be compared node for node.
 pytest's rules, kept here: a failure in setup or teardown is an ``error``; a skip in any
 phase is ``skipped``; a call of a test marked ``xfail`` that fails is ``xfailed`` and one
 that passes is ``xpassed`` (a strict xfail that passes is reported failed by pytest
-itself). A node's verdict is the worst of its phases' (``error`` over ``failed`` over
-the rest).
+itself).
+
+Two combining rules, written the same way (same order) in scenerun's ``verdict.rs``:
+
+1. :meth:`Outcome.of_phases`, one node's phases (setup, call, teardown) -> the node's
+   verdict: the worst phase (``error`` over ``failed`` over ``not_reached``, ``skipped``,
+   ``xfailed``, ``xpassed``; a passed phase says nothing).
+2. :meth:`Outcome.of_tests`, the tests of one scene -> the scene's verdict: ``error``,
+   else ``failed``, else the test that ran the furthest (``passed`` over ``xpassed``,
+   ``xfailed``, ``skipped``, ``not_reached``): one passed test and one skipped make a passed
+   scene, as a CI group passes when one of its tests ran and the others skipped.
 """
 
 from __future__ import annotations
@@ -31,12 +40,13 @@ class Outcome(str, enum.Enum):
     #: Upstream's own test would have stopped before it (an earlier case failed).
     NOT_REACHED = "not_reached"
 
-    @property
-    def rank(self) -> int:
-        return _RANK[self]
+    def of_phases(self, other: "Outcome") -> "Outcome":
+        """Rule 1: this phase's verdict, then ``other``'s -> the node's."""
+        return other if _PHASE_RANK[other] > _PHASE_RANK[self] else self
 
-    def worse(self, other: "Outcome") -> "Outcome":
-        return other if other.rank > self.rank else self
+    def of_tests(self, other: "Outcome") -> "Outcome":
+        """Rule 2: this test's verdict, then ``other``'s -> the scene's."""
+        return other if _SCENE_RANK[other] > _SCENE_RANK[self] else self
 
     @property
     def stops_a_node(self) -> bool:
@@ -44,7 +54,8 @@ class Outcome(str, enum.Enum):
         return self in (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED, Outcome.XFAILED)
 
 
-_RANK: Mapping[Outcome, int] = MappingProxyType(
+#: Rule 1's order, weakest first (pytest's own node verdict).
+_PHASE_RANK: Mapping[Outcome, int] = MappingProxyType(
     {
         Outcome.PASSED: 0,
         Outcome.XPASSED: 1,
@@ -56,11 +67,32 @@ _RANK: Mapping[Outcome, int] = MappingProxyType(
     }
 )
 
+#: Rule 2's order, weakest first: a failure over anything, then what ran over what did not.
+_SCENE_RANK: Mapping[Outcome, int] = MappingProxyType(
+    {
+        Outcome.NOT_REACHED: 0,
+        Outcome.SKIPPED: 1,
+        Outcome.XFAILED: 2,
+        Outcome.XPASSED: 3,
+        Outcome.PASSED: 4,
+        Outcome.FAILED: 5,
+        Outcome.ERROR: 6,
+    }
+)
+
 
 @dataclass(frozen=True)
 class Verdict:
     outcome: Outcome
     message: str = ""
+
+    def of_phases(self, other: "Verdict") -> "Verdict":
+        """Rule 1 on verdicts: the one that decides keeps its message."""
+        return other if self.outcome.of_phases(other.outcome) is not self.outcome else self
+
+    def of_tests(self, other: "Verdict") -> "Verdict":
+        """Rule 2 on verdicts: the one that decides keeps its message."""
+        return other if self.outcome.of_tests(other.outcome) is not self.outcome else self
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

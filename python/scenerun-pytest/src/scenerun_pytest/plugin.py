@@ -377,7 +377,7 @@ class LanePlugin:
         if node_entry:
             if report.when == "setup":
                 self.batch.start(node_entry)
-            self.batch.note(node_entry, of_report(report))
+            self.batch.note_phase(report.nodeid, node_entry, of_report(report))
 
     def _poisoned_skip(self, report: pytest.TestReport) -> bool:
         """A skip the suite made because its runtime is poisoned (its sink names the

@@ -40,7 +40,8 @@ class VerdictFile(_Outcome, total=False):
 
 
 class _Recorder:
-    """Keeps the worst verdict of the node's reports, and the collected item."""
+    """Keeps the node's verdict of its reports (rule 1, :meth:`Outcome.of_phases`), and the
+    collected item."""
 
     def __init__(self) -> None:
         self.verdict: Verdict | None = None
@@ -52,8 +53,7 @@ class _Recorder:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         v = of_report(report)
-        if self.verdict is None or v.outcome.rank > self.verdict.outcome.rank:
-            self.verdict = v
+        self.verdict = v if self.verdict is None else self.verdict.of_phases(v)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -41,8 +41,7 @@ class _Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         verdict = of_report(report)
         old = self.verdicts.get(report.nodeid)
-        if old is None or verdict.outcome.rank > old.outcome.rank:
-            self.verdicts[report.nodeid] = verdict
+        self.verdicts[report.nodeid] = verdict if old is None else old.of_phases(verdict)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         verdict = self.verdicts.pop(nodeid, None)

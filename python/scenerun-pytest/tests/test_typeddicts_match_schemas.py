@@ -1,0 +1,91 @@
+"""The plugin's TypedDicts of the formats it shares with scenerun match the JSON Schemas
+those formats have: the generated ones in the checkout's ``schemas/`` (from scenerun's
+Rust types: the worker protocol, a test's verdict file) and the lane results schema the
+plugin ships. A key scenerun reads is a key the plugin's type has; a key scenerun
+requires is required in the plugin's type; a key the plugin writes beyond the schema is
+listed here as one scenerun ignores (the schemas allow unknown keys)."""
+
+import json
+import typing
+from pathlib import Path
+
+import pytest
+
+from scenerun_pytest import lane, scenetest, worker
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = Path(__file__).parent.parent / "src" / "scenerun_pytest" / "lane_results.schema.json"
+
+
+def schema(name):
+    return json.loads((ROOT / "schemas" / f"{name}.schema.json").read_text())
+
+
+def resolve(doc, node):
+    ref = node.get("$ref")
+    if ref:
+        for part in ref.lstrip("#/").split("/"):
+            doc = doc[part]
+        return doc
+    return node
+
+
+def keys(td):
+    return set(typing.get_type_hints(td)), set(td.__required_keys__)
+
+
+def variant_with(doc, node, key):
+    """The object schema among ``node``'s anyOf/oneOf that has property ``key``."""
+    for v in node.get("anyOf", []) + node.get("oneOf", []):
+        v = resolve(doc, v)
+        if key in v.get("properties", {}):
+            return v
+    raise AssertionError(f"no variant with {key!r}")
+
+
+# (TypedDict, schema file, the property that picks the variant, keys the plugin writes
+# that scenerun ignores)
+WORKER = [
+    (worker.Ready, "worker_reply", "ready", {"threads", "classes"}),
+    (worker.Unsupported, "worker_reply", "unsupported", set()),
+    (worker.Ran, "worker_reply", "status", {"note", "depfile_written"}),
+]
+
+
+@pytest.mark.parametrize("td,name,pick,extra", WORKER, ids=lambda x: getattr(x, "__name__", None))
+def test_a_worker_reply_has_every_key_scenerun_reads(td, name, pick, extra):
+    doc = schema(name)
+    v = variant_with(doc, doc, pick)
+    have, required = keys(td)
+    props, needed = set(v["properties"]), set(v.get("required", []))
+    assert props <= have, f"{td.__name__} lacks {props - have}"
+    assert needed <= required, f"{td.__name__} does not require {needed - required}"
+    assert have - props == extra
+
+
+def test_a_worker_request_is_what_scenerun_writes():
+    doc = schema("worker_request")
+    have, _ = keys(worker.Request)
+    assert have == set(doc["properties"])
+
+
+def test_a_verdict_file_is_what_scenerun_reads():
+    doc = schema("verdict")
+    have, required = keys(scenetest.VerdictFile)
+    assert have == set(doc["properties"])
+    assert required == set(doc["required"])
+    words = set(resolve(doc, doc["properties"]["outcome"])["enum"])
+    assert words == {o.value for o in lane.Outcome}
+
+
+LANE = [lane.StartRecord, lane.EndRecord, lane.RestartRecord, lane.ReadyRecord]
+
+
+@pytest.mark.parametrize("td", LANE, ids=lambda td: td.__name__)
+def test_a_lane_record_has_the_keys_of_its_event(td):
+    doc = json.loads(SHIPPED.read_text())
+    (event,) = typing.get_args(typing.get_type_hints(td)["event"])
+    v = doc["$defs"][event]
+    have, required = keys(td)
+    assert have == set(v["properties"])
+    assert set(v["required"]) <= required
