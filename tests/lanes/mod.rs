@@ -13,8 +13,8 @@ mod prestart;
 mod protocol;
 mod pytest;
 mod restart;
-mod server;
 mod selections;
+mod server;
 mod stop;
 mod variants;
 
