@@ -22,6 +22,7 @@ mod remote;
 mod reports;
 mod schemas;
 mod simpler;
+mod simpler_shape;
 mod trust;
 mod verdicts;
 mod warm;
