@@ -1,31 +1,49 @@
 #!/usr/bin/env bash
-# bench/simpler-sim.sh — hw-native-sys/simpler's real suite on its CPU simulator, the same
-# selection both ways, side by side in one run:
-#   upstream: task-submit --device-num N --run "python -m pytest SEL --platform a2a3sim
-#             --device $TASK_DEVICE --manual exclude"   (the stand-in lock, fixtures/bin)
-#   scenerun: scenerun warm && scenerun device           (examples/simpler's files)
+# bench/simpler-sim.sh — hw-native-sys/simpler's real suite on its CPU simulator: the whole
+# per-PR simulator job both ways, side by side in one run:
+#   upstream: each pytest command of the job (.github/workflows/_st-sim-<arch>.yml: the main
+#             run and the DFX smokes, 6 on a2a3sim, 5 on a5sim) in its own acquisition of the
+#             stand-in lock (fixtures/bin/task-submit), one after the other, as the job runs them
+#   scenerun: scenerun warm && scenerun device           (examples/simpler's manifest for PLATFORM)
+# Before measuring, upstream's whole job runs once unmeasured, so simpler's kernel cache
+# (build/cache) holds every kernel each command compiles: "kernel cache warm" is then warm
+# for upstream too (a partly cold cache made upstream compile 86 times inside the lock in
+# earlier figures, 35 once fully warm).
 # Scenarios: kernel cache warm + scene cache cold (what CI sees on a new commit), nothing
 # changed (both caches warm), kernel cache cold, and queued: nothing changed, but another
-# job holds every id for QUEUE_S seconds (default 30) before each command asks, as a
-# fleet's queue would (job wall then includes that wait, the same for both). Per run: job wall, lock held, CPU seconds
-# (user + system of everything the job started), compiles inside and outside the lock
-# (every g++-15/gcc-15 start that compiles or links, counted by a shim first on PATH,
-# placed by its time against the lock's acquire/release in the stand-in's log; toolchain
-# probes such as `g++-15 --version` are not compiles), and verdict differences per pytest node
+# job holds every id for QUEUE_S seconds (default 30) before each acquisition asks, as a
+# fleet's queue would (upstream waits before each of its commands). Per run: job wall,
+# lock held (summed over acquisitions), CPU seconds (user + system of everything the job
+# started), compiles inside and outside the lock (every g++-15/gcc-15 start that compiles
+# or links, counted by a shim first on PATH, placed by its time against the lock's
+# acquire/release in the stand-in's log; toolchain probes such as `g++-15 --version` are
+# not compiles), acquisitions, and verdict differences per (selection, pytest node)
 # against upstream's run of the same scenario (must be 0).
 #
 # Env: SCENERUN_SIMPLER_TREE (required: a tree built by the realsuite setup script, its
-# env.sh beside it), SEL (default "examples tests/st"), DEVICES (default 0-1),
-# SCENARIOS (default "warm-kernels unchanged cold-kernels"; "queued" on request), QUEUE_S,
-# PRESTART (true or all: every lane's `prestart` in the copied scenes.yaml; default as
-# examples/simpler has it), WARM_ARGS (words after
-# `scenerun warm`, e.g. --no-workers to time one process per step).
+# env.sh beside it; for a5sim built with --platforms a5sim or sim), PLATFORM (a2a3sim or
+# a5sim; default a2a3sim), SEL (default "examples tests/st": the main run's paths),
+# DEVICES (default 0-1), SCENARIOS (default "warm-kernels unchanged cold-kernels"; "queued"
+# on request), QUEUE_S, PRESTART (true or all: every lane's `prestart`), WARM_ARGS (words
+# after `scenerun warm`, e.g. --no-workers), PROFILE (a manifest profile, e.g. daily; the
+# upstream commands then take --manual include in the main run), LOAD (N busy loops on
+# the host during both sides, to see what a loaded runner sees; default 0).
 source "$(dirname "$0")/lib.sh"
 TREE=${SCENERUN_SIMPLER_TREE:?set SCENERUN_SIMPLER_TREE to a simpler tree built by the realsuite setup script}
 ENV_SH=$(dirname "$TREE")/env.sh
 [ -f "$ENV_SH" ] || { log "no env.sh beside $TREE: build it with the realsuite setup script"; exit 1; }
 SEL=${SEL:-examples tests/st}
+PLATFORM=${PLATFORM:-a2a3sim}
 DEVICES=${DEVICES:-0-1}
+PROFILE=${PROFILE:-}
+LOAD=${LOAD:-0}
+case $PLATFORM in
+a2a3sim) ARCH=a2a3 MANIFEST=scenes.yaml SMOKES="dep_gen dep_gen_hbg chip_swimlane pmu args_dump" ;;
+a5sim) ARCH=a5 MANIFEST=scenes-a5sim.yaml SMOKES="dep_gen chip_swimlane pmu args_dump" ;;
+*) echo "PLATFORM must be a2a3sim or a5sim" >&2; exit 1 ;;
+esac
+MAIN_MANUAL=exclude
+[ "$PROFILE" = daily ] && MAIN_MANUAL=include
 SCENARIOS=${SCENARIOS:-warm-kernels unchanged cold-kernels}
 QUEUE_S=${QUEUE_S:-30}
 need_tools
@@ -38,9 +56,10 @@ NDEV=$(python3 -c "import sys; a,_,b=sys.argv[1].partition('-'); print(int(b or 
 log "copying $TREE"
 cp -a "$TREE" "$BENCH_TMP/simpler"
 W=$BENCH_TMP/simpler
-cp "$ROOT/examples/simpler/scenes.yaml" "$ROOT/examples/simpler/scenerun_simpler.py" "$W/"
-sed -i "s|examples tests/st|$SEL|g" "$W/scenes.yaml"
-[ -n "${PRESTART:-}" ] && sed -i -E "s/prestart: (true|all)/prestart: $PRESTART/" "$W/scenes.yaml"
+cp "$ROOT/examples/simpler/$MANIFEST" "$ROOT/examples/simpler/scenerun_simpler.py" "$W/"
+sed -i "s|main: *{paths: \[examples, tests/st\]|main: {paths: [$(echo "$SEL" | sed 's/ /, /g')]|" "$W/$MANIFEST"
+[ -n "${PRESTART:-}" ] && sed -i -E "s/prestart: (true|all)/prestart: $PRESTART/" "$W/$MANIFEST"
+SCENERUN_ARGS="--manifest $MANIFEST${PROFILE:+ --profile $PROFILE}"
 python -m pip install -q --disable-pip-version-check "$ROOT/python/scenerun-pytest" >&2
 
 # Compiler starts, with their time: a shim per compiler name first on PATH.
@@ -95,19 +114,55 @@ print(f"{float(wall):.1f} {float(user) + float(system):.1f} {held:.1f} {inside} 
 PY
 }
 
+# One pytest command of the job, by selection name: "paths|options" (--platform, --device,
+# --require-pto-isa and --pto-session-timeout are added by upstream()).
+command_of() {
+    local dfx=tests/st/$ARCH/tensormap_and_ringbuffer/dfx smoke="-p no:xdist --manual include"
+    case $1 in
+    main) echo "$SEL|-v --manual $MAIN_MANUAL" ;;
+    dep_gen) echo "$dfx/dep_gen/|$smoke --enable-dep-gen" ;;
+    dep_gen_hbg) echo "tests/st/$ARCH/host_build_graph/dfx/dep_gen/|$smoke --enable-dep-gen" ;;
+    chip_swimlane) echo "$dfx/chip_swimlane/|$smoke --enable-chip-swimlane --enable-dep-gen" ;;
+    pmu) echo "$dfx/pmu/test_pmu.py|$smoke --enable-pmu 2" ;;
+    args_dump) echo "$dfx/args_dump/test_args_dump.py|$smoke --dump-args" ;;
+    esac
+}
+
+# Upstream's job: each command in its own acquisition, one after the other (a queue
+# before each when $2 is set), every node's verdict recorded with its selection.
 upstream() {
-    job "$1" "cd '$W' && SCENERUN_VERDICTS='$BENCH_TMP/$1.verdicts' PYTEST_ADDOPTS='-p scenerun_pytest.verdicts' \
-        task-submit --timeout 3600 --max-time 3600 --device auto --device-num $NDEV \
-        --run \"python -m pytest $SEL --platform a2a3sim --device \\\$TASK_DEVICE --manual exclude\""
+    local script=$BENCH_TMP/$1.sh sel paths opts
+    : > "$BENCH_TMP/$1.verdicts"
+    {
+        echo "cd '$W'"
+        for sel in main $SMOKES; do
+            IFS='|' read -r paths opts <<< "$(command_of "$sel")"
+            [ -n "${2:-}" ] && echo "hold_ids $2"
+            echo "SCENERUN_VERDICTS='$BENCH_TMP/$1.verdicts' SCENERUN_VERDICTS_SELECTION=$sel PYTEST_ADDOPTS='-p scenerun_pytest.verdicts' \\"
+            echo "    task-submit --timeout 3600 --max-time 3600 --device auto --device-num $NDEV \\"
+            echo "    --run \"python -m pytest $paths --platform $PLATFORM --device \\\$TASK_DEVICE --pto-session-timeout 600 --require-pto-isa $opts\""
+        done
+    } > "$script"
+    job "$1" "$(declare -f hold_ids); BENCH_TMP='$BENCH_TMP' DEVICES='$DEVICES'; source '$script'"
 }
 
 # Another job holds every id for $1 seconds; returns once it has them (its lock events go
 # to a log of its own, so they count in no job's figures).
-hold() {
+hold_ids() {
     local events=$BENCH_TMP/holder.events
     : > "$events"
     TASK_SUBMIT_LOG=$events task-submit --device "$DEVICES" --run "sleep $1" > /dev/null 2>&1 &
     while ! grep -q '^acquire' "$events"; do sleep 0.05; done
+}
+
+# N busy loops for the length of a job (LOAD), stopped by the returned pid list.
+busy() {
+    local pids="" i
+    for i in $(seq 1 "$LOAD"); do
+        (while :; do :; done) &
+        pids="$pids $!"
+    done
+    echo "$pids"
 }
 
 flow() {
@@ -128,7 +183,7 @@ flow() {
         done
         log "$1: at most $n lane processes (and fork server) waited for their ids at once: $((most / 1024)) MiB resident (RSS), $((pss / 1024)) MiB proportional (PSS) in all"
     ) &
-    job "$1" "cd '$W' && scenerun warm ${WARM_ARGS:-} && scenerun device"
+    job "$1" "cd '$W' && scenerun $SCENERUN_ARGS warm ${WARM_ARGS:-} && scenerun $SCENERUN_ARGS device"
     touch "$BENCH_TMP/$1.done"
     wait $!
     cp "$W/build/scenerun/report.json" "$BENCH_TMP/$1.report.json" 2>/dev/null || true
@@ -161,8 +216,13 @@ print(f"| {n} | {uw}s | {sw}s ({r(uw, sw)}) | {uh}s | {sh}s ({r(uh, sh)}) | {uc}
 PY
 }
 
-echo "| scenario ($SEL, $NDEV ids) | job wall upstream | job wall scenerun | lock held upstream | lock held scenerun | CPU upstream | CPU scenerun | compiles in/out of lock, upstream | compiles in/out, scenerun | acquisitions | verdict differences |"
+log "warm-up: upstream's whole job once, unmeasured, so simpler's kernel cache holds every kernel it compiles"
+upstream warmup > /dev/null
+
+echo "| scenario ($PLATFORM${PROFILE:+ $PROFILE}, $NDEV ids) | job wall upstream | job wall scenerun | lock held upstream | lock held scenerun | CPU upstream | CPU scenerun | compiles in/out of lock, upstream | compiles in/out, scenerun | acquisitions | verdict differences |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
+LOADERS=""
+[ "$LOAD" -gt 0 ] && LOADERS=$(busy) && trap 'kill $LOADERS 2>/dev/null || true; [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$BENCH_TMP"' EXIT
 for s in $SCENARIOS; do
     case $s in
     warm-kernels)
@@ -180,11 +240,10 @@ for s in $SCENARIOS; do
         ;;
     queued)
         log "$s: upstream again, another job holding the ids for ${QUEUE_S}s first"
-        hold "$QUEUE_S"
-        u=$(upstream "$s-up")
+        u=$(upstream "$s-up" "$QUEUE_S")
         wait
         log "$s: scenerun again (nothing changed), the same queue"
-        hold "$QUEUE_S"
+        hold_ids "$QUEUE_S"
         f=$(flow "$s-sr")
         wait
         ;;
