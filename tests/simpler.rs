@@ -1,7 +1,9 @@
 //! hw-native-sys/simpler's real suite on its CPU simulator, adopted with exactly the files
 //! docs/adopting.md gives (`examples/simpler/`): the install command as the guide writes
-//! it, then upstream's own command and `scenerun warm && scenerun device` over one subset,
-//! verdicts compared node for node. The tree must be one built by the realsuite setup
+//! it, then upstream's own commands (the main run over one subset and two DFX smokes, each
+//! its own pytest) and `scenerun warm && scenerun device` over the same three selections
+//! in one acquisition, verdicts compared per (selection, node), the smoke's DFX files its
+//! scene's. The tree must be one built by the realsuite setup
 //! script (its `env.sh` beside the tree); `SCENERUN_SIMPLER_TREE` names it when the tests
 //! are built, else this is listed as ignored with the reason (CI cannot build it).
 
@@ -134,46 +136,74 @@ fn the_guides_files_give_upstreams_verdicts_node_for_node() {
         "pip wrote into the plugin's tree"
     );
     // The files the guide says to copy, where it says.
-    for f in ["scenes.yaml", "scenerun_simpler.py"] {
-        std::fs::copy(
-            Path::new(REPO).join("examples/simpler").join(f),
-            t.root.join(f),
-        )
-        .unwrap();
+    for e in std::fs::read_dir(Path::new(REPO).join("examples/simpler")).unwrap() {
+        let f = e.unwrap().path();
+        std::fs::copy(&f, t.root.join(f.file_name().unwrap())).unwrap();
     }
-    // Only the selection differs from the guide's: the subset instead of examples tests/st.
+    // Only the main selection's paths differ from the guide's: the subset instead of
+    // examples tests/st.
     let manifest = t.root.join("scenes.yaml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     let subset = SUBSET.join(" ");
-    let narrowed = text.replace("examples tests/st", &subset);
+    let narrowed = text.replace(
+        "main:          {paths: [examples, tests/st]",
+        &format!("main:          {{paths: [{}]", SUBSET.join(", ")),
+    );
     assert_ne!(
         narrowed, text,
-        "the guide's manifest names `examples tests/st`"
+        "the guide's manifest names `examples tests/st` for main"
     );
     std::fs::write(&manifest, narrowed).unwrap();
 
-    // Upstream's own command, its verdicts recorded in every process it starts.
-    let o = t.sh(
-        &format!(
-            "SCENERUN_VERDICTS=upstream.jsonl PYTEST_ADDOPTS='-p scenerun_pytest.verdicts' \
-             python -m pytest {subset} --platform a2a3sim --device 0-1 --manual exclude -q"
+    // Upstream's own commands: the main run and two of the job's smokes, each its own
+    // pytest, their verdicts recorded per (selection, node) in every process they start.
+    let dfx = "tests/st/a2a3/tensormap_and_ringbuffer/dfx";
+    let commands = [
+        ("main", format!("{subset} --manual exclude")),
+        (
+            "pmu",
+            format!("{dfx}/pmu/test_pmu.py -p no:xdist --manual include --enable-pmu 2"),
         ),
-        None,
-    );
+        (
+            "args_dump",
+            format!("{dfx}/args_dump/test_args_dump.py -p no:xdist --manual include --dump-args"),
+        ),
+    ];
+    for (selection, words) in &commands {
+        let o = t.sh(
+            &format!(
+                "SCENERUN_VERDICTS=upstream.jsonl SCENERUN_VERDICTS_SELECTION={selection} \
+                 PYTEST_ADDOPTS='-p scenerun_pytest.verdicts' SIMPLER_SCHEDULER_TIMEOUT_MS=5000 \
+                 python -m pytest {words} --platform a2a3sim --device 0-1 \
+                 --pto-session-timeout 600 --require-pto-isa -q"
+            ),
+            None,
+        );
+        assert!(code(&o) <= 1, "{selection}: {}", show(&o));
+    }
     let upstream = std::fs::read_to_string(t.root.join("upstream.jsonl")).unwrap_or_default();
-    assert!(upstream.lines().count() >= 10, "{upstream}\n{}", show(&o));
+    assert!(upstream.lines().count() >= 12, "{upstream}");
     for kind in ["passed", "skipped", "failed"] {
         assert!(
             upstream.contains(&format!(r#""verdict": "{kind}""#)),
             "{upstream}"
         );
     }
+    for selection in ["pmu", "args_dump"] {
+        assert!(
+            upstream.contains(&format!(r#""selection": "{selection}""#)),
+            "{upstream}"
+        );
+    }
 
-    // scenerun, through the lock stand-in: one acquisition.
+    // scenerun, the same three selections of the job, through the lock stand-in: one
+    // acquisition for all three.
+    let only = "--selection main --selection pmu --selection args_dump";
     let pool = Pool::new("0-1");
-    let o = t.sh("scenerun warm", Some(&pool));
+    let _ = std::fs::remove_dir_all(t.root.join("outputs")); // upstream's DFX files
+    let o = t.sh(&format!("scenerun {only} warm"), Some(&pool));
     assert_eq!(code(&o), 0, "{}", show(&o));
-    let o = t.sh("scenerun device", Some(&pool));
+    let o = t.sh(&format!("scenerun {only} device"), Some(&pool));
     assert_eq!(
         code(&o),
         1,
@@ -187,4 +217,25 @@ fn the_guides_files_give_upstreams_verdicts_node_for_node() {
     );
     assert_eq!(code(&cmp), 0, "{}\n{}", show(&cmp), show(&o));
     assert!(stdout(&cmp).contains(" 0 differences"), "{}", show(&cmp));
+    // What the PMU smoke wrote is its scene's, under the report dir, named in report.json.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.root.join("build/scenerun/report.json")).unwrap())
+            .unwrap();
+    let pmu = report["scenes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["selection"] == "pmu")
+        .expect("a pmu scene");
+    let outputs = pmu["outputs"].as_array().cloned().unwrap_or_default();
+    assert!(
+        outputs
+            .iter()
+            .any(|f| f.as_str().unwrap_or("").contains("pmu")),
+        "{pmu}"
+    );
+    assert!(
+        !t.root.join("outputs").exists(),
+        "no DFX output in simpler's shared outputs/"
+    );
 }
