@@ -565,12 +565,15 @@ fn shell(command: &str, dir: &Path, env: &BTreeMap<String, String>) -> duct::Exp
 /// gives them (less what `hide_from_children` named, URL variables redacted); stdin,
 /// stdout and stderr inherited unless the caller redirects them. No `Command::new`
 /// elsewhere hands a child scenerun's environment.
+/// `program` is a name looked up on `PATH` (`git`) or a path (a compiler's real file),
+/// as a shell would take it: a bare name is never read as `./name`.
 pub fn program(
-    program: &Path,
+    program: impl AsRef<std::ffi::OsStr>,
     args: &[std::ffi::OsString],
     dir: &Path,
     env: &BTreeMap<String, String>,
 ) -> duct::Expression {
+    let program: std::ffi::OsString = program.as_ref().to_owned();
     for_child(duct::cmd(program, args), dir, env)
 }
 

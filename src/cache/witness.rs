@@ -22,7 +22,8 @@ pub type Told = (String, u64, String);
 /// The largest message a shim sends (one entry's file list).
 const MAX_MESSAGE: u64 = 1 << 20;
 
-/// The run's end of the socket: every (key → files) a shim told it, first word kept.
+/// The run's end of the socket: every (key → files) a shim told it, the latest word kept
+/// (what the entry holds now, if nothing changed it since).
 pub struct Witness {
     path: PathBuf,
     told: Arc<Mutex<BTreeMap<String, Vec<Told>>>>,
@@ -44,10 +45,11 @@ impl Witness {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 if let Some((key, files)) = receive(stream, &me) {
+                    // The latest word: a second compile of the same key (its twin
+                    // was not signed yet, so it missed) replaced the entry.
                     kept.lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .entry(key)
-                        .or_insert(files);
+                        .insert(key, files);
                 }
             }
         });

@@ -11,6 +11,16 @@ use std::os::unix::fs::MetadataExt;
 use super::signed::keypair;
 use super::*;
 
+/// The one file a compiled entry holds under `out/result/` (named as the compile's output).
+fn the_output(entry: &std::path::Path) -> std::path::PathBuf {
+    let mut files: Vec<_> = fs::read_dir(entry.join("out/result"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files.remove(0)
+}
+
 /// A suite whose one device step runs `step.sh`: it compiles `kernel.c` through the
 /// shim of `tcc-15` (the real `cc`, each compile logged), runs what it built (appending
 /// its output to `logs/ran.log`), then does whatever `attack.sh` does.
@@ -104,13 +114,14 @@ log = os.environ["LOG"]
 keys = [json.loads(l).get("key") for l in open(log) if '"built"' in l]
 key = [k for k in keys if k][-1]
 entry = os.path.join("cache/entries/compiled", key[:2], key)
-res = os.path.join(entry, "out/result")
+name = os.listdir(os.path.join(entry, "out/result"))[0]
+res = os.path.join(entry, "out/result", name)
 os.chmod(res, 0o755)
 shutil.copyfile("evil.bin", res)
 m = json.load(open(os.path.join(entry, "meta.json")))
 for f in m["files"]:
     f.pop("stamp", None)
-    if f["path"] == "result":
+    if f["path"] == "result/" + name:
         f["size"] = {size}
         f["blake3"] = "{hash}"
 m.pop("copy", None)
@@ -128,7 +139,7 @@ json.dump(m, open(os.path.join(entry, "meta.json"), "w"))
     let entries = compiled_entries(&s);
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert_eq!(
-        fs::read(entries[0].join("out/result")).unwrap(),
+        fs::read(the_output(&entries[0])).unwrap(),
         evil,
         "the step swapped it"
     );

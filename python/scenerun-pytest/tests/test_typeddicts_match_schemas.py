@@ -1,7 +1,8 @@
 """The plugin's TypedDicts of the formats it shares with scenerun match the JSON Schemas
 those formats have: the generated ones in the checkout's ``schemas/`` (from scenerun's
-Rust types: the worker protocol, a test's verdict file) and the lane results schema the
-plugin ships. A key scenerun reads is a key the plugin's type has; a key scenerun
+Rust types: a test's verdict file) and the lane results schema the plugin ships. The
+server's protocol (warm steps and forked lanes) is checked against its own schema by
+test_server.py. A key scenerun reads is a key the plugin's type has; a key scenerun
 requires is required in the plugin's type; a key the plugin writes beyond the schema is
 listed here as one scenerun ignores (the schemas allow unknown keys)."""
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scenerun_pytest import lane, scenetest, worker
+from scenerun_pytest import lane, scenetest
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = Path(__file__).parent.parent / "src" / "scenerun_pytest" / "lane_results.schema.json"
@@ -32,41 +33,6 @@ def resolve(doc, node):
 
 def keys(td):
     return set(typing.get_type_hints(td)), set(td.__required_keys__)
-
-
-def variant_with(doc, node, key):
-    """The object schema among ``node``'s anyOf/oneOf that has property ``key``."""
-    for v in node.get("anyOf", []) + node.get("oneOf", []):
-        v = resolve(doc, v)
-        if key in v.get("properties", {}):
-            return v
-    raise AssertionError(f"no variant with {key!r}")
-
-
-# (TypedDict, schema file, the property that picks the variant, keys the plugin writes
-# that scenerun ignores)
-WORKER = [
-    (worker.Ready, "worker_reply", "ready", {"threads", "classes"}),
-    (worker.Unsupported, "worker_reply", "unsupported", set()),
-    (worker.Ran, "worker_reply", "status", {"note", "depfile_written"}),
-]
-
-
-@pytest.mark.parametrize("td,name,pick,extra", WORKER, ids=lambda x: getattr(x, "__name__", None))
-def test_a_worker_reply_has_every_key_scenerun_reads(td, name, pick, extra):
-    doc = schema(name)
-    v = variant_with(doc, doc, pick)
-    have, required = keys(td)
-    props, needed = set(v["properties"]), set(v.get("required", []))
-    assert props <= have, f"{td.__name__} lacks {props - have}"
-    assert needed <= required, f"{td.__name__} does not require {needed - required}"
-    assert have - props == extra
-
-
-def test_a_worker_request_is_what_scenerun_writes():
-    doc = schema("worker_request")
-    have, _ = keys(worker.Request)
-    assert have == set(doc["properties"])
 
 
 def test_a_verdict_file_is_what_scenerun_reads():
