@@ -416,14 +416,16 @@ impl Compile<'_> {
                 .collect())
         };
         let headers = parse(depfile)?;
-        // The linker lists the compiler's own temporary objects, gone by now (in the
-        // temporary directory, named `cc…`): not read files.
+        // The linker lists the compiler driver's own temporary objects, gone by now: in
+        // the temporary directory, named `cc…` by gcc and `<source>-<hex>.o` by clang,
+        // and never named on the command line. Not read files.
         let tmp = std::env::temp_dir();
+        let named = |p: &PathBuf| s.args.iter().any(|a| self.cwd.join(a) == *p);
         let temporary = |p: &PathBuf| {
             !p.exists()
                 && p.parent() == Some(tmp.as_path())
-                && p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("cc"))
+                && p.extension().is_some_and(|e| e == "o")
+                && !named(p)
         };
         let linked: Vec<PathBuf> = match s.links {
             true => parse(linkfile)?

@@ -342,3 +342,37 @@ fn two_checkouts_share_entries_unless_the_output_names_the_checkout() {
     device(&one);
     assert_eq!(output_of(&one, "out/prog"), "5");
 }
+
+/// clang names the objects a compile-and-link command makes for itself
+/// `<source>-<hex>.o` in the temporary directory (gcc: `cc<hex>.o`); the linker's
+/// dependency file lists them, and they are gone when the command ends. They are not
+/// files the compile read: the command is kept and served (it used to be "compiled, not
+/// kept", every run). Needs a clang on PATH (`clang`, or Debian's `clang-19`); without
+/// one the test says so and fails nothing it could not check.
+#[test]
+fn a_compile_and_link_by_clang_is_kept_despite_its_own_temporary_objects() {
+    let Some(clang) = ["clang", "clang-19"].into_iter().find(|c| {
+        std::process::Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        eprintln!("SKIPPED a_compile_and_link_by_clang_is_kept_despite_its_own_temporary_objects: no clang on PATH");
+        return;
+    };
+    let s = probe("cc-15 -O2 -o out/prog k.c\n");
+    s.script(
+        "tools/cc-15",
+        &wrapper("").replace("exec cc ", &format!("exec {clang} ")),
+    );
+    s.write(
+        "k.c",
+        "#include <stdio.h>\nint main(void) { puts(\"7\"); return 0; }\n",
+    );
+    let first = device(&s);
+    assert_eq!(first["built"], 1, "{first}");
+    let again = device(&s);
+    assert_eq!(runs(&s), 1, "served, not compiled again: {again}");
+    assert_eq!(again["hit"], 1, "{again}");
+    assert_eq!(output_of(&s, "out/prog"), "7");
+}
