@@ -14,6 +14,8 @@ need() {
 need cc gcc
 need flock util-linux
 need git git
+# A clang for the compile cache's clang test (tests/lanes/compile_exact.rs): any version.
+command -v clang-19 >/dev/null || need clang clang
 # The remote-cache tests run against a real nginx (WebDAV PUT); Debian puts it in /usr/sbin.
 [ -x /usr/sbin/nginx ] || need nginx nginx
 # The pytest lane test (tests/lanes/pytest.rs, docs/lanes.md): the shared virtualenv

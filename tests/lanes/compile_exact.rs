@@ -347,8 +347,8 @@ fn two_checkouts_share_entries_unless_the_output_names_the_checkout() {
 /// `<source>-<hex>.o` in the temporary directory (gcc: `cc<hex>.o`); the linker's
 /// dependency file lists them, and they are gone when the command ends. They are not
 /// files the compile read: the command is kept and served (it used to be "compiled, not
-/// kept", every run). Needs a clang on PATH (`clang`, or Debian's `clang-19`); without
-/// one the test says so and fails nothing it could not check.
+/// kept", every run). Needs a clang on PATH (`clang`, or Debian's `clang-19`), which
+/// .ci/deps.sh installs.
 #[test]
 fn a_compile_and_link_by_clang_is_kept_despite_its_own_temporary_objects() {
     let Some(clang) = ["clang", "clang-19"].into_iter().find(|c| {
@@ -357,8 +357,7 @@ fn a_compile_and_link_by_clang_is_kept_despite_its_own_temporary_objects() {
             .output()
             .is_ok_and(|o| o.status.success())
     }) else {
-        eprintln!("SKIPPED a_compile_and_link_by_clang_is_kept_despite_its_own_temporary_objects: no clang on PATH");
-        return;
+        panic!("no clang on PATH (`bash .ci/deps.sh` installs one)");
     };
     let s = probe("cc-15 -O2 -o out/prog k.c\n");
     s.script(
