@@ -416,17 +416,7 @@ impl Compile<'_> {
                 .collect())
         };
         let headers = parse(depfile)?;
-        // The linker lists the compiler driver's own temporary objects, gone by now: in
-        // the temporary directory, named `cc…` by gcc and `<source>-<hex>.o` by clang,
-        // and never named on the command line. Not read files.
-        let tmp = std::env::temp_dir();
-        let named = |p: &PathBuf| s.args.iter().any(|a| self.cwd.join(a) == *p);
-        let temporary = |p: &PathBuf| {
-            !p.exists()
-                && p.parent() == Some(tmp.as_path())
-                && p.extension().is_some_and(|e| e == "o")
-                && !named(p)
-        };
+        let temporary = |p: &PathBuf| driver_temporary(p, s, &self.cwd);
         let linked: Vec<PathBuf> = match s.links {
             true => parse(linkfile)?
                 .into_iter()
@@ -813,6 +803,16 @@ impl RunLog {
         }
         log
     }
+}
+
+/// An object the compiler driver made for itself and the linker listed, gone by now: in
+/// the temporary directory, named `cc…` by gcc and `<source>-<hex>.o` by clang, and
+/// never named on the command line. Not a file the compile read.
+fn driver_temporary(p: &Path, s: &Shape, cwd: &Path) -> bool {
+    !p.exists()
+        && p.parent() == Some(std::env::temp_dir().as_path())
+        && p.extension().is_some_and(|e| e == "o")
+        && !s.args.iter().any(|a| cwd.join(a) == p)
 }
 
 /// Short printable text, as every `Why::reason` is: a forged line's reason never brings
