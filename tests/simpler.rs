@@ -201,9 +201,9 @@ fn the_guides_files_give_upstreams_verdicts_node_for_node() {
     let only = "--selection main --selection pmu --selection args_dump";
     let pool = Pool::new("0-1");
     let _ = std::fs::remove_dir_all(t.root.join("outputs")); // upstream's DFX files
-    let o = t.sh(&format!("scenerun {only} warm"), Some(&pool));
+    let o = t.sh(&format!("scenerun warm {only}"), Some(&pool));
     assert_eq!(code(&o), 0, "{}", show(&o));
-    let o = t.sh(&format!("scenerun {only} device"), Some(&pool));
+    let o = t.sh(&format!("scenerun device {only}"), Some(&pool));
     assert_eq!(
         code(&o),
         1,
