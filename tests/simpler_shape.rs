@@ -189,3 +189,46 @@ fn the_daily_switch_widens_the_main_run_from_the_same_manifest() {
         assert!(!manual(&per_pr) && manual(&daily), "{manifest}");
     }
 }
+
+/// A `prepare` step that names the selection placeholders is one step per selection, and
+/// each is its own selection's scenes' only: the kernel pass of `dep_gen` is never a
+/// step of a main scene (a failure of it fails only its selection's scenes). What is
+/// wrong with its inputs is said once, not once per selection.
+#[test]
+fn a_selections_prepare_step_is_its_own_scenes_and_its_errors_are_said_once() {
+    let (_d, root) = shape();
+    let p = plan(&root, "scenes.yaml", &[]);
+    let selection_of: std::collections::BTreeMap<String, String> =
+        scenes(&p).into_iter().map(|(s, n, _)| (n, s)).collect();
+    let prepares: Vec<&Value> = p["warm"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "prepare")
+        .collect();
+    assert_eq!(
+        prepares.len(),
+        selection_of.len(),
+        "one per scene: {prepares:?}"
+    );
+    for st in prepares {
+        let scene = st["scene"].as_str().unwrap();
+        let want = format!("kernels.{}", selection_of[scene]);
+        assert_eq!(st["name"], want.as_str(), "{st}");
+    }
+
+    std::fs::remove_file(root.join("pto_isa.pin")).unwrap();
+    let o = scenerun()
+        .current_dir(&root)
+        .args(["plan"])
+        .output()
+        .unwrap();
+    expect_code(&o, 4);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("has 1 error"), "{err}");
+    assert_eq!(
+        err.matches("input file not found: `pto_isa.pin`").count(),
+        1,
+        "{err}"
+    );
+}

@@ -299,11 +299,11 @@ impl Ctx {
             let runs = match self.per_selection(&p.run, &format!("{path}.run")) {
                 Some(runs) => runs
                     .into_iter()
-                    .map(|(s, r)| (format!("{}.{s}", p.name), r))
+                    .map(|(s, r)| (format!("{}.{s}", p.name), r, Some(s)))
                     .collect(),
-                None => vec![(p.name.clone(), p.run.clone())],
+                None => vec![(p.name.clone(), p.run.clone(), None)],
             };
-            for (name, run) in runs {
+            for (name, run, selection) in runs {
                 let g = raw::GenStep {
                     run,
                     inputs: p.inputs.clone(),
@@ -315,7 +315,11 @@ impl Ctx {
                     worker: p.worker.clone(),
                 };
                 if let Some(step) = self.gen_fields(g, &path, allowed::PREPARE) {
-                    out.push(Prepare { name, step });
+                    out.push(Prepare {
+                        name,
+                        step,
+                        selection,
+                    });
                 }
             }
         }

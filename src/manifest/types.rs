@@ -237,12 +237,16 @@ impl GenStep {
 }
 
 /// A `prepare:` step: a project's own warm-up (filling its kernel cache, say), keyed
-/// like a fixture from the manifest's platform and env, and shared by every scene: when
-/// it fails, every selected scene has failed in warm.
+/// like a fixture from the manifest's platform and env, and shared by every scene it is
+/// for: when it fails, each of them has failed in warm.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Prepare {
     pub name: String,
     pub step: GenStep,
+    /// The selection it runs for (its command names the selection's placeholders): the
+    /// scenes of that selection, and those of no selection. None: every scene.
+    #[serde(default)]
+    pub selection: Option<String>,
 }
 
 /// One entry of `scenes_from:`.

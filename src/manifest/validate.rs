@@ -97,7 +97,7 @@ impl Ctx {
     }
 
     pub(super) fn err(&mut self, path: &str, message: impl Into<String>) {
-        self.diags.push(Diag {
+        self.push(Diag {
             line: None,
             col: None,
             path: path.to_string(),
@@ -106,12 +106,20 @@ impl Ctx {
     }
 
     pub(super) fn err_at(&mut self, path: &str, pos: yaml::Pos, message: impl Into<String>) {
-        self.diags.push(Diag {
+        self.push(Diag {
             line: Some(pos.line),
             col: Some(pos.col),
             path: path.to_string(),
             message: message.into(),
         });
+    }
+
+    /// One diagnostic once: a part validated once per selection (a `prepare` step's
+    /// inputs) says what is wrong with it once, not once per selection.
+    fn push(&mut self, d: Diag) {
+        if !self.diags.contains(&d) {
+            self.diags.push(d);
+        }
     }
 
     /// Report (and drop) every unknown key of a mapping, with a did-you-mean when one is
