@@ -203,7 +203,7 @@ pub fn render(err: &anyhow::Error) -> String {
 }
 
 /// One problem in a manifest.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Diag {
     pub line: Option<usize>,
     pub col: Option<usize>,

@@ -57,6 +57,9 @@ pub(super) struct Ctx {
     pub(super) file: String,
     pub(super) dir: PathBuf,
     pub(super) diags: Vec<Diag>,
+    /// The diagnostics already in `diags` (`push`): a hostile manifest makes hundreds of
+    /// thousands, so a linear search per push would be quadratic.
+    said: std::collections::HashSet<Diag>,
     pub(super) notes: Vec<String>,
     /// The manifest's paths, and what validation looked at outside the text (for the
     /// manifest memo).
@@ -84,6 +87,7 @@ impl Ctx {
             file,
             dir: dir.to_path_buf(),
             diags: Vec::new(),
+            said: std::collections::HashSet::new(),
             notes: Vec::new(),
             paths: Resolver::new(dir),
             broken_toolchains: Vec::new(),
@@ -117,7 +121,7 @@ impl Ctx {
     /// One diagnostic once: a part validated once per selection (a `prepare` step's
     /// inputs) says what is wrong with it once, not once per selection.
     fn push(&mut self, d: Diag) {
-        if !self.diags.contains(&d) {
+        if self.said.insert(d.clone()) {
             self.diags.push(d);
         }
     }
