@@ -190,10 +190,11 @@ fn the_daily_switch_widens_the_main_run_from_the_same_manifest() {
     }
 }
 
-/// A `prepare` step that names the selection placeholders is one step per selection, and
-/// each is its own selection's scenes' only: the kernel pass of `dep_gen` is never a
-/// step of a main scene (a failure of it fails only its selection's scenes). What is
-/// wrong with its inputs is said once, not once per selection.
+/// A `prepare` step is its own selections' scenes' only: the main run's kernel pass
+/// (`prepare[].selections: [main]`, one step) is never a step of a smoke's scene, and
+/// the DFX smokes share one pass (`kernels_dfx`, one step for five selections) rather
+/// than a collection and a cache check each. What is wrong with their inputs is said
+/// once per entry that names it, not once per selection.
 #[test]
 fn a_selections_prepare_step_is_its_own_scenes_and_its_errors_are_said_once() {
     let (_d, root) = shape();
@@ -211,10 +212,25 @@ fn a_selections_prepare_step_is_its_own_scenes_and_its_errors_are_said_once() {
         selection_of.len(),
         "one per scene: {prepares:?}"
     );
+    let mut keys = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
     for st in prepares {
         let scene = st["scene"].as_str().unwrap();
-        let want = format!("kernels.{}", selection_of[scene]);
-        assert_eq!(st["name"], want.as_str(), "{st}");
+        let want = match selection_of[scene].as_str() {
+            "main" => "kernels.main",
+            _ => "kernels_dfx",
+        };
+        assert_eq!(st["name"], want, "{st}");
+        keys.entry(want.to_string())
+            .or_default()
+            .insert(st["key"].as_str().unwrap_or_default().to_string());
+    }
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for (name, k) in &keys {
+        assert_eq!(
+            k.len(),
+            1,
+            "{name} is one step (one key) for all its scenes: {k:?}"
+        );
     }
 
     std::fs::remove_file(root.join("pto_isa.pin")).unwrap();
@@ -225,10 +241,41 @@ fn a_selections_prepare_step_is_its_own_scenes_and_its_errors_are_said_once() {
         .unwrap();
     expect_code(&o, 4);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("has 1 error"), "{err}");
-    assert_eq!(
-        err.matches("input file not found: `pto_isa.pin`").count(),
-        1,
+    // Once per prepare entry that names it (two: the main run's and the smokes'), not
+    // once per selection (six).
+    assert!(err.contains("has 2 errors"), "{err}");
+    for at in ["prepare[0].inputs[4]", "prepare[1].inputs[4]"] {
+        assert_eq!(
+            err.matches(&format!("{at}: input file not found: `pto_isa.pin`"))
+                .count(),
+            1,
+            "{err}"
+        );
+    }
+}
+
+/// `prepare[].selections` names selections under `selections:`: an unknown name is an
+/// error at its place, with the names there are (exit 4), never a step for no scene.
+#[test]
+fn a_prepare_step_for_an_unknown_selection_is_an_error_at_its_place() {
+    let (_d, root) = shape();
+    let path = root.join("scenes.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let bad = text.replace("selections: [dep_gen, ", "selections: [dep_gne, ");
+    assert_ne!(
+        bad, text,
+        "the manifest names the smokes' prepare selections"
+    );
+    std::fs::write(&path, bad).unwrap();
+    let o = scenerun()
+        .current_dir(&root)
+        .args(["plan"])
+        .output()
+        .unwrap();
+    expect_code(&o, 4);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("prepare[1].selections: unknown selection `dep_gne` (defined under `selections:`: main, dep_gen,"),
         "{err}"
     );
 }

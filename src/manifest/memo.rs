@@ -21,7 +21,7 @@ use super::paths::{Probe, Resolver};
 use super::{FileRef, Manifest};
 
 /// Bump when `Manifest`, the key or the probes change shape.
-const SCHEMA: u32 = 6;
+const SCHEMA: u32 = 7;
 
 thread_local! {
     /// The manifest directory while a memo is written or read on this thread: a path

@@ -250,6 +250,8 @@ pub struct Prepare {
     pub timeout: Option<Scalar>,
     pub identity: Option<String>,
     pub worker: Option<String>,
+    /// The selections it is for (default: every one).
+    pub selections: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -294,16 +294,18 @@ impl Ctx {
                 );
             }
             seen.push(p.name.clone());
-            // Once per selection (`<name>.<selection>`) when it names the selections'
-            // placeholders.
+            let only = self.prepare_selections(p.selections.as_deref(), &path);
+            // Once per selection (`<name>.<selection>`, only those of its `selections:`)
+            // when it names the selections' placeholders.
             let runs = match self.per_selection(&p.run, &format!("{path}.run")) {
                 Some(runs) => runs
                     .into_iter()
-                    .map(|(s, r)| (format!("{}.{s}", p.name), r, Some(s)))
+                    .filter(|(s, _)| only.is_empty() || only.contains(s))
+                    .map(|(s, r)| (format!("{}.{s}", p.name), r, vec![s]))
                     .collect(),
-                None => vec![(p.name.clone(), p.run.clone(), None)],
+                None => vec![(p.name.clone(), p.run.clone(), only)],
             };
-            for (name, run, selection) in runs {
+            for (name, run, selections) in runs {
                 let g = raw::GenStep {
                     run,
                     inputs: p.inputs.clone(),
@@ -318,9 +320,36 @@ impl Ctx {
                     out.push(Prepare {
                         name,
                         step,
-                        selection,
+                        selections,
                     });
                 }
+            }
+        }
+        out
+    }
+
+    /// A prepare step's `selections:`: names under `selections:`, each once (an error
+    /// at `prepare[i].selections` otherwise); empty when not given.
+    fn prepare_selections(&mut self, names: Option<&[String]>, path: &str) -> Vec<String> {
+        let Some(names) = names else {
+            return Vec::new();
+        };
+        let at = format!("{path}.selections");
+        if names.is_empty() {
+            self.err(
+                &at,
+                "an empty list: leave `selections` out to mean every selection",
+            );
+        }
+        let mut out: Vec<String> = Vec::new();
+        for n in names {
+            if !self.selections_declared.iter().any(|s| s.name == *n) {
+                let msg = self.unknown_selection(n);
+                self.err(&at, msg);
+            } else if out.contains(n) {
+                self.err(&at, format!("selection `{n}` is named twice"));
+            } else {
+                out.push(n.clone());
             }
         }
         out

@@ -243,10 +243,21 @@ impl GenStep {
 pub struct Prepare {
     pub name: String,
     pub step: GenStep,
-    /// The selection it runs for (its command names the selection's placeholders): the
-    /// scenes of that selection, and those of no selection. None: every scene.
+    /// The selections whose scenes it is for (with those of no selection): the one it
+    /// runs for when its command names the selection's placeholders, else its
+    /// `selections:`. Empty: every scene.
     #[serde(default)]
-    pub selection: Option<String>,
+    pub selections: Vec<String>,
+}
+
+impl Prepare {
+    /// Whether it is a step of a scene of `selection` (None: a scene of no selection).
+    pub fn is_for(&self, selection: Option<&str>) -> bool {
+        match selection {
+            Some(s) if !self.selections.is_empty() => self.selections.iter().any(|p| p == s),
+            _ => true,
+        }
+    }
 }
 
 /// One entry of `scenes_from:`.

@@ -385,11 +385,11 @@ fn steps_of(manifest: &Manifest, selected: &[usize]) -> (Vec<PlanScene>, Vec<Ste
             steps.push(step);
         }
         // A selection's prepare step is its scenes' (and those of no selection).
-        let of_scene = |p: &&crate::manifest::Prepare| match (&p.selection, &s.selection) {
-            (Some(a), Some(b)) => a == b,
-            _ => true,
-        };
-        for p in manifest.prepare.iter().filter(of_scene) {
+        for p in manifest
+            .prepare
+            .iter()
+            .filter(|p| p.is_for(s.selection.as_deref()))
+        {
             ps.prepare.push(steps.len());
             steps.push(gen_step(
                 blank(Kind::Prepare, &p.name, p.step.persist),
