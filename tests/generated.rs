@@ -301,3 +301,34 @@ fn a_seal_key_that_cannot_be_used_is_said_once_even_under_q_and_outputs_are_made
     // Each process sealed with a key of its own: neither could trust the other's output.
     assert_eq!(s.count("logs/gen.log"), 2);
 }
+
+/// Generators whose outputs are not kept run at once (a whole-job manifest collects once
+/// per selection): two generators that each wait for the other's start both finish.
+/// One after the other, the first would wait in vain and fail. Their scenes still come
+/// in the order written. Needs two cores (the pool has one thread per core).
+#[test]
+fn generators_whose_outputs_are_not_kept_run_at_once() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("SKIPPED generators_whose_outputs_are_not_kept_run_at_once: one core, so one generator at a time");
+        return;
+    }
+    let s = Suite::with_logs();
+    // `gen.sh ME OTHER`: marks its start, waits up to 20 s for the other's, prints a scene.
+    s.script(
+        "gen.sh",
+        "#!/bin/sh\ntouch \"logs/$1.started\"\ni=0\nwhile [ ! -e \"logs/$2.started\" ]; do\n  i=$((i+1)); [ $i -gt 400 ] && { echo \"$2 never started beside $1\" >&2; exit 1; }\n  sleep 0.05\ndone\nprintf 'scenes:\\n  - name: %s\\n    fixture:\\n      run: \"true {out}\"\\n' \"$1\"\n",
+    );
+    s.manifest(
+        "version: 1\ncache:\n  dir: cache\nscenes_from:\n  - run: \"./gen.sh one two\"\n    inputs: [gen.sh]\n  - run: \"./gen.sh two one\"\n    inputs: [gen.sh]\n",
+    );
+    let o = s.cmd(&["list"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let out = stdout(&o);
+    let names: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    let one = names.iter().position(|l| l.contains("one"));
+    let two = names.iter().position(|l| l.contains("two"));
+    assert!(
+        one.is_some() && one < two,
+        "in the order written: {names:?}"
+    );
+}

@@ -69,13 +69,32 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
     // only for a clash (indexing a large output costs on every load).
     let mut outputs: Vec<(Generator, String)> = Vec::new();
     let mut clashes = Vec::new();
-    for g in m.generators.clone() {
-        let key = key(&g, &m.env, files)?;
+    let generators = m.generators.clone();
+    let mut kept = Vec::with_capacity(generators.len());
+    for g in &generators {
+        let key = key(g, &m.env, files)?;
         let cached = cached_path(cache_root, &key);
-        let (text, fresh) = match read_cached(&cached, &key) {
-            Some(text) => (text, false),
-            None => (run(&g, m)?, true),
-        };
+        let text = read_cached(&cached, &key);
+        kept.push((key, cached, text));
+    }
+    // The generators whose output is not kept run at once, as many as the pool has
+    // threads (one per core): they are independent processes (a selection's collection
+    // each); their outputs are then taken in the order written, and the first failure
+    // in that order is the error.
+    let texts: Vec<Result<(String, bool)>> = {
+        use rayon::prelude::*;
+        let m = &*m;
+        generators
+            .par_iter()
+            .zip(kept.par_iter_mut())
+            .map(|(g, (_, _, text))| match text.take() {
+                Some(text) => Ok((text, false)),
+                None => run(g, m).map(|text| (text, true)),
+            })
+            .collect()
+    };
+    for ((g, (key, cached, _)), text) in generators.into_iter().zip(kept).zip(texts) {
+        let (text, fresh) = text?;
         let (scenes, lines) = scenes_of(&g, &text, m)?;
         if fresh {
             crate::cache::Store::at(cache_root.to_path_buf()).ensure()?;
