@@ -6,11 +6,13 @@
 #             stand-in lock (fixtures/bin/task-submit), one after the other, as the job runs them
 #   scenerun: scenerun warm && scenerun device           (examples/simpler's manifest for PLATFORM)
 # Before measuring, upstream's whole job runs once unmeasured, so simpler's kernel cache
-# (build/cache) holds every kernel each command compiles: "kernel cache warm" is then warm
-# for upstream too (a partly cold cache made upstream compile 86 times inside the lock in
+# (build/cache) holds every kernel each command compiles, and then scenerun's flow once, so
+# its compile cache holds the test bodies' builds: "kernel cache warm" is then warm for both (a partly cold cache made upstream compile 86 times inside the lock in
 # earlier figures, 35 once fully warm).
-# Scenarios: kernel cache warm + scene cache cold (what CI sees on a new commit), nothing
-# changed (both caches warm), kernel cache cold, and queued: nothing changed, but another
+# Scenarios: kernel caches warm + scene cache cold (what CI sees on a new commit: simpler's
+# kernel cache and scenerun's compile cache warm, every scene entry gone), first-run
+# (scenerun's whole cache removed, simpler's kernel cache warm: a runner's first run),
+# nothing changed (both caches warm), kernel cache cold, and queued: nothing changed, but another
 # job holds every id for QUEUE_S seconds (default 30) before each acquisition asks, as a
 # fleet's queue would (upstream waits before each of its commands). Per run: job wall,
 # lock held (summed over acquisitions), CPU seconds (user + system of everything the job
@@ -23,7 +25,7 @@
 # Env: SCENERUN_SIMPLER_TREE (required: a tree built by the realsuite setup script, its
 # env.sh beside it; for a5sim built with --platforms a5sim or sim), PLATFORM (a2a3sim or
 # a5sim; default a2a3sim), SEL (default "examples tests/st": the main run's paths),
-# DEVICES (default 0-1), SCENARIOS (default "warm-kernels unchanged cold-kernels"; "queued"
+# DEVICES (default 0-1), SCENARIOS (default "warm-kernels first-run unchanged cold-kernels"; "queued"
 # on request), QUEUE_S, PRESTART (true or all: every lane's `prestart`), WARM_ARGS (words
 # after `scenerun warm`, e.g. --no-workers), PROFILE (a manifest profile, e.g. daily; the
 # upstream commands then take --manual include in the main run), LOAD (N busy loops on
@@ -44,7 +46,7 @@ a5sim) ARCH=a5 MANIFEST=scenes-a5sim.yaml SMOKES="dep_gen chip_swimlane pmu args
 esac
 MAIN_MANUAL=exclude
 [ "$PROFILE" = daily ] && MAIN_MANUAL=include
-SCENARIOS=${SCENARIOS:-warm-kernels unchanged cold-kernels}
+SCENARIOS=${SCENARIOS:-warm-kernels first-run unchanged cold-kernels}
 QUEUE_S=${QUEUE_S:-30}
 need_tools
 need_scenerun
@@ -218,6 +220,8 @@ PY
 
 log "warm-up: upstream's whole job once, unmeasured, so simpler's kernel cache holds every kernel it compiles"
 upstream warmup > /dev/null
+log "warm-up: scenerun's flow once, unmeasured, so its compile cache holds what the test bodies build"
+flow warmup-sr > /dev/null
 
 echo "| scenario ($PLATFORM${PROFILE:+ $PROFILE}, $NDEV ids) | job wall upstream | job wall scenerun | lock held upstream | lock held scenerun | CPU upstream | CPU scenerun | compiles in/out of lock, upstream | compiles in/out, scenerun | acquisitions | verdict differences |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -228,8 +232,21 @@ for s in $SCENARIOS; do
     warm-kernels)
         log "$s: upstream (kernel cache as the tree has it)"
         u=$(upstream "$s-up")
+        # The scene cache: the scenes' entries (fixtures, goldens, tests, prepare stamps),
+        # the kept scene lists and the checkout's records. The kernel caches stay, both
+        # simpler's (build/cache) and scenerun's compiled test-body builds
+        # (entries/compiled, keyed by content: a new commit that leaves a kernel alone
+        # hits it as it hits simpler's).
+        rm -rf "$W/build/scenerun-cache/entries/"{fixture,golden,test,prepare} \
+            "$W/build/scenerun-cache/generated" "$W/build/scenerun"
+        log "$s: scenerun (scene cache cold, kernel caches warm)"
+        f=$(flow "$s-sr")
+        ;;
+    first-run)
+        log "$s: upstream (kernel cache as the tree has it)"
+        u=$(upstream "$s-up")
         rm -rf "$W/build/scenerun-cache" "$W/build/scenerun"
-        log "$s: scenerun (scene cache cold)"
+        log "$s: scenerun (its whole cache removed: a runner's first run; simpler's kernel cache warm)"
         f=$(flow "$s-sr")
         ;;
     unchanged)
