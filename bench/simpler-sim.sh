@@ -7,8 +7,9 @@
 #   scenerun: scenerun warm && scenerun device           (examples/simpler's manifest for PLATFORM)
 # Before measuring, upstream's whole job runs once unmeasured, so simpler's kernel cache
 # (build/cache) holds every kernel each command compiles, and then scenerun's flow once, so
-# its compile cache holds the test bodies' builds: "kernel cache warm" is then warm for both (a partly cold cache made upstream compile 86 times inside the lock in
-# earlier figures, 35 once fully warm).
+# its compile cache holds the test bodies' builds: "kernel cache warm" is then warm for
+# both (a partly cold cache made upstream compile 86 times inside the lock in earlier
+# figures, 35 once fully warm).
 # Scenarios: kernel caches warm + scene cache cold (what CI sees on a new commit: simpler's
 # kernel cache and scenerun's compile cache warm, every scene entry gone), first-run
 # (scenerun's whole cache removed, simpler's kernel cache warm: a runner's first run),
