@@ -1,7 +1,7 @@
 //! The one builder of a child and the environment it is scrubbed of: the secrets the
 //! manifest names are never inherited, URL variables lose their userinfo, and the signal
-//! state is a fresh program's. Invariant: every child scenerun starts is made by
-//! `for_child` (through `sh` or `program`).
+//! state is a fresh program's. Invariant: every child scenerun starts, but the watchdog
+//! (scenerun's own binary), is made by `for_child` (through `sh` or `program`).
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;

@@ -2,7 +2,7 @@
 //! Each runs in its own process group, which one registry knows, so that a timeout,
 //! SIGINT/SIGTERM or the death of scenerun itself (through the watchdog process) kills
 //! whole groups, grandchildren included. Invariant: no step process outlives scenerun,
-//! and no child starts but through `env`'s builder.
+//! and every child but the watchdog (scenerun itself) is made by `env`'s builder.
 //!
 //! - `registry`: the live groups, their deadlines and stops, interrupts, the panic hook;
 //! - `signals`: signals to a group, its liveness, `/proc/<pid>/stat`, the signal thread;
