@@ -198,13 +198,10 @@ pub(super) fn stop_note(stop: &proc::Stop) -> String {
 /// The output a process wrote after its stop signal (`from`: the log's length then),
 /// headed by the signal: its first `DUMP_LINES` lines and how many more the log has.
 pub(super) fn stop_output(stop: &proc::Stop, log: &Path, from: u64) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut bytes = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(log) {
-        if f.seek(SeekFrom::Start(from)).is_ok() {
-            let _ = f.take(DUMP_BYTES).read_to_end(&mut bytes);
-        }
-    }
+    let bytes = proc::output::OutputFile::from(log, from)
+        .read(DUMP_BYTES)
+        .map(|got| got.bytes)
+        .unwrap_or_default();
     let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().collect();
     let mut out = format!("--- output after {} ---", stop.signal_name());

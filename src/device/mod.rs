@@ -58,8 +58,11 @@ pub struct ProcId {
 impl ProcId {
     /// The process `pid` as it is now; None when there is no such process.
     pub fn of(pid: i32) -> Option<ProcId> {
-        let (state, start) = stat(pid)?;
-        (!matches!(state, 'Z' | 'X')).then_some(ProcId { pid, start })
+        let s = crate::proc::stat(pid)?;
+        s.running().then_some(ProcId {
+            pid,
+            start: s.start,
+        })
     }
 
     pub fn me() -> Option<ProcId> {
@@ -68,7 +71,7 @@ impl ProcId {
 
     /// Still the same process, and not a zombie (a zombie runs nothing any more).
     pub fn alive(&self) -> bool {
-        matches!(stat(self.pid), Some((state, start)) if start == self.start && !matches!(state, 'Z' | 'X'))
+        crate::proc::stat(self.pid).is_some_and(|s| s.start == self.start && s.running())
     }
 
     /// This process, as the leader of its process group, or any process left in that
@@ -80,22 +83,11 @@ impl ProcId {
         }
         // A pid stays allocated while its group has members; once it names another
         // process, that one leads a new group and the old group is gone.
-        if stat(self.pid).is_some_and(|(_, start)| start != self.start) {
+        if crate::proc::stat(self.pid).is_some_and(|s| s.start != self.start) {
             return false;
         }
         crate::proc::group_alive(self.pid)
     }
-}
-
-/// State and start time of a process, from `/proc/<pid>/stat`.
-fn stat(pid: i32) -> Option<(char, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold anything, `)` included.
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    let start = fields.get(19)?.parse().ok()?;
-    Some((state, start))
 }
 
 /// Why a scene did not run, or was cut short, for a reason that is not the scene's own

@@ -11,7 +11,10 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::{finish, leader, registry, start, Ended, Group};
+use super::env::shell;
+use super::registry::{finish, registry, Ended, Group};
+use super::spawn::{leader, start};
+use crate::units::later;
 
 /// The longest line a piped child may print; a longer one ends the conversation.
 const MAX_LINE: u64 = 1 << 20;
@@ -46,7 +49,7 @@ pub fn spawn(
     let log = crate::fsutil::append_log(log)?;
     let (in_r, in_w) = io::pipe()?;
     let (out_r, out_w) = io::pipe()?;
-    let cmd = super::shell(command, dir, env)
+    let cmd = shell(command, dir, env)
         .stdin_file(in_r)
         .stdout_file(out_w)
         .stderr_file(log);
@@ -115,7 +118,7 @@ impl Piped {
         let r = registry();
         let mut groups = r.groups.lock().expect("registry");
         if let Some(g) = groups.get_mut(&self.pgid) {
-            g.deadline = timeout.map(|t| Instant::now() + t);
+            g.deadline = timeout.map(|t| later(Instant::now(), t));
         }
         r.changed.notify_all();
     }
@@ -156,7 +159,7 @@ impl Piped {
     /// is stopped like a step's on a cancel. How it ended.
     pub fn close(mut self, within: Duration) -> io::Result<Ended> {
         self.stdin = None;
-        let until = Instant::now() + within;
+        let until = later(Instant::now(), within);
         while Instant::now() < until {
             if self.handle.try_wait()?.is_some() {
                 return self.wait();

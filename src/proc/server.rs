@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use super::piped::{Piped, Received};
+use crate::units::later;
 
 /// The prefix of every socket directory under the system's temp dir.
 const DIR_PREFIX: &str = "scenerun-fork-";
@@ -43,7 +44,7 @@ pub enum NotReady {
 
 /// Wait at most `within` for the server's ready line; the pid that forks its children.
 pub fn await_ready(piped: &Piped, within: Duration) -> Result<i32, NotReady> {
-    let until = Instant::now() + within;
+    let until = later(Instant::now(), within);
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -125,17 +126,8 @@ fn euid() -> u32 {
 
 /// `PID STARTTIME` of a live process (its start time tells a reused pid apart).
 fn owner_tag(pid: u32) -> String {
-    format!("{pid} {}", start_time(pid).unwrap_or_default())
-}
-
-fn start_time(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22, counted after the command's closing parenthesis (field 2).
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)
-        .map(str::to_string)
+    let start = super::stat(pid as i32).map(|s| s.start.to_string());
+    format!("{pid} {}", start.unwrap_or_default())
 }
 
 /// Remove the socket directories under `tmp` that are this user's and whose owner is

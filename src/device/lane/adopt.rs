@@ -90,11 +90,10 @@ fn ended_before(rec: &Prestarted, files: &LaneFiles) -> Option<String> {
 /// The process wrote something besides its ready line to its results file (looked at
 /// up to its first 64 KiB).
 fn wrote_results(path: &Path) -> bool {
-    use std::io::Read;
-    let mut text = Vec::new();
-    if let Ok(f) = crate::fsutil::open_regular_nofollow(path) {
-        let _ = f.take(64 << 10).read_to_end(&mut text);
-    }
+    let text = proc::output::OutputFile::new(path)
+        .read(64 << 10)
+        .map(|got| got.bytes)
+        .unwrap_or_default();
     String::from_utf8_lossy(&text)
         .lines()
         .filter(|l| !l.trim().is_empty())

@@ -19,6 +19,7 @@ use super::files::{self, LaneFiles};
 use crate::device::packing::packer::Unit;
 use crate::device::{Frozen, Prestarted, ProcId};
 use crate::proc;
+use crate::units::later;
 
 /// What `{devices}` and `SCENERUN_DEVICES` hold until the ids come.
 pub const SENTINEL: &str = "__scenerun_devices__";
@@ -213,7 +214,10 @@ impl Prestart {
             let _ = m.join();
         }
         stop_unowned(&self.procs);
-        let until = Instant::now() + self.grace + Duration::from_secs(2);
+        let until = later(
+            Instant::now(),
+            self.grace.saturating_add(Duration::from_secs(2)),
+        );
         let live = |p: &Proc| {
             p.rec.leader.group_alive()
                 || p.reaper
@@ -239,7 +243,7 @@ impl Prestart {
             proc::disown(p.rec.leader.pid);
         }
         if let Some(server) = self.server.take() {
-            server.stop(self.grace + Duration::from_secs(2));
+            server.stop(self.grace.saturating_add(Duration::from_secs(2)));
         }
     }
 }

@@ -4,7 +4,6 @@
 //! `run_lane` restarts a batch in fresh processes on the same ids.
 
 use std::collections::HashSet;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Sender};
@@ -18,6 +17,7 @@ use super::results_tail::Tail;
 use crate::device::events::{Attempt, AttemptOutcome, Event, LaneRecord, Outcome};
 use crate::device::exec::{log_tail, tail_lines, Cx};
 use crate::device::FrozenScene;
+use crate::proc::output::OutputFile;
 use crate::proc::{self, Ended};
 
 /// How often a running lane's results file is read.
@@ -25,17 +25,10 @@ const POLL: Duration = Duration::from_millis(5);
 
 /// The output a lane process wrote since `mark` (its scene's share of the log).
 fn output_since(log: &Path, mark: &mut u64) -> String {
-    let Ok(mut f) = std::fs::File::open(log) else {
-        return String::new();
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let from = (*mark).max(len.saturating_sub(16 * 1024));
-    let mut buf = Vec::new();
-    if f.seek(SeekFrom::Start(from)).is_ok() {
-        let _ = f.take(len - from).read_to_end(&mut buf);
-    }
-    *mark = len;
-    tail_lines(&String::from_utf8_lossy(&buf))
+    let mut out = OutputFile::from(log, *mark);
+    let got = out.read_last(16 * 1024).unwrap_or_default();
+    *mark = out.pos();
+    tail_lines(&String::from_utf8_lossy(&got.bytes))
 }
 
 /// Run a lane's batch in a process on `slots`, and the rest of it in fresh processes on

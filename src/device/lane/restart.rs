@@ -3,10 +3,10 @@
 //! matching a pattern. The output is scanned as it is written, a bounded chunk per look,
 //! so a poisoned runtime that keeps running is restarted without waiting for its end.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use crate::manifest::RestartOn;
+use crate::proc::output::OutputFile;
 
 /// Bytes of output read per look.
 const CHUNK: u64 = 1 << 20;
@@ -75,14 +75,13 @@ impl OutputScan {
     /// The complete lines written since the last call (`at_end`: the last one without
     /// its newline too).
     pub fn lines(&mut self, log: &Path, at_end: bool) -> Vec<String> {
-        let mut buf = Vec::new();
-        if let Ok(mut f) = std::fs::File::open(log) {
-            if f.seek(SeekFrom::Start(self.pos)).is_ok() {
-                let _ = f.take(CHUNK).read_to_end(&mut buf);
-            }
+        let mut out = OutputFile::from(log, self.pos);
+        let got = out.read(CHUNK).unwrap_or_default();
+        self.pos = out.pos();
+        if got.restarted {
+            self.partial.clear();
         }
-        self.pos += buf.len() as u64;
-        self.partial.extend_from_slice(&buf);
+        self.partial.extend_from_slice(&got.bytes);
         let mut out = Vec::new();
         while let Some(nl) = self.partial.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=nl).collect();

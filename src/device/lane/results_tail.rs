@@ -2,13 +2,13 @@
 //! protocol). The file is the lane's to damage, so it is read defensively: whole lines,
 //! bounded chunks, capped lines, never through a link or a FIFO.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 
 use super::batch::{Batch, Effect, ProcessEnd, ProtocolError};
 use crate::device::events::Event;
 use crate::proc;
+use crate::proc::output::{OutputFile, Unreadable};
 
 /// Warnings shown per lane process (ignored results lines); the rest are counted.
 const MAX_WARNINGS: usize = 20;
@@ -27,9 +27,7 @@ const READ_CHUNK: u64 = 1 << 20;
 /// their results either way.
 pub(super) struct Tail {
     path: PathBuf,
-    /// The open file and its (device, inode).
-    file: Option<(std::fs::File, (u64, u64))>,
-    pos: u64,
+    file: OutputFile,
     partial: Vec<u8>,
     /// A protocol error was reported: nothing more is read.
     broken: bool,
@@ -40,46 +38,12 @@ pub(super) struct Tail {
 impl Tail {
     pub(super) fn new(path: PathBuf) -> Tail {
         Tail {
+            file: OutputFile::new(&path),
             path,
-            file: None,
-            pos: 0,
             partial: Vec::new(),
             broken: false,
             warned: 0,
         }
-    }
-
-    /// Open the file at the path when it is not the one open (first seen, or replaced).
-    /// A path that is gone keeps the file open as it is. Err: why the path breaks the
-    /// protocol.
-    fn follow(&mut self) -> Result<(), ProtocolError> {
-        use std::os::unix::fs::MetadataExt;
-        let here = match std::fs::symlink_metadata(&self.path) {
-            Ok(m) => (m.dev(), m.ino()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => {
-                return Err(ProtocolError::CannotStat {
-                    path: self.path.clone(),
-                    error: e.to_string(),
-                })
-            }
-        };
-        if self.file.as_ref().is_some_and(|(_, id)| *id == here) {
-            return Ok(());
-        }
-        let f = match crate::fsutil::open_regular_nofollow(&self.path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(ProtocolError::NotRegular(e.to_string())),
-        };
-        let id = f
-            .metadata()
-            .map(|m| (m.dev(), m.ino()))
-            .map_err(|e| ProtocolError::Unreadable(e.to_string()))?;
-        self.file = Some((f, id));
-        self.pos = 0;
-        self.partial.clear();
-        Ok(())
     }
 
     /// What the lane wrote since the last poll, attributed at `now`: its effects, past
@@ -135,27 +99,15 @@ impl Tail {
     }
 
     fn read(&mut self, at_end: bool, out: &mut Vec<String>) -> Result<(), ProtocolError> {
-        self.follow()?;
-        let Some((f, _)) = self.file.as_mut() else {
-            return Ok(());
-        };
         // At the end the process is gone: read what is there, not what might follow.
         let mut stop: Option<u64> = None;
         loop {
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            if len < self.pos {
-                // Truncated: what is there now was written since.
-                self.pos = 0;
+            let got = self.file.read(READ_CHUNK).map_err(|e| self.unreadable(e))?;
+            if got.restarted {
                 self.partial.clear();
             }
-            let stop = *stop.get_or_insert(len);
-            let want = len.min(stop).saturating_sub(self.pos).min(READ_CHUNK);
-            let mut buf = Vec::new();
-            if want > 0 && f.seek(SeekFrom::Start(self.pos)).is_ok() {
-                let _ = f.by_ref().take(want).read_to_end(&mut buf);
-            }
-            self.pos += buf.len() as u64;
-            self.partial.extend_from_slice(&buf);
+            let stop = *stop.get_or_insert(got.len);
+            self.partial.extend_from_slice(&got.bytes);
             while let Some(nl) = self.partial.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = self.partial.drain(..=nl).collect();
                 if line.len() - 1 > MAX_RESULTS_LINE {
@@ -166,7 +118,8 @@ impl Tail {
             if self.partial.len() > MAX_RESULTS_LINE {
                 return Err(too_long());
             }
-            if !at_end || buf.is_empty() || self.pos >= stop || proc::interrupted() {
+            let caught_up = got.bytes.is_empty() || self.file.pos() >= stop;
+            if !at_end || caught_up || proc::interrupted() {
                 break;
             }
         }
@@ -174,6 +127,18 @@ impl Tail {
             out.push(String::from_utf8_lossy(&std::mem::take(&mut self.partial)).to_string());
         }
         Ok(())
+    }
+
+    /// How a results file that cannot be read breaks the protocol.
+    fn unreadable(&self, e: Unreadable) -> ProtocolError {
+        match e {
+            Unreadable::CannotStat(e) => ProtocolError::CannotStat {
+                path: self.path.clone(),
+                error: e.to_string(),
+            },
+            Unreadable::NotRegular(e) => ProtocolError::NotRegular(e.to_string()),
+            Unreadable::CannotFstat(e) => ProtocolError::Unreadable(e.to_string()),
+        }
     }
 }
 
