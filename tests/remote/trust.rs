@@ -156,3 +156,61 @@ fn bad_remote_settings_are_manifest_errors() {
     ok(&run(&b, &["warm"], &[]));
     assert_eq!(runs(&b).0, 1);
 }
+
+/// One scheme (docs/cache-trust.md, "Signed entries"): the signature a writer's local
+/// entry carries is the very one its remote record carries, and a reader that holds no
+/// key publishes a downloaded entry with it, so the reader's own local verification
+/// serves it with the same key.
+#[test]
+fn one_key_signs_the_local_entry_and_the_remote_record_verifies_with_it() {
+    let ngx = Nginx::start();
+    let (secret, public) = keys(SEED);
+    let signing = |verify: &str| {
+        format!("signing:\n  verify_key: \"{public}\"\n  key_env: SCENERUN_SIGNING_KEY\n  verify: {verify}\n")
+    };
+    let remote = remote_yaml(&ngx.url(), "");
+    let a = fleet_suite(2, &format!("{remote}{}", signing("[local, remote]")), 100);
+    let o = run(
+        &a,
+        &["warm", "--remote-write"],
+        &[
+            ("SCENERUN_REMOTE_TOKEN", TOKEN),
+            ("SCENERUN_SIGNING_KEY", &secret),
+        ],
+    );
+    ok(&o);
+    assert!(!stderr(&o).contains("deprecated"), "{}", show(&o));
+    let local = crate::common::entry_dirs(&a.path("cache"));
+    let records = ngx.stored("ac");
+    assert_eq!(records.len(), 6);
+    for path in &records {
+        let rec: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+        let id = (
+            rec["kind"].as_str().unwrap().to_string(),
+            rec["key"].as_str().unwrap().to_string(),
+        );
+        let meta: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(local[&id].join("meta.json")).unwrap())
+                .unwrap();
+        assert!(rec["signature"].is_string(), "{rec}");
+        assert_eq!(rec["signature"], meta["signature"], "{id:?}");
+    }
+    // A reader without the key downloads everything (remote records verified)...
+    let b = checkout(&a);
+    let text = fs::read_to_string(b.path("scenes.yaml")).unwrap();
+    let with = |verify: &str| text.replace(&signing("[local, remote]"), &signing(verify));
+    fs::write(b.path("scenes.yaml"), with("[remote]")).unwrap();
+    let o = run(&b, &["warm"], &[]);
+    ok(&o);
+    assert_eq!(runs(&b), (0, 0, 0), "{}", show(&o));
+    // ...and the entries it published, never signed by it, are served under local
+    // verification with the one key: nothing is rebuilt, nothing is refused.
+    fs::write(b.path("scenes.yaml"), with("[local, remote]")).unwrap();
+    let o = run(&b, &["warm"], &[]);
+    ok(&o);
+    assert_eq!(runs(&b), (0, 0, 0), "{}", show(&o));
+    let o = run(&b, &["device", "--no-lock"], &[]);
+    ok(&o);
+    assert_eq!(runs(&b), (0, 0, 0), "{}", show(&o));
+}
