@@ -160,16 +160,44 @@ fn bad_remote_settings_are_manifest_errors() {
 /// One scheme (docs/cache-trust.md, "Signed entries"): the signature a writer's local
 /// entry carries is the very one its remote record carries, and a reader that holds no
 /// key publishes a downloaded entry with it, so the reader's own local verification
-/// serves it with the same key.
+/// serves it with the same key. Written as the `signing:` block and as the deprecated
+/// keys of `cache:` and `cache.remote` (one pair in both places).
 #[test]
 fn one_key_signs_the_local_entry_and_the_remote_record_verifies_with_it() {
-    let ngx = Nginx::start();
-    let (secret, public) = keys(SEED);
-    let signing = |verify: &str| {
-        format!("signing:\n  verify_key: \"{public}\"\n  key_env: SCENERUN_SIGNING_KEY\n  verify: {verify}\n")
+    let (_, public) = keys(SEED);
+    let remote_url = Nginx::start();
+    let block = |local: bool| {
+        let verify = if local { "[local, remote]" } else { "[remote]" };
+        format!(
+            "{}signing:\n  verify_key: \"{public}\"\n  key_env: SCENERUN_SIGNING_KEY\n  verify: {verify}\n",
+            remote_yaml(&remote_url.url(), "")
+        )
     };
-    let remote = remote_yaml(&ngx.url(), "");
-    let a = fleet_suite(2, &format!("{remote}{}", signing("[local, remote]")), 100);
+    one_scheme(&remote_url, &block, false);
+    let ngx = Nginx::start();
+    let old = |local: bool| {
+        let pair = format!("verify_key: \"{public}\"\n");
+        format!(
+            "{}  sign_key_env: SCENERUN_SIGNING_KEY\n{}",
+            if local {
+                format!("  {pair}")
+            } else {
+                String::new()
+            },
+            remote_yaml(
+                &ngx.url(),
+                &format!("    {pair}    sign_key_env: SCENERUN_SIGNING_KEY\n")
+            )
+        )
+    };
+    one_scheme(&ngx, &old, true);
+}
+
+/// The scenario of `one_key_signs_...` with `config(local)`: the manifest's signing
+/// lines, verifying local entries too when `local`.
+fn one_scheme(ngx: &Nginx, config: &dyn Fn(bool) -> String, deprecated: bool) {
+    let (secret, _) = keys(SEED);
+    let a = fleet_suite(2, &config(true), 100);
     let o = run(
         &a,
         &["warm", "--remote-write"],
@@ -179,7 +207,12 @@ fn one_key_signs_the_local_entry_and_the_remote_record_verifies_with_it() {
         ],
     );
     ok(&o);
-    assert!(!stderr(&o).contains("deprecated"), "{}", show(&o));
+    assert_eq!(
+        stderr(&o).contains("deprecated"),
+        deprecated,
+        "{}",
+        show(&o)
+    );
     let local = crate::common::entry_dirs(&a.path("cache"));
     let records = ngx.stored("ac");
     assert_eq!(records.len(), 6);
@@ -199,14 +232,14 @@ fn one_key_signs_the_local_entry_and_the_remote_record_verifies_with_it() {
     // A reader without the key downloads everything (remote records verified)...
     let b = checkout(&a);
     let text = fs::read_to_string(b.path("scenes.yaml")).unwrap();
-    let with = |verify: &str| text.replace(&signing("[local, remote]"), &signing(verify));
-    fs::write(b.path("scenes.yaml"), with("[remote]")).unwrap();
+    let with = |local: bool| text.replace(&config(true), &config(local));
+    fs::write(b.path("scenes.yaml"), with(false)).unwrap();
     let o = run(&b, &["warm"], &[]);
     ok(&o);
     assert_eq!(runs(&b), (0, 0, 0), "{}", show(&o));
     // ...and the entries it published, never signed by it, are served under local
     // verification with the one key: nothing is rebuilt, nothing is refused.
-    fs::write(b.path("scenes.yaml"), with("[local, remote]")).unwrap();
+    fs::write(b.path("scenes.yaml"), with(true)).unwrap();
     let o = run(&b, &["warm"], &[]);
     ok(&o);
     assert_eq!(runs(&b), (0, 0, 0), "{}", show(&o));
