@@ -37,14 +37,15 @@ pub fn assert_output(name: &str, o: &Output, tmp: &Path) {
     settings.bind(|| insta::assert_snapshot!(name, text));
 }
 
-/// What differs between two runs of the same command, made stable: the temp dir and the
-/// binary's path, run ids, hashes, measured times, sizes, percentages and other measured
+/// What differs between two runs of the same command, made stable: the temp dir, the
+/// checkout's and the binary's paths, run ids, hashes, measured times, sizes, percentages and other measured
 /// numbers, and what depends on the machine.
 pub fn redact(text: &str, tmp: &Path) -> String {
     let bin = assert_cmd::cargo::cargo_bin("scenerun");
     let mut t = text
         .replace(&bin.display().to_string(), "[scenerun]")
-        .replace(&tmp.display().to_string(), "[tmp]");
+        .replace(&tmp.display().to_string(), "[tmp]")
+        .replace(env!("CARGO_MANIFEST_DIR"), "[repo]");
     // Canonical spellings of the temp dir (a /tmp that is a link) too.
     if let Ok(real) = tmp.canonicalize() {
         t = t.replace(&real.display().to_string(), "[tmp]");
