@@ -59,9 +59,9 @@ pub fn redact(text: &str, tmp: &Path) -> String {
             r"\b[0-9]+(\.[0-9]+)? ?(B|KiB|MiB|GiB|TiB|bytes)\b",
             "[size]",
         ),
-        // Measured times only (`0.48s`, `258ms`): a message's own `30s` stays.
+        // Measured times only (`0.48s`, `258ms`, `160 ms`): a message's own `30s` stays.
         (r"\b[0-9]+\.[0-9]+(s|m|h)\b", "[time]"),
-        (r"\b[0-9]+(ns|µs|us|ms)\b", "[time]"),
+        (r"\b[0-9]+ ?(ns|µs|us|ms)\b", "[time]"),
         // How device steps see entries depends on the machine (a mount namespace or
         // not): `plan` says which.
         (r"(entries as device steps see them:).*", "$1 [view]"),
@@ -131,6 +131,24 @@ fn the_demo_suites_outputs_are_as_snapshotted() {
     fs::write(&vadd, text).unwrap();
     d.snap("device_one", &["device", "-k", "vector_ops"]);
     assert_eq!(d.pool.acquisitions(), 1, "{:?}", d.pool.events());
+    // A broken kernel (the demo's `-DBROKEN`): warm builds it, its scene fails.
+    let manifest = d.suite.path("demo/scenes.yaml");
+    let text = fs::read_to_string(&manifest).unwrap();
+    fs::write(
+        &manifest,
+        text.replacen(
+            "source: kernels/vadd.c\n        include_dirs: [include]\n        flags: [\"-O2\"]",
+            "source: kernels/vadd.c\n        include_dirs: [include]\n        flags: [\"-O2\", \"-DBROKEN\"]",
+            1,
+        ),
+    )
+    .unwrap();
+    d.snap("warm_broken", &["-j", "1", "warm", "-k", "vector_ops"]);
+    d.snap("device_failed", &["device", "-k", "vector_ops"]);
+    // Before a warm of what changed: not warm, the lock not taken.
+    fs::write(&manifest, text.replace("\"-O2\"", "\"-O1\"")).unwrap();
+    d.snap("device_not_warm", &["device", "-k", "vector_ops"]);
+    assert_eq!(d.pool.acquisitions(), 2, "{:?}", d.pool.events());
 }
 
 /// The errors a user meets first, whole: a malformed manifest, an unknown selection,
