@@ -114,8 +114,9 @@ impl Demo {
 }
 
 /// The demo's smoke scenes through every command a CI job runs, in order: each output
-/// whole. Warm runs on one slot so its lines come in one order; the device run takes
-/// one scene so its progress lines do too.
+/// whole. Warm runs on one slot so its lines come in one order; each device run takes
+/// one scene so its progress lines do too. One lock acquisition per device run that
+/// gets as far as the lock.
 #[test]
 fn the_demo_suites_outputs_are_as_snapshotted() {
     let d = Demo::new();
@@ -130,7 +131,9 @@ fn the_demo_suites_outputs_are_as_snapshotted() {
     d.snap("explain_edited", &["explain", "-k", "vector_ops"]);
     fs::write(&vadd, text).unwrap();
     d.snap("device_one", &["device", "-k", "vector_ops"]);
-    assert_eq!(d.pool.acquisitions(), 1, "{:?}", d.pool.events());
+    // One scene of a lane: the runtime process's own line.
+    d.snap("device_lane", &["device", "-k", "lane_vector_1"]);
+    assert_eq!(d.pool.acquisitions(), 2, "{:?}", d.pool.events());
     // A broken kernel (the demo's `-DBROKEN`): warm builds it, its scene fails.
     let manifest = d.suite.path("demo/scenes.yaml");
     let text = fs::read_to_string(&manifest).unwrap();
@@ -148,7 +151,7 @@ fn the_demo_suites_outputs_are_as_snapshotted() {
     // Before a warm of what changed: not warm, the lock not taken.
     fs::write(&manifest, text.replace("\"-O2\"", "\"-O1\"")).unwrap();
     d.snap("device_not_warm", &["device", "-k", "vector_ops"]);
-    assert_eq!(d.pool.acquisitions(), 2, "{:?}", d.pool.events());
+    assert_eq!(d.pool.acquisitions(), 3, "{:?}", d.pool.events());
 }
 
 /// The errors a user meets first, whole: a malformed manifest, an unknown selection,
