@@ -51,6 +51,11 @@ pub fn redact(text: &str, tmp: &Path) -> String {
         t = t.replace(&real.display().to_string(), "[tmp]");
     }
     for (re, with) in [
+        // Where the test virtualenv's packages are (its place, its Python's version).
+        (
+            r"\S*/lib/python3\.[0-9]+/site-packages/",
+            "[site-packages]/",
+        ),
         // A run's directory: pid-start-counter.
         (r"runs/[0-9]+-[0-9]+-[0-9]+", "runs/[run]"),
         (r"\bpid [0-9]+", "pid [pid]"),
@@ -177,4 +182,28 @@ fn error_outputs_are_as_snapshotted() {
     )
     .unwrap();
     d.snap("error_malformed_manifest", &["plan"]);
+}
+
+/// The pytest demo (fixtures/pytest-demo, its scenes collected by the plugin): `list`,
+/// `plan`, a one-slot `warm`, and `device` on one case.
+#[test]
+fn the_pytest_demos_outputs_are_as_snapshotted() {
+    let d = crate::pytest_suite::Demo::new();
+    let tmp = d.dir().parent().expect("the copy's root").to_path_buf();
+    let pool = Pool::new("0-3");
+    let snap = |name: &str, args: &[&str]| {
+        let mut c = d.scenerun(args);
+        pool.apply(&mut c);
+        let o = c.output().unwrap();
+        assert_output(name, &o, &tmp);
+        o
+    };
+    snap("pytest_list", &["list"]);
+    snap("pytest_plan", &["plan"]);
+    snap("pytest_warm", &["-j", "1", "warm"]);
+    // A passing case. (The case that fails on purpose is not snapshotted: the tail of
+    // its lane's output shown under it is read when its verdict arrives, sometimes
+    // before pytest has written the failure's section, so it is not one text.)
+    snap("pytest_device_passed", &["device", "-k", "TestClamp.unit"]);
+    assert_eq!(pool.acquisitions(), 1, "{:?}", pool.events());
 }
