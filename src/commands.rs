@@ -319,8 +319,13 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
     });
     let mut plan = plan?;
     let notes: Arc<dyn remote::Notes> = Arc::new(ui.clone());
-    plan.remote =
-        Remote::configure(&plan.manifest.cache.remote, &cli.remote.flags(), notes)?.map(Arc::new);
+    plan.remote = Remote::configure(
+        &plan.manifest.cache.remote,
+        &cli.remote.flags(),
+        plan.store.keys.clone(),
+        notes,
+    )?
+    .map(Arc::new);
     Ok(plan)
 }
 
@@ -500,7 +505,7 @@ fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Pu
     Ok((exit, warmed.published))
 }
 
-/// With `cache.verify_key`, an entry this process cannot sign would be a miss for every
+/// With `signing.verify: [local]`, an entry this process cannot sign would be a miss for every
 /// reader, this job's own device phase included: a warm that would add one without the
 /// signing key is a usage error before it builds anything (exit 4).
 fn unsigned_warm(plan: &Plan) -> Result<()> {
@@ -517,10 +522,10 @@ fn unsigned_warm(plan: &Plan) -> Result<()> {
     }
     Err(crate::error::err!(
         Usage,
-        "cache.verify_key is set, so every entry must be signed, and {} holds no signing key: this warm would add entries no reader serves (run it with the key, or only read this cache)",
+        "signing.verify_key is set for local entries, so every entry must be signed, and {} holds no signing key: this warm would add entries no reader serves (run it with the key, or only read this cache)",
         keys.sign_env()
             .map(|e| format!("${e}"))
-            .unwrap_or_else(|| "cache.sign_key_env (unset)".into())
+            .unwrap_or_else(|| "signing.key_env (unset)".into())
     ))
 }
 

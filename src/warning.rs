@@ -15,6 +15,11 @@ pub enum Warning {
     /// This user's seal key cannot be read or made (`seal`): a key of this process only
     /// is used instead.
     SealKey { path: PathBuf, error: String },
+    /// The manifest writes a key that a newer one replaces; it still works, for now.
+    Deprecated {
+        key: &'static str,
+        instead: &'static str,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -28,6 +33,10 @@ impl fmt::Display for Warning {
                 f,
                 "warning: cannot use the seal key {}: {error}; outputs kept by earlier runs (scenes_from) are made again",
                 path.display()
+            ),
+            Warning::Deprecated { key, instead } => write!(
+                f,
+                "warning: manifest: `{key}` is deprecated and will be refused in a later release; write `{instead}` (docs/manifest.md)"
             ),
         }
     }

@@ -23,6 +23,7 @@ mod reports;
 mod schemas;
 mod simpler;
 mod simpler_shape;
+mod snapshots;
 mod trust;
 mod verdicts;
 mod warm;

@@ -256,9 +256,10 @@ pub enum Damage {
     /// A file changed after the entry was published (its stamp and its content differ
     /// from the record): a step wrote into the cache.
     Changed(String),
-    /// `cache.verify_key` is set and the record carries no signature.
+    /// `signing.verify_key` is set for local entries and the record carries no signature.
     Unsigned,
-    /// `cache.verify_key` is set and the record's signature does not verify.
+    /// `signing.verify_key` is set for local entries and the record's signature does not
+    /// verify.
     BadSignature,
 }
 
@@ -291,10 +292,10 @@ impl std::fmt::Display for Damage {
             Damage::CannotRead { path, error } => write!(f, "cannot read {path}: {error}"),
             Damage::Content(p) => write!(f, "{} content does not match its BLAKE3", or_out(p)),
             Damage::Unsigned => f.write_str(
-                "integrity record is not signed, and cache.verify_key requires a signature",
+                "integrity record is not signed, and signing.verify_key requires a signature",
             ),
             Damage::BadSignature => f.write_str(
-                "integrity record's signature does not verify with cache.verify_key",
+                "integrity record's signature does not verify with signing.verify_key",
             ),
             Damage::Changed(p) => write!(
                 f,

@@ -267,7 +267,7 @@ pub struct Meta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy: Option<CopyId>,
     /// `ed25519:<base64>` over the record without stamps, copy and signature, by the
-    /// manifest's `cache.sign_key_env` (docs/cache-trust.md, "Signed entries").
+    /// key in the manifest's `signing.key_env` (docs/cache-trust.md, "Signed entries").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
     /// This user's seal over the stamps, `copy` and each file's BLAKE3 (`seal_stamps`):

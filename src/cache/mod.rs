@@ -74,8 +74,7 @@ pub struct Store {
     /// the prune after a warm need not `stat` them (`touched_now`).
     /// By `Kind as usize`.
     touched: Arc<std::sync::Mutex<[std::collections::HashSet<String>; Kind::ALL.len()]>>,
-    /// The keys entries are signed and verified with (`cache.verify_key`,
-    /// `cache.sign_key_env`; none by default).
+    /// The keys entries are signed and verified with (`signing:`; none by default).
     pub keys: Arc<sign::Keys>,
 }
 

@@ -1,25 +1,34 @@
-//! Signed local entries (`cache.verify_key`, `cache.sign_key_env`, docs/cache-trust.md):
-//! a warm holding the signing key signs each entry's record when it publishes it; with
-//! a verify key, every reader serves an entry only when its record carries that key's
-//! signature over everything the record says of the entry's content (kind, key, layout,
-//! each file's path, size and BLAKE3, each dependency) — so a record copied under another
-//! key, edited, or planted by whoever can write the cache is a miss. Invariant: with a
-//! verify key, no unsigned or wrongly signed entry is ever served.
+//! The one signing scheme (`signing:`, docs/cache-trust.md): one key loader, one
+//! signature over an entry's content, for local entries and remote records alike. A
+//! process holding the signing key signs each entry's record when it publishes it, and
+//! the record it uploads carries that same signature; with a verify key, a reader serves
+//! a local entry (`signing.verify` has `local`) or uses a remote record (`remote`) only
+//! when it carries that key's signature over everything the record says of the entry's
+//! content (kind, key, layout, each file's path, size and BLAKE3, each dependency) — so
+//! a record copied under another key, edited, or planted by whoever can write the cache
+//! or the server is a miss. Invariant: where verification is asked for, no unsigned or
+//! wrongly signed entry is ever served, and the signature a writer made locally is the
+//! one every reader checks.
 
 use base64::Engine;
 use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
 
 use super::{Damage, FileRecord, Kind, Meta};
+use crate::manifest::signing::{ed25519_text, parse_ed25519, SigningConfig};
 
-/// Signed bytes start with this, so a signature over anything else never verifies here
-/// (a remote record's signature among them).
+/// Signed bytes start with this, so a signature over anything else never verifies here.
+/// (Named for where it was first used; remote records carry the same signature.)
 const DOMAIN: &[u8] = b"scenerun local entry v1\n";
 
-/// The keys of one store: the verify key records must be signed with, and the signing
-/// key this process signs with (when its variable holds one).
+/// The keys of one run: the verify key and where it is asked for, and the signing key
+/// this process signs with (when its variable holds one).
 #[derive(Default)]
 pub struct Keys {
     verify: Option<VerifyingKey>,
+    /// Local entries must be signed by `verify`.
+    local: bool,
+    /// Remote records must be signed by `verify`.
+    remote: bool,
     signer: Option<SigningKey>,
     /// The variable the signing key comes from, for messages.
     sign_env: Option<String>,
@@ -29,28 +38,32 @@ impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Keys")
             .field("verify", &self.verify.is_some())
+            .field("local", &self.local)
+            .field("remote", &self.remote)
             .field("signer", &self.signer.is_some())
             .finish()
     }
 }
 
 impl Keys {
-    /// From the manifest's `cache.verify_key` and the key in `$sign_key_env` (an empty
-    /// or unset variable: no signing key). A key that cannot be read, or that does not
-    /// match the verify key, is a usage error (exit 4) before anything runs.
-    pub fn of(verify_key: Option<[u8; 32]>, sign_env: Option<&str>) -> anyhow::Result<Keys> {
-        let verify = verify_key
+    /// From the manifest's `signing:` and the key in `$key_env` (an empty or unset
+    /// variable: no signing key). A key that cannot be read, or that does not match the
+    /// verify key, is a usage error (exit 4) before anything runs.
+    pub fn of(cfg: &SigningConfig) -> anyhow::Result<Keys> {
+        let verify = cfg
+            .verify_key
             .map(|b| VerifyingKey::from_bytes(&b).expect("checked when the manifest loaded"));
-        let signer = match sign_env.and_then(|e| std::env::var(e).ok().filter(|t| !t.is_empty())) {
+        let env = cfg.key_env.as_deref();
+        let signer = match env.and_then(|e| std::env::var(e).ok().filter(|t| !t.is_empty())) {
             None => None,
             Some(text) => {
-                let env = sign_env.unwrap_or_default();
-                let seed = crate::manifest::remote::parse_ed25519(&text)
-                    .map_err(|e| crate::error::err!(Usage, "${env}: {e}"))?;
+                let env = env.unwrap_or_default();
+                let seed =
+                    parse_ed25519(&text).map_err(|e| crate::error::err!(Usage, "${env}: {e}"))?;
                 let key = SigningKey::from_bytes(&seed);
                 if verify.is_some_and(|v| v != key.verifying_key()) {
                     return Err(crate::error::err!(Usage,
-                        "the signing key in ${env} does not match cache.verify_key: every entry it signs would be a miss"
+                        "the signing key in ${env} does not match signing.verify_key: every entry and record it signs would be a miss"
                     ));
                 }
                 Some(key)
@@ -58,14 +71,43 @@ impl Keys {
         };
         Ok(Keys {
             verify,
+            local: cfg.local,
+            remote: cfg.remote,
             signer,
-            sign_env: sign_env.map(str::to_string),
+            sign_env: cfg.key_env.clone(),
         })
     }
 
-    /// Whether records must be signed to be served.
+    /// Keys that verify local entries with `verify_key` and sign nothing (the compiler
+    /// shim, which is never handed the signing key).
+    pub fn verifier(verify_key: Option<[u8; 32]>) -> anyhow::Result<Keys> {
+        Keys::of(&SigningConfig {
+            verify_key,
+            local: verify_key.is_some(),
+            ..SigningConfig::default()
+        })
+    }
+
+    /// Keys of a unit test: verifying everywhere with `verify`, signing with `seed`.
+    #[cfg(test)]
+    pub(crate) fn test(seed: Option<[u8; 32]>, verify: Option<[u8; 32]>) -> Keys {
+        Keys {
+            verify: verify.map(|b| VerifyingKey::from_bytes(&b).expect("a public key")),
+            local: true,
+            remote: true,
+            signer: seed.map(|s| SigningKey::from_bytes(&s)),
+            sign_env: None,
+        }
+    }
+
+    /// Whether local entries must be signed to be served.
     pub fn verifies(&self) -> bool {
-        self.verify.is_some()
+        self.local && self.verify.is_some()
+    }
+
+    /// Whether remote records must be signed to be used.
+    pub fn verifies_remote(&self) -> bool {
+        self.remote && self.verify.is_some()
     }
 
     /// Whether this process can sign what it publishes.
@@ -78,17 +120,45 @@ impl Keys {
         self.sign_env.as_deref()
     }
 
+    /// This process's signature over `meta` (when it holds a signing key).
+    pub fn signature(&self, meta: &Meta) -> Option<String> {
+        let k = self.signer.as_ref()?;
+        Some(ed25519_text(&k.sign(&meta_bytes(meta)).to_bytes()))
+    }
+
     /// Sign `meta` (when this process holds a signing key).
     pub(super) fn sign(&self, meta: &mut Meta) {
-        if let Some(k) = &self.signer {
-            let sig = k.sign(&meta_bytes(meta));
-            meta.signature = Some(crate::manifest::remote::ed25519_text(&sig.to_bytes()));
+        if let Some(sig) = self.signature(meta) {
+            meta.signature = Some(sig);
         }
     }
 
-    /// With a verify key: the record's signature must verify over `bytes` (its signed
-    /// part, `signed_bytes`).
+    /// With local verification: the record's signature must verify over `bytes` (its
+    /// signed part, `signed_bytes`).
     pub(super) fn check(
+        &self,
+        signature: Option<&str>,
+        bytes: impl FnOnce() -> Vec<u8>,
+    ) -> Result<(), Damage> {
+        if !self.local {
+            return Ok(());
+        }
+        self.check_always(signature, bytes)
+    }
+
+    /// With remote verification: a remote record's signature must verify over `bytes`.
+    pub(crate) fn check_remote(
+        &self,
+        signature: Option<&str>,
+        bytes: impl FnOnce() -> Vec<u8>,
+    ) -> Result<(), Damage> {
+        if !self.remote {
+            return Ok(());
+        }
+        self.check_always(signature, bytes)
+    }
+
+    fn check_always(
         &self,
         signature: Option<&str>,
         bytes: impl FnOnce() -> Vec<u8>,
@@ -115,7 +185,7 @@ impl Keys {
 /// What a record signs: its kind, key, layout, who built it and how long it took, each
 /// file's path, size and BLAKE3, and each dependency — everything but the stamps (which
 /// are of one copy of the entry) and the signature. Length-prefixed, in record order.
-pub(super) fn signed_bytes<'a>(
+pub(crate) fn signed_bytes<'a>(
     (layout, kind, key, built_by, duration_secs): (u32, Kind, &str, &str, f64),
     files: &[FileRecord],
     deps: impl Iterator<Item = (&'a str, &'a str)>,
@@ -161,6 +231,8 @@ mod tests {
         let sk = SigningKey::from_bytes(&[7; 32]);
         let keys = Keys {
             verify: Some(sk.verifying_key()),
+            local: true,
+            remote: true,
             signer: Some(sk),
             sign_env: None,
         };

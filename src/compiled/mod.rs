@@ -82,7 +82,8 @@ pub struct Call {
     /// Where each compile appends one line: `hit`, `built`, `ran` (not cached) and why.
     #[arg(long = "cc-log", value_name = "FILE")]
     pub log: Option<PathBuf>,
-    /// `cache.verify_key` (`ed25519:<base64>`): an entry it did not sign is a miss. No
+    /// `signing.verify_key` when local entries are verified (`ed25519:<base64>`): an
+    /// entry it did not sign is a miss. No
     /// signing key comes with it (none is ever handed to a lane): what this process
     /// keeps is published unsigned, and `scenerun device` signs it when the run ends, on
     /// the word this process gives over `report`.
@@ -273,13 +274,12 @@ impl Compile<'_> {
     }
 
     fn store(&self) -> anyhow::Result<Store> {
-        let keys = crate::cache::sign::Keys::of(
+        let keys = crate::cache::sign::Keys::verifier(
             self.call
                 .verify_key
                 .as_deref()
-                .map(crate::manifest::remote::parse_ed25519)
+                .map(crate::manifest::signing::parse_ed25519)
                 .transpose()?,
-            None,
         )?;
         let store = Store::at(self.call.cache.clone()).with_keys(keys);
         store.ensure()?;

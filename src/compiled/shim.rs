@@ -130,8 +130,12 @@ pub fn write_shims<'a>(
             q(&dir),
             q(&log_path(run_dir)),
         );
-        if let Some(k) = manifest.cache.verify_key {
-            let text = crate::manifest::remote::ed25519_text(&k);
+        if let Some(k) = manifest
+            .signing
+            .verify_key
+            .filter(|_| manifest.signing.local)
+        {
+            let text = crate::manifest::signing::ed25519_text(&k);
             line.push_str(&format!(
                 " --cc-verify-key {}",
                 crate::template::quote(&text)

@@ -8,8 +8,8 @@
 //! mappings as written, `validate` the validation context and its checks of single
 //! values, `top` the top level and its sections, `scenes` the scenes and their warm
 //! steps, `lanes` the device step and `lanes:`, `workers` `workers:`, `remote` the
-//! remote cache, `generated` what `scenes_from:` printed, `paths` the paths, `types` the
-//! manifest as loaded, `discover` where the file is, `memo` the kept parse.
+//! remote cache, `signing` the one key pair of local and remote entries, `generated`
+//! what `scenes_from:` printed, `paths` the paths, `types` the manifest as loaded, `discover` where the file is, `memo` the kept parse.
 
 pub mod depth;
 mod discover;
@@ -22,6 +22,7 @@ mod raw;
 pub mod remote;
 mod scenes;
 pub mod selections;
+pub mod signing;
 mod suite_args;
 mod top;
 mod types;
@@ -84,12 +85,24 @@ pub fn load_deferred(
         // they are what the kept parse saw).
         m.cache.remote.expand_url();
         guard_children(&m);
+        warn_deprecated(&m);
         return Ok((m, None));
     }
     let (m, probes) = parse_probed(&text, path, &dir, profile)?;
     // Before anything of it runs (identity commands start as soon as it is loaded).
     guard_children(&m);
+    warn_deprecated(&m);
     Ok((m, Some(MemoWrite { key, dir, probes })))
+}
+
+/// The deprecated keys `m` writes, posted as warnings on every load (the memo's too).
+fn warn_deprecated(m: &Manifest) {
+    for k in &m.signing.aliases {
+        crate::warning::post(crate::warning::Warning::Deprecated {
+            key: k.path(),
+            instead: k.instead(),
+        });
+    }
 }
 
 /// What no child of this manifest may see: its secret variables (removed), and the

@@ -53,6 +53,7 @@ pub struct Top {
     selections: Value,
     profiles: Value,
     lane_defaults: Value,
+    signing: Value,
 }
 
 /// One `selections.<name>` entry (docs/manifest.md, "Selections").
@@ -102,8 +103,19 @@ pub struct Cache {
     pub max_size: Option<Scalar>,
     pub max_age: Option<Scalar>,
     pub remote: Option<Value>,
+    /// Deprecated: `signing.verify_key` with `verify: [local]`.
     pub verify_key: Option<String>,
+    /// Deprecated: `signing.key_env`.
     pub sign_key_env: Option<String>,
+}
+
+/// `signing:` (docs/cache-trust.md, "Signed entries").
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Signing {
+    pub verify_key: Option<String>,
+    pub key_env: Option<String>,
+    pub verify: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -114,7 +126,9 @@ pub struct Remote {
     pub token_env: Option<String>,
     pub max_upload: Option<Scalar>,
     pub timeout: Option<Scalar>,
+    /// Deprecated: `signing.verify_key` with `verify: [remote]`.
     pub verify_key: Option<String>,
+    /// Deprecated: `signing.key_env`.
     pub sign_key_env: Option<String>,
 }
 
@@ -296,6 +310,7 @@ pub fn keys() -> &'static [Mapping] {
             m::<Top>("top level"),
             m::<Cache>("cache"),
             m::<Remote>("cache.remote"),
+            m::<Signing>("signing"),
             m::<Toolchain>("toolchains.<name>"),
             m::<Lock>("lock"),
             m::<Fault>("lock.device_fault, lanes.<name>.restart_on"),

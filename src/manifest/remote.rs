@@ -1,7 +1,7 @@
 //! `cache.remote`: the shared cache server a fleet of runners reads (and trusted jobs
 //! write). Parsed here so the manifest's own module only hooks it in; the command line
 //! and environment overrides are applied later, in `cache::remote::Settings`. See
-//! docs/remote-cache.md.
+//! docs/remote-cache.md. Its signing keys are `signing:`'s (`signing.rs`).
 
 use std::time::Duration;
 
@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::yaml::Node as Value;
 
 use super::raw;
-use super::validate::{valid_env_name, Ctx};
+use super::signing::{OldKey, OldKeys};
+use super::validate::Ctx;
 
 pub const DEFAULT_TOKEN_ENV: &str = "SCENERUN_REMOTE_TOKEN";
 pub const DEFAULT_MAX_UPLOAD: u64 = 2 << 30;
@@ -32,9 +33,6 @@ pub struct RemoteConfig {
     pub token_env: String,
     pub max_upload: u64,
     pub timeout: Duration,
-    /// The 32-byte ed25519 public key records must be signed with.
-    pub verify_key: Option<[u8; 32]>,
-    pub sign_key_env: Option<String>,
 }
 
 impl Default for RemoteConfig {
@@ -47,8 +45,6 @@ impl Default for RemoteConfig {
             token_env: DEFAULT_TOKEN_ENV.into(),
             max_upload: DEFAULT_MAX_UPLOAD,
             timeout: DEFAULT_TIMEOUT,
-            verify_key: None,
-            sign_key_env: None,
         }
     }
 }
@@ -78,43 +74,9 @@ impl RemoteConfig {
     }
 }
 
-/// Bytes (a key, a signature) → `ed25519:<base64>`, the form `parse_ed25519` reads.
-pub fn ed25519_text(bytes: &[u8]) -> String {
-    use base64::Engine;
-    format!(
-        "ed25519:{}",
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    )
-}
-
-/// `ed25519:<base64 of 32 bytes>` → the bytes. Used for `verify_key` here and for the
-/// signing seed read from the environment.
-pub fn parse_ed25519(text: &str) -> Result<[u8; 32], BadKey> {
-    use base64::Engine;
-    let Some(b64) = text.trim().strip_prefix("ed25519:") else {
-        return Err(BadKey::NoPrefix);
-    };
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .map_err(BadKey::NotBase64)?;
-    <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| BadKey::Length(bytes.len()))
-}
-
-/// Why a key written as `ed25519:<base64>` cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BadKey {
-    #[error("expected `ed25519:<base64 of 32 bytes>`")]
-    NoPrefix,
-    // One line, as every manifest message: the decoder's words are in it.
-    #[error("not base64 after `ed25519:` ({0})")]
-    NotBase64(#[source] base64::DecodeError),
-    /// The number of bytes it has.
-    #[error("an ed25519 key has 32 bytes, this one has {0}")]
-    Length(usize),
-}
-
 impl Ctx {
-    pub(super) fn remote(&mut self, v: Value) -> Option<RemoteConfig> {
+    /// `cache.remote`; its signing keys of earlier releases go to `old` (`signing`).
+    pub(super) fn remote(&mut self, v: Value, old: &mut OldKeys) -> Option<RemoteConfig> {
         let r = self.take::<raw::Remote>(v, "cache.remote")?;
         let mut c = RemoteConfig::default();
         if let Some(u) = r.url {
@@ -139,18 +101,11 @@ impl Ctx {
             c.expand_url();
         }
         c.write = r.write.unwrap_or(false);
-        for (name, path) in [
-            (&r.token_env, "cache.remote.token_env"),
-            (&r.sign_key_env, "cache.remote.sign_key_env"),
-        ] {
-            if let Some(n) = name.as_deref().filter(|n| !valid_env_name(n)) {
-                self.err(path, format!("`{n}` is not a valid variable name"));
+        if let Some(n) = r.token_env {
+            if self.env_name(&n, "cache.remote.token_env") {
+                c.token_env = n;
             }
         }
-        if let Some(n) = r.token_env {
-            c.token_env = n;
-        }
-        c.sign_key_env = r.sign_key_env;
         if let Some(n) = self.size(r.max_upload, "cache.remote.max_upload") {
             c.max_upload = n;
         }
@@ -161,44 +116,10 @@ impl Ctx {
                 c.timeout = t;
             }
         }
-        if let Some(k) = r.verify_key {
-            c.verify_key = self.verify_key(&k, "cache.remote.verify_key");
-        }
+        old.0
+            .extend(r.verify_key.map(|k| (OldKey::RemoteVerifyKey, k)));
+        old.0
+            .extend(r.sign_key_env.map(|k| (OldKey::RemoteSignKeyEnv, k)));
         Some(c)
-    }
-
-    /// An `ed25519:<base64>` public key at `path`.
-    pub(super) fn verify_key(&mut self, text: &str, path: &str) -> Option<[u8; 32]> {
-        match parse_ed25519(text) {
-            Ok(bytes) if ed25519_dalek::VerifyingKey::from_bytes(&bytes).is_ok() => Some(bytes),
-            Ok(_) => {
-                self.err(path, "these 32 bytes are not an ed25519 public key");
-                None
-            }
-            Err(e) => {
-                self.err(path, e.to_string());
-                None
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bad_key_says_why_and_keeps_the_decoders_error() {
-        assert_eq!(parse_ed25519("x"), Err(BadKey::NoPrefix));
-        let e = parse_ed25519("ed25519:!!").unwrap_err();
-        assert!(
-            e.to_string().starts_with("not base64 after `ed25519:` ("),
-            "{e}"
-        );
-        assert!(std::error::Error::source(&e).is_some());
-        assert_eq!(
-            parse_ed25519("ed25519:AAAA").unwrap_err().to_string(),
-            "an ed25519 key has 32 bytes, this one has 3"
-        );
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use super::signing::{OldKey, OldKeys};
 use super::validate::MAX_DEVICES;
 use super::validate::{bad_name, valid_env_name, valid_name, Ctx};
 use super::yaml::{self, Node as Value};
@@ -62,7 +63,9 @@ impl Ctx {
             }
         }
 
-        let cache = self.cache_config(field("cache"));
+        let mut old_signing = OldKeys::default();
+        let cache = self.cache_config(field("cache"), &mut old_signing);
+        let signing = self.signing(field("signing"), old_signing);
 
         let toolchains = self.toolchains(field("toolchains"));
 
@@ -92,6 +95,7 @@ impl Ctx {
             platform,
             env,
             cache,
+            signing,
             toolchains,
             lock,
             lanes,
@@ -108,11 +112,16 @@ impl Ctx {
         })
     }
 
-    /// `cache:`, resolved against the manifest's directory, with its defaults.
-    pub(super) fn cache_config(&mut self, v: Option<Value>) -> CacheConfig {
+    /// `cache:`, resolved against the manifest's directory, with its defaults; its
+    /// signing keys of earlier releases go to `old` (`signing`).
+    pub(super) fn cache_config(&mut self, v: Option<Value>, old: &mut OldKeys) -> CacheConfig {
         let cache_raw = v
             .and_then(|v| self.take::<raw::Cache>(v, "cache"))
             .unwrap_or_default();
+        old.0
+            .extend(cache_raw.verify_key.map(|k| (OldKey::CacheVerifyKey, k)));
+        old.0
+            .extend(cache_raw.sign_key_env.map(|k| (OldKey::CacheSignKeyEnv, k)));
         CacheConfig {
             dir: cache_raw.dir.as_deref().map(|d| self.dir.join(d)),
             max_size: self.size(cache_raw.max_size, "cache.max_size"),
@@ -121,21 +130,8 @@ impl Ctx {
                 .unwrap_or(DEFAULT_MAX_AGE),
             remote: cache_raw
                 .remote
-                .and_then(|v| self.remote(v))
+                .and_then(|v| self.remote(v, old))
                 .unwrap_or_default(),
-            verify_key: cache_raw
-                .verify_key
-                .and_then(|k| self.verify_key(&k, "cache.verify_key")),
-            sign_key_env: cache_raw.sign_key_env.filter(|n| {
-                let ok = valid_env_name(n);
-                if !ok {
-                    self.err(
-                        "cache.sign_key_env",
-                        format!("`{n}` is not a valid variable name"),
-                    );
-                }
-                ok
-            }),
         }
     }
 

@@ -54,6 +54,10 @@ pub struct Manifest {
     /// The profile in use (`--profile`, `$SCENERUN_PROFILE`).
     #[serde(default)]
     pub profile: Option<String>,
+    /// `signing:` (or the deprecated keys standing for it): one key pair for local
+    /// entries and remote records (docs/cache-trust.md, "Signed entries").
+    #[serde(default)]
+    pub signing: super::signing::SigningConfig,
     /// Things `plan -v` mentions: include dirs that do not exist and were skipped.
     pub notes: Vec<String>,
     /// Where its parts are in the file, for what is said about them after loading.
@@ -144,13 +148,6 @@ pub struct CacheConfig {
     pub max_age: Duration,
     /// `cache.remote` (docs/remote-cache.md).
     pub remote: remote::RemoteConfig,
-    /// `cache.verify_key`: the ed25519 public key every local entry must be signed with
-    /// (docs/cache-trust.md, "Signed entries").
-    #[serde(default)]
-    pub verify_key: Option<[u8; 32]>,
-    /// `cache.sign_key_env`: the variable holding the key entries are signed with.
-    #[serde(default)]
-    pub sign_key_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -301,15 +298,14 @@ impl Manifest {
         }
     }
 
-    /// The variables the manifest names as secret: the remote cache's token and signing
-    /// key, and the token's default name (docs/remote-cache.md). They never reach a
-    /// child (`proc::hide_from_children`).
+    /// The variables the manifest names as secret: the remote cache's token, the
+    /// token's default name (docs/remote-cache.md) and the signing key. They never reach
+    /// a child (`proc::hide_from_children`).
     pub fn secret_env(&self) -> Vec<String> {
         let r = &self.cache.remote;
         [r.token_env.clone(), remote::DEFAULT_TOKEN_ENV.to_string()]
             .into_iter()
-            .chain(r.sign_key_env.clone())
-            .chain(self.cache.sign_key_env.clone())
+            .chain(self.signing.key_env.clone())
             .collect()
     }
 }

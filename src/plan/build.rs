@@ -37,12 +37,9 @@ impl Plan {
         crate::select::check_selections(&manifest, sel)?;
         let selected = crate::select::select(&manifest.scenes, sel)?;
         let job_dir = layout::job_dir(&manifest.dir);
-        // Signed entries (`cache.verify_key`): a signing key that cannot be read is exit
-        // 4 before anything is looked up. The job dir's own store is the checkout's.
-        let keys = crate::cache::sign::Keys::of(
-            manifest.cache.verify_key,
-            manifest.cache.sign_key_env.as_deref(),
-        )?;
+        // Signed entries (`signing:`): a signing key that cannot be read is exit 4
+        // before anything is looked up. The job dir's own store is the checkout's.
+        let keys = crate::cache::sign::Keys::of(&manifest.signing)?;
         let store = Store::at(cache_dir(&manifest, cache_flag)).with_keys(keys);
         // Not a cache, or a link at its own directories: exit 3 before anything is read.
         store.check()?;

@@ -67,8 +67,8 @@ fn serve(conn: TcpStream, seen: &Seen) {
         let key = path.rsplit('/').next().unwrap_or("");
         if method == "GET" && path.starts_with("/cache/ac/") {
             let rec = serde_json::json!({
-                "format": 1, "kind": "fixture", "key": key,
-                "files": [{"path": "blob.bin", "size": BLOB, "sha256": "0".repeat(64)}],
+                "format": 2, "kind": "fixture", "key": key,
+                "files": [{"path": "blob.bin", "size": BLOB, "sha256": "0".repeat(64), "blake3": "0".repeat(64)}],
                 "deps": [], "built_by": "fixture/s/fixture", "duration_secs": 1.0,
             })
             .to_string();

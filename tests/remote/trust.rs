@@ -156,3 +156,94 @@ fn bad_remote_settings_are_manifest_errors() {
     ok(&run(&b, &["warm"], &[]));
     assert_eq!(runs(&b).0, 1);
 }
+
+/// One scheme (docs/cache-trust.md, "Signed entries"): the signature a writer's local
+/// entry carries is the very one its remote record carries, and a reader that holds no
+/// key publishes a downloaded entry with it, so the reader's own local verification
+/// serves it with the same key. Written as the `signing:` block and as the deprecated
+/// keys of `cache:` and `cache.remote` (one pair in both places).
+#[test]
+fn one_key_signs_the_local_entry_and_the_remote_record_verifies_with_it() {
+    let (_, public) = keys(SEED);
+    let remote_url = Nginx::start();
+    let block = |local: bool| {
+        let verify = if local { "[local, remote]" } else { "[remote]" };
+        format!(
+            "{}signing:\n  verify_key: \"{public}\"\n  key_env: SCENERUN_SIGNING_KEY\n  verify: {verify}\n",
+            remote_yaml(&remote_url.url(), "")
+        )
+    };
+    one_scheme(&remote_url, &block, false);
+    let ngx = Nginx::start();
+    let old = |local: bool| {
+        let pair = format!("verify_key: \"{public}\"\n");
+        format!(
+            "{}  sign_key_env: SCENERUN_SIGNING_KEY\n{}",
+            if local {
+                format!("  {pair}")
+            } else {
+                String::new()
+            },
+            remote_yaml(
+                &ngx.url(),
+                &format!("    {pair}    sign_key_env: SCENERUN_SIGNING_KEY\n")
+            )
+        )
+    };
+    one_scheme(&ngx, &old, true);
+}
+
+/// The scenario of `one_key_signs_...` with `config(local)`: the manifest's signing
+/// lines, verifying local entries too when `local`.
+fn one_scheme(ngx: &Nginx, config: &dyn Fn(bool) -> String, deprecated: bool) {
+    let (secret, _) = keys(SEED);
+    let a = fleet_suite(2, &config(true), 100);
+    let o = run(
+        &a,
+        &["warm", "--remote-write"],
+        &[
+            ("SCENERUN_REMOTE_TOKEN", TOKEN),
+            ("SCENERUN_SIGNING_KEY", &secret),
+        ],
+    );
+    ok(&o);
+    assert_eq!(
+        stderr(&o).contains("deprecated"),
+        deprecated,
+        "{}",
+        show(&o)
+    );
+    let local = crate::common::entry_dirs(&a.path("cache"));
+    let records = ngx.stored("ac");
+    assert_eq!(records.len(), 6);
+    for path in &records {
+        let rec: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+        let id = (
+            rec["kind"].as_str().unwrap().to_string(),
+            rec["key"].as_str().unwrap().to_string(),
+        );
+        let meta: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(local[&id].join("meta.json")).unwrap())
+                .unwrap();
+        assert!(rec["signature"].is_string(), "{rec}");
+        assert_eq!(rec["signature"], meta["signature"], "{id:?}");
+    }
+    // A reader without the key downloads everything (remote records verified)...
+    let b = checkout(&a);
+    let text = fs::read_to_string(b.path("scenes.yaml")).unwrap();
+    let with = |local: bool| text.replace(&config(true), &config(local));
+    fs::write(b.path("scenes.yaml"), with(false)).unwrap();
+    let o = run(&b, &["warm"], &[]);
+    ok(&o);
+    assert_eq!(runs(&b), (0, 0, 0), "{}", show(&o));
+    // ...and the entries it published, never signed by it, are served under local
+    // verification with the one key: nothing is rebuilt, nothing is refused.
+    fs::write(b.path("scenes.yaml"), with(true)).unwrap();
+    let o = run(&b, &["warm"], &[]);
+    ok(&o);
+    assert_eq!(runs(&b), (0, 0, 0), "{}", show(&o));
+    let o = run(&b, &["device", "--no-lock"], &[]);
+    ok(&o);
+    assert_eq!(runs(&b), (0, 0, 0), "{}", show(&o));
+}

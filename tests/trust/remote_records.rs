@@ -14,9 +14,8 @@ use super::*;
 
 /// What a hostile record's file list says, written over a real fixture record (same
 /// blob, same size, only the listing changed).
-fn odd_listings(sha: &str, size: u64) -> Vec<(&'static str, serde_json::Value)> {
-    let file =
-        |path: &str, size: u64| serde_json::json!({"path": path, "size": size, "sha256": sha});
+fn odd_listings(sha: &str, b3: &str, size: u64) -> Vec<(&'static str, serde_json::Value)> {
+    let file = |path: &str, size: u64| serde_json::json!({"path": path, "size": size, "sha256": sha, "blake3": b3});
     let deep = vec!["d"; 3000].join("/");
     vec![
         (
@@ -75,12 +74,13 @@ fn an_odd_remote_record_is_a_miss_with_a_warning_never_exit_3() {
     let original: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(&fixture).unwrap()).unwrap();
     let first = &original["files"][0];
-    let (sha, size) = (
+    let (sha, b3, size) = (
         first["sha256"].as_str().unwrap().to_string(),
+        first["blake3"].as_str().unwrap().to_string(),
         first["size"].as_u64().unwrap(),
     );
     let mut faults = Vec::new();
-    for (what, files) in odd_listings(&sha, size) {
+    for (what, files) in odd_listings(&sha, &b3, size) {
         let mut rec = original.clone();
         rec["files"] = files;
         fs::write(&fixture, serde_json::to_vec(&rec).unwrap()).unwrap();

@@ -7,7 +7,9 @@ use std::fs;
 use super::*;
 
 const TOKEN: &str = "tok-3f9a1c-secret";
-const KEY: &str = "ed25519:c2VjcmV0LXNpZ25pbmcta2V5LXNlY3JldC1zZWVkLXh4eA==";
+// A readable key (32 bytes): scenerun reads it once per run, for the local store and the
+// remote alike, and refuses one it cannot read.
+const KEY: &str = "ed25519:c2VjcmV0LXNpZ25pbmcta2V5LXNlZWQteHh4eHh4eHg=";
 const DEFAULT_TOKEN: &str = "default-token-77e1";
 
 /// Every kind of child scenerun starts — a compile, its toolchain's identity, a fixture

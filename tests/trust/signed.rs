@@ -1,7 +1,8 @@
 //! Signed local entries (docs/cache-trust.md, "Signed entries"): by default whoever can
 //! write the cache dir is trusted — an entry copied under another key, its record's key
-//! rewritten, is served as a hit. With `cache.verify_key`, only entries signed by the
-//! key in `cache.sign_key_env` are: the forgery is a miss and is rebuilt.
+//! rewritten, is served as a hit. With `signing.verify_key` (or the deprecated
+//! `cache.verify_key`), only entries signed by the key in `signing.key_env` are: the
+//! forgery is a miss and is rebuilt.
 
 use std::fs;
 
@@ -144,4 +145,63 @@ fn without_the_signing_key_a_warm_that_adds_entries_is_refused() {
     let o = run_env(&s, &["warm"], &[("MY_ENTRY_KEY", &other)]);
     assert_eq!(code(&o), 4, "{}", show(&o));
     assert!(stderr(&o).contains("does not match"), "{}", show(&o));
+}
+
+/// `signing:` is the one block: it signs and verifies with no warning. The old keys of
+/// `cache:` and `cache.remote` still work, each with a deprecation warning naming the
+/// key to write; two that disagree, or one beside the block, are manifest errors.
+#[test]
+fn the_old_signing_keys_are_aliases_with_a_warning_and_disagreeing_ones_are_errors() {
+    let (private, public) = keypair(7);
+    let (_, other) = keypair(8);
+    let key = [("MY_ENTRY_KEY", private.as_str())];
+    let block = format!("signing:\n  verify_key: \"{public}\"\n  key_env: MY_ENTRY_KEY\n");
+    let old = format!("  verify_key: \"{public}\"\n  sign_key_env: MY_ENTRY_KEY\n");
+    for (signing, warned) in [(&block, false), (&old, true)] {
+        let s = two_fixture_suite(signing);
+        let o = run_env(&s, &["warm"], &key);
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        let err = stderr(&o);
+        assert_eq!(err.contains("deprecated"), warned, "{}", show(&o));
+        if warned {
+            for said in [
+                "`cache.verify_key` is deprecated",
+                "`cache.sign_key_env` is deprecated",
+                "write `signing.key_env`",
+            ] {
+                assert!(err.contains(said), "{said}: {}", show(&o));
+            }
+        }
+        forge(&s);
+        let o = run_env(&s, &["plan"], &[]);
+        assert_eq!(code(&o), 0, "{}", show(&o));
+        assert!(stdout(&o).contains("signature"), "{}", show(&o));
+    }
+    for (signing, said) in [
+        (
+            format!("  verify_key: \"{public}\"\n  remote:\n    verify_key: \"{other}\"\n"),
+            "write one `signing.verify_key`",
+        ),
+        (
+            "  sign_key_env: A_KEY\n  remote:\n    sign_key_env: B_KEY\n".to_string(),
+            "write one `signing.key_env`",
+        ),
+        (
+            "  sign_key_env: A_KEY\nsigning:\n  key_env: A_KEY\n".to_string(),
+            "replaced by the top-level `signing:` block",
+        ),
+        (
+            "signing:\n  key_env: A_KEY\n  verify: [everywhere]\n".to_string(),
+            "`everywhere` is not a place to verify",
+        ),
+        (
+            "signing:\n  verify: [local]\n".to_string(),
+            "no `signing.verify_key` to verify with",
+        ),
+    ] {
+        let s = two_fixture_suite(&signing);
+        let o = run_env(&s, &["plan"], &[]);
+        assert_eq!(code(&o), 4, "{signing}: {}", show(&o));
+        assert!(stderr(&o).contains(said), "{said}: {}", show(&o));
+    }
 }

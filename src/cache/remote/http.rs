@@ -27,9 +27,9 @@ pub enum Failure {
     Tampered { url: String, why: String },
     /// A record that does not parse or does not describe what it is stored under.
     BadRecord { key: String, why: String },
-    /// `verify_key` is set and the record carries no signature.
+    /// `signing.verify_key` is set for remote records and the record carries no signature.
     Unsigned { key: String },
-    /// `verify_key` is set and the signature does not verify.
+    /// `signing.verify_key` is set for remote records and the signature does not verify.
     BadSignature { key: String },
     /// A record names a blob the server no longer has.
     BlobMissing { url: String },
@@ -70,11 +70,11 @@ impl fmt::Display for Failure {
             Failure::BadRecord { key, why } => write!(f, "record {key} is unusable: {why}"),
             Failure::Unsigned { key } => write!(
                 f,
-                "record {key} is not signed and cache.remote.verify_key is set; ignored"
+                "record {key} is not signed and signing.verify_key is set; ignored"
             ),
             Failure::BadSignature { key } => write!(
                 f,
-                "record {key} has a signature that does not verify with cache.remote.verify_key; ignored"
+                "record {key} has a signature that does not verify with signing.verify_key; ignored"
             ),
             Failure::BlobMissing { url } => write!(f, "{url} is gone from the server"),
             Failure::TooBig { key, bytes, free } => write!(

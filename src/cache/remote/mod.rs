@@ -25,13 +25,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::cache::digest::{self, CopyError, Digester};
+use crate::cache::sign::Keys;
 use crate::cache::{Entry, FileRecord, Kind, Meta, Store};
 use crate::fsutil;
 use crate::key::{self, Files};
-use crate::manifest::remote::{parse_ed25519, RemoteConfig};
+use crate::manifest::remote::RemoteConfig;
 use crate::units::short_size;
 use anyhow::{Context, Result};
-use ed25519_dalek::{SigningKey, VerifyingKey};
 use http::{Client, Failure};
 use record::{Record, RemoteFile};
 use serde::{Deserialize, Serialize};
@@ -123,9 +123,8 @@ pub struct Remote {
     write: bool,
     required: bool,
     max_upload: u64,
-    verify: Option<VerifyingKey>,
-    signer: Option<SigningKey>,
-    sign_env: Option<String>,
+    /// The run's one key pair (`signing:`), the local store's.
+    keys: std::sync::Arc<Keys>,
     reads_off: AtomicBool,
     writes_off: AtomicBool,
     counters: Counters,
@@ -136,10 +135,12 @@ pub struct Remote {
 impl Remote {
     /// The remote for this run from the manifest, the command line and the environment
     /// (`--no-remote` > `--remote`/`$SCENERUN_REMOTE_URL` > `cache.remote.url`; writes
-    /// when `--remote-write`/`$SCENERUN_REMOTE_WRITE` or `cache.remote.write`).
+    /// when `--remote-write`/`$SCENERUN_REMOTE_WRITE` or `cache.remote.write`). Records
+    /// are signed and verified with `keys`, the local store's.
     pub fn configure(
         cfg: &RemoteConfig,
         flags: &Flags,
+        keys: std::sync::Arc<Keys>,
         notes: std::sync::Arc<dyn Notes>,
     ) -> Result<Option<Remote>> {
         if flags.off {
@@ -168,23 +169,6 @@ impl Remote {
         }
         let write = flags.write || cfg.write;
         let token = std::env::var(&cfg.token_env).ok().filter(|t| !t.is_empty());
-        let verify = cfg
-            .verify_key
-            .map(|b| VerifyingKey::from_bytes(&b).expect("checked when the manifest loaded"));
-        let mut signer = None;
-        if let (true, Some(env)) = (write, &cfg.sign_key_env) {
-            if let Some(text) = std::env::var(env).ok().filter(|t| !t.is_empty()) {
-                let seed =
-                    parse_ed25519(&text).map_err(|e| crate::error::err!(Usage, "${env}: {e}"))?;
-                let key = SigningKey::from_bytes(&seed);
-                if verify.is_some_and(|v| v != key.verifying_key()) {
-                    return Err(crate::error::err!(Usage,
-                        "the signing key in ${env} does not match cache.remote.verify_key: readers would ignore every record it signs"
-                    ));
-                }
-                signer = Some(key);
-            }
-        }
         let client = Client::new(&url, cfg.timeout, token.as_deref());
         Ok(Some(Remote {
             url: client.base().to_string(),
@@ -192,9 +176,7 @@ impl Remote {
             write,
             required: flags.required,
             max_upload: cfg.max_upload,
-            verify,
-            signer,
-            sign_env: cfg.sign_key_env.clone(),
+            keys,
             reads_off: AtomicBool::new(false),
             writes_off: AtomicBool::new(false),
             counters: Counters::default(),
@@ -292,7 +274,7 @@ impl Remote {
         let Some(bytes) = self.client.get_small(&format!("ac/{key}"), RECORD_LIMIT)? else {
             return Ok(None);
         };
-        let rec = Record::parse(&bytes, kind, key, self.verify.as_ref())?;
+        let rec = Record::parse(&bytes, kind, key, &self.keys)?;
         // Files the compiler read where the entry was built must be the same here, as for
         // a local hit; if not, this runner builds its own.
         for dep in &rec.deps {
@@ -333,7 +315,7 @@ impl Remote {
             let url = self.client.url(&format!("ac/{key}"));
             return Err(Failure::Cancelled { url }.into());
         }
-        let meta = Meta::new(
+        let mut meta = Meta::new(
             kind,
             key,
             &rec.built_by,
@@ -341,6 +323,9 @@ impl Remote {
             files,
             rec.deps.clone(),
         );
+        // The writer's signature over this very content (each blob's BLAKE3 was
+        // checked against the record): the entry is signed without this process's key.
+        meta.signature = rec.signature.clone();
         store.publish_digested(staging, meta).map_err(Self::local)?;
         Ok(Some(rec.bytes()))
     }
@@ -381,6 +366,13 @@ impl Remote {
             }
             .into());
         }
+        if got.blake3 != f.blake3 {
+            return Err(Failure::Tampered {
+                url,
+                why: format!("its BLAKE3 is {}", got.blake3),
+            }
+            .into());
+        }
         Ok(FileRecord::new(f.path.clone(), got.size, got.blake3))
     }
 
@@ -391,10 +383,10 @@ impl Remote {
         if !self.write || self.writes_off.load(Ordering::SeqCst) {
             return Ok(0);
         }
-        if self.verify.is_some() && self.signer.is_none() {
+        if self.keys.verifies_remote() && !self.keys.signs() {
             self.warn(&format!(
                 "writes are on but ${} holds no signing key; readers require signed records, so nothing is uploaded",
-                self.sign_env.as_deref().unwrap_or("(cache.remote.sign_key_env unset)")
+                self.keys.sign_env().unwrap_or("(signing.key_env unset)")
             ));
             return Ok(0);
         }
@@ -448,6 +440,7 @@ impl Remote {
                     path: f.path.clone(),
                     size: f.size,
                     sha256,
+                    blake3: f.blake3.clone(),
                 },
                 p,
             ));
@@ -466,7 +459,7 @@ impl Remote {
             self.counters.bytes_up.fetch_add(f.size, Ordering::Relaxed);
             Ok(())
         })?;
-        let mut rec = Record {
+        let rec = Record {
             format: record::FORMAT,
             kind: meta.kind,
             key: meta.key.clone(),
@@ -474,11 +467,9 @@ impl Remote {
             deps: meta.deps.clone(),
             built_by: meta.built_by.clone(),
             duration_secs: meta.duration_secs,
-            signature: None,
+            // One scheme: the signature this entry carries locally, made here.
+            signature: self.keys.signature(meta),
         };
-        if let Some(k) = &self.signer {
-            rec.sign(k);
-        }
         let body = serde_json::to_vec(&rec).expect("record serializes");
         self.client.put(&ac, body)?;
         self.counters.uploaded.fetch_add(1, Ordering::Relaxed);

@@ -1,20 +1,21 @@
 //! The entry record stored at `{url}/ac/<key>`: what a local entry holds, with each file
-//! named by the sha256 of its bytes (its blob at `{url}/cas/<sha256>`), and an optional
-//! ed25519 signature over everything else. A record is checked completely before any
-//! blob it names is fetched.
+//! named by the sha256 of its bytes (its blob at `{url}/cas/<sha256>`) beside its BLAKE3,
+//! and the local entry's own signature (`cache::sign`: one scheme, so the entry a reader
+//! publishes from it carries the writer's signature). A record is checked completely
+//! before any blob it names is fetched.
 
 use std::path::{Component, Path};
 
-use base64::Engine;
-use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use super::http::Failure;
-use crate::cache::{Dep, Kind};
+use crate::cache::sign::{signed_bytes, Keys};
+use crate::cache::{Damage, Dep, FileRecord, Kind, LAYOUT};
 
-pub const FORMAT: u32 = 1;
-/// Signed bytes start with this, so a signature over some other JSON never verifies here.
-const DOMAIN: &[u8] = b"scenerun remote record v1\n";
+/// 2: files carry their BLAKE3 and the signature is the local entry's (1: a signature
+/// of its own over the record's JSON). A new cache layout changes what is signed, so it
+/// comes with a new format.
+pub const FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RemoteFile {
@@ -22,6 +23,8 @@ pub struct RemoteFile {
     pub path: String,
     pub size: u64,
     pub sha256: String,
+    /// What the local entry's record says of it, and what its signature covers.
+    pub blake3: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -35,23 +38,31 @@ pub struct Record {
     pub deps: Vec<Dep>,
     pub built_by: String,
     pub duration_secs: f64,
-    /// `ed25519:<base64 of the 64-byte signature>`.
+    /// `ed25519:<base64 of the 64-byte signature>`, the local entry's (`cache::sign`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
 }
 
 impl Record {
+    /// What its signature covers: the bytes the local entry it describes is signed
+    /// over (`sign::signed_bytes`), in the record's order (the writer's, sorted).
     fn signed_bytes(&self) -> Vec<u8> {
-        let mut bare = self.clone();
-        bare.signature = None;
-        let mut out = DOMAIN.to_vec();
-        out.extend(serde_json::to_vec(&bare).expect("record serializes"));
-        out
-    }
-
-    pub fn sign(&mut self, key: &SigningKey) {
-        let sig = key.sign(&self.signed_bytes());
-        self.signature = Some(crate::manifest::remote::ed25519_text(&sig.to_bytes()));
+        let files: Vec<FileRecord> = self
+            .files
+            .iter()
+            .map(|f| FileRecord::new(f.path.clone(), f.size, f.blake3.clone()))
+            .collect();
+        signed_bytes(
+            (
+                LAYOUT,
+                self.kind,
+                &self.key,
+                &self.built_by,
+                self.duration_secs,
+            ),
+            &files,
+            self.deps.iter().map(|d| (&*d.path, &*d.blake3)),
+        )
     }
 
     /// The bytes of all its files (saturating: a record may claim anything).
@@ -62,39 +73,33 @@ impl Record {
     }
 
     /// Parse and check a downloaded record: it describes `kind`/`key`, its file listing is
-    /// safe to lay out under a staging dir, and (with `verify`) it is signed by that key.
-    pub fn parse(
-        bytes: &[u8],
-        kind: Kind,
-        key: &str,
-        verify: Option<&VerifyingKey>,
-    ) -> Result<Record, Failure> {
+    /// safe to lay out under a staging dir, and (when `keys` verify remote records) it is
+    /// signed by the verify key.
+    pub fn parse(bytes: &[u8], kind: Kind, key: &str, keys: &Keys) -> Result<Record, Failure> {
         let bad = |why: String| Failure::BadRecord {
             key: key.to_string(),
             why,
         };
-        let r: Record = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        if r.format != FORMAT {
+        // The format first: another format's fields are not this one's.
+        #[derive(Deserialize)]
+        struct Format {
+            format: u32,
+        }
+        let f: Format = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        if f.format != FORMAT {
             return Err(bad(format!(
                 "format {} (this scenerun reads {FORMAT})",
-                r.format
+                f.format
             )));
         }
+        let r: Record = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
         if r.kind != kind || r.key != key {
             return Err(bad("it describes another entry".into()));
         }
-        if let Some(vk) = verify {
-            let Some(sig) = &r.signature else {
-                return Err(Failure::Unsigned { key: key.into() });
-            };
-            let ok = sig
-                .strip_prefix("ed25519:")
-                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-                .and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok())
-                .is_some_and(|s| vk.verify(&r.signed_bytes(), &s).is_ok());
-            if !ok {
-                return Err(Failure::BadSignature { key: key.into() });
-            }
+        match keys.check_remote(r.signature.as_deref(), || r.signed_bytes()) {
+            Ok(()) => {}
+            Err(Damage::Unsigned) => return Err(Failure::Unsigned { key: key.into() }),
+            Err(_) => return Err(Failure::BadSignature { key: key.into() }),
         }
         check_listing(kind, &r.files).map_err(|e| bad(e.to_string()))?;
         Ok(r)
@@ -111,6 +116,7 @@ pub const MAX_NAME: usize = 255;
 pub enum BadListing {
     NoFiles,
     NotSha256(String),
+    NotBlake3(String),
     KernelNotOneFile,
     UnsafePath(String),
     /// Not in the one form scenerun writes (`a//b`, `a/./b`, `dir/`): two spellings
@@ -125,7 +131,8 @@ impl std::fmt::Display for BadListing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BadListing::NoFiles => f.write_str("it lists no files"),
-            BadListing::NotSha256(s) => write!(f, "`{s}` is not a sha256"),
+            BadListing::NotSha256(s) => write!(f, "`{}` is not a sha256", shown(s)),
+            BadListing::NotBlake3(s) => write!(f, "`{}` is not a BLAKE3", shown(s)),
             BadListing::KernelNotOneFile => f.write_str("a kernel entry is exactly one file"),
             BadListing::UnsafePath(p) => write!(f, "unsafe file path `{}`", shown(p)),
             BadListing::NotCanonical(p) => {
@@ -159,9 +166,13 @@ fn check_listing(kind: Kind, files: &[RemoteFile]) -> Result<(), BadListing> {
     if files.is_empty() {
         return Err(BadListing::NoFiles);
     }
+    let hex = |h: &str| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit());
     for f in files {
-        if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !hex(&f.sha256) {
             return Err(BadListing::NotSha256(f.sha256.clone()));
+        }
+        if !hex(&f.blake3) {
+            return Err(BadListing::NotBlake3(f.blake3.clone()));
         }
     }
     if kind == Kind::Kernel {
@@ -215,6 +226,7 @@ mod tests {
                 path: "x/input.bin".into(),
                 size: 3,
                 sha256: "0".repeat(64),
+                blake3: "1".repeat(64),
             }],
             deps: vec![],
             built_by: "fixture/s/fixture".into(),
@@ -223,34 +235,58 @@ mod tests {
         }
     }
 
+    fn none() -> Keys {
+        Keys::default()
+    }
+
     #[test]
-    fn signature_round_trip_and_tamper() {
-        let sk = SigningKey::from_bytes(&[7; 32]);
-        let vk = sk.verifying_key();
+    fn the_local_entrys_signature_verifies_the_record_and_nothing_changed() {
+        let seed = [7; 32];
+        let public = ed25519_dalek::SigningKey::from_bytes(&seed)
+            .verifying_key()
+            .to_bytes();
+        let keys = Keys::test(Some(seed), Some(public));
         let mut r = record();
         let key = r.key.clone();
         let unsigned = serde_json::to_vec(&r).unwrap();
         assert!(matches!(
-            Record::parse(&unsigned, Kind::Fixture, &key, Some(&vk)),
+            Record::parse(&unsigned, Kind::Fixture, &key, &keys),
             Err(Failure::Unsigned { .. })
         ));
-        assert!(Record::parse(&unsigned, Kind::Fixture, &key, None).is_ok());
-        r.sign(&sk);
+        assert!(Record::parse(&unsigned, Kind::Fixture, &key, &none()).is_ok());
+        // The signature the local entry of these files carries: one scheme.
+        let meta = crate::cache::Meta::new(
+            Kind::Fixture,
+            &key,
+            &r.built_by,
+            r.duration_secs,
+            vec![FileRecord::new("x/input.bin".into(), 3, "1".repeat(64))],
+            Vec::new(),
+        );
+        r.signature = keys.signature(&meta);
         let signed = serde_json::to_vec(&r).unwrap();
-        assert!(Record::parse(&signed, Kind::Fixture, &key, Some(&vk)).is_ok());
-        let mut changed = r.clone();
-        changed.files[0].size = 4;
-        let changed = serde_json::to_vec(&changed).unwrap();
+        assert!(Record::parse(&signed, Kind::Fixture, &key, &keys).is_ok());
+        for change in [
+            |r: &mut Record| r.files[0].size = 4,
+            |r: &mut Record| r.files[0].blake3 = "2".repeat(64),
+            |r: &mut Record| r.duration_secs = 2.0,
+        ] {
+            let mut changed = r.clone();
+            change(&mut changed);
+            let changed = serde_json::to_vec(&changed).unwrap();
+            assert!(matches!(
+                Record::parse(&changed, Kind::Fixture, &key, &keys),
+                Err(Failure::BadSignature { .. })
+            ));
+        }
+        let other = ed25519_dalek::SigningKey::from_bytes(&[8; 32])
+            .verifying_key()
+            .to_bytes();
         assert!(matches!(
-            Record::parse(&changed, Kind::Fixture, &key, Some(&vk)),
+            Record::parse(&signed, Kind::Fixture, &key, &Keys::test(None, Some(other))),
             Err(Failure::BadSignature { .. })
         ));
-        let other = SigningKey::from_bytes(&[8; 32]).verifying_key();
-        assert!(matches!(
-            Record::parse(&signed, Kind::Fixture, &key, Some(&other)),
-            Err(Failure::BadSignature { .. })
-        ));
-        assert!(Record::parse(&signed, Kind::Golden, &key, Some(&vk)).is_err());
+        assert!(Record::parse(&signed, Kind::Golden, &key, &keys).is_err());
     }
 
     #[test]
@@ -264,14 +300,14 @@ mod tests {
             r.files[0].path = bad.to_string();
             let bytes = serde_json::to_vec(&r).unwrap();
             assert!(
-                Record::parse(&bytes, Kind::Fixture, &r.key, None).is_err(),
+                Record::parse(&bytes, Kind::Fixture, &r.key, &none()).is_err(),
                 "{bad:?}"
             );
         }
         let mut r = record();
         r.files[0].path = vec!["d"; 500].join("/");
         let bytes = serde_json::to_vec(&r).unwrap();
-        assert!(Record::parse(&bytes, Kind::Fixture, &r.key, None).is_ok());
+        assert!(Record::parse(&bytes, Kind::Fixture, &r.key, &none()).is_ok());
         // Sizes are added without overflowing.
         r.files[0].size = u64::MAX;
         r.files.push(r.files[0].clone());
@@ -285,7 +321,7 @@ mod tests {
             r.files[0].path = bad.into();
             let bytes = serde_json::to_vec(&r).unwrap();
             assert!(
-                Record::parse(&bytes, Kind::Fixture, &r.key, None).is_err(),
+                Record::parse(&bytes, Kind::Fixture, &r.key, &none()).is_err(),
                 "{bad}"
             );
         }
@@ -295,13 +331,13 @@ mod tests {
             ..r.files[0].clone()
         });
         let bytes = serde_json::to_vec(&r).unwrap();
-        assert!(Record::parse(&bytes, Kind::Fixture, &r.key, None).is_err());
+        assert!(Record::parse(&bytes, Kind::Fixture, &r.key, &none()).is_err());
         let mut k = record();
         k.kind = Kind::Kernel;
         let bytes = serde_json::to_vec(&k).unwrap();
-        assert!(Record::parse(&bytes, Kind::Kernel, &k.key, None).is_err());
+        assert!(Record::parse(&bytes, Kind::Kernel, &k.key, &none()).is_err());
         k.files[0].path = String::new();
         let bytes = serde_json::to_vec(&k).unwrap();
-        assert!(Record::parse(&bytes, Kind::Kernel, &k.key, None).is_ok());
+        assert!(Record::parse(&bytes, Kind::Kernel, &k.key, &none()).is_ok());
     }
 }
