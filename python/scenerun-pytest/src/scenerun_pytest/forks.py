@@ -1,6 +1,5 @@
-"""What the one server (``server``) and the processes that ask it for a child (``fork``,
-and a warm step's ``scenerun_pytest fixture|golden`` under ``$SCENERUN_FORK_SERVER``)
-share: the framing and the types of their messages (``schemas/server_*.schema.json``,
+"""What the one server (``server``) and the processes that ask it for a child (``fork``
+for a lane; scenerun itself, in Rust, for a warm step) share: the framing and the types of their messages (``schemas/server_*.schema.json``,
 generated from scenerun's types, describe them; tests/test_typeddicts_match_schemas.py
 holds these TypedDicts to those files), the state a child must take to be the process it
 stands for, and what an interpreter reads only when it starts (``START_ONLY_NAMES``,
