@@ -13,6 +13,10 @@ use std::os::unix::net::UnixStream;
 
 use serde::{Deserialize, Serialize};
 
+/// The variable naming the server's socket: set for the server (it listens there) and for
+/// a lane process (it asks there).
+pub const SOCKET_ENV: &str = "SCENERUN_FORK_SERVER";
+
 /// Variables an interpreter, or a library the server preloaded, reads only when it
 /// starts: a child whose value differs from the server's is not forked (it runs as a
 /// process, or the lane as written). Every name in this list ...

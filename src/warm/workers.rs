@@ -47,9 +47,6 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// only once scenerun confirmed).
 const ANSWER_WAIT: Duration = Duration::from_secs(5);
 
-/// The environment variable naming the server's socket (the lanes' fork server's too).
-const SOCKET_ENV: &str = "SCENERUN_FORK_SERVER";
-
 /// How a step run through `Slot::run` ended.
 pub enum StepRun {
     /// How its process (or the worker's fork of it) ended.
@@ -102,6 +99,8 @@ enum Served {
     NoAnswer(String),
     /// The conversation ended without an answer; `over` when the memory cap ended it.
     Lost(Option<WorkerLoss>),
+    /// The step's own files could not be opened (its log): the step's error.
+    Failed(std::io::Error),
 }
 
 impl Slot {
@@ -204,6 +203,7 @@ impl Slot {
                 (StepRun::Ended(Ok(ended)), note)
             }
             Served::Refused(why) => (as_process(cfg, spec, &why), None),
+            Served::Failed(e) => (StepRun::Ended(Err(e)), None),
             Served::NoAnswer(why) => {
                 let worker = self.workers.remove(&key).expect("served above");
                 worker.piped.kill();
@@ -250,7 +250,7 @@ impl Slot {
             .map_err(|e| format!("cannot make {}: {e}", sock_dir.display()))?;
         let mut env = key.env.clone();
         env.insert("SCENERUN_WORKER".into(), cfg.name.clone());
-        env.insert(SOCKET_ENV.into(), socket.display().to_string());
+        env.insert(protocol::SOCKET_ENV.into(), socket.display().to_string());
         let piped = match piped::spawn(&command, &plan.manifest.dir, &env, &log) {
             Ok(Some(p)) => p,
             Ok(None) => return Err("interrupted".into()),
@@ -349,16 +349,14 @@ fn as_process(cfg: &WorkerConfig, spec: &proc::Spec, why: &str) -> StepRun {
 /// the step's log, and wait for its end, keeping the step's timeout (on the worker's
 /// whole group) and the worker's memory cap.
 fn serve(w: &mut Worker, spec: &proc::Spec, request: &Request, cap: Option<u64>) -> Served {
-    let opened = crate::fsutil::append_log(spec.log).and_then(|log| {
-        let null = std::fs::File::open("/dev/null")?;
-        let stream = UnixStream::connect(&w.socket)?;
-        stream.set_read_timeout(Some(ANSWER_WAIT))?;
-        stream.set_write_timeout(Some(ANSWER_WAIT))?;
-        let fds = [null.as_raw_fd(), log.as_raw_fd(), log.as_raw_fd()];
-        protocol::send(&stream, request, &fds)?;
-        Ok(stream)
-    });
-    let stream = match opened {
+    let files = crate::fsutil::append_log(spec.log)
+        .and_then(|log| Ok((log, std::fs::File::open("/dev/null")?)));
+    let (log, null) = match files {
+        Ok(f) => f,
+        Err(e) => return Served::Failed(e),
+    };
+    let fds = [null.as_raw_fd(), log.as_raw_fd(), log.as_raw_fd()];
+    let stream = match ask(&w.socket, request, &fds) {
         Ok(s) => s,
         Err(_) if w.piped.exited() => return Served::Lost(None),
         Err(e) => return Served::NoAnswer(format!("the worker took no request: {e}")),
@@ -394,6 +392,16 @@ fn serve(w: &mut Worker, spec: &proc::Spec, request: &Request, cap: Option<u64>)
     };
     w.piped.set_deadline(None);
     served
+}
+
+/// Connect to `socket` and send `request` with `fds`; the connection, its waits bounded
+/// by `ANSWER_WAIT`.
+fn ask(socket: &Path, request: &Request, fds: &[i32]) -> std::io::Result<UnixStream> {
+    let stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(ANSWER_WAIT))?;
+    stream.set_write_timeout(Some(ANSWER_WAIT))?;
+    protocol::send(&stream, request, fds)?;
+    Ok(stream)
 }
 
 /// Wait for the child's `Ended`, looking at the memory cap meanwhile.

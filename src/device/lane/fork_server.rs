@@ -17,7 +17,7 @@ use crate::proc::piped::{self, Piped};
 use crate::proc::server::{self, NotReady, SocketDir};
 
 /// Where a lane finds the server: `SCENERUN_FORK_SERVER`.
-pub const ENV: &str = "SCENERUN_FORK_SERVER";
+pub use crate::proc::server_protocol::SOCKET_ENV as ENV;
 
 pub use crate::proc::server::socket;
 
