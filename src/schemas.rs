@@ -17,11 +17,27 @@ fn all() -> Vec<(&'static str, Schema)> {
             schema_for!(crate::report::plan_view::PlanJson<'static>),
         ),
         ("explain", schema_for!(crate::explain::ExplainJson<'static>)),
+        // The one server's protocol (warm steps and lanes alike): one file per message.
         (
-            "worker_request",
-            schema_for!(crate::warm::workers::Request<'static>),
+            "server_ready",
+            schema_for!(crate::proc::server_protocol::Ready),
         ),
-        ("worker_reply", schema_for!(crate::warm::workers::Reply)),
+        (
+            "server_request",
+            schema_for!(crate::proc::server_protocol::Request),
+        ),
+        (
+            "server_started",
+            schema_for!(crate::proc::server_protocol::Started),
+        ),
+        (
+            "server_refused",
+            schema_for!(crate::proc::server_protocol::Refused),
+        ),
+        (
+            "server_ended",
+            schema_for!(crate::proc::server_protocol::Ended),
+        ),
         ("verdict", schema_for!(crate::verdict::Verdict)),
         ("trace", schema_for!(crate::report::trace::TraceFile)),
     ]

@@ -99,6 +99,22 @@ fn hidden_except(given: &BTreeMap<String, String>) -> Vec<String> {
         .collect()
 }
 
+/// The whole environment a child `sh` starts with `env` gets: the inherited one less
+/// what `hide_from_children` named, URL variables redacted, `env` on top (a variable
+/// whose name or value is not UTF-8 is left out). For a child another process starts
+/// on scenerun's behalf (a warm step forked by its worker), so it gets what `sh` gives.
+pub fn child_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut all: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    for n in hidden_except(env) {
+        all.remove(&n);
+    }
+    all.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    all.extend(url_vars_for_child(env));
+    all
+}
+
 /// The one builder of the `sh -c` children scenerun starts for the manifest's commands
 /// (steps, lanes, generators, identity and lock commands): run in `dir` with the
 /// inherited environment (less what `hide_from_children` named) and `env` on top, stdin

@@ -10,7 +10,8 @@
 //! - `spawn`: run a step into its log, capture a command's output;
 //! - `watchdog` and `adopt`: groups watched from outside, taken over, handed over;
 //! - `output`: reading what a child appends to its output files;
-//! - `piped`, `server`, `view`: warm workers' pipes, the Python server, the read-only view.
+//! - `piped`, `server`, `server_protocol`, `view`: the server's pipes, the Python server
+//!   and the messages of its protocol, the read-only view.
 
 mod adopt;
 mod env;
@@ -18,13 +19,16 @@ pub mod output;
 pub mod piped;
 mod registry;
 pub mod server;
+pub mod server_protocol;
 mod signals;
 mod spawn;
 pub mod view;
 mod watchdog;
 
 pub use adopt::{adopt, disown, finish_adopted, run_handed_over, watched_group};
-pub use env::{hide_from_children, program, sh, strip_userinfo_for_children, without_userinfo};
+pub use env::{
+    child_env, hide_from_children, program, sh, strip_userinfo_for_children, without_userinfo,
+};
 pub use output::log_tail;
 pub use registry::{
     grace, install_panic_hook, interrupt_all, interrupted, kill_all_now, set_grace, set_spawn_gate,

@@ -1,12 +1,14 @@
-//! Long-lived children that talk over pipes (warm workers, docs/warm.md): made by the
-//! one builder (`sh`), started in a process group of their own that is registered
-//! before they run, like a step's (an interrupt, a deadline and scenerun's death kill
-//! the whole group, grandchildren included); their stdin and stdout are pipes held
-//! here, their stderr is appended to a log. Invariant: a group is forgotten (and what
+//! Long-lived children with a pipe each way (the one server: warm workers and the fork
+//! server, docs/warm.md "The protocol"): made by the one builder (`sh`), started in a
+//! process group of their own that is registered before they run, like a step's (an
+//! interrupt, a deadline and scenerun's death kill the whole group, grandchildren
+//! included); their stdout (the ready line) and stdin (closed: the sign to end) are
+//! pipes held here, their stderr is appended to a log. Requests go over the server's
+//! socket (`server_protocol`), never these pipes. Invariant: a group is forgotten (and what
 //! is left of it killed) only once its leader has been reaped, as for a step.
 
 use std::collections::BTreeMap;
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, Read};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -91,16 +93,6 @@ impl Piped {
     /// Its process group.
     pub fn pgid(&self) -> i32 {
         self.pgid
-    }
-
-    /// Write one line to its stdin.
-    pub fn send(&mut self, line: &str) -> io::Result<()> {
-        let stdin = self
-            .stdin
-            .as_mut()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe))?;
-        stdin.write_all(format!("{line}\n").as_bytes())?;
-        stdin.flush()
     }
 
     /// The next line of its stdout, waiting at most `wait`.
@@ -220,17 +212,15 @@ mod tests {
     }
 
     #[test]
-    fn lines_go_both_ways_and_a_closed_stdin_ends_it() {
-        let (mut p, dir) = spawned("while read l; do echo \"got $l\"; echo noise >&2; done");
-        p.send("one").unwrap();
+    fn its_lines_come_here_and_a_closed_stdin_ends_it() {
+        let (p, dir) = spawned("echo one; echo noise >&2; echo two; cat; echo noise >&2");
         assert_eq!(
             p.recv(Duration::from_secs(10)),
-            Received::Line("got one".into())
+            Received::Line("one".into())
         );
-        p.send("two").unwrap();
         assert_eq!(
             p.recv(Duration::from_secs(10)),
-            Received::Line("got two".into())
+            Received::Line("two".into())
         );
         assert_eq!(p.recv(Duration::from_millis(20)), Received::Nothing);
         assert_eq!(p.close(Duration::from_secs(10)).unwrap(), Ended::Exited(0));

@@ -2,9 +2,8 @@
 //! (docs/warm.md "Workers", docs/lanes.md "A fork server"), seen from scenerun: its
 //! handshake and its private socket directory, one of each for both uses.
 //!
-//! Invariants: a server is used only after its one JSON ready line (the protocol is
-//! `python/scenerun-pytest/src/scenerun_pytest/server_protocol.schema.json`); a wait for
-//! it is bounded. Its socket lives in a directory that is a real directory, this user's,
+//! Invariants: a server is used only after its one JSON ready line (the protocol's
+//! messages are `server_protocol`'s types); a wait for it is bounded. Its socket lives in a directory that is a real directory, this user's,
 //! mode 0700 (anything else there is refused, never used); the directory is removed when
 //! the run that made it ends (its `Drop`, which runs on a normal end, an error and a
 //! SIGTERM), and one left by a run that was SIGKILLed is removed by the next run that
@@ -13,22 +12,14 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use super::piped::{Piped, Received};
+use super::server_protocol::Ready;
 use crate::units::later;
 
 /// The prefix of every socket directory under the system's temp dir.
 const DIR_PREFIX: &str = "scenerun-fork-";
 /// The file in a socket directory naming the scenerun process that made it.
 const OWNER: &str = "owner";
-
-/// The server's ready line.
-#[derive(Debug, Deserialize)]
-struct Ready {
-    ready: bool,
-    pid: i32,
-}
 
 /// Why a server did not become ready.
 #[derive(Debug)]
@@ -53,7 +44,9 @@ pub fn await_ready(piped: &Piped, within: Duration) -> Result<i32, NotReady> {
         match piped.recv(left.min(Duration::from_millis(100))) {
             Received::Line(l) => {
                 return match serde_json::from_str::<Ready>(&l) {
-                    Ok(Ready { ready: true, pid }) => Ok(pid),
+                    Ok(Ready {
+                        ready: true, pid, ..
+                    }) => Ok(pid),
                     _ => Err(NotReady::Said(crate::error::clip(&l, 120).to_string())),
                 }
             }
@@ -165,32 +158,12 @@ fn clean_stale(tmp: &Path) {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    /// The protocol's one description, which the plugin's tests hold the server to.
-    pub(crate) const PROTOCOL: &str = include_str!(
-        "../../python/scenerun-pytest/src/scenerun_pytest/server_protocol.schema.json"
-    );
-
-    pub(crate) fn def(name: &str) -> serde_json::Value {
-        let schema: serde_json::Value = serde_json::from_str(PROTOCOL).expect("JSON");
-        schema["$defs"][name].clone()
-    }
-
-    pub(crate) fn required(name: &str) -> Vec<String> {
-        def(name)["required"]
-            .as_array()
-            .expect("required keys")
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
-    }
-
     #[test]
     fn the_ready_line_is_read_as_the_protocol_describes_it() {
-        assert_eq!(required("ready"), ["ready", "pid"]);
         let r: Ready = serde_json::from_str(
             r#"{"ready": true, "pid": 7, "threads": 1, "modules": 3, "unknown": 0}"#,
         )

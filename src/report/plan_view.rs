@@ -215,16 +215,35 @@ fn lane_notes(plan: &Plan, lane: &str) -> Option<String> {
 }
 
 /// Whether a lane's processes fork from the fork server, or why they run as written
-/// (docs/lanes.md, "A fork server").
-fn fork_line(plan: &Plan, lane: &str) -> Option<String> {
+/// (docs/lanes.md, "A fork server"): the one answer the text plan's line and the JSON
+/// plan's `fork` field both render.
+#[derive(Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+struct ForkJson {
+    /// True: the lane's processes fork from the fork server.
+    forked: bool,
+    /// Why they run as written instead (null when forked): the words of `--plan`.
+    reason: Option<String>,
+}
+
+/// `ForkJson` of `lane`; None when the manifest has no fork server or the lane does not
+/// ask it (its command is not `scenerun_pytest fork`).
+fn fork_of(plan: &Plan, lane: &str) -> Option<ForkJson> {
     let server = plan.manifest.fork_server.as_ref()?;
     let cfg = plan.manifest.lanes.get(lane)?;
-    Some(
-        match crate::device::lane::fork_server::refusal(server, &plan.manifest.env, cfg)? {
-            None => "forked from the fork server (with the lane's umask, limits, niceness, CPU affinity, directory and environment)".into(),
-            Some(why) => format!("runs as written, not forked from the fork server: {why}"),
-        },
-    )
+    let reason = crate::device::lane::fork_server::refusal(server, &plan.manifest.env, cfg)?;
+    Some(ForkJson {
+        forked: reason.is_none(),
+        reason,
+    })
+}
+
+/// The text plan's line for `fork_of`.
+fn fork_line(plan: &Plan, lane: &str) -> Option<String> {
+    Some(match fork_of(plan, lane)?.reason {
+        None => "forked from the fork server (with the lane's umask, limits, niceness, CPU affinity, directory and environment)".into(),
+        Some(why) => format!("runs as written, not forked from the fork server: {why}"),
+    })
 }
 
 pub fn text(plan: &Plan, phases: Phases, ui: &Ui) -> String {
@@ -513,6 +532,9 @@ struct SceneJson<'a> {
 struct ProcessJson<'a> {
     devices: usize,
     estimated_secs: f64,
+    /// A lane's process with a fork server: whether it forks from it, or why it runs as
+    /// written (the reason `--plan` prints); null otherwise.
+    fork: Option<ForkJson>,
     lane: Option<String>,
     lane_args: Option<&'a [String]>,
     lane_env: Option<&'a BTreeMap<String, String>>,
@@ -599,6 +621,7 @@ pub fn json(plan: &Plan) -> PlanJson<'_> {
         .iter()
         .map(|pr| ProcessJson {
             lane: pr.lane.clone(),
+            fork: pr.lane.as_deref().and_then(|l| fork_of(plan, l)),
             lane_args: variant_of(plan, pr).map(|v| v.args.as_slice()),
             lane_env: variant_of(plan, pr).map(|v| &v.env),
             scenes: pr

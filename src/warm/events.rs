@@ -18,6 +18,9 @@ pub enum WorkerNote {
     CouldNotStart { worker: String, why: String },
     /// The step ended well, then its worker was stopped (the next step starts a fresh one).
     Replaced { worker: String, why: WorkerLoss },
+    /// The worker took no request, or did not answer one within the bounded wait: it was
+    /// stopped, and this step and the next ones for it ran as processes.
+    Stopped { worker: String, why: String },
 }
 
 impl fmt::Display for WorkerNote {
@@ -30,6 +33,10 @@ impl fmt::Display for WorkerNote {
             WorkerNote::Replaced { worker, why } => {
                 write!(f, "worker {worker} replaced after the step: {why}")
             }
+            WorkerNote::Stopped { worker, why } => write!(
+                f,
+                "worker {worker} stopped ({why}): its steps run one process each"
+            ),
         }
     }
 }

@@ -14,22 +14,26 @@
 //!   step fails saying so, and the slot's next step starts a fresh worker. A worker
 //!   that cannot start, or a command it does not serve, falls back to a process.
 //!
-//! The protocol is one JSON line each way over the worker's stdin and stdout
-//! (docs/warm.md): `Request` and `Reply` below.
+//! The transport is the one server's (`proc::server`, docs/warm.md "The protocol"): a
+//! ready line on the worker's stdout, then per step one `Request` on the worker's private
+//! UNIX socket with the step's stdin, stdout and stderr as descriptors, answered
+//! `Started` or `Refused`, then `Ended` — the same request, socket and fork routine as
+//! a lane's. Its stdin is only the sign to end (closed at the end of the warm).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use super::events::WorkerNote;
 use crate::failure::WorkerLoss;
 use crate::manifest::WorkerConfig;
 use crate::plan::{Plan, Step};
-use crate::proc::piped::{self, Piped, Received};
-use crate::proc::server::NotReady;
+use crate::proc::piped::{self, Piped};
+use crate::proc::server::{NotReady, SocketDir};
+use crate::proc::server_protocol::{self as protocol, Answer, Request};
 use crate::proc::{self, Ended};
 
 /// How often a running step's memory is looked at when its worker has a cap.
@@ -38,36 +42,10 @@ const MEMORY_POLL: Duration = Duration::from_millis(50);
 /// How long a worker has to exit once told to (its stdin closed) at the end of a warm.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// One step, as the worker is asked to run it.
-#[derive(Serialize)]
-#[cfg_attr(test, derive(schemars::JsonSchema))]
-pub(crate) struct Request<'a> {
-    id: u64,
-    /// The step's command as it would run under `sh -c`, placeholders filled.
-    command: &'a str,
-    cwd: &'a Path,
-    /// Set on top of the worker's own environment for this step only.
-    env: &'a BTreeMap<String, String>,
-    /// The step's log: its output goes there.
-    log: &'a Path,
-    timeout_secs: Option<f64>,
-}
-
-/// A line a worker prints on its protocol channel.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-#[cfg_attr(test, derive(schemars::JsonSchema))]
-pub(crate) enum Reply {
-    /// It does not serve this command: scenerun runs it as a process.
-    Unsupported { id: u64, unsupported: String },
-    /// It ran the step: its exit status, or the signal that killed it.
-    Done {
-        id: u64,
-        status: i32,
-        #[serde(default)]
-        signal: Option<i32>,
-    },
-}
+/// How long a worker has to answer a request (`Started` or `Refused`); past it the
+/// worker is stopped and the step runs as a process (nothing of it ran: a child runs
+/// only once scenerun confirmed).
+const ANSWER_WAIT: Duration = Duration::from_secs(5);
 
 /// How a step run through `Slot::run` ended.
 pub enum StepRun {
@@ -82,7 +60,8 @@ pub struct Slot {
     slot: usize,
     job_dir: PathBuf,
     workers: HashMap<PoolKey, Worker>,
-    /// Workers that could not start in this warm: their steps run as processes.
+    /// Workers that could not start in this warm, or stopped answering: their steps run
+    /// as processes.
     broken: HashSet<PoolKey>,
     /// Worker logs already started in this warm (a replacement appends to its log).
     logs: HashSet<PathBuf>,
@@ -105,15 +84,23 @@ struct Worker {
     piped: Piped,
     /// The process that forks the steps.
     pid: i32,
-    next_id: u64,
+    /// Where it takes requests, in a private directory removed with it.
+    socket: PathBuf,
+    _dir: SocketDir,
 }
 
 /// What came back from one request.
 enum Served {
     Done(Ended),
-    Unsupported(String),
+    /// It refused the request (the step runs as a process): why.
+    Refused(String),
+    /// It did not answer within `ANSWER_WAIT` (it was stopped; the step runs as a
+    /// process): what happened.
+    NoAnswer(String),
     /// The conversation ended without an answer; `over` when the memory cap ended it.
     Lost(Option<WorkerLoss>),
+    /// The step's own files could not be opened (its log): the step's error.
+    Failed(std::io::Error),
 }
 
 impl Slot {
@@ -155,6 +142,10 @@ impl Slot {
         let Some(cfg) = plan.worker_of(step) else {
             return (StepRun::Ended(proc::run(spec)), None);
         };
+        let (module, args) = match served_form(spec.command) {
+            Ok(m) => m,
+            Err(why) => return (as_process(cfg, spec, &why), None),
+        };
         let (platform, env) = plan.step_context(step);
         let key = PoolKey {
             name: cfg.name.clone(),
@@ -193,20 +184,36 @@ impl Slot {
             spec.log,
             &format!("# run by worker {} (pid {})\n", cfg.name, worker.pid),
         );
-        match serve(worker, spec, cfg.memory_cap) {
+        let mut env = proc::child_env(spec.env);
+        // As `sh -c` sets it for the step's process: the directory it runs in.
+        let cwd = std::fs::canonicalize(spec.dir).unwrap_or_else(|_| spec.dir.to_path_buf());
+        env.insert("PWD".into(), cwd.display().to_string());
+        let request = Request {
+            module,
+            args,
+            cwd: spec.dir.display().to_string(),
+            env,
+            pgid: None,
+            interpreter: None,
+            process: None,
+        };
+        match serve(worker, spec, &request, cfg.memory_cap) {
             Served::Done(ended) => {
                 let note = self.retire_if_over(&key, cfg);
                 (StepRun::Ended(Ok(ended)), note)
             }
-            Served::Unsupported(why) => {
-                append(
-                    spec.log,
-                    &format!(
-                        "# worker {} does not serve it ({why}): run as a process\n",
-                        cfg.name
-                    ),
-                );
-                (StepRun::Ended(proc::run(spec)), None)
+            Served::Refused(why) => (as_process(cfg, spec, &why), None),
+            Served::Failed(e) => (StepRun::Ended(Err(e)), None),
+            Served::NoAnswer(why) => {
+                let worker = self.workers.remove(&key).expect("served above");
+                worker.piped.kill();
+                let _ = worker.piped.wait();
+                self.broken.insert(key);
+                let note = WorkerNote::Stopped {
+                    worker: cfg.name.clone(),
+                    why: why.clone(),
+                };
+                (as_process(cfg, spec, &why), Some(note))
             }
             Served::Lost(over) => {
                 let worker = self.workers.remove(&key).expect("served above");
@@ -231,8 +238,19 @@ impl Slot {
             crate::fsutil::append_log(&log).and_then(|mut f| f.write_all(header.as_bytes()))
         };
         logged.map_err(|e| format!("cannot start its log {}: {e}", log.display()))?;
+        // A socket of its own: the warm's job dir, this slot and this process name it.
+        let socket = crate::proc::server::socket(&self.job_dir.join(format!(
+            "worker-{}-{}-{}",
+            std::process::id(),
+            self.slot,
+            crate::fsutil::unique()
+        )));
+        let sock_dir = socket.parent().expect("the socket has a directory");
+        let dir = crate::proc::server::private_dir(sock_dir)
+            .map_err(|e| format!("cannot make {}: {e}", sock_dir.display()))?;
         let mut env = key.env.clone();
         env.insert("SCENERUN_WORKER".into(), cfg.name.clone());
+        env.insert(protocol::SOCKET_ENV.into(), socket.display().to_string());
         let piped = match piped::spawn(&command, &plan.manifest.dir, &env, &log) {
             Ok(Some(p)) => p,
             Ok(None) => return Err("interrupted".into()),
@@ -243,7 +261,8 @@ impl Slot {
             Ok(pid) if !piped.stopping() => Ok(Worker {
                 piped,
                 pid,
-                next_id: 0,
+                socket,
+                _dir: dir,
             }),
             Ok(_) | Err(_) => {
                 piped.kill();
@@ -294,66 +313,134 @@ impl Drop for Slot {
     }
 }
 
-/// Ask `w` to run the step `spec` describes, and wait for its answer, keeping the step's
-/// timeout (on the worker's whole group) and the worker's memory cap.
-fn serve(w: &mut Worker, spec: &proc::Spec, cap: Option<u64>) -> Served {
-    w.next_id += 1;
-    let id = w.next_id;
-    let request = Request {
-        id,
-        command: spec.command,
-        cwd: spec.dir,
-        env: spec.env,
-        log: spec.log,
-        timeout_secs: spec.timeout.map(|t| t.as_secs_f64()),
-    };
-    let line = serde_json::to_string(&request).expect("a request is JSON");
-    w.piped.set_deadline(spec.timeout);
-    if w.piped.send(&line).is_err() {
-        w.piped.kill();
-        return Served::Lost(None);
+/// `(module, args)` of a command the worker serves: `[an interpreter] -m scenerun_pytest
+/// fixture|golden ...` without shell syntax; Err: why it does not (the step then runs as
+/// a process).
+fn served_form(command: &str) -> Result<(String, Vec<String>), String> {
+    if command.contains(|c| "|&;<>()`$".contains(c)) {
+        return Err("the command uses shell syntax".into());
     }
+    let argv = shell_words::split(command).map_err(|e| format!("cannot split the command: {e}"))?;
+    if argv.len() < 4 || argv[0].contains('=') || argv[1..3] != ["-m", "scenerun_pytest"] {
+        return Err("not a `python -m scenerun_pytest` command".into());
+    }
+    if !matches!(argv[3].as_str(), "fixture" | "golden") {
+        return Err(format!(
+            "`scenerun_pytest {}` is not served by a worker",
+            argv[3]
+        ));
+    }
+    Ok((argv[2].clone(), argv[3..].to_vec()))
+}
+
+/// Run the step as a process, its log saying why its worker did not.
+fn as_process(cfg: &WorkerConfig, spec: &proc::Spec, why: &str) -> StepRun {
+    append(
+        spec.log,
+        &format!(
+            "# worker {} does not serve it ({why}): run as a process\n",
+            cfg.name
+        ),
+    );
+    StepRun::Ended(proc::run(spec))
+}
+
+/// Ask `w` for a child that runs `request`, its stdin /dev/null and its stdout and stderr
+/// the step's log, and wait for its end, keeping the step's timeout (on the worker's
+/// whole group) and the worker's memory cap.
+fn serve(w: &mut Worker, spec: &proc::Spec, request: &Request, cap: Option<u64>) -> Served {
+    let files = crate::fsutil::append_log(spec.log)
+        .and_then(|log| Ok((log, std::fs::File::open("/dev/null")?)));
+    let (log, null) = match files {
+        Ok(f) => f,
+        Err(e) => return Served::Failed(e),
+    };
+    let fds = [null.as_raw_fd(), log.as_raw_fd(), log.as_raw_fd()];
+    let stream = match ask(&w.socket, request, &fds) {
+        Ok(s) => s,
+        Err(_) if w.piped.exited() => return Served::Lost(None),
+        Err(e) => return Served::NoAnswer(format!("the worker took no request: {e}")),
+    };
+    match protocol::recv::<Answer>(&stream) {
+        Ok(Some(Answer::Started(_))) => {}
+        Ok(Some(Answer::Refused(r))) => return Served::Refused(r.error),
+        Ok(None) if w.piped.exited() => return Served::Lost(None),
+        Ok(None) => return Served::NoAnswer("the worker closed the request unanswered".into()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Served::NoAnswer(format!(
+                "the worker did not answer within {}",
+                crate::units::short_duration(ANSWER_WAIT)
+            ))
+        }
+        Err(e) => {
+            w.piped.kill();
+            return Served::Lost(Some(WorkerLoss::Protocol {
+                said: crate::error::clip(&e.to_string(), 120).to_string(),
+            }));
+        }
+    }
+    w.piped.set_deadline(spec.timeout);
+    let served = if (&stream).write_all(b"1").is_err() {
+        Served::Lost(None)
+    } else {
+        wait_ended(w, &stream, cap)
+    };
+    w.piped.set_deadline(None);
+    served
+}
+
+/// Connect to `socket` and send `request` with `fds`; the connection, its waits bounded
+/// by `ANSWER_WAIT`.
+fn ask(socket: &Path, request: &Request, fds: &[i32]) -> std::io::Result<UnixStream> {
+    let stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(ANSWER_WAIT))?;
+    stream.set_write_timeout(Some(ANSWER_WAIT))?;
+    protocol::send(&stream, request, fds)?;
+    Ok(stream)
+}
+
+/// Wait for the child's `Ended`, looking at the memory cap meanwhile.
+fn wait_ended(w: &Worker, stream: &UnixStream, cap: Option<u64>) -> Served {
     let wait = if cap.is_some() {
         MEMORY_POLL
     } else {
         Duration::from_secs(1)
     };
-    let served = loop {
-        match w.piped.recv(wait) {
-            Received::Line(l) => match serde_json::from_str::<Reply>(&l) {
-                Ok(Reply::Done {
-                    id: got,
-                    status,
-                    signal,
-                }) if got == id => {
-                    break Served::Done(match signal {
-                        Some(s) => Ended::Signaled(s),
-                        None => Ended::Exited(status),
-                    });
-                }
-                Ok(Reply::Unsupported {
-                    id: got,
-                    unsupported,
-                }) if got == id => {
-                    break Served::Unsupported(unsupported);
-                }
-                _ => {
-                    w.piped.kill();
-                    let said = crate::error::clip(&l, 120).to_string();
-                    break Served::Lost(Some(WorkerLoss::Protocol { said }));
-                }
-            },
-            Received::Nothing => {
+    if stream.set_read_timeout(Some(wait)).is_err() {
+        w.piped.kill();
+        return Served::Lost(None);
+    }
+    loop {
+        match protocol::recv::<protocol::Ended>(stream) {
+            Ok(Some(e)) => return Served::Done(e.ended()),
+            Ok(None) => return Served::Lost(None),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 if let Some(over) = cap.and_then(|cap| over_cap(w.pid, cap)) {
                     w.piped.kill();
-                    break Served::Lost(Some(over));
+                    return Served::Lost(Some(over));
                 }
             }
-            Received::Closed => break Served::Lost(None),
+            Err(e) => {
+                w.piped.kill();
+                if w.piped.exited() || w.piped.stopping() {
+                    return Served::Lost(None);
+                }
+                return Served::Lost(Some(WorkerLoss::Protocol {
+                    said: crate::error::clip(&e.to_string(), 120).to_string(),
+                }));
+            }
         }
-    };
-    w.piped.set_deadline(None);
-    served
+    }
 }
 
 /// The step past `cap`: the resident memory of its whole process tree (every descendant
@@ -416,40 +503,29 @@ fn append(log: &Path, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proc::server::tests::{def, required};
 
     #[test]
-    fn a_step_request_and_its_answers_are_what_the_protocol_describes() {
-        let env = BTreeMap::from([("A".to_string(), "1".to_string())]);
-        let request = Request {
-            id: 3,
-            command: "python -m scenerun_pytest fixture t.py::C --case a --out o",
-            cwd: Path::new("/d"),
-            env: &env,
-            log: Path::new("/d/l.log"),
-            timeout_secs: Some(1.5),
-        };
-        let v = serde_json::to_value(&request).unwrap();
-        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
-        let described = def("step")["properties"].as_object().unwrap().clone();
-        assert!(keys.iter().all(|k| described.contains_key(*k)), "{keys:?}");
-        assert!(required("step").iter().all(|k| v.get(k).is_some()));
-        assert!(required("ran")
-            .iter()
-            .all(|k| ["id", "status"].contains(&k.as_str())));
-        assert!(matches!(
-            serde_json::from_str::<Reply>(
-                r#"{"id": 3, "status": 0, "signal": 9, "depfile_written": true, "note": null}"#
+    fn a_worker_serves_a_plain_fixture_or_golden_command_and_says_why_not_otherwise() {
+        let (m, a) =
+            served_form("python -m scenerun_pytest fixture t.py::C --case 'a b' --out o").unwrap();
+        assert_eq!(m, "scenerun_pytest");
+        assert_eq!(a, ["fixture", "t.py::C", "--case", "a b", "--out", "o"]);
+        for (command, why) in [
+            ("python -c 'print(1)' > o", "the command uses shell syntax"),
+            (
+                "X=1 python -m scenerun_pytest fixture t",
+                "not a `python -m scenerun_pytest` command",
             ),
-            Ok(Reply::Done {
-                id: 3,
-                status: 0,
-                signal: Some(9)
-            })
-        ));
-        assert!(matches!(
-            serde_json::from_str::<Reply>(r#"{"id": 3, "unsupported": "why"}"#),
-            Ok(Reply::Unsupported { id: 3, .. })
-        ));
+            (
+                "python -O -m scenerun_pytest fixture t",
+                "not a `python -m scenerun_pytest` command",
+            ),
+            (
+                "python -m scenerun_pytest collect t",
+                "`scenerun_pytest collect` is not served by a worker",
+            ),
+        ] {
+            assert_eq!(served_form(command).unwrap_err(), why, "{command}");
+        }
     }
 }

@@ -277,3 +277,42 @@ fn the_socket_dir_is_gone_after_every_end_and_a_killed_runs_is_removed_by_the_ne
     expect_code(&device_with(&s, &Pool::new("5"), &env).output(), 0);
     assert_eq!(socket_dirs(tmp.path()), Vec::<String>::new());
 }
+
+#[test]
+fn plan_json_says_per_lane_process_whether_it_forks_and_why_not_in_the_texts_words() {
+    let py = venv_python();
+    let s = observing_suite(Some(&preloading(&py)));
+    let o = s.cmd(&["plan", "--format", "json"]).output().unwrap();
+    expect_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let mut by_lane = BTreeMap::new();
+    for p in v["device"]["processes"].as_array().unwrap() {
+        let lane = p["lane"].as_str().expect("every process here is a lane's");
+        by_lane.insert(lane.to_string(), p["fork"].clone());
+    }
+    let text = stdout(&s.cmd(&["plan"]).output().unwrap());
+    let forked: Vec<_> = by_lane.values().filter(|f| f["forked"] == true).collect();
+    let written: Vec<_> = by_lane.values().filter(|f| f["forked"] == false).collect();
+    assert_eq!((forked.len(), written.len()), (1, 1), "{by_lane:?}");
+    assert!(forked[0]["reason"].is_null(), "{by_lane:?}");
+    let why = written[0]["reason"].as_str().unwrap();
+    assert_eq!(
+        why,
+        "it sets PYTHONHASHSEED, which is read only when an interpreter starts"
+    );
+    assert!(
+        text.contains(&format!(
+            "runs as written, not forked from the fork server: {why}\n"
+        )),
+        "{text}"
+    );
+    // Without a fork server, no lane says anything about one.
+    let plain = observing_suite(None);
+    let o = plain.cmd(&["plan", "--format", "json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["device"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["fork"].is_null()));
+}

@@ -94,6 +94,9 @@ class TestA:
             grow = "import time; b = b'x' * (70 << 20); time.sleep(30)"
             for kid in [subprocess.Popen([sys.executable, "-c", grow]) for _ in range(3)]:
                 kid.wait()
+        elif do == "env":
+            import json
+            mark(name + ".env", json.dumps(sorted(os.environ.items())))
         print("generated", name)  # on the step's stdout: its log, never the protocol
         mark(name, f"{state.SEEN}|{only_a.VALUE}|{os.getpid()}")
         return {"x": [1.0, 2.0]}
@@ -834,5 +837,167 @@ fn a_class_outside_the_workers_session_is_collected_in_the_fork() {
     assert_eq!(
         deps_by_step(&w.suite.path("cache")),
         deps_by_step(&process.suite.path("cache"))
+    );
+}
+
+/// The environment a step observed (`env` cases): every variable, those scenerun sets per
+/// run (`SCENERUN_*`: staging paths) by name only.
+fn observed_env(w: &Workers, case: &str) -> Vec<(String, String)> {
+    let pairs: Vec<(String, String)> =
+        serde_json::from_str(&w.mark(&format!("{case}.env"))).unwrap();
+    pairs
+        .into_iter()
+        .map(|(k, v)| match k.starts_with("SCENERUN_") {
+            true => (k, String::new()),
+            false => (k, v),
+        })
+        .collect()
+}
+
+/// A step forked by its worker gets exactly the environment its process gets: nothing of
+/// the worker's own (`SCENERUN_WORKER`, its socket), `PWD` as the shell sets it.
+#[test]
+fn a_step_in_a_worker_sees_exactly_the_environment_of_its_process() {
+    let mut w = Workers::new();
+    w.manifest(PY, &["env1"], None);
+    let o = w.warm(&["-j", "1"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(
+        w.starts("scenerun_pytest fixture"),
+        0,
+        "it ran in the worker"
+    );
+    let served = observed_env(&w, "env1");
+    fs::remove_dir_all(w.suite.path("cache")).unwrap();
+    let o = w.warm(&["-j", "1", "--no-workers"]);
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert!(
+        w.starts("scenerun_pytest fixture") > 0,
+        "it ran as a process"
+    );
+    let plain = observed_env(&w, "env1");
+    assert!(plain.iter().any(|(k, _)| k == "PWD"), "{plain:?}");
+    assert_eq!(served, plain);
+}
+
+/// The socket directories under `tmp`.
+fn socket_dirs(tmp: &Path) -> Vec<PathBuf> {
+    fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("scenerun-fork-")
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// A worker takes its steps on a socket in a private directory: there (0700) while it
+/// serves, gone after the warm; one a SIGKILLed warm left is removed by the next warm.
+#[test]
+fn a_workers_socket_dir_is_private_while_it_serves_and_gone_after_every_end() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = Workers::new();
+    w.manifest(PY, &["hang1"], None);
+    let mut child = scenerun_process()
+        .current_dir(w.suite.dir())
+        .args(["-j", "1", "warm"])
+        .env("PATH", &w.path_env)
+        .env("TMPDIR", tmp.path())
+        .env("WORKER_TEST_MARKS", w.suite.path("marks"))
+        .env("WORKER_TEST_CASES", &w.cases)
+        .env_remove("PYTHONPATH")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let hung = w.suite.path("marks/hang1.pid");
+    assert!(
+        wait_for_file(&hung, std::time::Duration::from_secs(60)),
+        "the step never started"
+    );
+    assert!(wait_until(std::time::Duration::from_secs(10), || {
+        fs::read_to_string(&hung).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
+    }));
+    let step = fs::read_to_string(&hung).unwrap().trim().to_string();
+    let worker = worker_pid(&w, "A.hang1");
+    let dirs = socket_dirs(tmp.path());
+    assert_eq!(dirs.len(), 1, "one worker, one socket dir: {dirs:?}");
+    let mode = fs::symlink_metadata(&dirs[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    // SAFETY: a plain signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    wait_bounded(&mut child, std::time::Duration::from_secs(30)).expect("it ended");
+    assert!(wait_until(std::time::Duration::from_secs(10), || {
+        !pid_alive(&step) && !pid_alive(&worker)
+    }));
+    assert_eq!(
+        socket_dirs(tmp.path()).len(),
+        1,
+        "a SIGKILLed warm cannot remove it"
+    );
+    w.manifest(PY, &["ok1"], None);
+    let o = w
+        .suite
+        .cmd(&["-j", "1", "warm"])
+        .env("PATH", &w.path_env)
+        .env("TMPDIR", tmp.path())
+        .env("WORKER_TEST_MARKS", w.suite.path("marks"))
+        .env("WORKER_TEST_CASES", &w.cases)
+        .env_remove("PYTHONPATH")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(w.starts("scenerun_pytest fixture"), 0, "{}", show(&o));
+    assert_eq!(socket_dirs(tmp.path()), Vec::<PathBuf>::new());
+}
+
+/// A worker that says ready and then never answers costs one bounded wait: it is stopped,
+/// its steps run as processes, and warm says so once.
+#[test]
+fn a_worker_that_says_ready_and_never_answers_costs_one_bounded_wait() {
+    let mut w = Workers::new();
+    w.suite.write(
+        "stalled.py",
+        "import json, os, socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind(os.environ['SCENERUN_FORK_SERVER'])\ns.listen(64)\nprint(json.dumps({'ready': True, 'pid': os.getpid()}), flush=True)\ntime.sleep(600)\n",
+    );
+    w.manifest(
+        "  py:\n    run: \"python stalled.py\"\n",
+        &["ok1", "ok2"],
+        None,
+    );
+    let mut child = scenerun_process()
+        .current_dir(w.suite.dir())
+        .args(["-j", "1", "warm"])
+        .env("PATH", &w.path_env)
+        .env("WORKER_TEST_MARKS", w.suite.path("marks"))
+        .env("WORKER_TEST_CASES", &w.cases)
+        .env_remove("PYTHONPATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    if wait_bounded(&mut child, std::time::Duration::from_secs(120)).is_none() {
+        let _ = child.kill();
+        panic!("warm hung on a worker that never answers");
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    assert_eq!(built(&o).len(), 6, "{}", show(&o));
+    assert_eq!(
+        stderr(&o)
+            .matches("note: worker py stopped (the worker did not answer within 5.0s): its steps run one process each")
+            .count(),
+        1,
+        "{}",
+        show(&o)
+    );
+    assert_eq!(w.starts("stalled.py"), 1, "stopped once, not restarted");
+    assert_eq!(
+        w.starts("scenerun_pytest fixture") + w.starts("scenerun_pytest golden"),
+        6
     );
 }

@@ -1,5 +1,5 @@
-"""The one server (scenerun_pytest.server) with real processes: its protocol is the one
-server_protocol.schema.json describes (the Rust side reads the same file), a client that
+"""The one server (scenerun_pytest.server) with real processes: its messages are the ones
+schemas/server_*.schema.json describe (generated from scenerun's types), a client that
 goes away never takes it down, a child runs only for a client that confirmed, and a
 forked child observes what the command run as written observes."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from scenerun_pytest import forks
 
-SCHEMA_FILE = Path(__file__).parent.parent / "src" / "scenerun_pytest" / "server_protocol.schema.json"
+SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 
 PROBE = """import json, os, resource, sys
 print(json.dumps({
@@ -34,8 +34,9 @@ print(json.dumps({
 """
 
 
-def validator():
-    s = json.loads(SCHEMA_FILE.read_text())
+def validator(message):
+    """The validator of one message of the protocol (``ready``, ``request``, ...)."""
+    s = json.loads((SCHEMAS / f"server_{message}.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(s)
     return jsonschema.Draft202012Validator(s)
 
@@ -87,10 +88,9 @@ def run(tmp_path, env, shell_prefix="", via_server=True, python_opts=""):
         return json.loads(out.read()), said
 
 
-def test_the_ready_line_and_a_lane_request_are_what_the_schema_describes(served):
+def test_the_ready_line_and_a_lane_request_are_what_the_schemas_describe(served):
     _, env, ready, p = served
-    v = validator()
-    assert v.is_valid(ready) and ready["pid"] == p.pid
+    assert validator("ready").is_valid(ready) and ready["pid"] == p.pid
     request = {
         "module": "probe",
         "args": [],
@@ -100,12 +100,13 @@ def test_the_ready_line_and_a_lane_request_are_what_the_schema_describes(served)
         "interpreter": forks.interpreter_state(),
         "process": forks.process_state(),
     }
+    v = validator("request")
     assert v.is_valid(request), list(v.iter_errors(request))
-    for answer in ({"pid": 3}, {"error": "why"}, {"status": 0}, {"id": 1, "status": 0, "signal": 9}):
-        assert v.is_valid(answer)
-    assert not v.is_valid({"ready": False, "pid": 1})
-    names, prefixes = forks.start_only()
-    assert "PYTHONHASHSEED" in names or "PYTHON" in prefixes
+    assert not v.is_valid({"module": "probe", "args": []})
+    for message, answer in (("started", {"pid": 3}), ("refused", {"error": "why"}), ("ended", {"status": 0})):
+        assert validator(message).is_valid(answer)
+    assert not validator("started").is_valid({"error": "why"})
+    assert not validator("ready").is_valid({"ready": True})
 
 
 def test_what_the_command_line_sets_is_what_the_forked_child_observes(served):
@@ -189,3 +190,27 @@ def test_a_server_that_never_answers_costs_a_bounded_wait(tmp_path):
         listener.close()
     assert plain["forked"] is False
     assert "did not answer within 5s" in err, err
+
+
+def test_a_step_request_on_the_socket_is_answered_started_then_ended_as_the_schemas_say(served):
+    """scenerun's request for a warm step: no process group, interpreter or process state
+    (the server's own); the child writes into the descriptors sent, and its end comes on
+    the same connection. Nothing is served on stdin any more."""
+    tmp_path, env, _, p = served
+    (tmp_path / "step.py").write_text("import sys; print('step ran'); sys.exit(3)\n")
+    log = open(tmp_path / "step.log", "w+")
+    null = open(os.devnull)
+    req = {"module": "step", "args": [], "cwd": str(tmp_path), "env": env}
+    assert validator("request").is_valid(req)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(env["SCENERUN_FORK_SERVER"])
+    forks.send_message(s, req, [null.fileno(), log.fileno(), log.fileno()])
+    started, _ = forks.recv_message(s)
+    assert validator("started").is_valid(started), started
+    s.sendall(b"1")
+    ended, _ = forks.recv_message(s)
+    assert validator("ended").is_valid(ended), ended
+    assert os.waitstatus_to_exitcode(ended["status"]) == 3
+    log.seek(0)
+    assert log.read() == "step ran\n"
+    s.close()

@@ -17,7 +17,7 @@ use crate::proc::piped::{self, Piped};
 use crate::proc::server::{self, NotReady, SocketDir};
 
 /// Where a lane finds the server: `SCENERUN_FORK_SERVER`.
-pub const ENV: &str = "SCENERUN_FORK_SERVER";
+pub use crate::proc::server_protocol::SOCKET_ENV as ENV;
 
 pub use crate::proc::server::socket;
 
@@ -95,29 +95,7 @@ impl Drop for Running {
     }
 }
 
-/// The protocol's description, whose `x-start-only-env` names what an interpreter (or a
-/// library the server preloaded) reads only when it starts.
-const PROTOCOL: &str =
-    include_str!("../../../python/scenerun-pytest/src/scenerun_pytest/server_protocol.schema.json");
-
-/// (names, prefixes) of the variables a forked child cannot take another value of.
-fn start_only() -> (Vec<String>, Vec<String>) {
-    let spec: serde_json::Value = serde_json::from_str(PROTOCOL).expect("the protocol is JSON");
-    let list = |k: &str| -> Vec<String> {
-        spec["x-start-only-env"][k]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect()
-    };
-    (list("names"), list("prefixes"))
-}
-
-fn is_start_only(name: &str) -> bool {
-    let (names, prefixes) = start_only();
-    names.iter().any(|n| n == name) || prefixes.iter().any(|p| name.starts_with(p.as_str()))
-}
+use crate::proc::server_protocol::is_start_only;
 
 /// What a command line sets around `[python OPTIONS] -m scenerun_pytest WHAT`.
 #[derive(Default)]
@@ -217,23 +195,6 @@ pub fn refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_start_only_variables_are_the_protocols() {
-        for v in [
-            "PYTHONHASHSEED",
-            "PYTHONOPTIMIZE",
-            "PYTHONPATH",
-            "LD_LIBRARY_PATH",
-            "LD_PRELOAD",
-            "VIRTUAL_ENV",
-        ] {
-            assert!(is_start_only(v), "{v}");
-        }
-        for v in ["PATH", "SCENERUN_DEVICES", "MY_FLAG"] {
-            assert!(!is_start_only(v), "{v}");
-        }
-    }
 
     #[test]
     fn what_a_command_line_sets_around_the_interpreter_is_found() {

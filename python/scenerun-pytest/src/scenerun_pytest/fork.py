@@ -28,7 +28,7 @@ import sys
 import time
 from typing import NoReturn, Optional
 
-from .forks import ENV, RELAYED, interpreter_state, process_state, recv_message, same_user, send_message
+from .forks import ENV, RELAYED, Request, interpreter_state, process_state, recv_message, same_user, send_message
 
 #: How long the server has to answer a request (connect, send, its pid or refusal). Past
 #: it, the command runs as written.
@@ -67,7 +67,7 @@ def through_server(module: str, args: list[str]) -> Optional[int]:
         sock.connect(path)
         if not same_user(sock):
             raise OSError(f"{path} is served by another user")
-        req = {
+        req: Request = {
             "module": module,
             "args": args,
             "cwd": os.getcwd(),

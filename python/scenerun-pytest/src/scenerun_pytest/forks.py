@@ -1,13 +1,14 @@
-"""What the one server (``server``) and the processes that ask it for a child (``fork``,
-and a warm step's ``scenerun_pytest fixture|golden`` under ``$SCENERUN_FORK_SERVER``)
-share: the framing of their messages, the state a child must take to be the process it
-stands for, and what an interpreter reads only when it starts (listed once, in
-``server_protocol.schema.json``). Standard library only: the process standing for a
-forked lane imports it before anything else."""
+"""What the one server (``server``) and the processes that ask it for a child (``fork``
+for a lane; scenerun itself, in Rust, for a warm step) share: the framing and the types of their messages (``schemas/server_*.schema.json``,
+generated from scenerun's types, describe them; tests/test_typeddicts_match_schemas.py
+holds these TypedDicts to those files), the state a child must take to be the process it
+stands for, and what an interpreter reads only when it starts (``START_ONLY_NAMES``,
+``START_ONLY_PREFIXES``: the request schema's ``x-start-only-env``, checked by the same
+test). Standard library only: the process standing for a forked lane imports it before
+anything else."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -15,9 +16,74 @@ import socket
 import struct
 import sys
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Mapping, Optional, TypedDict
 
 Message = Dict[str, Any]
+
+
+class _ReadyKeys(TypedDict):
+    ready: bool
+    pid: int
+
+
+class Ready(_ReadyKeys, total=False):
+    """The server's one ready line (``server_ready``)."""
+
+    threads: int
+    modules: int
+
+
+class Interpreter(TypedDict):
+    """What an interpreter reads when it starts (``server_request``'s ``interpreter``)."""
+
+    executable: str
+    flags: Dict[str, int]
+    xoptions: Dict[str, str]
+    warnoptions: List[str]
+
+
+class ProcessState(TypedDict):
+    """What a command line set before ``python`` (``server_request``'s ``process``)."""
+
+    umask: int
+    rlimits: Dict[str, List[int]]
+    nice: int
+    affinity: List[int]
+
+
+class _RequestKeys(TypedDict):
+    module: str
+    args: List[str]
+    cwd: str
+    env: Dict[str, str]
+
+
+class Request(_RequestKeys, total=False):
+    """A request for a child (``server_request``): scenerun's for a warm step (no
+    ``pgid``, ``interpreter``, ``process``: the server's own), a lane process's with
+    all of them."""
+
+    pgid: int
+    interpreter: Interpreter
+    process: ProcessState
+
+
+class Started(TypedDict):
+    """``server_started``: the child's pid; it waits for the asker's byte ``1``."""
+
+    pid: int
+
+
+class Refused(TypedDict):
+    """``server_refused``: no child, and why."""
+
+    error: str
+
+
+class Ended(TypedDict):
+    """``server_ended``: the child's wait status."""
+
+    status: int
 
 #: Where a process finds the server's socket.
 ENV = "SCENERUN_FORK_SERVER"
@@ -26,7 +92,21 @@ ENV = "SCENERUN_FORK_SERVER"
 #: acts on them, the process standing for it does not.
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
-SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server_protocol.schema.json")
+#: Variables an interpreter, or a library the server preloaded, reads only when it starts:
+#: these names and every name with one of the prefixes. A child cannot take another value.
+START_ONLY_NAMES = frozenset(
+    {
+        "VIRTUAL_ENV",
+        "HOME",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MALLOC_ARENA_MAX",
+        "GLIBC_TUNABLES",
+        "TZ",
+    }
+)
+START_ONLY_PREFIXES = ("PYTHON", "LD_")
 
 
 def thread_count() -> int:
@@ -67,7 +147,7 @@ def children(pid: int) -> list[int]:
 # ---------------------------------------------------------------------------- framing
 
 
-def send_message(sock: socket.socket, obj: Message, fds: Optional[list[int]] = None) -> None:
+def send_message(sock: socket.socket, obj: Mapping[str, Any], fds: Optional[list[int]] = None) -> None:
     """One message: a 4-byte big-endian length, then that much JSON (descriptors, if
     any, ride on its first byte)."""
     data = json.dumps(obj).encode()
@@ -108,13 +188,10 @@ def same_user(sock: socket.socket) -> bool:
 
 # ----------------------------------------------------------------- what a child must be
 
-@functools.lru_cache(maxsize=None)
 def start_only() -> tuple[frozenset[str], tuple[str, ...]]:
     """(names, prefixes) of the variables an interpreter or a preloaded library reads only
     when it starts: a child forked from a server cannot take another value of them."""
-    with open(SCHEMA) as f:
-        spec = json.load(f)["x-start-only-env"]
-    return frozenset(spec["names"]), tuple(spec["prefixes"])
+    return START_ONLY_NAMES, START_ONLY_PREFIXES
 
 
 def start_only_differences(theirs: Message, mine: Message) -> list[str]:
@@ -123,7 +200,7 @@ def start_only_differences(theirs: Message, mine: Message) -> list[str]:
     return sorted(k for k in keys if (k in names or k.startswith(prefixes)) and theirs.get(k) != mine.get(k))
 
 
-def interpreter_state() -> Message:
+def interpreter_state() -> Interpreter:
     """What this interpreter was started with that a fork cannot change."""
     flags = {k: getattr(sys.flags, k) for k in dir(sys.flags) if not k.startswith(("_", "n_")) and
              isinstance(getattr(sys.flags, k), (int, bool))}
@@ -147,7 +224,7 @@ def _limits() -> dict[str, list[int]]:
     return out
 
 
-def process_state() -> Message:
+def process_state() -> ProcessState:
     """What a process inherits from the command line that started it and a fork would
     not: umask, resource limits (``ulimit``), niceness (``nice``), CPU affinity
     (``taskset``)."""

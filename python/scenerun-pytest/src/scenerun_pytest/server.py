@@ -1,19 +1,20 @@
 """The one pre-imported Python server behind warm workers (``python -m scenerun_pytest
 worker``) and the lanes' fork server (``python -m scenerun_pytest zygote``); docs/warm.md
-("Workers") and docs/lanes.md ("A fork server"). Its protocol is described once, in
-``server_protocol.schema.json``.
+("Workers") and docs/lanes.md ("A fork server"). Its messages are described once, by the
+JSON Schemas ``schemas/server_*.schema.json`` generated from scenerun's types (the
+TypedDicts in ``forks`` are checked against them).
 
 Invariants:
 
-* **One handshake, one request, one fork.** The server imports what it preloads, then
-  prints one JSON ready line on its protocol channel (its stdout when it started). It
-  takes requests from two places: a JSON line on its stdin (a warm step: the step's
-  command, directory, environment and log) and a message on the UNIX socket
-  ``$SCENERUN_FORK_SERVER`` (a lane process: its module, arguments, descriptors and
-  everything the process it stands for observes). Both are answered by the same
-  routine (``_fork``): a child forked from the clean, pre-imported state, which takes
-  the request's process state and runs the module as ``python -m`` would. Stdin
-  closed: no new requests; the server ends once its children have.
+* **One handshake, one transport, one request, one fork.** The server imports what it
+  preloads, then prints one JSON ready line on its stdout. It takes every request on the
+  UNIX socket ``$SCENERUN_FORK_SERVER``: from scenerun for a warm step, from ``python -m
+  scenerun_pytest fork`` for a lane process, the same message (a module, its arguments,
+  directory, whole environment, three descriptors, and for a lane its process group,
+  interpreter and process state). Each is answered by the same routine (``_fork``): a
+  child forked from the clean, pre-imported state, which takes the request's process
+  state and runs the module as ``python -m`` would. Stdin carries no requests; closed,
+  it means no new requests, and the server ends once its children have.
 * **Nothing of a test file is in the server.** Only modules from outside the project
   (the interpreter's library, site-packages: torch, numpy, pytest) are preloaded; a
   project module, a conftest and a test file are imported by each child itself, as a
@@ -21,16 +22,18 @@ Invariants:
   module global, a seed) reaches a step.
 * **A child is the command it stands for, or it is not made.** What an interpreter reads
   only when it starts (its executable, ``sys.flags``, ``-X`` and ``-W`` options, the
-  variables ``server_protocol.schema.json`` lists) must equal the server's, and what the
-  child must take after the fork (umask, resource limits, niceness, CPU affinity,
-  directory, environment) must be settable; otherwise the request is refused with the
-  reason, and the lane runs as written.
+  variables ``forks.START_ONLY_NAMES`` and ``START_ONLY_PREFIXES`` list) must equal the
+  server's, and what the child must take after the fork (umask, resource limits,
+  niceness, CPU affinity, directory, environment) must be settable; otherwise the
+  request is refused with the reason, and the step runs as a process, the lane as
+  written.
 * **No client takes it down.** A request is read with a deadline; a client that sends
   half of one, closes, or vanishes is logged and dropped. A forked child runs only
   once the client has confirmed it took its pid, so a client that gave up (its bounded
-  wait is over, it runs the lane itself) never has a twin.
-* **A step's children die with it.** The server is a child subreaper: what a step left
-  running is re-parented here and killed when the step ends.
+  wait is over, it runs the command itself) never has a twin.
+* **A step's children die with it.** The server is a child subreaper: what a child that
+  stays in the server's group (a warm step) left running is re-parented here and killed
+  when it ends, before its end is said.
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ import gc
 import json
 import os
 import selectors
-import shlex
 import signal
 import socket
 import sys
@@ -50,9 +52,6 @@ from typing import Any, Mapping, NoReturn, Sequence
 
 from . import forks
 from .forks import Message, exit_code, recv_message, same_user, send_message, thread_count
-
-#: Tokens of shell syntax: a command holding one needs the shell (run as a process).
-_SHELL = frozenset("|&;<>()`$")
 
 #: Modules the codec's libraries import on first use (a save, a load): imported once in
 #: the server when the library is preloaded. Imports only, no operation.
@@ -65,32 +64,6 @@ _LAZY: Mapping[str, tuple[str, ...]] = MappingProxyType(
 
 #: How long a client has to send its whole request.
 REQUEST_SECS = 2.0
-
-
-def phase_of(command: str) -> tuple[str, list[str]] | str:
-    """(``scenerun_pytest``'s arguments) of ``[an interpreter] -m scenerun_pytest
-    fixture|golden ...``; for anything else, why a worker does not run it (scenerun then
-    runs it as a process)."""
-    if any(c in _SHELL for c in command):
-        return "the command uses shell syntax"
-    try:
-        argv = shlex.split(command)
-    except ValueError as e:
-        return f"cannot split the command: {e}"
-    if len(argv) < 4 or "=" in argv[0] or argv[1:3] != ["-m", "scenerun_pytest"]:
-        return "not a `python -m scenerun_pytest` command"
-    if argv[3] not in ("fixture", "golden"):
-        return f"`scenerun_pytest {argv[3]}` is not served by a worker"
-    return "scenerun_pytest", argv[3:]
-
-
-def _depfile_of(args: Sequence[str]) -> str | None:
-    for i, a in enumerate(args):
-        if a == "--depfile" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--depfile="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def preload(modules: Sequence[str], quiet_missing: bool = False) -> int:
@@ -136,8 +109,11 @@ def refusal(req: Message) -> str | None:
     if differ:
         verb = "differs" if len(differ) == 1 else "differ"
         return f"the lane's {', '.join(differ)} {verb} from the server's (read only when an interpreter starts)"
-    mine = forks.interpreter_state()
-    theirs = req.get("interpreter") or {}
+    theirs = req.get("interpreter")
+    if theirs is None:
+        # Asked by scenerun for the command its server was started as: the same interpreter.
+        return forks.unsettable(req.get("process") or {})
+    mine: Message = dict(forks.interpreter_state())
     for key, what in (
         ("executable", "interpreter"),
         ("flags", "flags"),
@@ -157,11 +133,12 @@ def refusal(req: Message) -> str | None:
 
 
 class Server:
-    def __init__(self, proto: int, requests: int, listener: socket.socket | None, steps_threads: bool):
-        self.proto, self.requests, self.listener = proto, requests, listener
+    def __init__(self, proto: int, stdin: int, listener: socket.socket, steps_threads: bool):
+        self.proto, self.stdin, self.listener = proto, stdin, listener
         self.steps_threads = steps_threads  # with threads: torch runs on one in a step
-        self.steps: dict[int, Any] = {}  # pid -> the step request's id and depfile
-        self.lanes: dict[int, socket.socket] = {}  # pid -> the connection of the lane process
+        # pid -> the connection of whoever asked, and whether the child stays in our group
+        # (a warm step: what it leaves running dies when it ends).
+        self.children: dict[int, tuple[socket.socket, bool]] = {}
 
     def say(self, record: Message) -> None:
         line = (json.dumps(record) + "\n").encode()
@@ -170,36 +147,24 @@ class Server:
 
     def run(self, ready: Message) -> int:
         sel = selectors.DefaultSelector()
-        sel.register(self.requests, selectors.EVENT_READ, "stdin")
-        if self.listener is not None:
-            sel.register(self.listener, selectors.EVENT_READ, "accept")
+        sel.register(self.stdin, selectors.EVENT_READ, "stdin")
+        sel.register(self.listener, selectors.EVENT_READ, "accept")
         self.say(ready)
-        buf = b""
         open_ = True
-        while open_ or self.steps or self.lanes:
-            for key, _ in sel.select(timeout=0.02 if (self.steps or self.lanes) else 0.5):
+        while open_ or self.children:
+            for key, _ in sel.select(timeout=0.02 if self.children else 0.5):
                 if key.data == "accept":
-                    assert self.listener is not None
                     try:
                         conn, _ = self.listener.accept()
                     except OSError:
                         continue
-                    self._lane(conn)
-                else:
-                    chunk = os.read(self.requests, 65536)
-                    if not chunk:
-                        # scenerun closed our stdin: no new requests; wait for the children.
-                        sel.unregister(self.requests)
-                        if self.listener is not None:
-                            sel.unregister(self.listener)
-                            self.listener.close()
-                        open_ = False
-                        continue
-                    buf += chunk
-                    while b"\n" in buf:
-                        line, buf = buf.split(b"\n", 1)
-                        if line.strip():
-                            self._step(line)
+                    self._request(conn)
+                elif not os.read(self.stdin, 65536):
+                    # scenerun closed our stdin: no new requests; wait for the children.
+                    sel.unregister(self.stdin)
+                    sel.unregister(self.listener)
+                    self.listener.close()
+                    open_ = False
             self._reap()
         return 0
 
@@ -211,55 +176,25 @@ class Server:
                 return
             if pid == 0:
                 return
-            if pid in self.steps:
-                rid, depfile = self.steps.pop(pid)
+            if pid not in self.children:
+                continue  # an orphan re-parented here, killed below
+            conn, ours = self.children.pop(pid)
+            if ours:
                 # What the step left running came here (we are its subreaper): it dies now.
                 for orphan in forks.children(os.getpid()):
-                    if orphan not in self.steps and orphan not in self.lanes:
+                    if orphan not in self.children:
                         try:
                             os.kill(orphan, signal.SIGKILL)
                         except OSError:
                             pass
-                reply: Message = {"id": rid, "status": os.waitstatus_to_exitcode(status), "note": None}
-                if os.WIFSIGNALED(status):
-                    reply["signal"] = os.WTERMSIG(status)
-                reply["depfile_written"] = bool(depfile and os.path.isfile(depfile))
-                self.say(reply)
-            elif pid in self.lanes:
-                conn = self.lanes.pop(pid)
-                try:
-                    send_message(conn, {"status": status})
-                except OSError:
-                    pass  # the process standing for it is gone (its group was killed)
-                conn.close()
+            try:
+                send_message(conn, {"status": status})
+            except OSError:
+                pass  # whoever asked is gone (its group was killed)
+            conn.close()
 
-    def _step(self, line: bytes) -> None:
-        """A warm step (stdin): fork it, answer when it ends (``_reap``)."""
-        try:
-            req = json.loads(line)
-            rid = req.get("id")
-        except (ValueError, AttributeError) as e:
-            print(f"scenerun_pytest server: a request that is not JSON: {e}", file=sys.stderr)
-            return
-        found = phase_of(req.get("command", ""))
-        if isinstance(found, str):
-            self.say({"id": rid, "unsupported": found})
-            return
-        module, args = found
-        depfile = _depfile_of(args)
-        if depfile and not os.path.isabs(depfile):
-            depfile = os.path.join(req.get("cwd", "."), depfile)
-        env = dict(os.environ)
-        env.update(req.get("env") or {})
-        child = {"module": module, "args": args, "cwd": req.get("cwd", "."), "env": env, "log": req.get("log")}
-        pid = self._fork(child, None, None)
-        if pid is None:
-            self.say({"id": rid, "status": 70, "note": "the server could not fork the step"})
-            return
-        self.steps[pid] = (rid, depfile)
-
-    def _lane(self, conn: socket.socket) -> None:
-        """A lane process (the socket): check it, fork its child, tell it the pid."""
+    def _request(self, conn: socket.socket) -> None:
+        """One request (the socket): check it, fork its child, tell the asker the pid."""
         fds: list[int] = []
         try:
             if not same_user(conn):
@@ -277,8 +212,7 @@ class Server:
             if pid is None:
                 raise _Answered()
             conn.settimeout(None)
-            self.lanes[pid] = conn
-            fds = []
+            self.children[pid] = (conn, req.get("pgid") is None)
         except _Answered:
             conn.close()
         except Exception as e:  # noqa: BLE001 -- one client's trouble is never the server's
@@ -288,10 +222,11 @@ class Server:
             for fd in fds:
                 os.close(fd)
 
-    def _fork(self, req: Message, fds: list[int] | None, conn: socket.socket | None) -> int | None:
+    def _fork(self, req: Message, fds: list[int], conn: socket.socket) -> int | None:
         """The one fork-a-child routine. The child takes the request's process state and
-        says whether it could; a lane's child joins the lane's process group and runs only
-        once the client confirmed. Its pid, or None (a lane's client was told why)."""
+        says whether it could; it joins the request's process group when it names one,
+        and runs only once the client confirmed. Its pid, or None (the client was told
+        why)."""
         sys.stdout.flush()
         sys.stderr.flush()
         threads = thread_count()
@@ -312,7 +247,7 @@ class Server:
             said += more
         os.close(st_r)
         error = None if said == b"1" else (said.decode(errors="replace") or "the child ended at once")
-        if error is None and conn is not None:
+        if error is None and req.get("pgid") is not None:
             try:
                 os.setpgid(pid, int(req["pgid"]))
             except (OSError, KeyError, ValueError) as e:
@@ -320,18 +255,16 @@ class Server:
         if error is not None:
             os.close(go_w)
             os.waitpid(pid, 0)
-            if conn is not None:
-                try:
-                    send_message(conn, {"error": error})
-                except OSError:
-                    pass
+            try:
+                send_message(conn, {"error": error})
+            except OSError:
+                pass
             print(f"scenerun_pytest server: not forked: {error}", file=sys.stderr)
             return None
-        if conn is not None:
-            try:
-                send_message(conn, {"pid": pid})
-            except OSError:
-                pass  # the child finds the client gone and ends
+        try:
+            send_message(conn, {"pid": pid})
+        except OSError:
+            pass  # the child finds the client gone and ends
         os.write(go_w, b"1")
         os.close(go_w)
         return pid
@@ -341,7 +274,7 @@ class _Answered(Exception):
     """The request was answered (or cannot be): close the connection."""
 
 
-def _child(server: Server, req: Message, fds: list[int] | None, conn: socket.socket | None, threads: int,
+def _child(server: Server, req: Message, fds: list[int], conn: socket.socket, threads: int,
            st_w: int, go_r: int) -> NoReturn:
     """In the fork: take the request's process state, say so, wait for the go, run the
     module as ``__main__`` and exit with its status. Never returns."""
@@ -351,24 +284,16 @@ def _child(server: Server, req: Message, fds: list[int] | None, conn: socket.soc
     code = 1
     try:
         try:
-            if server.listener is not None:
-                server.listener.close()
-            os.close(server.requests)
+            server.listener.close()
+            os.close(server.stdin)
             os.close(server.proto)
+            for other, _ in server.children.values():
+                other.close()
             forks.apply_process_state(req.get("process"))
             os.chdir(req["cwd"])
-            if fds is not None:
-                for target, fd in enumerate(fds):
-                    os.dup2(fd, target)
-                    os.close(fd)
-            else:
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.close(null)
-                log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                os.dup2(log, 1)
-                os.dup2(log, 2)
-                os.close(log)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
         except BaseException as e:  # noqa: BLE001 -- said to the server, which refuses
             os.write(st_w, f"the child could not take the lane's state: {e}".encode())
             os._exit(0)
@@ -378,12 +303,11 @@ def _child(server: Server, req: Message, fds: list[int] | None, conn: socket.soc
         os.close(go_r)
         if not go:
             os._exit(0)
-        if conn is not None:
-            # The client confirms it took our pid; it may have given up (its wait is bounded).
-            conn.settimeout(None)
-            if conn.recv(1) != b"1":
-                os._exit(0)
-            conn.close()
+        # The client confirms it took our pid; it may have given up (its wait is bounded).
+        conn.settimeout(None)
+        if conn.recv(1) != b"1":
+            os._exit(0)
+        conn.close()
         # As a fresh interpreter has them (the server changed none; this is a guard).
         for sig in forks.RELAYED:
             signal.signal(sig, signal.SIG_DFL)
@@ -392,8 +316,8 @@ def _child(server: Server, req: Message, fds: list[int] | None, conn: socket.soc
         sys.stdin = open(0, "r", closefd=False)
         sys.stdout = open(1, "w", closefd=False, buffering=1 if os.isatty(1) else -1)
         sys.stderr = open(2, "w", closefd=False, buffering=1)
-        if fds is None:
-            # A step stopped at its timeout shows where it was.
+        if req.get("pgid") is None:
+            # A warm step stopped at its timeout shows where it was.
             faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
             _one_torch_thread_after(threads if server.steps_threads else 1)
         # This package was imported by the server to run it; pytest imports its plugin
@@ -438,7 +362,7 @@ def _one_torch_thread_after(threads: int) -> None:
 
 
 def main(modules: Sequence[str], lanes_only: bool) -> int:
-    """Preload ``modules``, then serve until stdin closes. ``lanes_only`` (the fork
+    """Preload ``modules``, then serve on ``$SCENERUN_FORK_SERVER`` until stdin closes. ``lanes_only`` (the fork
     server): a process with more than one thread refuses to serve (a lane's torch must
     keep its thread pool); a worker's steps run torch on one thread instead."""
     # The protocol gets a private fd before anything can write to fd 1 or read fd 0;
@@ -459,19 +383,17 @@ def main(modules: Sequence[str], lanes_only: bool) -> int:
         )
         if lanes_only:
             return 3
-    listener = None
     path = os.environ.get(forks.ENV)
-    if path:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(64)
-    elif lanes_only:
-        print(f"scenerun_pytest zygote: ${forks.ENV} names no socket", file=sys.stderr)
+    if not path:
+        print(f"scenerun_pytest server: ${forks.ENV} names no socket", file=sys.stderr)
         return 4
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
     _subreaper()
     # What the imports made is never freed by a child's garbage collector: its pages stay
     # shared instead of being copied into every child (as pre-fork servers do).
