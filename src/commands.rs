@@ -328,7 +328,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
 /// before anything reads it.
 fn say_exposed(ui: &Ui, store: &Store) {
     if let Some(x) = store.exposed() {
-        warm::notify(ui, &warm::Notice::CacheExposed(x));
+        crate::report::warm::notify(ui, &warm::Notice::CacheExposed(x));
     }
 }
 
@@ -483,9 +483,10 @@ fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Pu
         memory,
         trace: &trace,
     };
-    let warmed = warm::run(plan, &opts, ui)?;
+    let mut reporter = crate::report::warm::Reporter::new(ui);
+    let warmed = warm::run(plan, &opts, &mut reporter)?;
     let summary = &warmed.summary;
-    warm::print_summary(summary, ui);
+    crate::report::warm::print_summary(summary, ui);
     say_where(
         ui,
         "warm records",

@@ -1,5 +1,5 @@
-//! What the warm executor reports: typed events about units (unique artifacts), and what
-//! a finished unit says about its worker, rendered here and nowhere else. The causes of
+//! What the warm executor reports: typed events about units (unique artifacts), what a
+//! finished unit says about its worker, and the warm's notices; report/ renders them. The causes of
 //! failures and skips are `crate::failure`'s, which carries them on to the device phase.
 
 use std::fmt;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::cache::Entry;
 use crate::failure::{FailCause, SkipCause, WorkerLoss};
+use crate::plan::Plan;
 
 /// What a finished unit says about its worker besides its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,4 +107,29 @@ pub enum Event {
         unit: usize,
         cause: SkipCause,
     },
+}
+
+/// What a warm (and the cache under it) says besides its steps; report/ words it.
+#[derive(Debug)]
+pub enum Notice {
+    /// The prune after the warm was not due: nothing was added since a recent one.
+    NotPruned,
+    /// One line of what the prune after the warm did.
+    Pruned(String),
+    /// The trace could not be written (the warm itself stands).
+    TraceNotWritten(std::io::Error),
+    /// The cache (or the job's store) is writable by other users.
+    CacheExposed(crate::cache::Exposed),
+}
+
+/// Where a warm's events and notices go, in order: the command hands in report/'s
+/// renderer (`report::warm::Reporter`); the warm itself prints nothing.
+pub trait Shown {
+    /// The executor starts on the plan's steps.
+    fn start(&mut self, plan: &Plan);
+    /// One event of the executor.
+    fn event(&mut self, plan: &Plan, ev: &Event);
+    /// The executor has ended: what showed the running steps goes.
+    fn stop(&mut self);
+    fn notice(&mut self, n: Notice);
 }

@@ -204,7 +204,8 @@ fn shown(ui: &Ui) -> String {
     let (dir, p) = plan();
     let mut out = String::new();
     for (i, events) in warms(&p, dir.path()).iter().enumerate() {
-        let mut r = Reporter::new(&p, ui);
+        let mut r = Reporter::new(ui);
+        r.start(&p);
         for e in events {
             r.on(&p, e);
         }

@@ -2,17 +2,17 @@
 //! step; under a failed step its cause and the tail of its output; under GitHub Actions
 //! `::error` annotations on the files a compiler complained about and the whole log in a
 //! collapsible `::group::`; the warm's notices and its summary. Decides nothing: it
-//! renders the executor's events and the `Notice`s handed to it, and nothing else in
-//! the warm (or the cache under it) prints.
+//! renders the executor's events and the `Notice`s the warm hands it (as its
+//! `warm::Shown`), and nothing in the warm (or the cache under it) prints.
 
 use std::collections::BTreeMap;
 
-use super::accum::Summary;
 use super::diagnostics;
-use super::events::{Event, UnitOutcome, WorkerNote};
 use crate::plan::Plan;
 use crate::ui::Ui;
 use crate::units::{short_duration, short_size};
+use crate::warm::accum::Summary;
+use crate::warm::events::{Event, Notice, Shown, UnitOutcome, WorkerNote};
 
 /// Lines of a failed step's output shown under its line.
 const TAIL_LINES: usize = 15;
@@ -34,7 +34,22 @@ pub struct Reporter<'a> {
 }
 
 impl<'a> Reporter<'a> {
-    pub fn new(plan: &Plan, ui: &'a Ui) -> Reporter<'a> {
+    /// A reporter on `ui`; its bar (on a terminal) shows from `start`.
+    pub fn new(ui: &'a Ui) -> Reporter<'a> {
+        Reporter {
+            ui,
+            bar: None,
+            running: BTreeMap::new(),
+            total: 0,
+            finished: 0,
+            moved: (0, 0),
+            room: 0,
+        }
+    }
+
+    /// The executor starts on `plan`'s steps: the bar, on a terminal.
+    pub fn start(&mut self, plan: &Plan) {
+        let ui = self.ui;
         let total = plan.steps.len();
         let columns = crate::ui::columns();
         let (template, room) = crate::ui::warm_bar(columns, total);
@@ -51,15 +66,9 @@ impl<'a> Reporter<'a> {
             ui.bar.set(Some(pb.clone()));
             pb
         });
-        Reporter {
-            ui,
-            bar,
-            running: BTreeMap::new(),
-            total,
-            finished: 0,
-            moved: (0, 0),
-            room,
-        }
+        self.bar = bar;
+        self.total = total;
+        self.room = room;
     }
 
     /// One finished step's text: above the bar on a TTY (only failures unless -v), else
@@ -273,25 +282,30 @@ impl<'a> Reporter<'a> {
         out
     }
 
-    pub fn finish(self) {
-        if let Some(pb) = self.bar {
+    pub fn finish(&mut self) {
+        if let Some(pb) = self.bar.take() {
             self.ui.bar.set(None);
             pb.finish_and_clear();
         }
     }
 }
 
-/// What a warm (and the cache under it) says besides its steps, worded here.
-#[derive(Debug)]
-pub enum Notice {
-    /// The prune after the warm was not due: nothing was added since a recent one.
-    NotPruned,
-    /// One line of what the prune after the warm did.
-    Pruned(String),
-    /// The trace could not be written (the warm itself stands).
-    TraceNotWritten(std::io::Error),
-    /// The cache (or the job's store) is writable by other users.
-    CacheExposed(crate::cache::Exposed),
+impl Shown for Reporter<'_> {
+    fn start(&mut self, plan: &Plan) {
+        Reporter::start(self, plan);
+    }
+
+    fn event(&mut self, plan: &Plan, ev: &Event) {
+        self.on(plan, ev);
+    }
+
+    fn stop(&mut self) {
+        self.finish();
+    }
+
+    fn notice(&mut self, n: Notice) {
+        notify(self.ui, &n);
+    }
 }
 
 /// How loud a notice is.
@@ -305,9 +319,9 @@ enum Level {
     Verbose,
 }
 
-impl Notice {
-    fn line(&self) -> (String, Level) {
-        match self {
+/// A warm notice's line, and how loud it is.
+fn line(n: &Notice) -> (String, Level) {
+    match n {
             Notice::NotPruned => (
                 "not pruned: nothing was added since a prune with these limits less than an hour ago"
                     .into(),
@@ -328,12 +342,11 @@ impl Notice {
                 Level::Always,
             ),
         }
-    }
 }
 
 /// A notice, on stderr as loud as it is.
 pub fn notify(ui: &Ui, n: &Notice) {
-    let (line, level) = n.line();
+    let (line, level) = line(n);
     match level {
         Level::Always => ui.always(&line),
         Level::Info => ui.info(&line),
@@ -397,5 +410,5 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
 }
 
 #[cfg(test)]
-#[path = "reporter_tests.rs"]
+#[path = "warm_tests.rs"]
 mod tests;
