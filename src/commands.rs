@@ -118,7 +118,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         Command::Fleet(FleetCommand::Simulate(a)) => fleet_simulate(&cli, a, ui),
         Command::Inner(a) => {
             handle_signals();
-            device::inner::main(&a.frozen)
+            device::inner::main(&a.frozen, crate::report::live::inner_say)
         }
         Command::Watchdog | Command::Cc(_) => unreachable!("handled above"),
     }
@@ -551,8 +551,9 @@ fn do_device(cli: &Cli, plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
         report_dir: dir.clone(),
         sink: &sink,
         cache_from: cache_from(cli, &plan.manifest),
+        shown: ui,
     };
-    let result = device::outer::run(plan, &opts, ui);
+    let result = device::outer::run(plan, &opts);
     let files = ["report.json", "junit.xml", "trace.json", "logs/"];
     say_where(ui, "reports", &dir, &files);
     result

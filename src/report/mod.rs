@@ -4,6 +4,7 @@
 
 pub mod diagnostics;
 pub mod list;
+pub mod live;
 pub mod plan_view;
 pub mod trace;
 pub mod warm;

@@ -1,11 +1,13 @@
-//! Every kind of live line, as the inner run's reporter writes it and the terminal shows
-//! it (plain, in colour, under `-q`), and every notice of the outer, pinned by
+//! Every kind of live line, as the inner run writes it (`device::live::Writer`) and the
+//! terminal shows it (plain, in colour, under `-q`), and every notice of the outer, pinned by
 //! snapshots: a change to what the user reads during a device run shows up here first.
 
 use std::path::PathBuf;
 
 use super::*;
-use crate::device::events::LaneRecord;
+use crate::device::events::Event;
+use crate::device::live::Writer;
+use crate::device::SceneOutcome;
 use crate::ui::BarSlot;
 
 fn ui(quiet: bool, color: bool) -> Ui {
@@ -58,15 +60,18 @@ fn lane(scenes: usize, startup: Option<f64>, before: Option<f64>, restart: bool)
 fn every_line() -> Vec<Live> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("live.jsonl");
-    let mut r = Reporter::new(&path, 12);
-    r.note("device: 12 scenes on ids 0,1,2,3".into());
+    let mut r = Writer::new(&path, 12);
+    r.run(&["0", "1", "2", "3"].map(String::from));
     r.settled(
         "warm_broke",
-        "failed in warm",
-        false,
+        SceneOutcome::FailedInWarm,
         Some("error: cc exited 1\nx.c:3: error"),
     );
-    r.settled("no_device_step", "passed", true, Some("not shown: a pass"));
+    r.settled(
+        "no_device_step",
+        SceneOutcome::PASSED,
+        Some("not shown: a pass"),
+    );
     let attempt_event = |a: Attempt| Event::Attempt {
         scene: 0,
         attempt: a,
@@ -208,7 +213,7 @@ fn every_notice_of_the_outer() {
     let text: String = notices
         .iter()
         .map(|n| {
-            let (line, kept) = n.line();
+            let (line, kept) = line(n);
             format!(
                 "{} {line}\n",
                 if kept { "[-q keeps]" } else { "[info]    " }
@@ -216,4 +221,34 @@ fn every_notice_of_the_outer() {
         })
         .collect();
     insta::assert_snapshot!("notices", text);
+}
+
+/// The notices that joined the device phase's when its last lines moved to report/:
+/// a compiler left without a shim, and what the inner run says on its own stderr.
+#[test]
+fn the_shim_and_inner_run_notices() {
+    let notices = [
+        Notice::ShimLeftOut {
+            compiler: "nvcc".into(),
+            why: "is not on PATH".into(),
+        },
+        Notice::GrantRefused {
+            why: "lock.device_env: $NPU_IDS is not set or empty".into(),
+        },
+        Notice::InnerAgain,
+        Notice::LockLost(LockLoss::Outer { pid: 41 }),
+        Notice::LockLost(LockLoss::LockTool { pid: 42 }),
+        Notice::LockLost(LockLoss::Parent),
+    ];
+    let text: String = notices
+        .iter()
+        .map(|n| {
+            let (line, kept) = line(n);
+            format!(
+                "{} {line}\n",
+                if kept { "[-q keeps]" } else { "[info]    " }
+            )
+        })
+        .collect();
+    insta::assert_snapshot!("shim_and_inner_notices", text);
 }
