@@ -198,6 +198,14 @@ pub trait Shown: Sync {
     /// Show the live file at `path` as it grows, until the returned guard is dropped;
     /// `queued`: the lock command runs, so until the first line the wait is its queue's.
     fn follow(&self, path: PathBuf, queued: bool) -> Box<dyn std::any::Any>;
+    /// The words of the error (and report.json's) when artifacts are missing: `cache`
+    /// was checked, chosen by `from`.
+    fn not_warm(
+        &self,
+        missing: &[super::not_warm::Missing],
+        cache: &std::path::Path,
+        from: crate::layout::CacheFrom,
+    ) -> String;
 }
 
 /// What the executor tells the scheduler, the accumulator and the reporter.

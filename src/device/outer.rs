@@ -13,7 +13,7 @@ use super::freeze::{freeze, grace, lay_out, write_frozen};
 use super::lane::fork_server;
 use super::lane::prestart::{self, Prestart};
 use super::lockrun::{self, Killed, LockEnding, LockRun};
-use super::not_warm::{self, Missing};
+use super::not_warm::Missing;
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
 use super::{Frozen, FrozenScene, Infra, Results, SceneOutcome, SceneResult};
@@ -709,7 +709,9 @@ fn not_warm(
             s.message = Some("not run: other scenes are not warm, the lock was not taken".into());
         }
     }
-    let msg = not_warm::summary(missing, &plan.store.root, opts.cache_from);
+    let msg = opts
+        .shown
+        .not_warm(missing, &plan.store.root, opts.cache_from);
     report.exit_code = Exit::NotWarm.code();
     report.error = Some(msg.clone());
     match opts.sink.write(&report) {

@@ -340,6 +340,15 @@ impl Shown for Ui {
     fn follow(&self, path: PathBuf, queued: bool) -> Box<dyn std::any::Any> {
         Box::new(Follower::start(path, self, queued))
     }
+
+    fn not_warm(
+        &self,
+        missing: &[crate::device::not_warm::Missing],
+        cache: &Path,
+        from: crate::layout::CacheFrom,
+    ) -> String {
+        super::not_warm::summary(missing, cache, from)
+    }
 }
 
 /// What the inner run says about the lock, on its own stderr (which the lock tool

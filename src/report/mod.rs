@@ -5,6 +5,7 @@
 pub mod diagnostics;
 pub mod list;
 pub mod live;
+pub mod not_warm;
 pub mod plan_view;
 pub mod trace;
 pub mod warm;
