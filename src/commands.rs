@@ -21,17 +21,6 @@ use crate::select::{NoScenes, Selection};
 use crate::ui::{Format, Ui};
 use crate::{affected, device, proc, warm};
 
-/// The remote cache's warnings and notes go to the terminal.
-impl remote::Notes for Ui {
-    fn warning(&self, line: &str) {
-        self.always(line);
-    }
-
-    fn note(&self, line: &str) {
-        self.info(line);
-    }
-}
-
 fn on_signal(_sig: i32) {
     proc::interrupt_all();
     if !HANDLES_SIGNALS.load(std::sync::atomic::Ordering::SeqCst) {
@@ -118,7 +107,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         Command::Fleet(FleetCommand::Simulate(a)) => fleet_simulate(&cli, a, ui),
         Command::Inner(a) => {
             handle_signals();
-            device::inner::main(&a.frozen, crate::report::live::inner_say)
+            device::inner::main(&a.frozen, crate::report::notice::inner_say)
         }
         Command::Watchdog | Command::Cc(_) => unreachable!("handled above"),
     }
@@ -318,7 +307,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
         built
     });
     let mut plan = plan?;
-    let notes: Arc<dyn remote::Notes> = Arc::new(ui.clone());
+    let notes: Arc<dyn crate::notice::Tell> = Arc::new(ui.clone());
     plan.remote =
         Remote::configure(&plan.manifest.cache.remote, &cli.remote.flags(), notes)?.map(Arc::new);
     Ok(plan)
@@ -328,7 +317,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
 /// before anything reads it.
 fn say_exposed(ui: &Ui, store: &Store) {
     if let Some(x) = store.exposed() {
-        crate::report::warm::notify(ui, &warm::Notice::CacheExposed(x));
+        crate::report::notice::say(ui, &crate::notice::Notice::CacheExposed(x));
     }
 }
 

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fsutil",
             "identity",
             "layout",
+            "notice",
             "proc",
             "record",
             "sampling",

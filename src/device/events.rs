@@ -138,63 +138,10 @@ pub struct LaneRecord {
     pub startup_before_lock_secs: Option<f64>,
 }
 
-/// What the device phase — the outer before, around and after the lock command, and the
-/// inner run about the lock itself — tells the user; report/ (`report::live`) words and
-/// prints it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Notice {
-    /// Something about the lanes started before the lock went wrong (their batches
-    /// start inside it instead).
-    PrestartWarning(String),
-    /// Lane processes started before the lock: how many of each lane.
-    Prestarted(Vec<(String, usize)>),
-    /// The lock command is called, once.
-    TakingLock { command: String },
-    /// The lock command started the inner run more than once.
-    LockRanInnerTwice,
-    /// The lock command had not returned this long after the steps ended, and was killed.
-    LockKilledAfterRelease {
-        release_timeout: std::time::Duration,
-    },
-    /// No scene could run on the device: every one failed in warm.
-    AllFailedInWarm,
-    /// No scene needs the device: each failed in warm or its test ran there.
-    AllDecidedInWarm,
-    /// Every granted id was quarantined before the scenes all ran.
-    NoHealthyDevice { quarantined: Vec<String> },
-    /// Lines of the run's compile log no compiler shim writes (forged or damaged by a
-    /// step): ignored.
-    CompileLogIgnored { lines: usize },
-    /// The run cannot hear its compiler shims (`cache::witness`): nothing they keep is
-    /// signed, so under `cache.verify_key` each compiles again next time.
-    CompilesNotSigned { why: String },
-    /// A compiler of `compile_cache:` got no shim, so none of its compiles goes through
-    /// the cache.
-    ShimLeftOut { compiler: String, why: String },
-    /// The inner run: the lock command handed over no usable ids (the grant's error).
-    GrantRefused { why: String },
-    /// The inner run: the lock command started the inner run of this invocation again;
-    /// this one does nothing.
-    InnerAgain,
-    /// The inner run: the lock may be gone, and every device step was killed.
-    LockLost(LockLoss),
-}
-
-/// Why the inner run takes the lock to be gone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockLoss {
-    /// `scenerun device` (this pid) died.
-    Outer { pid: i32 },
-    /// The lock command (this pid) died.
-    LockTool { pid: i32 },
-    /// No lock tool was recorded, and the process that started the inner run died.
-    Parent,
-}
-
 /// Where the outer part of the device phase shows what it has to say: the command hands
 /// in report/'s terminal (`report::live`); the phase itself prints nothing.
 pub trait Shown: Sync {
-    fn notice(&self, n: Notice);
+    fn notice(&self, n: crate::notice::Notice);
     /// Show the live file at `path` as it grows, until the returned guard is dropped;
     /// `queued`: the lock command runs, so until the first line the wait is its queue's.
     fn follow(&self, path: PathBuf, queued: bool) -> Box<dyn std::any::Any>;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::events::{self, Accumulator, Attempt, AttemptOutcome, Event, FollowUp, Notice, Outcome};
+use super::events::{self, Accumulator, Attempt, AttemptOutcome, Event, FollowUp, Outcome};
 use super::exec::{self, Cx, FaultRules};
 use super::live::Writer;
 use super::packing::packer::Unit;
@@ -17,6 +17,7 @@ use super::packing::scheduler::{Scheduler, Start};
 use super::{Frozen, Results, SceneOutcome, SceneResult};
 use crate::exit::Exit;
 use crate::manifest::Prestart;
+use crate::notice::Notice;
 use crate::proc;
 
 /// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3. `say`:

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::events::{Notice, Shown};
+use super::events::Shown;
 use super::freeze::{freeze, grace, lay_out, write_frozen};
 use super::lane::fork_server;
 use super::lane::prestart::{self, Prestart};
@@ -20,6 +20,7 @@ use super::{Frozen, FrozenScene, Infra, Results, SceneOutcome, SceneResult};
 use crate::cache::history::{History, HistoryId};
 use crate::error::Error;
 use crate::exit::Exit;
+use crate::notice::Notice;
 use crate::plan::Plan;
 use crate::template::{Ph, Val};
 

@@ -11,8 +11,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::events::{LockLoss, Notice};
 use super::{Frozen, ProcId};
+use crate::notice::{LockLoss, Notice};
 
 /// How often the watcher looks (the contract asks for at least every 100 ms).
 const PERIOD: Duration = Duration::from_millis(50);

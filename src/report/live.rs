@@ -11,11 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::device::events::{
-    Attempt, AttemptOutcome, FollowUp, LaneRecord, LockLoss, Notice, Outcome, Shown,
-};
+use crate::device::events::{Attempt, AttemptOutcome, FollowUp, LaneRecord, Outcome, Shown};
 use crate::device::live::{Line, Live};
 use crate::device::report::Cause;
+use crate::notice::Notice;
 use crate::ui::Ui;
 
 /// The text of one live line: its first line, and the lines under it.
@@ -249,92 +248,10 @@ fn render(ui: &Ui, l: &Live) -> Option<String> {
     Some(text)
 }
 
-/// A device notice's line, and whether `-q` keeps it (a warning).
-fn line(n: &Notice) -> (String, bool) {
-    match n {
-            Notice::PrestartWarning(w) => (format!("warning: device: {w}"), true),
-            Notice::Prestarted(counts) => {
-                let each: Vec<String> = counts
-                    .iter()
-                    .map(|(l, n)| format!("{n} of lane {l}"))
-                    .collect();
-                let line = format!(
-                    "device: lane processes started before the lock: {}",
-                    each.join(", ")
-                );
-                (line, false)
-            }
-            Notice::TakingLock { command } => {
-                (format!("device: taking the lock once: {command}"), false)
-            }
-            Notice::LockRanInnerTwice => (
-                "warning: device: the lock command started the inner run more than once; only the first run counted".into(),
-                true,
-            ),
-            Notice::LockKilledAfterRelease { release_timeout } => (
-                format!(
-                    "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
-                    crate::units::short_duration(*release_timeout)
-                ),
-                true,
-            ),
-            Notice::AllFailedInWarm => (
-                "device: every selected scene failed in warm; the lock was not taken".into(),
-                true,
-            ),
-            Notice::AllDecidedInWarm => (
-                "device: every selected scene was decided in warm; the lock was not taken".into(),
-                true,
-            ),
-            Notice::CompileLogIgnored { lines } => (
-                format!(
-                    "notice: compile log: {lines} line(s) ignored (not written by a compiler shim of this run)"
-                ),
-                true,
-            ),
-            Notice::CompilesNotSigned { why } => (
-                format!("notice: compile_cache: what this run's compiles keep will not be signed: {why}"),
-                true,
-            ),
-            Notice::NoHealthyDevice { quarantined } => (
-                format!(
-                    "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
-                    quarantined.join(",")
-                ),
-                true,
-            ),
-            Notice::ShimLeftOut { compiler, why } => (
-                format!("compile_cache: `{compiler}` {why}; no compile of it goes through the cache"),
-                false,
-            ),
-            Notice::GrantRefused { why } => (why.clone(), true),
-            Notice::InnerAgain => (
-                "warning: the lock command started the inner run of this invocation again; this run does nothing (only the first run counts)".into(),
-                true,
-            ),
-            Notice::LockLost(loss) => {
-                let who = match loss {
-                    LockLoss::Outer { pid } => format!("scenerun device (pid {pid}) died"),
-                    LockLoss::LockTool { pid } => format!("the lock command (pid {pid}) died"),
-                    LockLoss::Parent => "the process that started the inner run died".into(),
-                };
-                (format!("{who}: the lock may be gone, every device step was killed"), true)
-            }
-        }
-}
-
-/// Print one of the device phase's notices: a warning always, the rest unless `-q`.
-pub fn notify(ui: &Ui, n: Notice) {
-    match line(&n) {
-        (line, true) => ui.always(&line),
-        (line, false) => ui.info(&line),
-    }
-}
-
 /// The device phase's terminal: its notices, and the live file followed.
 impl Shown for Ui {
     fn notice(&self, n: Notice) {
-        notify(self, n);
+        super::notice::say(self, &n);
     }
 
     fn follow(&self, path: PathBuf, queued: bool) -> Box<dyn std::any::Any> {
@@ -349,13 +266,6 @@ impl Shown for Ui {
     ) -> String {
         super::not_warm::summary(missing, cache, from)
     }
-}
-
-/// What the inner run says about the lock, on its own stderr (which the lock tool
-/// keeps): one `scenerun inner:` line, escaped, whatever `-q` says.
-pub fn inner_say(n: Notice) {
-    let (line, _) = line(&n);
-    eprintln!("scenerun inner: {}", crate::ui::escape(&line));
 }
 
 #[cfg(test)]

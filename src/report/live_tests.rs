@@ -8,6 +8,7 @@ use super::*;
 use crate::device::events::Event;
 use crate::device::live::Writer;
 use crate::device::SceneOutcome;
+use crate::notice::LockLoss;
 use crate::ui::BarSlot;
 
 fn ui(quiet: bool, color: bool) -> Ui {
@@ -18,6 +19,7 @@ fn ui(quiet: bool, color: bool) -> Ui {
         bars: false,
         github: false,
         bar: BarSlot::default(),
+        words: crate::report::notice::words,
     }
 }
 
@@ -213,7 +215,8 @@ fn every_notice_of_the_outer() {
     let text: String = notices
         .iter()
         .map(|n| {
-            let (line, kept) = line(n);
+            let (line, level) = crate::report::notice::line(n);
+            let kept = level == crate::report::notice::Level::Always;
             format!(
                 "{} {line}\n",
                 if kept { "[-q keeps]" } else { "[info]    " }
@@ -243,7 +246,8 @@ fn the_shim_and_inner_run_notices() {
     let text: String = notices
         .iter()
         .map(|n| {
-            let (line, kept) = line(n);
+            let (line, level) = crate::report::notice::line(n);
+            let kept = level == crate::report::notice::Level::Always;
             format!(
                 "{} {line}\n",
                 if kept { "[-q keeps]" } else { "[info]    " }

@@ -6,6 +6,7 @@ pub mod diagnostics;
 pub mod list;
 pub mod live;
 pub mod not_warm;
+pub mod notice;
 pub mod plan_view;
 pub mod trace;
 pub mod warm;

@@ -8,11 +8,12 @@
 use std::collections::BTreeMap;
 
 use super::diagnostics;
+use crate::notice::Notice;
 use crate::plan::Plan;
 use crate::ui::Ui;
 use crate::units::{short_duration, short_size};
 use crate::warm::accum::Summary;
-use crate::warm::events::{Event, Notice, Shown, UnitOutcome, WorkerNote};
+use crate::warm::events::{Event, Shown, UnitOutcome, WorkerNote};
 
 /// Lines of a failed step's output shown under its line.
 const TAIL_LINES: usize = 15;
@@ -304,54 +305,7 @@ impl Shown for Reporter<'_> {
     }
 
     fn notice(&mut self, n: Notice) {
-        notify(self.ui, &n);
-    }
-}
-
-/// How loud a notice is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Level {
-    /// Kept under `-q`.
-    Always,
-    /// Not under `-q`.
-    Info,
-    /// Only under `-v`.
-    Verbose,
-}
-
-/// A warm notice's line, and how loud it is.
-fn line(n: &Notice) -> (String, Level) {
-    match n {
-            Notice::NotPruned => (
-                "not pruned: nothing was added since a prune with these limits less than an hour ago"
-                    .into(),
-                Level::Verbose,
-            ),
-            Notice::Pruned(line) => (line.clone(), Level::Verbose),
-            Notice::TraceNotWritten(e) => (
-                format!("warning: cannot write the trace: {e}"),
-                Level::Info,
-            ),
-            Notice::CacheExposed(x) => (
-                format!(
-                    "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
-                    x.dir.display(),
-                    if x.by_all() { "all users" } else { "its group" },
-                    x.mode
-                ),
-                Level::Always,
-            ),
-        }
-}
-
-/// A notice, on stderr as loud as it is.
-pub fn notify(ui: &Ui, n: &Notice) {
-    let (line, level) = line(n);
-    match level {
-        Level::Always => ui.always(&line),
-        Level::Info => ui.info(&line),
-        Level::Verbose if ui.verbose > 0 => ui.info(&line),
-        Level::Verbose => {}
+        super::notice::say(self.ui, &n);
     }
 }
 

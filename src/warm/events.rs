@@ -109,19 +109,6 @@ pub enum Event {
     },
 }
 
-/// What a warm (and the cache under it) says besides its steps; report/ words it.
-#[derive(Debug)]
-pub enum Notice {
-    /// The prune after the warm was not due: nothing was added since a recent one.
-    NotPruned,
-    /// One line of what the prune after the warm did.
-    Pruned(String),
-    /// The trace could not be written (the warm itself stands).
-    TraceNotWritten(std::io::Error),
-    /// The cache (or the job's store) is writable by other users.
-    CacheExposed(crate::cache::Exposed),
-}
-
 /// Where a warm's events and notices go, in order: the command hands in report/'s
 /// renderer (`report::warm::Reporter`); the warm itself prints nothing.
 pub trait Shown {
@@ -131,5 +118,5 @@ pub trait Shown {
     fn event(&mut self, plan: &Plan, ev: &Event);
     /// The executor has ended: what showed the running steps goes.
     fn stop(&mut self);
-    fn notice(&mut self, n: Notice);
+    fn notice(&mut self, n: crate::notice::Notice);
 }

@@ -30,11 +30,12 @@ use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Entry, Kind, Lookup};
 use crate::failure::FailCause;
 use crate::key::inputs::Records;
+use crate::notice::Notice;
 use crate::plan::{Fill, Plan, Status, Unit};
 use crate::proc::{self, Ended};
 use crate::record::WarmRecord;
 use accum::{Accumulator, Summary};
-pub use events::{Notice, Shown};
+pub use events::Shown;
 use events::{UnitEnd, UnitOutcome};
 
 pub struct Options<'a> {
@@ -174,7 +175,9 @@ fn record(
     });
     let (traced, saved) = traced;
     if let Err(e) = traced {
-        shown.notice(Notice::TraceNotWritten(e));
+        shown.notice(Notice::TraceNotWritten {
+            error: e.to_string(),
+        });
     }
     saved.map_err(|e| {
         let what = format!("cannot write the warm record in {}", plan.job_dir.display());
