@@ -322,8 +322,22 @@ fn unit_note(input_changed: Option<&str>, worker: Option<&WorkerNote>) -> Option
         (changed, worker) => Some(format!(
             "{}{}",
             changed.unwrap_or_default(),
-            worker.map(|w| format!("\n  note: {w}")).unwrap_or_default()
+            worker
+                .map(|w| format!("\n  note: {}", worker_note(w)))
+                .unwrap_or_default()
         )),
+    }
+}
+
+/// What a finished unit says about its worker.
+fn worker_note(w: &WorkerNote) -> String {
+    match w {
+        WorkerNote::CouldNotStart { worker, why } => {
+            format!("worker {worker} could not start ({why}): its steps run one process each")
+        }
+        WorkerNote::Replaced { worker, why } => {
+            format!("worker {worker} replaced after the step: {why}")
+        }
     }
 }
 

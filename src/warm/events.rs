@@ -2,7 +2,6 @@
 //! finished unit says about its worker, and the warm's notices; report/ renders them. The causes of
 //! failures and skips are `crate::failure`'s, which carries them on to the device phase.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -19,20 +18,6 @@ pub enum WorkerNote {
     CouldNotStart { worker: String, why: String },
     /// The step ended well, then its worker was stopped (the next step starts a fresh one).
     Replaced { worker: String, why: WorkerLoss },
-}
-
-impl fmt::Display for WorkerNote {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WorkerNote::CouldNotStart { worker, why } => write!(
-                f,
-                "worker {worker} could not start ({why}): its steps run one process each"
-            ),
-            WorkerNote::Replaced { worker, why } => {
-                write!(f, "worker {worker} replaced after the step: {why}")
-            }
-        }
-    }
 }
 
 /// How one unit ended.
