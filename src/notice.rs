@@ -73,7 +73,7 @@ pub enum Notice {
     CompilesNotSigned { why: String },
     /// A compiler of `compile_cache:` got no shim, so none of its compiles goes through
     /// the cache.
-    ShimLeftOut { compiler: String, why: String },
+    ShimLeftOut { compiler: String, why: ShimMissing },
 
     // The inner run, about the lock (on its own stderr, which the lock tool keeps).
     /// The lock command handed over no usable ids (the grant's error).
@@ -99,6 +99,17 @@ impl Exposed {
     pub fn by_all(&self) -> bool {
         self.mode & 0o002 != 0
     }
+}
+
+/// Why a compiler of `compile_cache:` got no shim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ShimMissing {
+    /// On none of the run's `PATH`s (a test that runs it fails as it would without
+    /// scenerun).
+    NotOnPath,
+    /// Its identity command failed (the error's text): its compiles run without the
+    /// cache.
+    NoIdentity { error: String },
 }
 
 /// A direction of the remote cache.

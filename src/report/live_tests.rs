@@ -8,7 +8,7 @@ use super::*;
 use crate::device::events::Event;
 use crate::device::live::Writer;
 use crate::device::SceneOutcome;
-use crate::notice::LockLoss;
+use crate::notice::{LockLoss, ShimMissing};
 use crate::ui::BarSlot;
 
 fn ui(quiet: bool, color: bool) -> Ui {
@@ -233,7 +233,13 @@ fn the_shim_and_inner_run_notices() {
     let notices = [
         Notice::ShimLeftOut {
             compiler: "nvcc".into(),
-            why: "is not on PATH".into(),
+            why: ShimMissing::NotOnPath,
+        },
+        Notice::ShimLeftOut {
+            compiler: "cc".into(),
+            why: ShimMissing::NoIdentity {
+                error: "`cc --version` exited with status 1".into(),
+            },
         },
         Notice::GrantRefused {
             why: "lock.device_env: $NPU_IDS is not set or empty".into(),

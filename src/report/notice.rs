@@ -2,7 +2,7 @@
 //! loud it is (`line`), on the terminal (`say`, and `ui::Ui` as every layer's
 //! `notice::Tell`), or on the inner run's own stderr (`inner_say`).
 
-use crate::notice::{Direction, LockLoss, Notice, Tell};
+use crate::notice::{Direction, LockLoss, Notice, ShimMissing, Tell};
 use crate::ui::Ui;
 use crate::units::short_size;
 
@@ -187,7 +187,13 @@ fn device_line(n: &Notice) -> (String, Level) {
                 Level::Always,
             ),
             Notice::ShimLeftOut { compiler, why } => (
-                format!("compile_cache: `{compiler}` {why}; no compile of it goes through the cache"),
+                format!(
+                    "compile_cache: `{compiler}` {}; no compile of it goes through the cache",
+                    match why {
+                        ShimMissing::NotOnPath => "is not on PATH".to_string(),
+                        ShimMissing::NoIdentity { error } => format!("has no identity ({error})"),
+                    }
+                ),
                 Level::Info,
             ),
             Notice::GrantRefused { why } => (why.clone(), Level::Always),
