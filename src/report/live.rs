@@ -2,8 +2,8 @@
 //! (`device::live`) as the terminal shows it — a line per scene as it finishes, with
 //! the tail of its output under a failure — followed while the lock command (or the
 //! in-process inner run) runs, with a progress line and elapsed time on a TTY. The
-//! device phase's notices (`Notice`: the lock taken, lanes started before it, warnings)
-//! are worded and printed here too: the phase prints nothing itself.
+//! terminal is the device phase's `Shown` here: its notices (worded by `report::notice`),
+//! the live file followed, the not-warm summary. The phase prints nothing itself.
 
 use std::io::{BufRead, Seek, SeekFrom};
 use std::path::{Path, PathBuf};

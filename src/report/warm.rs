@@ -1,9 +1,10 @@
 //! The one renderer of a warm: a progress bar on a terminal, else one line per finished
 //! step; under a failed step its cause and the tail of its output; under GitHub Actions
 //! `::error` annotations on the files a compiler complained about and the whole log in a
-//! collapsible `::group::`; the warm's notices and its summary. Decides nothing: it
-//! renders the executor's events and the `Notice`s the warm hands it (as its
-//! `warm::Shown`), and nothing in the warm (or the cache under it) prints.
+//! collapsible `::group::`; the warm's notices (worded by `report::notice`) and its
+//! summary. Decides nothing: it renders the executor's events and the `Notice`s the
+//! warm hands it (as its `warm::Shown`), and nothing in the warm (or the cache under
+//! it) prints.
 
 use std::collections::BTreeMap;
 
