@@ -21,17 +21,6 @@ use crate::select::{NoScenes, Selection};
 use crate::ui::{Format, Ui};
 use crate::{affected, device, proc, warm};
 
-/// The remote cache's warnings and notes go to the terminal.
-impl remote::Notes for Ui {
-    fn warning(&self, line: &str) {
-        self.always(line);
-    }
-
-    fn note(&self, line: &str) {
-        self.info(line);
-    }
-}
-
 fn on_signal(_sig: i32) {
     proc::interrupt_all();
     if !HANDLES_SIGNALS.load(std::sync::atomic::Ordering::SeqCst) {
@@ -118,7 +107,7 @@ fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
         Command::Fleet(FleetCommand::Simulate(a)) => fleet_simulate(&cli, a, ui),
         Command::Inner(a) => {
             handle_signals();
-            device::inner::main(&a.frozen)
+            device::inner::main(&a.frozen, crate::report::notice::inner_say)
         }
         Command::Watchdog | Command::Cc(_) => unreachable!("handled above"),
     }
@@ -318,7 +307,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
         built
     });
     let mut plan = plan?;
-    let notes: Arc<dyn remote::Notes> = Arc::new(ui.clone());
+    let notes: Arc<dyn crate::notice::Tell> = Arc::new(ui.clone());
     plan.remote = Remote::configure(
         &plan.manifest.cache.remote,
         &cli.remote.flags(),
@@ -333,7 +322,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
 /// before anything reads it.
 fn say_exposed(ui: &Ui, store: &Store) {
     if let Some(x) = store.exposed() {
-        warm::notify(ui, &warm::Notice::CacheExposed(x));
+        crate::report::notice::say(ui, &crate::notice::Notice::CacheExposed(x));
     }
 }
 
@@ -488,9 +477,10 @@ fn do_warm(plan: &Plan, w: &WarmFlags, jobs: usize, ui: &Ui) -> Result<(Exit, Pu
         memory,
         trace: &trace,
     };
-    let warmed = warm::run(plan, &opts, ui)?;
+    let mut reporter = crate::report::warm::Reporter::new(ui);
+    let warmed = warm::run(plan, &opts, &mut reporter)?;
     let summary = &warmed.summary;
-    warm::print_summary(summary, ui);
+    crate::report::warm::print_summary(summary, ui);
     say_where(
         ui,
         "warm records",
@@ -555,8 +545,9 @@ fn do_device(cli: &Cli, plan: &Plan, d: &DeviceFlags, ui: &Ui) -> Result<Exit> {
         report_dir: dir.clone(),
         sink: &sink,
         cache_from: cache_from(cli, &plan.manifest),
+        shown: ui,
     };
-    let result = device::outer::run(plan, &opts, ui);
+    let result = device::outer::run(plan, &opts);
     let files = ["report.json", "junit.xml", "trace.json", "logs/"];
     say_where(ui, "reports", &dir, &files);
     result

@@ -63,7 +63,12 @@ pub fn usage_hint(e: &clap::Error, args: &[String]) -> Option<String> {
 
 /// Run one command line to completion and say how the process should exit.
 pub fn run(cli: Cli) -> Exit {
-    let ui = ui::Ui::new(cli.quiet, cli.verbose, cli.color);
+    let ui = ui::Ui::new(
+        cli.quiet,
+        cli.verbose,
+        cli.color,
+        crate::report::notice::words,
+    );
     if ui.verbose > 0 {
         if let Some(why) = &cli.manifest_search {
             let name = cli.manifest.display();

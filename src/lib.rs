@@ -19,6 +19,7 @@ pub mod identity;
 pub mod key;
 pub mod layout;
 pub mod manifest;
+pub mod notice;
 pub mod plan;
 pub mod proc;
 pub mod record;

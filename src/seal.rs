@@ -37,7 +37,7 @@ fn secret() -> &'static [u8; SECRET_LEN] {
     SECRET.get_or_init(|| match secret_path().map(|p| (load_or_make(&p), p)) {
         Some((Ok(s), _)) => s,
         Some((Err(e), path)) => {
-            crate::warning::post(crate::warning::Warning::SealKey {
+            crate::warning::post(crate::notice::Notice::SealKey {
                 path,
                 error: e.to_string(),
             });

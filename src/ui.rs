@@ -36,7 +36,14 @@ pub struct Ui {
     /// printed from another thread meanwhile (a remote-cache warning) goes above it
     /// instead of through it.
     pub bar: BarSlot,
+    /// The words of a notice posted on the `warning` board: report/'s one renderer of
+    /// notices (`report::notice::words`), handed in by the entry, as this layer may not
+    /// call up into report/.
+    pub words: Words,
 }
+
+/// A notice's line, as report/ words it.
+pub type Words = fn(&crate::notice::Notice) -> String;
 
 #[derive(Debug, Clone, Default)]
 pub struct BarSlot(
@@ -100,7 +107,7 @@ fn color_on(choice: Color, tty: bool, no_color: bool, dumb: bool) -> bool {
 
 impl Ui {
     /// The terminal as `-q`, `-v` (a count) and `--color` and the environment ask for.
-    pub fn new(quiet: bool, verbose: u8, choice: Color) -> Ui {
+    pub fn new(quiet: bool, verbose: u8, choice: Color, words: Words) -> Ui {
         let dumb = std::env::var("TERM").as_deref() == Ok("dumb");
         let tty = std::io::stderr().is_terminal();
         let color = color_on(choice, tty, std::env::var_os("NO_COLOR").is_some(), dumb);
@@ -111,6 +118,7 @@ impl Ui {
             bars: tty && !dumb && std::env::var_os("CI").is_none() && !quiet,
             github: std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true"),
             bar: BarSlot::default(),
+            words,
         }
     }
 
@@ -153,7 +161,7 @@ impl Ui {
         }
         crate::warning::take()
             .iter()
-            .map(|w| self.safe(&w.to_string()).into_owned())
+            .map(|w| self.safe(&(self.words)(w)).into_owned())
             .collect()
     }
 
@@ -424,6 +432,7 @@ mod tests {
             bars: false,
             github: false,
             bar: BarSlot::default(),
+            words: |_| String::new(),
         };
         for painted in [ui.red("x"), ui.green("x"), ui.yellow("x"), ui.dim("x")] {
             assert_eq!(ui.safe(&painted), painted);

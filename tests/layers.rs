@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fsutil",
             "identity",
             "layout",
+            "notice",
             "proc",
             "record",
             "sampling",
@@ -286,14 +287,8 @@ const CHILD_STARTS_ALLOWED: [&str; 0] = [];
 
 /// Files of the phases (`src/warm/`, `src/device/`) that still print to the terminal
 /// (`ui.` or a print macro) instead of emitting events and notices for report/ to
-/// render. Today's, to be moved to report/ (DESIGN.md §30); a new file never joins it.
-const PHASE_PRINTERS_ALLOWED: [&str; 5] = [
-    "device/inner.rs", // `scenerun inner:` lines on stderr (the inner run's own errors)
-    "device/live.rs",  // the live per-scene lines and the progress bar
-    "device/outer.rs", // one `ui.info` (the not-run summary)
-    "device/watch.rs", // the lock-lost line
-    "warm/reporter.rs", // the warm reporter: step lines, bar, summary
-];
+/// render: none (DESIGN.md §30); a file never joins it.
+const PHASE_PRINTERS_ALLOWED: [&str; 0] = [];
 
 fn starts_a_child(code: &str) -> bool {
     code.contains("Command::new(")

@@ -38,21 +38,7 @@ pub(super) fn top_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-/// A cache directory other users can write to: anyone who can may plant entries
-/// (scenerun checks what it serves, but a cache should be private to its runner user).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exposed {
-    pub dir: PathBuf,
-    /// Its permission bits.
-    pub mode: u32,
-}
-
-impl Exposed {
-    /// Writable by every user, not only by its group.
-    pub fn by_all(&self) -> bool {
-        self.mode & 0o002 != 0
-    }
-}
+pub use crate::notice::Exposed;
 
 /// Roots already warned about in this process (one warning per cache per run).
 static WARNED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::cache::Store;
+use crate::notice::ShimMissing;
 
 /// The directory of a device run's compiler shims.
 pub fn shim_dir(run_dir: &Path) -> PathBuf {
@@ -74,7 +75,7 @@ pub fn write_shims<'a>(
     run_dir: &Path,
     paths: impl IntoIterator<Item = &'a str>,
     report: Option<&Path>,
-) -> anyhow::Result<Vec<(String, String)>> {
+) -> anyhow::Result<Vec<(String, ShimMissing)>> {
     use std::os::unix::fs::PermissionsExt;
     if manifest.compile_cache.is_empty() {
         return Ok(Vec::new());
@@ -102,7 +103,7 @@ pub fn write_shims<'a>(
             }
         }
         if found.is_empty() {
-            missing.push((name.clone(), "is not on PATH".into()));
+            missing.push((name.clone(), ShimMissing::NotOnPath));
             continue;
         }
         let mut unidentified = None;
@@ -114,7 +115,11 @@ pub fn write_shims<'a>(
                     let id = blake3::hash(&out).to_hex().to_string();
                     table.insert(identity_name(name, real), id);
                 }
-                Err(e) => unidentified = Some(format!("has no identity ({e})")),
+                Err(e) => {
+                    unidentified = Some(ShimMissing::NoIdentity {
+                        error: format!("{e}"),
+                    })
+                }
             }
         }
         if let Some(why) = unidentified.filter(|_| found.len() == 1) {

@@ -138,35 +138,21 @@ pub struct LaneRecord {
     pub startup_before_lock_secs: Option<f64>,
 }
 
-/// What the outer part of the phase — before, around and after the lock command — tells
-/// the user; the reporter (`live::notify`) words and prints it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Notice {
-    /// Something about the lanes started before the lock went wrong (their batches
-    /// start inside it instead).
-    PrestartWarning(String),
-    /// Lane processes started before the lock: how many of each lane.
-    Prestarted(Vec<(String, usize)>),
-    /// The lock command is called, once.
-    TakingLock { command: String },
-    /// The lock command started the inner run more than once.
-    LockRanInnerTwice,
-    /// The lock command had not returned this long after the steps ended, and was killed.
-    LockKilledAfterRelease {
-        release_timeout: std::time::Duration,
-    },
-    /// No scene could run on the device: every one failed in warm.
-    AllFailedInWarm,
-    /// No scene needs the device: each failed in warm or its test ran there.
-    AllDecidedInWarm,
-    /// Every granted id was quarantined before the scenes all ran.
-    NoHealthyDevice { quarantined: Vec<String> },
-    /// Lines of the run's compile log no compiler shim writes (forged or damaged by a
-    /// step): ignored.
-    CompileLogIgnored { lines: usize },
-    /// The run cannot hear its compiler shims (`cache::witness`): nothing they keep is
-    /// signed, so under `cache.verify_key` each compiles again next time.
-    CompilesNotSigned { why: String },
+/// Where the outer part of the device phase shows what it has to say: the command hands
+/// in report/'s terminal (`report::live`); the phase itself prints nothing.
+pub trait Shown: Sync {
+    fn notice(&self, n: crate::notice::Notice);
+    /// Show the live file at `path` as it grows, until the returned guard is dropped;
+    /// `queued`: the lock command runs, so until the first line the wait is its queue's.
+    fn follow(&self, path: PathBuf, queued: bool) -> Box<dyn std::any::Any>;
+    /// The words of the error (and report.json's) when artifacts are missing: `cache`
+    /// was checked, chosen by `from`.
+    fn not_warm(
+        &self,
+        missing: &[super::not_warm::Missing],
+        cache: &std::path::Path,
+        from: crate::layout::CacheFrom,
+    ) -> String;
 }
 
 /// What the executor tells the scheduler, the accumulator and the reporter.
@@ -188,7 +174,8 @@ pub enum Event {
 }
 
 /// What follows an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FollowUp {
     Final,
     /// `device.retries` allows another try.

@@ -11,16 +11,19 @@ use anyhow::{Context, Result};
 
 use super::events::{self, Accumulator, Attempt, AttemptOutcome, Event, FollowUp, Outcome};
 use super::exec::{self, Cx, FaultRules};
-use super::live::Reporter;
+use super::live::Writer;
 use super::packing::packer::Unit;
 use super::packing::scheduler::{Scheduler, Start};
 use super::{Frozen, Results, SceneOutcome, SceneResult};
 use crate::exit::Exit;
 use crate::manifest::Prestart;
+use crate::notice::Notice;
 use crate::proc;
 
-/// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3.
-pub fn main(frozen_path: &Path) -> Result<Exit> {
+/// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3. `say`:
+/// where what it has to say about the lock goes (report/ writes it on its stderr, which
+/// the lock tool keeps).
+pub fn main(frozen_path: &Path, say: fn(Notice)) -> Result<Exit> {
     let bytes = crate::fsutil::read_capped(frozen_path, crate::fsutil::Cap::DEVICE_RUN)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
     let frozen = read_frozen(&bytes)
@@ -28,16 +31,16 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
     // Held until this process exits (the kernel drops it even on SIGKILL).
     let _alive = match super::runs::claim_inner(&frozen.run_dir)? {
         super::runs::Claim::First(lock) => lock,
-        super::runs::Claim::Repeat => return Ok(repeat_exit(&frozen)),
+        super::runs::Claim::Repeat => return Ok(repeat_exit(&frozen, say)),
     };
     proc::set_grace(crate::units::secs(frozen.grace_secs));
-    super::watch::start(&frozen, frozen_path);
+    super::watch::start(&frozen, frozen_path, say);
     let granted = std::env::var(&frozen.device_env).ok();
     let ids = crate::device_ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
         .map_err(|e| crate::device_ids::grant_error(&frozen.device_env, granted.as_deref(), &e));
     let results = match ids {
         Err(why) => {
-            eprintln!("scenerun inner: {}", crate::ui::escape(&why.to_string()));
+            say(Notice::GrantRefused { why: why.clone() });
             super::ending::refused(&frozen, why)
         }
         Ok(ids) => {
@@ -63,11 +66,8 @@ pub fn main(frozen_path: &Path) -> Result<Exit> {
 /// A second inner run of one invocation runs nothing: it says so and exits as the
 /// first run's results call for (3 when there are none), so that a lock tool passing
 /// on the last exit code hides nothing.
-fn repeat_exit(frozen: &Frozen) -> Exit {
-    eprintln!(
-        "scenerun inner: warning: the lock command started the inner run of this invocation \
-         again; this run does nothing (only the first run counts)"
-    );
+fn repeat_exit(frozen: &Frozen, say: fn(Notice)) -> Exit {
+    say(Notice::InnerAgain);
     crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
@@ -171,7 +171,7 @@ struct Run<'a> {
     t0: Instant,
     fixed: Vec<Option<SceneResult>>,
     acc: Accumulator,
-    reporter: Reporter,
+    live: Writer,
     /// Scenes were left unrun because no healthy id was left.
     no_healthy: bool,
     last_snapshot: Instant,
@@ -182,24 +182,13 @@ struct Run<'a> {
 impl<'a> Run<'a> {
     /// Announce the run and the scenes settled before it.
     fn new(frozen: &'a Frozen, granted: &'a [String], fixed: Vec<Option<SceneResult>>) -> Run<'a> {
-        let mut reporter = Reporter::new(&super::live_path(&frozen.run_dir), frozen.scenes.len());
+        let mut live = Writer::new(&super::live_path(&frozen.run_dir), frozen.scenes.len());
         if !granted.is_empty() {
-            reporter.note(format!(
-                "device: {} scene{} on id{} {}",
-                frozen.scenes.len(),
-                if frozen.scenes.len() == 1 { "" } else { "s" },
-                if granted.len() == 1 { "" } else { "s" },
-                granted.join(",")
-            ));
+            live.run(granted);
         }
         for (i, r) in fixed.iter().enumerate() {
             if let Some(r) = r {
-                reporter.settled(
-                    &frozen.scenes[i].name,
-                    &r.outcome.word(),
-                    r.outcome.passed(),
-                    r.message.as_deref(),
-                );
+                live.settled(&frozen.scenes[i].name, r.outcome, r.message.as_deref());
             }
         }
         Run {
@@ -209,7 +198,7 @@ impl<'a> Run<'a> {
             t0: Instant::now(),
             fixed,
             acc: Accumulator::new(frozen.scenes.len()),
-            reporter,
+            live,
             no_healthy: false,
             last_snapshot: Instant::now(),
             dirty: false,
@@ -230,7 +219,7 @@ impl<'a> Run<'a> {
             };
             self.acc.apply(&ev);
             let name = &self.frozen.scenes[scene].name;
-            self.reporter.event(&ev, name, FollowUp::Final);
+            self.live.event(&ev, name, FollowUp::Final);
         }
     }
 
@@ -279,7 +268,7 @@ impl<'a> Run<'a> {
             }
             name = s.name.as_str();
         }
-        self.reporter.event(&ev, name, follow);
+        self.live.event(&ev, name, follow);
         sched.on_event(&ev, follow, &self.acc.quarantined);
         if self.last_snapshot.elapsed() >= SNAPSHOT_EVERY {
             self.snapshot();
@@ -356,7 +345,7 @@ pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
         }
     });
     for w in pool.stop_unused() {
-        run.reporter.event(&Event::Warning(w), "", FollowUp::Final);
+        run.live.event(&Event::Warning(w), "", FollowUp::Final);
     }
     run.results("interrupted")
 }

@@ -8,22 +8,21 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::events::Notice;
+use super::events::Shown;
 use super::freeze::{freeze, grace, lay_out, write_frozen};
 use super::lane::fork_server;
 use super::lane::prestart::{self, Prestart};
-use super::live::notify;
 use super::lockrun::{self, Killed, LockEnding, LockRun};
-use super::not_warm::{self, Missing};
+use super::not_warm::Missing;
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
 use super::{Frozen, FrozenScene, Infra, Results, SceneOutcome, SceneResult};
 use crate::cache::history::{History, HistoryId};
 use crate::error::Error;
 use crate::exit::Exit;
+use crate::notice::Notice;
 use crate::plan::Plan;
 use crate::template::{Ph, Val};
-use crate::ui::Ui;
 
 pub struct Options<'a> {
     pub no_lock: bool,
@@ -34,6 +33,8 @@ pub struct Options<'a> {
     pub sink: &'a dyn Sink,
     /// Which setting chose the cache dir (named when something is not warm).
     pub cache_from: crate::layout::CacheFrom,
+    /// Where the phase's notices and live lines are shown (report/ renders them).
+    pub shown: &'a dyn Shown,
 }
 
 fn device_report(r: &Results, held: f64) -> DeviceReport {
@@ -75,7 +76,6 @@ fn read_results(frozen: &Frozen) -> Option<Results> {
 struct Phase<'a> {
     plan: &'a Plan,
     opts: &'a Options<'a>,
-    ui: &'a Ui,
 }
 
 /// A lock call that did not complete: the exit code it calls for, what happened, the
@@ -104,7 +104,8 @@ impl LockFailure {
 /// here on a cancel stops them too; the caller `finish`es them once the lock command
 /// has returned.
 fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
-    let Phase { plan, ui, .. } = ph;
+    let Phase { plan, opts } = ph;
+    let shown = opts.shown;
     crate::proc::set_grace(grace(plan));
     let units = match prestart::wanted(frozen) {
         true => super::inner::to_prestart(frozen, frozen.device_count),
@@ -123,20 +124,20 @@ fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
             started
                 .map_err(|why| {
                     let w = format!("the fork server is not there ({why}); each lane process starts its own interpreter");
-                    notify(ui, Notice::PrestartWarning(w))
+                    shown.notice(Notice::PrestartWarning(w))
                 })
                 .ok()
         }
         _ => None,
     };
     let mut prestart = prestart::start(frozen, units, grace(plan), |w| {
-        notify(ui, Notice::PrestartWarning(w))
+        shown.notice(Notice::PrestartWarning(w))
     });
     prestart.keep_until_finished(server);
     let counts = prestart.counts();
     if !counts.is_empty() {
         let counts = counts.iter().map(|(l, n)| (l.to_string(), *n)).collect();
-        notify(ui, Notice::Prestarted(counts));
+        shown.notice(Notice::Prestarted(counts));
     }
     let written = write_frozen(frozen);
     (prestart, written)
@@ -161,12 +162,12 @@ fn before_lock(ph: Phase, frozen: &mut Frozen) -> Result<Prestart, Box<LockFailu
 
 /// Say how the lock command misbehaved, if it did: it ran the inner run twice, or it
 /// had to be killed for not returning.
-fn warn_lock_ending(ui: &Ui, ran: &LockRun, repeated: bool, release_timeout: Duration) {
+fn warn_lock_ending(shown: &dyn Shown, ran: &LockRun, repeated: bool, release_timeout: Duration) {
     if repeated {
-        notify(ui, Notice::LockRanInnerTwice);
+        shown.notice(Notice::LockRanInnerTwice);
     }
     if ran.killed == Some(Killed::ReleaseTimeout) {
-        notify(ui, Notice::LockKilledAfterRelease { release_timeout });
+        shown.notice(Notice::LockKilledAfterRelease { release_timeout });
     }
 }
 
@@ -188,7 +189,8 @@ fn lock_limits(plan: &Plan, frozen: &Frozen) -> lockrun::Limits {
 /// Anything but complete results from an inner run that ended inside the lock is an
 /// infrastructure error (exit 3, or 2 when interrupted), with the report still written.
 fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<Results> {
-    let Phase { plan, ui, .. } = ph;
+    let Phase { plan, opts } = ph;
+    let shown = opts.shown;
     let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
         return Err(crate::error::err!(
             Usage,
@@ -212,14 +214,11 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         Ok(p) => p,
         Err(f) => return Err(fail(ph, frozen, report, lock, *f)),
     };
-    notify(
-        ui,
-        Notice::TakingLock {
-            command: command.to_string(),
-        },
-    );
+    shown.notice(Notice::TakingLock {
+        command: command.to_string(),
+    });
     let run_dir = frozen.run_dir.clone();
-    let live = super::live::Follower::start(super::live_path(&run_dir), ui, true);
+    let live = shown.follow(super::live_path(&run_dir), true);
     let ran = lockrun::run(
         &command,
         &plan.manifest.dir,
@@ -259,7 +258,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         report.device = Some(device_report(r, held));
     }
     let repeated = runs::repeated(&run_dir);
-    warn_lock_ending(ui, &ran, repeated, limits.release_timeout);
+    warn_lock_ending(shown, &ran, repeated, limits.release_timeout);
     let ended = LockCallEnd {
         interrupted: crate::proc::interrupted(),
         inner_ended,
@@ -532,7 +531,7 @@ fn unrun(fs: &FrozenScene) -> SceneResult {
     }
 }
 
-pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
+pub fn run(plan: &Plan, opts: &Options) -> Result<Exit> {
     // The report dir first: a second run on it is refused before it writes anything.
     let _report_lock = match runs::lock_report_dir(&opts.report_dir) {
         Ok(Ok(l)) => l,
@@ -558,12 +557,13 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Exit> {
         );
         crate::error::infra(what, e)
     })?;
-    let result = run_in(plan, opts, ui, &inv);
+    let result = run_in(plan, opts, &inv);
     inv.remove();
     result
 }
 
-fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit> {
+fn run_in(plan: &Plan, opts: &Options, inv: &Invocation) -> Result<Exit> {
+    let shown = opts.shown;
     let (mut frozen, missing) = freeze(plan, &opts.report_dir, &inv.dir);
     let mut report = Report::new(&plan.manifest.file);
     report.profile = plan.manifest.profile.clone();
@@ -585,13 +585,10 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         }
         opts.sink.write(&report)?;
         opts.sink.show(&report);
-        notify(
-            ui,
-            match all_failed {
-                true => Notice::AllFailedInWarm,
-                false => Notice::AllDecidedInWarm,
-            },
-        );
+        shown.notice(match all_failed {
+            true => Notice::AllFailedInWarm,
+            false => Notice::AllDecidedInWarm,
+        });
         return Ok(exit);
     }
     frozen.through_lock = !opts.no_lock;
@@ -601,9 +598,9 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
     crate::proc::view::enter_for_children(&frozen.readonly);
     let mut witness = None;
     let laid = lay_out(&mut frozen).and_then(|()| {
-        witness = listen(plan, ui, &frozen.run_dir);
+        witness = listen(plan, shown, &frozen.run_dir);
         let socket = witness.as_ref().map(crate::cache::witness::Witness::path);
-        shims(plan, ui, &frozen, socket)
+        shims(plan, shown, &frozen, socket)
     });
     if let Err(e) = laid {
         report.scenes = scene_reports(plan, &frozen, None);
@@ -616,14 +613,14 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         // Parsed (strictly) by the command line already.
         let ids = opts.devices.clone();
         crate::proc::set_grace(grace(plan));
-        let live = super::live::Follower::start(super::live_path(&frozen.run_dir), ui, false);
+        let live = shown.follow(super::live_path(&frozen.run_dir), false);
         let mut r = super::inner::run(&frozen, ids);
         drop(live);
         super::ending::classify(&frozen, &mut r, false, crate::proc::interrupted());
         report.device = Some(device_report(&r, r.ended - r.started));
         r
     } else {
-        through_lock(Phase { plan, opts, ui }, &mut frozen, &mut report)?
+        through_lock(Phase { plan, opts }, &mut frozen, &mut report)?
     };
     record_history(plan, &r);
     let compiles = crate::compiled::RunLog::read(&frozen.run_dir);
@@ -631,23 +628,17 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
         w.sign_told(&plan.store);
     }
     if compiles.ignored > 0 {
-        notify(
-            ui,
-            Notice::CompileLogIgnored {
-                lines: compiles.ignored,
-            },
-        );
+        shown.notice(Notice::CompileLogIgnored {
+            lines: compiles.ignored,
+        });
     }
     if let Some(d) = report.device.as_mut().filter(|_| compiles.tally.any()) {
         d.compiles = Some(compiles.tally);
     }
     if r.no_healthy_device {
-        notify(
-            ui,
-            Notice::NoHealthyDevice {
-                quarantined: r.quarantined.clone(),
-            },
-        );
+        shown.notice(Notice::NoHealthyDevice {
+            quarantined: r.quarantined.clone(),
+        });
     }
     let exit = if crate::proc::interrupted() {
         Exit::Interrupted
@@ -660,14 +651,18 @@ fn run_in(plan: &Plan, opts: &Options, ui: &Ui, inv: &Invocation) -> Result<Exit
 
 /// Where this run hears what its compiler shims publish (`cache::witness`), when it
 /// holds the signing key and has shims: the only word it signs compiled entries on.
-fn listen(plan: &Plan, ui: &Ui, run_dir: &Path) -> Option<crate::cache::witness::Witness> {
+fn listen(
+    plan: &Plan,
+    shown: &dyn Shown,
+    run_dir: &Path,
+) -> Option<crate::cache::witness::Witness> {
     if plan.manifest.compile_cache.is_empty() || !plan.store.keys.signs() {
         return None;
     }
     match crate::cache::witness::Witness::listen(&run_dir.join("compiles.sock")) {
         Ok(w) => Some(w),
         Err(e) => {
-            notify(ui, Notice::CompilesNotSigned { why: e.to_string() });
+            shown.notice(Notice::CompilesNotSigned { why: e.to_string() });
             None
         }
     }
@@ -676,7 +671,7 @@ fn listen(plan: &Plan, ui: &Ui, run_dir: &Path) -> Option<crate::cache::witness:
 /// The compiler shims of `compile_cache:` in the run's `bin/`; a compiler left without
 /// one is said once (not on `PATH`: its compiles, if any, fail as they would without
 /// scenerun; no identity: they run without the cache).
-fn shims(plan: &Plan, ui: &Ui, frozen: &Frozen, socket: Option<&Path>) -> Result<()> {
+fn shims(plan: &Plan, shown: &dyn Shown, frozen: &Frozen, socket: Option<&Path>) -> Result<()> {
     // Each lane's and device step's own `PATH`: the compiler a shim stands for is the
     // one the caller's `PATH` finds.
     let paths = (frozen.scenes.iter().map(|s| &s.env))
@@ -684,10 +679,8 @@ fn shims(plan: &Plan, ui: &Ui, frozen: &Frozen, socket: Option<&Path>) -> Result
         .filter_map(|env| env.get("PATH").map(String::as_str));
     let run_dir = &frozen.run_dir;
     let shims = crate::compiled::write_shims(&plan.manifest, &plan.store, run_dir, paths, socket)?;
-    for (name, why) in shims {
-        ui.info(&format!(
-            "compile_cache: `{name}` {why}; no compile of it goes through the cache"
-        ));
+    for (compiler, why) in shims {
+        shown.notice(Notice::ShimLeftOut { compiler, why });
     }
     Ok(())
 }
@@ -717,7 +710,9 @@ fn not_warm(
             s.message = Some("not run: other scenes are not warm, the lock was not taken".into());
         }
     }
-    let msg = not_warm::summary(missing, &plan.store.root, opts.cache_from);
+    let msg = opts
+        .shown
+        .not_warm(missing, &plan.store.root, opts.cache_from);
     report.exit_code = Exit::NotWarm.code();
     report.error = Some(msg.clone());
     match opts.sink.write(&report) {

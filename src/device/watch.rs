@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{Frozen, ProcId};
+use crate::notice::{LockLoss, Notice};
 
 /// How often the watcher looks (the contract asks for at least every 100 ms).
 const PERIOD: Duration = Duration::from_millis(50);
@@ -53,7 +54,7 @@ fn check(outer_alive: Option<bool>, lock_alive: Option<bool>, parent_died: bool)
 
 /// Start watching (before any step starts). Returns at once; the thread lives as long
 /// as the process.
-pub fn start(frozen: &Frozen, plan: &std::path::Path) {
+pub fn start(frozen: &Frozen, plan: &std::path::Path, say: fn(Notice)) {
     let outer = frozen.outer;
     let lock = if frozen.through_lock {
         frozen.lock_tool.or_else(|| recorded_lock_tool(plan))
@@ -77,6 +78,7 @@ pub fn start(frozen: &Frozen, plan: &std::path::Path) {
         run_dir: frozen.run_dir.clone(),
     });
     let _ = WATCHED.set((outer, lock));
+    let _ = SAY.set(say);
     // Every step spawn looks too, so that none starts in the gap between two looks.
     crate::proc::set_spawn_gate(still_held);
     if !still_held() {
@@ -89,6 +91,9 @@ pub fn start(frozen: &Frozen, plan: &std::path::Path) {
         }
     });
 }
+
+/// Where the loss is said (report/'s renderer, handed to `start`).
+static SAY: std::sync::OnceLock<fn(Notice)> = std::sync::OnceLock::new();
 
 /// The processes watched: the outer and the lock command.
 static WATCHED: std::sync::OnceLock<(Option<Outer>, Option<ProcId>)> = std::sync::OnceLock::new();
@@ -146,18 +151,18 @@ fn lost(gone: Gone, outer: Option<&Outer>, lock: Option<ProcId>) {
         return;
     }
     crate::proc::kill_all_now();
-    let who = match gone {
-        Gone::Outer => format!(
-            "scenerun device (pid {}) died",
-            outer.map(|o| o.pid).unwrap_or(0)
-        ),
-        Gone::LockTool => format!(
-            "the lock command (pid {}) died",
-            lock.map(|p| p.pid).unwrap_or(0)
-        ),
-        Gone::Parent => "the process that started the inner run died".to_string(),
+    let loss = match gone {
+        Gone::Outer => LockLoss::Outer {
+            pid: outer.map(|o| o.pid).unwrap_or(0),
+        },
+        Gone::LockTool => LockLoss::LockTool {
+            pid: lock.map(|p| p.pid).unwrap_or(0),
+        },
+        Gone::Parent => LockLoss::Parent,
     };
-    eprintln!("scenerun inner: {who}: the lock may be gone, every device step was killed");
+    if let Some(say) = SAY.get() {
+        say(Notice::LockLost(loss));
+    }
 }
 
 #[cfg(test)]

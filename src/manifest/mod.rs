@@ -98,7 +98,7 @@ pub fn load_deferred(
 /// The deprecated keys `m` writes, posted as warnings on every load (the memo's too).
 fn warn_deprecated(m: &Manifest) {
     for k in &m.signing.aliases {
-        crate::warning::post(crate::warning::Warning::Deprecated {
+        crate::warning::post(crate::notice::Notice::Deprecated {
             key: k.path(),
             instead: k.instead(),
         });

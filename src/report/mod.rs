@@ -2,9 +2,14 @@
 //! testcase per scene, warm failures included), `logs/`, and under GitHub Actions
 //! `::error` annotations plus a Markdown table in `$GITHUB_STEP_SUMMARY`.
 
+pub mod diagnostics;
 pub mod list;
+pub mod live;
+pub mod not_warm;
+pub mod notice;
 pub mod plan_view;
 pub mod trace;
+pub mod warm;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -436,9 +441,7 @@ fn junit_status(s: &SceneResult) -> quick_junit::TestCaseStatus {
     }
 }
 
-use crate::warm::diagnostics::{
-    escape_data as gh_escape_data, escape_property as gh_escape_property,
-};
+use diagnostics::{escape_data as gh_escape_data, escape_property as gh_escape_property};
 
 #[cfg(test)]
 #[path = "summary_tests.rs"]

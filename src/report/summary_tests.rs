@@ -15,6 +15,7 @@ fn ui(color: bool) -> Ui {
         bars: false,
         github: false,
         bar: BarSlot::default(),
+        words: crate::report::notice::words,
     }
 }
 

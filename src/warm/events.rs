@@ -1,8 +1,7 @@
-//! What the warm executor reports: typed events about units (unique artifacts), and what
-//! a finished unit says about its worker, rendered here and nowhere else. The causes of
+//! What the warm executor reports: typed events about units (unique artifacts), what a
+//! finished unit says about its worker, and the warm's notices; report/ renders them. The causes of
 //! failures and skips are `crate::failure`'s, which carries them on to the device phase.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -10,6 +9,7 @@ use std::sync::Arc;
 
 use crate::cache::Entry;
 use crate::failure::{FailCause, SkipCause, WorkerLoss};
+use crate::plan::Plan;
 
 /// What a finished unit says about its worker besides its outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,24 +21,6 @@ pub enum WorkerNote {
     /// The worker took no request, or did not answer one within the bounded wait: it was
     /// stopped, and this step and the next ones for it ran as processes.
     Stopped { worker: String, why: String },
-}
-
-impl fmt::Display for WorkerNote {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WorkerNote::CouldNotStart { worker, why } => write!(
-                f,
-                "worker {worker} could not start ({why}): its steps run one process each"
-            ),
-            WorkerNote::Replaced { worker, why } => {
-                write!(f, "worker {worker} replaced after the step: {why}")
-            }
-            WorkerNote::Stopped { worker, why } => write!(
-                f,
-                "worker {worker} stopped ({why}): its steps run one process each"
-            ),
-        }
-    }
 }
 
 /// How one unit ended.
@@ -113,4 +95,16 @@ pub enum Event {
         unit: usize,
         cause: SkipCause,
     },
+}
+
+/// Where a warm's events and notices go, in order: the command hands in report/'s
+/// renderer (`report::warm::Reporter`); the warm itself prints nothing.
+pub trait Shown {
+    /// The executor starts on the plan's steps.
+    fn start(&mut self, plan: &Plan);
+    /// One event of the executor.
+    fn event(&mut self, plan: &Plan, ev: &Event);
+    /// The executor has ended: what showed the running steps goes.
+    fn stop(&mut self);
+    fn notice(&mut self, n: crate::notice::Notice);
 }

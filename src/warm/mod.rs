@@ -6,19 +6,17 @@
 //! One pipeline: the plan's units (grouped once, in `plan`) go to the executor (`exec`,
 //! driven by the pure scheduler `sched`), which runs `build_unit` on its slots and emits
 //! typed events (`events`); one accumulator (`accum`) turns them into the summary, the
-//! warm record, history, key-input records and trace spans; one reporter (`reporter`)
-//! renders them. `run` hands back what it published so `scenerun run` updates its plan.
+//! warm record, history, key-input records and trace spans; one reporter, handed in as
+//! `events::Shown` (report/'s `report::warm::Reporter`), renders them. `run` hands back what it published so `scenerun run` updates its plan.
 
 pub mod accum;
 pub mod depfile;
-pub mod diagnostics;
 pub mod events;
 pub mod exec;
 mod inputs;
-pub mod reporter;
 pub mod sched;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 pub mod workers;
 
 use std::path::PathBuf;
@@ -32,14 +30,13 @@ use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Entry, Kind, Lookup};
 use crate::failure::FailCause;
 use crate::key::inputs::Records;
+use crate::notice::Notice;
 use crate::plan::{Fill, Plan, Status, Unit};
 use crate::proc::{self, Ended};
 use crate::record::WarmRecord;
-use crate::ui::Ui;
 use accum::{Accumulator, Summary};
+pub use events::Shown;
 use events::{UnitEnd, UnitOutcome};
-use reporter::Reporter;
-pub use reporter::{notify, print_summary, Notice};
 
 pub struct Options<'a> {
     pub jobs: usize,
@@ -76,7 +73,7 @@ pub struct Warmed {
 /// Warm every unit of the plan: the executor runs them and emits events; the reporter
 /// renders each event, the accumulator keeps what it means; then records, history, key
 /// inputs and the trace are written and the cache is pruned.
-pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
+pub fn run(plan: &Plan, opts: &Options, shown: &mut dyn Shown) -> Result<Warmed> {
     let started = Instant::now();
     plan.store.ensure()?;
     let mut stores = vec![&plan.store];
@@ -85,12 +82,12 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
         stores.push(&plan.job);
     }
     for x in stores.into_iter().filter_map(|s| s.exposed()) {
-        notify(ui, &Notice::CacheExposed(x));
+        shown.notice(Notice::CacheExposed(x));
     }
     plan.store.sweep_tmp();
     plan.job.sweep_tmp();
 
-    let mut reporter = Reporter::new(plan, ui);
+    shown.start(plan);
     let mut acc = Accumulator::new(plan);
     exec::execute(
         plan,
@@ -102,11 +99,11 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
         },
         &settle_hit,
         &mut |ev| {
-            reporter.on(plan, &ev);
+            shown.event(plan, &ev);
             acc.on(plan, ev);
         },
     );
-    reporter.finish();
+    shown.stop();
     acc.finish(started.elapsed().as_secs_f64());
 
     if proc::interrupted() {
@@ -138,13 +135,13 @@ pub fn run(plan: &Plan, opts: &Options, ui: &Ui) -> Result<Warmed> {
             })
             .map(|()| notes)
         });
-        let recorded = record(plan, acc, opts.trace, ui);
+        let recorded = record(plan, acc, opts.trace, &mut *shown);
         (pruned.join().expect("prune thread"), recorded)
     });
     let (summary, published) = recorded?;
     let notes = pruned?;
-    for n in &notes {
-        notify(ui, n);
+    for n in notes {
+        shown.notice(n);
     }
     Ok(Warmed { summary, published })
 }
@@ -158,7 +155,7 @@ fn record(
     plan: &Plan,
     acc: Accumulator,
     trace: &(dyn Fn(&[accum::Span]) -> std::io::Result<()> + Sync),
-    ui: &Ui,
+    shown: &mut dyn Shown,
 ) -> Result<(Summary, Published)> {
     // The trace (one span per unit, thousands in a no-op warm) is written on a thread
     // of its own while the rest is saved; it shares no file with them.
@@ -178,7 +175,9 @@ fn record(
     });
     let (traced, saved) = traced;
     if let Err(e) = traced {
-        notify(ui, &Notice::TraceNotWritten(e));
+        shown.notice(Notice::TraceNotWritten {
+            error: e.to_string(),
+        });
     }
     saved.map_err(|e| {
         let what = format!("cannot write the warm record in {}", plan.job_dir.display());

@@ -30,6 +30,7 @@ use crate::cache::{Entry, FileRecord, Kind, Meta, Store};
 use crate::fsutil;
 use crate::key::{self, Files};
 use crate::manifest::remote::RemoteConfig;
+use crate::notice::{Direction, Notice, Tell};
 use crate::units::short_size;
 use anyhow::{Context, Result};
 use http::{Client, Failure};
@@ -79,15 +80,6 @@ pub struct Flags {
     pub required: bool,
 }
 
-/// Where the remote's warnings and notes go (the terminal, in a run): the remote knows
-/// nothing of how they are shown.
-pub trait Notes: Send + Sync {
-    /// A warning, shown even under `-q`.
-    fn warning(&self, line: &str);
-    /// A note, not shown under `-q`.
-    fn note(&self, line: &str);
-}
-
 /// What a lookup on the remote gave.
 pub enum Fetched {
     /// Downloaded, verified and published locally; bytes moved.
@@ -128,8 +120,10 @@ pub struct Remote {
     reads_off: AtomicBool,
     writes_off: AtomicBool,
     counters: Counters,
-    warned: Mutex<HashSet<String>>,
-    notes: std::sync::Arc<dyn Notes>,
+    warned: Mutex<HashSet<Notice>>,
+    /// Where its warnings and notes go (the terminal, in a run): the remote knows
+    /// nothing of how they are shown.
+    notes: std::sync::Arc<dyn Tell>,
 }
 
 impl Remote {
@@ -141,7 +135,7 @@ impl Remote {
         cfg: &RemoteConfig,
         flags: &Flags,
         keys: std::sync::Arc<Keys>,
-        notes: std::sync::Arc<dyn Notes>,
+        notes: std::sync::Arc<dyn Tell>,
     ) -> Result<Option<Remote>> {
         if flags.off {
             return Ok(None);
@@ -189,14 +183,15 @@ impl Remote {
         self.write
     }
 
-    fn warn(&self, msg: &str) {
+    /// A warning, said once per run.
+    fn warn(&self, n: Notice) {
         if self
             .warned
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(msg.to_string())
+            .insert(n.clone())
         {
-            self.notes.warning(&format!("warning: remote cache: {msg}"));
+            self.notes.tell(n);
         }
     }
 
@@ -211,18 +206,22 @@ impl Remote {
                     "remote cache: {f} (--remote-required)"
                 ));
             }
-            let (flag, what) = if writing {
-                (&self.writes_off, "uploads")
+            let (flag, off) = if writing {
+                (&self.writes_off, Direction::Uploads)
             } else {
-                (&self.reads_off, "downloads")
+                (&self.reads_off, Direction::Downloads)
             };
             if !flag.swap(true, Ordering::SeqCst) {
-                self.warn(&format!(
-                    "{f}; {what} are off for the rest of this run, building locally"
-                ));
+                self.warn(Notice::RemoteFailed {
+                    failure: f.to_string(),
+                    off: Some(off),
+                });
             }
         } else {
-            self.warn(&f.to_string());
+            self.warn(Notice::RemoteFailed {
+                failure: f.to_string(),
+                off: None,
+            });
         }
         Ok(())
     }
@@ -384,20 +383,18 @@ impl Remote {
             return Ok(0);
         }
         if self.keys.verifies_remote() && !self.keys.signs() {
-            self.warn(&format!(
-                "writes are on but ${} holds no signing key; readers require signed records, so nothing is uploaded",
-                self.keys.sign_env().unwrap_or("(signing.key_env unset)")
-            ));
+            self.warn(Notice::RemoteUnsigned {
+                sign_env: self.keys.sign_env().map(str::to_string),
+            });
             return Ok(0);
         }
         let meta = &entry.meta;
         if meta.bytes() > self.max_upload {
-            self.notes.note(&format!(
-                "remote cache: {} ({}) is over cache.remote.max_upload ({}): kept locally only",
-                meta.built_by,
-                short_size(meta.bytes()),
-                short_size(self.max_upload)
-            ));
+            self.notes.tell(Notice::RemoteTooBig {
+                built_by: meta.built_by.clone(),
+                bytes: meta.bytes(),
+                cap: self.max_upload,
+            });
             return Ok(0);
         }
         match self.try_upload(entry, unless_present) {
@@ -428,10 +425,7 @@ impl Remote {
                 .with_context(|| format!("reading {}", p.display()))
                 .map_err(Self::local)?;
             if d.size != f.size || d.blake3 != f.blake3 {
-                self.warn(&format!(
-                    "{} in the local cache does not match its integrity record; not uploaded (`scenerun cache verify` removes it)",
-                    p.display()
-                ));
+                self.warn(Notice::RemoteMismatch { path: p.clone() });
                 return Ok(0);
             }
             let sha256 = d.sha256.expect("asked for");
@@ -492,7 +486,10 @@ impl Remote {
                 }
                 Err(f) if f.is_infra() => Err(Error::Remote(f)),
                 Err(f) => {
-                    self.warn(&f.to_string());
+                    self.warn(Notice::RemoteFailed {
+                        failure: f.to_string(),
+                        off: None,
+                    });
                     Ok(())
                 }
             }

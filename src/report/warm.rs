@@ -1,18 +1,20 @@
 //! The one renderer of a warm: a progress bar on a terminal, else one line per finished
 //! step; under a failed step its cause and the tail of its output; under GitHub Actions
 //! `::error` annotations on the files a compiler complained about and the whole log in a
-//! collapsible `::group::`; the warm's notices and its summary. Decides nothing: it
-//! renders the executor's events and the `Notice`s handed to it, and nothing else in
-//! the warm (or the cache under it) prints.
+//! collapsible `::group::`; the warm's notices (worded by `report::notice`) and its
+//! summary. Decides nothing: it renders the executor's events and the `Notice`s the
+//! warm hands it (as its `warm::Shown`), and nothing in the warm (or the cache under
+//! it) prints.
 
 use std::collections::BTreeMap;
 
-use super::accum::Summary;
 use super::diagnostics;
-use super::events::{Event, UnitOutcome, WorkerNote};
+use crate::notice::Notice;
 use crate::plan::Plan;
 use crate::ui::Ui;
 use crate::units::{short_duration, short_size};
+use crate::warm::accum::Summary;
+use crate::warm::events::{Event, Shown, UnitOutcome, WorkerNote};
 
 /// Lines of a failed step's output shown under its line.
 const TAIL_LINES: usize = 15;
@@ -34,7 +36,22 @@ pub struct Reporter<'a> {
 }
 
 impl<'a> Reporter<'a> {
-    pub fn new(plan: &Plan, ui: &'a Ui) -> Reporter<'a> {
+    /// A reporter on `ui`; its bar (on a terminal) shows from `start`.
+    pub fn new(ui: &'a Ui) -> Reporter<'a> {
+        Reporter {
+            ui,
+            bar: None,
+            running: BTreeMap::new(),
+            total: 0,
+            finished: 0,
+            moved: (0, 0),
+            room: 0,
+        }
+    }
+
+    /// The executor starts on `plan`'s steps: the bar, on a terminal.
+    pub fn start(&mut self, plan: &Plan) {
+        let ui = self.ui;
         let total = plan.steps.len();
         let columns = crate::ui::columns();
         let (template, room) = crate::ui::warm_bar(columns, total);
@@ -51,15 +68,9 @@ impl<'a> Reporter<'a> {
             ui.bar.set(Some(pb.clone()));
             pb
         });
-        Reporter {
-            ui,
-            bar,
-            running: BTreeMap::new(),
-            total,
-            finished: 0,
-            moved: (0, 0),
-            room,
-        }
+        self.bar = bar;
+        self.total = total;
+        self.room = room;
     }
 
     /// One finished step's text: above the bar on a TTY (only failures unless -v), else
@@ -273,72 +284,29 @@ impl<'a> Reporter<'a> {
         out
     }
 
-    pub fn finish(self) {
-        if let Some(pb) = self.bar {
+    pub fn finish(&mut self) {
+        if let Some(pb) = self.bar.take() {
             self.ui.bar.set(None);
             pb.finish_and_clear();
         }
     }
 }
 
-/// What a warm (and the cache under it) says besides its steps, worded here.
-#[derive(Debug)]
-pub enum Notice {
-    /// The prune after the warm was not due: nothing was added since a recent one.
-    NotPruned,
-    /// One line of what the prune after the warm did.
-    Pruned(String),
-    /// The trace could not be written (the warm itself stands).
-    TraceNotWritten(std::io::Error),
-    /// The cache (or the job's store) is writable by other users.
-    CacheExposed(crate::cache::Exposed),
-}
-
-/// How loud a notice is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Level {
-    /// Kept under `-q`.
-    Always,
-    /// Not under `-q`.
-    Info,
-    /// Only under `-v`.
-    Verbose,
-}
-
-impl Notice {
-    fn line(&self) -> (String, Level) {
-        match self {
-            Notice::NotPruned => (
-                "not pruned: nothing was added since a prune with these limits less than an hour ago"
-                    .into(),
-                Level::Verbose,
-            ),
-            Notice::Pruned(line) => (line.clone(), Level::Verbose),
-            Notice::TraceNotWritten(e) => (
-                format!("warning: cannot write the trace: {e}"),
-                Level::Info,
-            ),
-            Notice::CacheExposed(x) => (
-                format!(
-                    "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
-                    x.dir.display(),
-                    if x.by_all() { "all users" } else { "its group" },
-                    x.mode
-                ),
-                Level::Always,
-            ),
-        }
+impl Shown for Reporter<'_> {
+    fn start(&mut self, plan: &Plan) {
+        Reporter::start(self, plan);
     }
-}
 
-/// A notice, on stderr as loud as it is.
-pub fn notify(ui: &Ui, n: &Notice) {
-    let (line, level) = n.line();
-    match level {
-        Level::Always => ui.always(&line),
-        Level::Info => ui.info(&line),
-        Level::Verbose if ui.verbose > 0 => ui.info(&line),
-        Level::Verbose => {}
+    fn event(&mut self, plan: &Plan, ev: &Event) {
+        self.on(plan, ev);
+    }
+
+    fn stop(&mut self) {
+        self.finish();
+    }
+
+    fn notice(&mut self, n: Notice) {
+        super::notice::say(self.ui, &n);
     }
 }
 
@@ -355,8 +323,25 @@ fn unit_note(input_changed: Option<&str>, worker: Option<&WorkerNote>) -> Option
         (changed, worker) => Some(format!(
             "{}{}",
             changed.unwrap_or_default(),
-            worker.map(|w| format!("\n  note: {w}")).unwrap_or_default()
+            worker
+                .map(|w| format!("\n  note: {}", worker_note(w)))
+                .unwrap_or_default()
         )),
+    }
+}
+
+/// What a finished unit says about its worker.
+fn worker_note(w: &WorkerNote) -> String {
+    match w {
+        WorkerNote::CouldNotStart { worker, why } => {
+            format!("worker {worker} could not start ({why}): its steps run one process each")
+        }
+        WorkerNote::Replaced { worker, why } => {
+            format!("worker {worker} replaced after the step: {why}")
+        }
+        WorkerNote::Stopped { worker, why } => {
+            format!("worker {worker} stopped ({why}): its steps run one process each")
+        }
     }
 }
 
@@ -397,5 +382,5 @@ pub fn print_summary(s: &Summary, ui: &Ui) {
 }
 
 #[cfg(test)]
-#[path = "reporter_tests.rs"]
+#[path = "warm_tests.rs"]
 mod tests;

@@ -21,6 +21,7 @@ fn ui(quiet: bool, verbose: u8, color: bool) -> Ui {
         bars: false,
         github: false,
         bar: BarSlot::capturing(),
+        words: crate::report::notice::words,
     }
 }
 
@@ -204,7 +205,8 @@ fn shown(ui: &Ui) -> String {
     let (dir, p) = plan();
     let mut out = String::new();
     for (i, events) in warms(&p, dir.path()).iter().enumerate() {
-        let mut r = Reporter::new(&p, ui);
+        let mut r = Reporter::new(ui);
+        r.start(&p);
         for e in events {
             r.on(&p, e);
         }
@@ -323,7 +325,9 @@ fn every_notice() {
         [
             Notice::NotPruned,
             Notice::Pruned("pruned 3 entries (12.0 MiB) older than 30d".into()),
-            Notice::TraceNotWritten(std::io::Error::other("read-only file system")),
+            Notice::TraceNotWritten {
+                error: "read-only file system".into(),
+            },
             Notice::CacheExposed(crate::cache::Exposed {
                 dir: PathBuf::from("/srv/cache"),
                 mode: 0o775,
@@ -342,7 +346,7 @@ fn every_notice() {
     .iter()
     .map(|(name, ui)| {
         for n in &notices() {
-            notify(ui, n);
+            crate::report::notice::say(ui, n);
         }
         format!("--- {name}\n{}", ui.bar.taken())
     })

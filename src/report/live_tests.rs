@@ -1,11 +1,14 @@
-//! Every kind of live line, as the inner run's reporter writes it and the terminal shows
-//! it (plain, in colour, under `-q`), and every notice of the outer, pinned by
+//! Every kind of live line, as the inner run writes it (`device::live::Writer`) and the
+//! terminal shows it (plain, in colour, under `-q`), and every notice of the outer, pinned by
 //! snapshots: a change to what the user reads during a device run shows up here first.
 
 use std::path::PathBuf;
 
 use super::*;
-use crate::device::events::LaneRecord;
+use crate::device::events::Event;
+use crate::device::live::Writer;
+use crate::device::SceneOutcome;
+use crate::notice::{LockLoss, ShimMissing};
 use crate::ui::BarSlot;
 
 fn ui(quiet: bool, color: bool) -> Ui {
@@ -16,6 +19,7 @@ fn ui(quiet: bool, color: bool) -> Ui {
         bars: false,
         github: false,
         bar: BarSlot::default(),
+        words: crate::report::notice::words,
     }
 }
 
@@ -58,15 +62,18 @@ fn lane(scenes: usize, startup: Option<f64>, before: Option<f64>, restart: bool)
 fn every_line() -> Vec<Live> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("live.jsonl");
-    let mut r = Reporter::new(&path, 12);
-    r.note("device: 12 scenes on ids 0,1,2,3".into());
+    let mut r = Writer::new(&path, 12);
+    r.run(&["0", "1", "2", "3"].map(String::from));
     r.settled(
         "warm_broke",
-        "failed in warm",
-        false,
+        SceneOutcome::FailedInWarm,
         Some("error: cc exited 1\nx.c:3: error"),
     );
-    r.settled("no_device_step", "passed", true, Some("not shown: a pass"));
+    r.settled(
+        "no_device_step",
+        SceneOutcome::PASSED,
+        Some("not shown: a pass"),
+    );
     let attempt_event = |a: Attempt| Event::Attempt {
         scene: 0,
         attempt: a,
@@ -208,7 +215,8 @@ fn every_notice_of_the_outer() {
     let text: String = notices
         .iter()
         .map(|n| {
-            let (line, kept) = n.line();
+            let (line, level) = crate::report::notice::line(n);
+            let kept = level == crate::report::notice::Level::Always;
             format!(
                 "{} {line}\n",
                 if kept { "[-q keeps]" } else { "[info]    " }
@@ -216,4 +224,41 @@ fn every_notice_of_the_outer() {
         })
         .collect();
     insta::assert_snapshot!("notices", text);
+}
+
+/// The notices that joined the device phase's when its last lines moved to report/:
+/// a compiler left without a shim, and what the inner run says on its own stderr.
+#[test]
+fn the_shim_and_inner_run_notices() {
+    let notices = [
+        Notice::ShimLeftOut {
+            compiler: "nvcc".into(),
+            why: ShimMissing::NotOnPath,
+        },
+        Notice::ShimLeftOut {
+            compiler: "cc".into(),
+            why: ShimMissing::NoIdentity {
+                error: "`cc --version` exited with status 1".into(),
+            },
+        },
+        Notice::GrantRefused {
+            why: "lock.device_env: $NPU_IDS is not set or empty".into(),
+        },
+        Notice::InnerAgain,
+        Notice::LockLost(LockLoss::Outer { pid: 41 }),
+        Notice::LockLost(LockLoss::LockTool { pid: 42 }),
+        Notice::LockLost(LockLoss::Parent),
+    ];
+    let text: String = notices
+        .iter()
+        .map(|n| {
+            let (line, level) = crate::report::notice::line(n);
+            let kept = level == crate::report::notice::Level::Always;
+            format!(
+                "{} {line}\n",
+                if kept { "[-q keeps]" } else { "[info]    " }
+            )
+        })
+        .collect();
+    insta::assert_snapshot!("shim_and_inner_notices", text);
 }

@@ -1,0 +1,305 @@
+//! The one renderer of notices (`notice::Notice`, from every layer): its words and how
+//! loud it is (`line`), on the terminal (`say`, and `ui::Ui` as every layer's
+//! `notice::Tell`), or on the inner run's own stderr (`inner_say`).
+
+use crate::notice::{Direction, LockLoss, Notice, ShimMissing, Tell};
+use crate::ui::Ui;
+use crate::units::short_size;
+
+/// How loud a notice is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Kept under `-q`.
+    Always,
+    /// Not under `-q`.
+    Info,
+    /// Only under `-v`.
+    Verbose,
+}
+
+/// A notice's line, and how loud it is: the one place a notice is worded (by the
+/// layer it comes from).
+pub fn line(n: &Notice) -> (String, Level) {
+    match n {
+        Notice::Damaged { .. }
+        | Notice::SealKey { .. }
+        | Notice::Deprecated { .. }
+        | Notice::CacheExposed(_)
+        | Notice::RemoteFailed { .. }
+        | Notice::RemoteUnsigned { .. }
+        | Notice::RemoteMismatch { .. }
+        | Notice::RemoteTooBig { .. } => store_line(n),
+        Notice::NotPruned | Notice::Pruned(_) | Notice::TraceNotWritten { .. } => warm_line(n),
+        Notice::PrestartWarning(_)
+        | Notice::Prestarted(_)
+        | Notice::TakingLock { .. }
+        | Notice::LockRanInnerTwice
+        | Notice::LockKilledAfterRelease { .. }
+        | Notice::AllFailedInWarm
+        | Notice::AllDecidedInWarm
+        | Notice::NoHealthyDevice { .. }
+        | Notice::CompileLogIgnored { .. }
+        | Notice::CompilesNotSigned { .. }
+        | Notice::ShimLeftOut { .. }
+        | Notice::GrantRefused { .. }
+        | Notice::InnerAgain
+        | Notice::LockLost(_) => device_line(n),
+    }
+}
+
+/// The base layer's, the cache's and the remote cache's.
+fn store_line(n: &Notice) -> (String, Level) {
+    match n {
+        Notice::Damaged { error } => (
+            format!("warning: {error}; ignored as damaged (it is rewritten by the next save)"),
+            Level::Always,
+        ),
+        Notice::SealKey { path, error } => (
+            format!(
+                "warning: cannot use the seal key {}: {error}; outputs kept by earlier runs (scenes_from) are made again",
+                path.display()
+            ),
+            Level::Always,
+        ),
+        Notice::Deprecated { key, instead } => (
+            format!(
+                "warning: manifest: `{key}` is deprecated and will be refused in a later release; write `{instead}` (docs/manifest.md)"
+            ),
+            Level::Always,
+        ),
+        Notice::RemoteFailed { failure, off: None } => {
+            (format!("warning: remote cache: {failure}"), Level::Always)
+        }
+        Notice::RemoteFailed {
+            failure,
+            off: Some(d),
+        } => (
+            format!(
+                "warning: remote cache: {failure}; {} are off for the rest of this run, building locally",
+                match d {
+                    Direction::Uploads => "uploads",
+                    Direction::Downloads => "downloads",
+                }
+            ),
+            Level::Always,
+        ),
+        Notice::RemoteUnsigned { sign_env } => (
+            format!(
+                "warning: remote cache: writes are on but ${} holds no signing key; readers require signed records, so nothing is uploaded",
+                sign_env.as_deref().unwrap_or("(signing.key_env unset)")
+            ),
+            Level::Always,
+        ),
+        Notice::RemoteMismatch { path } => (
+            format!(
+                "warning: remote cache: {} in the local cache does not match its integrity record; not uploaded (`scenerun cache verify` removes it)",
+                path.display()
+            ),
+            Level::Always,
+        ),
+        Notice::RemoteTooBig {
+            built_by,
+            bytes,
+            cap,
+        } => (
+            format!(
+                "remote cache: {built_by} ({}) is over cache.remote.max_upload ({}): kept locally only",
+                short_size(*bytes),
+                short_size(*cap)
+            ),
+            Level::Info,
+        ),
+            Notice::CacheExposed(x) => (
+                format!(
+                    "warning: cache dir {} is writable by {} (mode {:o}): anyone who can write there can plant entries; scenerun checks what it serves, but keep a cache private to its runner user",
+                    x.dir.display(),
+                    if x.by_all() { "all users" } else { "its group" },
+                    x.mode
+                ),
+                Level::Always,
+            ),
+        _ => unreachable!("`line` hands each notice to the function of its layer"),
+    }
+}
+
+/// The warm's.
+fn warm_line(n: &Notice) -> (String, Level) {
+    match n {
+        Notice::NotPruned => (
+            "not pruned: nothing was added since a prune with these limits less than an hour ago"
+                .into(),
+            Level::Verbose,
+        ),
+        Notice::Pruned(line) => (line.clone(), Level::Verbose),
+        Notice::TraceNotWritten { error } => (
+            format!("warning: cannot write the trace: {error}"),
+            Level::Info,
+        ),
+        _ => unreachable!("`line` hands each notice to the function of its layer"),
+    }
+}
+
+/// The device phase's: the outer's, and the inner run's about the lock.
+fn device_line(n: &Notice) -> (String, Level) {
+    match n {
+            Notice::PrestartWarning(w) => (format!("warning: device: {w}"), Level::Always),
+            Notice::Prestarted(counts) => {
+                let each: Vec<String> = counts
+                    .iter()
+                    .map(|(l, n)| format!("{n} of lane {l}"))
+                    .collect();
+                let line = format!(
+                    "device: lane processes started before the lock: {}",
+                    each.join(", ")
+                );
+                (line, Level::Info)
+            }
+            Notice::TakingLock { command } => {
+                (format!("device: taking the lock once: {command}"), Level::Info)
+            }
+            Notice::LockRanInnerTwice => (
+                "warning: device: the lock command started the inner run more than once; only the first run counted".into(),
+                Level::Always,
+            ),
+            Notice::LockKilledAfterRelease { release_timeout } => (
+                format!(
+                    "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
+                    crate::units::short_duration(*release_timeout)
+                ),
+                Level::Always,
+            ),
+            Notice::AllFailedInWarm => (
+                "device: every selected scene failed in warm; the lock was not taken".into(),
+                Level::Always,
+            ),
+            Notice::AllDecidedInWarm => (
+                "device: every selected scene was decided in warm; the lock was not taken".into(),
+                Level::Always,
+            ),
+            Notice::CompileLogIgnored { lines } => (
+                format!(
+                    "notice: compile log: {lines} line(s) ignored (not written by a compiler shim of this run)"
+                ),
+                Level::Always,
+            ),
+            Notice::CompilesNotSigned { why } => (
+                format!("notice: compile_cache: what this run's compiles keep will not be signed: {why}"),
+                Level::Always,
+            ),
+            Notice::NoHealthyDevice { quarantined } => (
+                format!(
+                    "device: no healthy device left (quarantined: {}); the remaining scenes were not run",
+                    quarantined.join(",")
+                ),
+                Level::Always,
+            ),
+            Notice::ShimLeftOut { compiler, why } => (
+                format!(
+                    "compile_cache: `{compiler}` {}; no compile of it goes through the cache",
+                    match why {
+                        ShimMissing::NotOnPath => "is not on PATH".to_string(),
+                        ShimMissing::NoIdentity { error } => format!("has no identity ({error})"),
+                    }
+                ),
+                Level::Info,
+            ),
+            Notice::GrantRefused { why } => (why.clone(), Level::Always),
+            Notice::InnerAgain => (
+                "warning: the lock command started the inner run of this invocation again; this run does nothing (only the first run counts)".into(),
+                Level::Always,
+            ),
+            Notice::LockLost(loss) => {
+                let who = match loss {
+                    LockLoss::Outer { pid } => format!("scenerun device (pid {pid}) died"),
+                    LockLoss::LockTool { pid } => format!("the lock command (pid {pid}) died"),
+                    LockLoss::Parent => "the process that started the inner run died".into(),
+                };
+                (format!("{who}: the lock may be gone, every device step was killed"), Level::Always)
+            }
+        _ => unreachable!("`line` hands each notice to the function of its layer"),
+    }
+}
+
+/// The line of a notice posted on the `warning` board (`ui::Ui` says them).
+pub fn words(n: &Notice) -> String {
+    line(n).0
+}
+
+/// A notice on the terminal's stderr, as loud as it is.
+pub fn say(ui: &Ui, n: &Notice) {
+    let (line, level) = line(n);
+    match level {
+        Level::Always => ui.always(&line),
+        Level::Info => ui.info(&line),
+        Level::Verbose if ui.verbose > 0 => ui.info(&line),
+        Level::Verbose => {}
+    }
+}
+
+/// The terminal is where every layer's notices go in a run.
+impl Tell for Ui {
+    fn tell(&self, n: Notice) {
+        say(self, &n);
+    }
+}
+
+/// What the inner run says about the lock, on its own stderr (which the lock tool
+/// keeps): one `scenerun inner:` line, escaped, whatever `-q` says.
+pub fn inner_say(n: Notice) {
+    let (line, _) = line(&n);
+    eprintln!("scenerun inner: {}", crate::ui::escape(&line));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// The notices of the base layer and the remote cache, worded here since the
+    /// warning board and the remote's own `Notes` went, and how loud each is.
+    #[test]
+    fn every_notice_of_the_base_layer_and_the_remote_cache() {
+        let notices = [
+            Notice::Damaged {
+                error: "/job/warm.json is over its cap of 64.0 MiB".into(),
+            },
+            Notice::SealKey {
+                path: PathBuf::from("/home/ci/.local/state/scenerun/seal.key"),
+                error: "Permission denied (os error 13)".into(),
+            },
+            Notice::RemoteFailed {
+                failure: "http://cache:8080: connection refused".into(),
+                off: None,
+            },
+            Notice::RemoteFailed {
+                failure: "http://cache:8080: 503 Service Unavailable".into(),
+                off: Some(Direction::Uploads),
+            },
+            Notice::RemoteFailed {
+                failure: "http://cache:8080: timed out".into(),
+                off: Some(Direction::Downloads),
+            },
+            Notice::RemoteUnsigned {
+                sign_env: Some("SCENERUN_SIGN_KEY".into()),
+            },
+            Notice::RemoteUnsigned { sign_env: None },
+            Notice::RemoteMismatch {
+                path: PathBuf::from("/cache/entries/kernel/ab/abcd/out/add.o"),
+            },
+            Notice::RemoteTooBig {
+                built_by: "compile vector_add/add".into(),
+                bytes: 3 << 30,
+                cap: 1 << 30,
+            },
+        ];
+        let text: String = notices
+            .iter()
+            .map(|n| {
+                let (line, level) = line(n);
+                format!("{:<8} {line}\n", format!("{level:?}"))
+            })
+            .collect();
+        insta::assert_snapshot!("base_and_remote", text);
+    }
+}
