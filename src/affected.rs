@@ -34,9 +34,9 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
         .stdout_capture()
         .stderr_capture()
         .run()
-        .map_err(|e| crate::error::err!(Usage, "--changed-since needs git: {e}"))?;
+        .map_err(|e| crate::base::error::err!(Usage, "--changed-since needs git: {e}"))?;
     if !out.status.success() {
-        return Err(crate::error::err!(
+        return Err(crate::base::error::err!(
             Usage,
             "--changed-since: `git {}` failed: {}",
             args.join(" "),

@@ -8,11 +8,11 @@ use std::time::Duration;
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::device_ids::DeviceIds;
-use crate::sampling::{Arrival, Hold};
+use crate::base::device_ids::DeviceIds;
+use crate::base::sampling::{Arrival, Hold};
+use crate::base::ui::{Color, Format};
+use crate::base::units::{parse_age, parse_size};
 use crate::select::{NoScenes, Partition, Selection};
-use crate::ui::{Color, Format};
-use crate::units::{parse_age, parse_size};
 
 /// Where the options every subcommand takes are listed in `--help`.
 const GLOBAL: &str = "Global options";

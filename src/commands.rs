@@ -7,18 +7,18 @@ use anyhow::{Context, Result};
 
 use std::sync::Arc;
 
+use crate::base::error::Error;
+use crate::base::exit::Exit;
+use crate::base::ui::{Format, Ui};
 use crate::cache::remote::{self, Remote};
 use crate::cache::{maintain, Store};
 use crate::cli::{
     CacheCommand, Cli, Command, DeviceFlags, FleetCommand, PreviewFlags, SimulateArgs, WarmFlags,
 };
-use crate::error::Error;
-use crate::exit::Exit;
 use crate::manifest;
 use crate::plan::{self, Lookups, Plan};
 use crate::report::plan_view::{self, Phases};
 use crate::select::{NoScenes, Selection};
-use crate::ui::{Format, Ui};
 use crate::{affected, device, proc, warm};
 
 fn on_signal(_sig: i32) {
@@ -41,7 +41,10 @@ pub fn dispatch(cli: Cli, ui: &Ui) -> Result<Exit> {
     // A usage error or an empty selection writes no report: at least no earlier run's
     // report may stay looking current.
     if let (Err(e), Some(dir)) = (&result, reports) {
-        if matches!(crate::error::exit_of(e), Exit::Usage | Exit::NoneSelected) {
+        if matches!(
+            crate::base::error::exit_of(e),
+            Exit::Usage | Exit::NoneSelected
+        ) {
             device::runs::clear_stale_reports(&dir);
         }
     }
@@ -60,7 +63,7 @@ fn device_report_dir(cli: &Cli) -> Option<PathBuf> {
         return std::path::absolute(p).ok();
     }
     let dir = manifest::dir_of(&cli.manifest).ok()?;
-    Some(crate::layout::job_dir(&dir))
+    Some(crate::base::layout::job_dir(&dir))
 }
 
 fn dispatch_command(cli: Cli, ui: &Ui) -> Result<Exit> {
@@ -241,7 +244,7 @@ fn run_command(cli: &Cli, a: &crate::cli::RunArgs, jobs: usize, ui: &Ui) -> Resu
 /// The manifest to load, or why there is none: where the search upwards went when no
 /// `--manifest` was given, or what the given path is instead (exit 4).
 fn manifest_path(cli: &Cli) -> Result<&std::path::Path, Error> {
-    use crate::error::NoManifest;
+    use crate::base::error::NoManifest;
     match std::fs::metadata(&cli.manifest) {
         Ok(m) if m.is_dir() => Err(Error::NoManifest(NoManifest::Directory(
             cli.manifest.clone(),
@@ -307,7 +310,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
         built
     });
     let mut plan = plan?;
-    let notes: Arc<dyn crate::notice::Tell> = Arc::new(ui.clone());
+    let notes: Arc<dyn crate::base::notice::Tell> = Arc::new(ui.clone());
     plan.remote = Remote::configure(
         &plan.manifest.cache.remote,
         &cli.remote.flags(),
@@ -322,7 +325,7 @@ fn build(cli: &Cli, select: &Selection, mode: Lookups, ui: &Ui) -> Result<Plan> 
 /// before anything reads it.
 fn say_exposed(ui: &Ui, store: &Store) {
     if let Some(x) = store.exposed() {
-        crate::report::notice::say(ui, &crate::notice::Notice::CacheExposed(x));
+        crate::report::notice::say(ui, &crate::base::notice::Notice::CacheExposed(x));
     }
 }
 
@@ -347,7 +350,9 @@ fn build_selected(
     ui: &Ui,
 ) -> Result<Option<Plan>> {
     let empty = |e: anyhow::Error| -> Result<Option<Plan>> {
-        if select.no_scenes == NoScenes::Pass && crate::error::exit_of(&e) == Exit::NoneSelected {
+        if select.no_scenes == NoScenes::Pass
+            && crate::base::error::exit_of(&e) == Exit::NoneSelected
+        {
             ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
             return Ok(None);
         }
@@ -406,7 +411,7 @@ fn list(cli: &Cli, a: &crate::cli::ListArgs, ui: &Ui) -> Result<Exit> {
         Ok(s) => s,
         Err(e)
             if sel.no_scenes == NoScenes::Pass
-                && crate::error::exit_of(&e) == Exit::NoneSelected =>
+                && crate::base::error::exit_of(&e) == Exit::NoneSelected =>
         {
             ui.always(&format!("{e} (--no-scenes=pass: nothing to do)"));
             return Ok(Exit::Ok);
@@ -510,7 +515,7 @@ fn unsigned_warm(plan: &Plan) -> Result<()> {
     if !adds {
         return Ok(());
     }
-    Err(crate::error::err!(
+    Err(crate::base::error::err!(
         Usage,
         "signing.verify_key is set for local entries, so every entry must be signed, and {} holds no signing key: this warm would add entries no reader serves (run it with the key, or only read this cache)",
         keys.sign_env()
@@ -520,12 +525,12 @@ fn unsigned_warm(plan: &Plan) -> Result<()> {
 }
 
 fn report_dir(plan: &Plan, d: &DeviceFlags) -> PathBuf {
-    crate::layout::report_dir(d.report_dir.as_deref(), &plan.job_dir)
+    crate::base::layout::report_dir(d.report_dir.as_deref(), &plan.job_dir)
 }
 
 /// Which setting chose the cache dir.
-fn cache_from(cli: &Cli, m: &manifest::Manifest) -> crate::layout::CacheFrom {
-    crate::layout::CacheFrom::of(
+fn cache_from(cli: &Cli, m: &manifest::Manifest) -> crate::base::layout::CacheFrom {
+    crate::base::layout::CacheFrom::of(
         cli.cache_dir.as_deref(),
         cli.cache_dir_from_env,
         m.cache.dir.is_some(),
@@ -586,7 +591,7 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
     match c {
         CacheCommand::Stats { format } => {
             if !store.root.is_dir() {
-                return Err(crate::error::err!(
+                return Err(crate::base::error::err!(
                     Infra,
                     "cache directory {} does not exist",
                     store.root.display()
@@ -658,7 +663,7 @@ fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
                         ui.info(&format!("note: {note}"));
                     }
                     let work = shapes::read_run(dir, &ctx)
-                        .map_err(|e| crate::error::err!(Usage, "--from-reports: {e}"))?;
+                        .map_err(|e| crate::base::error::err!(Usage, "--from-reports: {e}"))?;
                     Ok(shapes::shape(&work, a.old_acquisitions as usize))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -676,11 +681,11 @@ fn fleet_simulate(cli: &Cli, a: &SimulateArgs, ui: &Ui) -> Result<Exit> {
         source,
         timeline: a.svg.is_some(),
     };
-    let results = fleet::run(&setup).map_err(|e| crate::error::err!(Usage, "{e}"))?;
+    let results = fleet::run(&setup).map_err(|e| crate::base::error::err!(Usage, "{e}"))?;
     if let Some(path) = &a.svg {
         let svg = fleet::chart::svg(&setup, &results)
             .map_err(|e| anyhow::anyhow!("drawing the chart: {e}"))?;
-        crate::fsutil::write_atomic(path, svg.as_bytes())
+        crate::base::fsutil::write_atomic(path, svg.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     match a.format {

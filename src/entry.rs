@@ -1,9 +1,10 @@
 //! The entry point: read the command line, run one command, say how the process exits.
 //! Nothing below it knows it exists.
 
+use crate::base::exit::Exit;
+use crate::base::{error, ui};
 use crate::cli::Cli;
-use crate::exit::Exit;
-use crate::{commands, error, manifest, ui};
+use crate::{commands, manifest};
 
 /// Parse the command line. Without `--manifest` (or `$SCENERUN_MANIFEST`), the manifest
 /// is the nearest `scenes.yaml` in the current directory or one of its parents, as `just`

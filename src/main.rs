@@ -13,7 +13,7 @@ fn main() {
             eprintln!("{hint}");
         }
         let code = if e.use_stderr() {
-            scenerun::exit::Exit::Usage.code()
+            scenerun::base::exit::Exit::Usage.code()
         } else {
             0
         };

@@ -19,14 +19,14 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
+use crate::base::error::Error;
+use crate::base::layout;
+use crate::base::record::WarmRecord;
 use crate::cache::history::History;
 use crate::cache::{Entry, Kind, Lookup, Store};
-use crate::error::Error;
 use crate::key::inputs::KeyInputs;
 use crate::key::{self, Files, KeyHasher};
-use crate::layout;
 use crate::manifest::{GenStep, Kernel, Manifest, Scene, Toolchain};
-use crate::record::WarmRecord;
 
 /// A step's key and, when asked for, what went into it.
 type Keyed = (String, Option<KeyInputs>);
@@ -107,7 +107,7 @@ impl Plan {
 
     /// A worker's command for `step`: `{platform}` and the selection's words filled.
     pub fn worker_command(&self, w: &crate::manifest::WorkerConfig, step: &Step) -> String {
-        use crate::template::{Ph, Val};
+        use crate::base::template::{Ph, Val};
         let platform = self.step_context(step).0;
         let sel = self.selection_of(step);
         let paths = sel.map(|s| s.paths_for(platform)).unwrap_or_default();
@@ -232,7 +232,7 @@ impl Plan {
         let read_err = |e: std::io::Error, what: &str| {
             // A FIFO or device named as a source or input is a manifest error (exit 4).
             let what = format!("scene {}: reading {what}", s.name);
-            let err = match crate::fsutil::is_not_regular(&e) {
+            let err = match crate::base::fsutil::is_not_regular(&e) {
                 true => Error::Usage(what),
                 false => Error::Infra(what),
             };

@@ -11,7 +11,7 @@ use schemars::{schema_for, Schema};
 fn all() -> Vec<(&'static str, Schema)> {
     vec![
         ("report", schema_for!(crate::report::ReportFile<'static>)),
-        ("warm", schema_for!(crate::record::WarmRecord)),
+        ("warm", schema_for!(crate::base::record::WarmRecord)),
         (
             "plan",
             schema_for!(crate::report::plan_view::PlanJson<'static>),
@@ -38,7 +38,7 @@ fn all() -> Vec<(&'static str, Schema)> {
             "server_ended",
             schema_for!(crate::proc::server_protocol::Ended),
         ),
-        ("verdict", schema_for!(crate::verdict::Verdict)),
+        ("verdict", schema_for!(crate::base::verdict::Verdict)),
         ("trace", schema_for!(crate::report::trace::TraceFile)),
     ]
 }
@@ -129,7 +129,7 @@ fn the_lane_results_schema_has_the_keys_of_the_types_that_read_it() {
     hand_events.sort();
     names.sort();
     assert_eq!(hand_events, names);
-    let words: Vec<&str> = crate::verdict::Outcome::ALL
+    let words: Vec<&str> = crate::base::verdict::Outcome::ALL
         .iter()
         .map(|o| o.as_str())
         .collect();

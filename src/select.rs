@@ -102,10 +102,10 @@ pub fn check_selections(m: &crate::manifest::Manifest, sel: &Selection) -> anyho
     for name in &sel.selections {
         if !m.selections.iter().any(|s| &s.name == name) {
             let known: Vec<&str> = m.selections.iter().map(|s| s.name.as_str()).collect();
-            return Err(crate::error::err!(
+            return Err(crate::base::error::err!(
                 Usage,
                 "unknown selection `{}` (--selection; the manifest's: {})",
-                crate::error::clip(name, 40),
+                crate::base::error::clip(name, 40),
                 if known.is_empty() {
                     "none".into()
                 } else {
@@ -124,7 +124,7 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
     for p in &sel.patterns {
         if p.contains(['*', '?', '[']) {
             glob::Pattern::new(p)
-                .map_err(|e| crate::error::err!(Usage, "bad -k glob `{p}`: {e}"))?;
+                .map_err(|e| crate::base::error::err!(Usage, "bad -k glob `{p}`: {e}"))?;
         }
     }
     type Filter<'a> = (String, Box<dyn Fn(&Scene) -> bool + 'a>);
@@ -188,11 +188,11 @@ pub fn select(scenes: &[Scene], sel: &Selection) -> anyhow::Result<Vec<usize>> {
         } else {
             format!(
                 "of {}: {}",
-                crate::units::count(scenes.len(), "scene"),
+                crate::base::units::count(scenes.len(), "scene"),
                 removed.join(", ")
             )
         };
-        return Err(crate::error::err!(
+        return Err(crate::base::error::err!(
             NoneSelected,
             "no scene selected ({detail})"
         ));

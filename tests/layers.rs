@@ -65,14 +65,23 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`src/cache/lookup.rs` → `cache`); None for
-/// the crate root and the binary.
+/// The top-level module a file belongs to (`src/cache/lookup.rs` → `cache`; a base
+/// module in `src/base/` by its own name, `src/base/units.rs` → `units`); None for the
+/// crate root, the binary and `src/base/mod.rs`.
 fn module_of(path: &Path) -> Option<String> {
     let rel = path.strip_prefix(src()).ok()?;
+    let rel = rel.strip_prefix(BASE_DIR).unwrap_or(rel);
     let first = rel.components().next()?.as_os_str().to_string_lossy();
     let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
-    (!matches!(name.as_str(), "lib" | "main")).then_some(name)
+    (!matches!(name.as_str(), "lib" | "main" | "mod")).then_some(name)
 }
+
+/// The folder of the base layer's small modules (`crate::base::units`).
+const BASE_DIR: &str = "base";
+
+/// The base layer's modules that are folders of their own at the root (`proc/`, the one
+/// place a child starts); every other base module lives in `src/base/`.
+const BASE_AT_ROOT: &[&str] = &["proc"];
 
 /// A file's text without its unit tests (`#[cfg(test)] mod tests { ... }` to the end,
 /// as the tests of a module come last).
@@ -94,6 +103,8 @@ fn imports(text: &str) -> BTreeSet<String> {
     };
     for (i, _) in text.match_indices("crate::") {
         let rest = &text[i + "crate::".len()..];
+        // `crate::base::x` names the base module `x`.
+        let rest = rest.strip_prefix("base::").unwrap_or(rest);
         if let Some(group) = rest.strip_prefix('{') {
             let body = &group[..group.find("};").unwrap_or(group.len())];
             // Each item of the group starts after `{`, `,` or whitespace at depth 0.
@@ -255,7 +266,8 @@ fn no_function_outside_tests_is_longer_than_100_lines() {
 /// The checks themselves find what they are for.
 #[test]
 fn the_checks_catch_an_upward_import_a_cycle_and_a_long_function() {
-    let code = "use crate::{fsutil, plan::Plan};\nfn f() { crate::report::x(); }\n";
+    let code = "use crate::plan::Plan;
+use crate::base::fsutil;\nfn f() { crate::report::x(); }\n";
     assert_eq!(
         imports(code),
         ["fsutil", "plan", "report"].map(String::from).into()
@@ -399,4 +411,31 @@ fn the_child_and_print_checks_catch_what_they_look_for() {
     assert!(prints("self.ui.out(&x)"));
     assert!(prints("eprintln!(\"x\")"));
     assert!(!prints("let gui = build_gui(); fn emit(e: Event) {}"));
+}
+
+/// The layout shows the layers: the base layer's modules are in `src/base/` (but for
+/// `BASE_AT_ROOT`), and nothing else is there; the root holds the entry and the folders
+/// of the layers above.
+#[test]
+fn the_base_layers_modules_are_in_one_folder() {
+    let base = LAYERS[0].1;
+    let mut misplaced = Vec::new();
+    for e in fs::read_dir(src()).expect("src is readable").flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let module = name.strip_suffix(".rs").unwrap_or(&name);
+        if base.contains(&module) && !BASE_AT_ROOT.contains(&module) {
+            misplaced.push(format!("src/{name} (belongs in src/{BASE_DIR}/)"));
+        }
+    }
+    for e in fs::read_dir(src().join(BASE_DIR))
+        .expect("src/base is readable")
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().to_string();
+        let module = name.strip_suffix(".rs").unwrap_or(&name);
+        if module != "mod" && !base.contains(&module) {
+            misplaced.push(format!("src/{BASE_DIR}/{name} (not a base module)"));
+        }
+    }
+    assert!(misplaced.is_empty(), "{misplaced:?}");
 }

@@ -251,9 +251,9 @@ pub fn is_file(st: &libc::stat) -> bool {
 }
 
 /// The `Stamp` of what an `lstat`/`fstat` gave (as `Stamp::of` makes it from metadata).
-pub fn stamp(st: &libc::stat) -> crate::fsutil::Stamp {
+pub fn stamp(st: &libc::stat) -> crate::base::fsutil::Stamp {
     let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
-    crate::fsutil::Stamp {
+    crate::base::fsutil::Stamp {
         size: st.st_size as u64,
         mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
         ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),

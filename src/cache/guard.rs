@@ -19,9 +19,9 @@ use anyhow::Result;
 
 use super::meta::CopyId;
 use super::{FileRecord, Kind, Store, GENERATED, LAYOUT, MARKER};
-use crate::error::Error;
-use crate::fsutil::Stamp;
-use crate::fsutil::{self, Node};
+use crate::base::error::Error;
+use crate::base::fsutil::Stamp;
+use crate::base::fsutil::{self, Node};
 
 /// The directories of the layout that must be real directories: every directory the
 /// cache keeps at its top, and each kind's under `entries/`.
@@ -38,7 +38,7 @@ pub(super) fn top_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-pub use crate::notice::Exposed;
+pub use crate::base::notice::Exposed;
 
 /// Roots already warned about in this process (one warning per cache per run).
 static WARNED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
@@ -61,7 +61,7 @@ impl Store {
             Err(e) => return Err(super::infra(e, "read", &self.root)),
         };
         if !root_meta.is_dir() {
-            return Err(crate::error::err!(
+            return Err(crate::base::error::err!(
                 Infra,
                 "cache dir {} is not a directory",
                 self.root.display()
@@ -74,7 +74,7 @@ impl Store {
                     .ok()
                     .and_then(|v| v.get("layout").and_then(|l| l.as_u64()));
                 if layout != Some(LAYOUT as u64) {
-                    return Err(crate::error::err!(Infra,
+                    return Err(crate::base::error::err!(Infra,
                         "cache {} has layout {:?}; this scenerun uses layout {LAYOUT} (use another --cache-dir or `scenerun cache clean`)",
                         self.root.display(),
                         layout
@@ -99,7 +99,7 @@ impl Store {
                     "cache unusable: its marker {} cannot be read",
                     marker.display()
                 );
-                return Err(crate::error::infra(what, e));
+                return Err(crate::base::error::infra(what, e));
             }
         }
         for dir in top_dirs(&self.root) {

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil;
-use crate::stepid::StepId;
+use crate::base::fsutil;
+use crate::base::stepid::StepId;
 
 const KEEP: usize = 5;
 

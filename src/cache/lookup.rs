@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::meta::{read_meta, read_record, CopyId, MetaView};
 use super::{at, guard, Damage, Dep, FileRecord, Kind, Meta, Store, LAYOUT};
-use crate::fsutil::{self, Stamp};
+use crate::base::fsutil::{self, Stamp};
 use crate::key::Files;
 
 /// A published entry.

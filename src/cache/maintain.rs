@@ -11,8 +11,8 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::{read_meta, Damage, Kind, Store};
-use crate::fsutil;
-use crate::units::short_size;
+use crate::base::fsutil;
+use crate::base::units::short_size;
 
 pub const RECENT: Duration = Duration::from_secs(24 * 3600);
 
@@ -240,7 +240,7 @@ fn removal_errors(store: &Store, failed: &[String]) -> Result<()> {
     if failed.is_empty() {
         return Ok(());
     }
-    Err(crate::error::err!(
+    Err(crate::base::error::err!(
         Infra,
         "cache {}: could not remove {} entr{} (not counted as removed):\n  {}",
         store.root.display(),

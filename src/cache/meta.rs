@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{Damage, Kind, LAYOUT};
-use crate::fsutil;
+use crate::base::fsutil;
 
 /// One file of an entry, as recorded at publish time.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub struct FileRecord {
     /// before the entry is served again. Valid in the copy of the entry `Meta::copy`
     /// names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stamp: Option<crate::fsutil::Stamp>,
+    pub stamp: Option<crate::base::fsutil::Stamp>,
 }
 
 impl FileRecord {
@@ -363,7 +363,7 @@ const STAMPS_DOMAIN: &str = "scenerun cache stamps v1";
 /// The seal of an entry's stamps taken in `copy` (see `Meta::stamps_seal`).
 pub fn seal_stamps(kind: Kind, key: &str, copy: CopyId, files: &[FileRecord]) -> String {
     let name = format!("{}/{key}", kind.name());
-    crate::seal::tag(STAMPS_DOMAIN, &name, &stamps_body(copy, files))
+    crate::base::seal::tag(STAMPS_DOMAIN, &name, &stamps_body(copy, files))
 }
 
 /// Whether `seal` is this user's seal of these stamps.
@@ -374,7 +374,9 @@ pub fn stamps_sealed(
     seal: Option<&str>,
 ) -> bool {
     let name = format!("{}/{key}", kind.name());
-    seal.is_some_and(|t| crate::seal::verify(STAMPS_DOMAIN, &name, &stamps_body(copy, files), t))
+    seal.is_some_and(|t| {
+        crate::base::seal::verify(STAMPS_DOMAIN, &name, &stamps_body(copy, files), t)
+    })
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::fsutil;
+use crate::base::fsutil;
 use digest::Digester;
 pub use guard::{Damage, Exposed};
 pub use lookup::{Entry, Lookup, Snapshot, Stale};
@@ -49,7 +49,7 @@ const MARKER: &str = "scenerun-cache.json";
 /// Where the outputs of `scenes_from` generators are kept (`plan::scenes_from`).
 pub const GENERATED: &str = "generated";
 
-pub use crate::stepid::Kind;
+pub use crate::base::stepid::Kind;
 
 /// The shard directory name of a key: its first two bytes (a key scenerun made is hex;
 /// anything else read from outside never splits a character).
@@ -86,7 +86,7 @@ fn infra(e: io::Error, what: &str, path: &Path) -> anyhow::Error {
         ""
     };
     let what = format!("cache unusable: cannot {what} {}{full}", path.display());
-    crate::error::infra(what, e)
+    crate::base::error::infra(what, e)
 }
 
 impl Store {

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use super::digest::{Digester, Digests};
 use super::{guard, infra, Dep, Entry, FileRecord, Kind, Meta, Store};
-use crate::fsutil;
+use crate::base::fsutil;
 
 /// A staging directory in the store's own tmp dir. Dropped unpublished, it is removed.
 pub struct Staging {
@@ -156,7 +156,7 @@ impl Store {
     pub fn publish_digested(&self, staging: Staging, mut meta: Meta) -> Result<Entry> {
         meta.files.sort_by(|a, b| a.path.cmp(&b.path));
         guard::check_listing(&staging.out(), &meta.files).map_err(|why| {
-            crate::error::err!(
+            crate::base::error::err!(
                 Infra,
                 "cache unusable: staged entry {} does not match its record ({why}); not published",
                 meta.key

@@ -58,11 +58,11 @@ impl Keys {
             None => None,
             Some(text) => {
                 let env = env.unwrap_or_default();
-                let seed =
-                    parse_ed25519(&text).map_err(|e| crate::error::err!(Usage, "${env}: {e}"))?;
+                let seed = parse_ed25519(&text)
+                    .map_err(|e| crate::base::error::err!(Usage, "${env}: {e}"))?;
                 let key = SigningKey::from_bytes(&seed);
                 if verify.is_some_and(|v| v != key.verifying_key()) {
-                    return Err(crate::error::err!(Usage,
+                    return Err(crate::base::error::err!(Usage,
                         "the signing key in ${env} does not match signing.verify_key: every entry and record it signs would be a miss"
                     ));
                 }
@@ -250,7 +250,7 @@ mod tests {
         let sig = m.signature.clone();
         assert_eq!(keys.check(sig.as_deref(), || meta_bytes(&m)), Ok(()));
         // Stamps are of one copy: not signed.
-        m.files[0].stamp = Some(crate::fsutil::Stamp {
+        m.files[0].stamp = Some(crate::base::fsutil::Stamp {
             size: 3,
             mtime_ns: 1,
             ctime_ns: 2,

@@ -193,8 +193,11 @@ impl Store {
         }
         self.keys.sign(&mut meta);
         let path = dir.join("meta.json");
-        crate::fsutil::write_atomic(&path, &serde_json::to_vec(&meta).expect("meta serializes"))
-            .map_err(|e| super::infra(e, "write", &path))?;
+        crate::base::fsutil::write_atomic(
+            &path,
+            &serde_json::to_vec(&meta).expect("meta serializes"),
+        )
+        .map_err(|e| super::infra(e, "write", &path))?;
         Ok(true)
     }
 }

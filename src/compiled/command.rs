@@ -396,7 +396,7 @@ fn expand(args: &[OsString], cwd: &Path, depth: usize) -> Result<Vec<OsString>, 
             return Err(failed("response files nested too deep".into()));
         }
         let path = cwd.join(name);
-        let text = crate::fsutil::read_capped(&path, crate::fsutil::Cap::DEPFILE)
+        let text = crate::base::fsutil::read_capped(&path, crate::base::fsutil::Cap::DEPFILE)
             .map_err(|e| failed(format!("{e:#}")))?;
         let text = String::from_utf8(text).map_err(|_| failed("not UTF-8".into()))?;
         out.extend(expand(&split_response(&text), cwd, depth + 1)?);

@@ -229,7 +229,8 @@ impl Compile<'_> {
             });
         };
         // A file whose stat is as the memo recorded is not read again (as for kernels).
-        let memo = crate::layout::compile_stat_memo(&crate::layout::job_dir(&self.call.base));
+        let memo =
+            crate::base::layout::compile_stat_memo(&crate::base::layout::job_dir(&self.call.base));
         let files = Files::new(Some(memo));
         let done = self.through_cache(s, identity, &files);
         files.save();
@@ -323,7 +324,7 @@ impl Compile<'_> {
         env.insert("SUNPRO_DEPENDENCIES".into(), depfile.display().to_string());
         // "Now" by the clock files are stamped with: the staging dir was just made. A file
         // the compile read that changed after this was changed during the compile.
-        let started = crate::fsutil::file_clock_at(&out);
+        let started = crate::base::fsutil::file_clock_at(&out);
         let ran = crate::proc::program(&self.real, &args, &self.cwd, &env)
             .stdin_null()
             .stdout_capture()
@@ -404,7 +405,8 @@ impl Compile<'_> {
         started: i128,
     ) -> anyhow::Result<Vec<Dep>> {
         let parse = |p: &Path| -> anyhow::Result<Vec<PathBuf>> {
-            let text = match crate::fsutil::read_capped(p, crate::fsutil::Cap::DEPFILE) {
+            let text = match crate::base::fsutil::read_capped(p, crate::base::fsutil::Cap::DEPFILE)
+            {
                 Ok(t) => t,
                 Err(_) if !p.exists() => return Ok(Vec::new()),
                 Err(e) => return Err(e.into()),
@@ -474,7 +476,7 @@ impl Compile<'_> {
             if !std::fs::metadata(path)?.is_file() {
                 return Err(std::io::Error::other("not a regular file"));
             }
-            if crate::fsutil::changed_since(path, started) {
+            if crate::base::fsutil::changed_since(path, started) {
                 return Err(std::io::Error::other("changed while it was compiled"));
             }
             files.hash(path)
@@ -556,7 +558,10 @@ impl Compile<'_> {
             .file_name()
             .map(|n| n.to_string_lossy())
             .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.scenerun-{}", crate::fsutil::unique()));
+        let tmp = dir.join(format!(
+            ".{name}.scenerun-{}",
+            crate::base::fsutil::unique()
+        ));
         let copied = (|| {
             let mut src = std::fs::File::open(from)?;
             let mut dst = std::fs::File::options()
@@ -779,8 +784,11 @@ impl RunLog {
             tally: Tally::default(),
             ignored: 0,
         };
-        let text = crate::fsutil::read_capped(&log_path(run_dir), crate::fsutil::Cap::DEVICE_RUN)
-            .unwrap_or_default();
+        let text = crate::base::fsutil::read_capped(
+            &log_path(run_dir),
+            crate::base::fsutil::Cap::DEVICE_RUN,
+        )
+        .unwrap_or_default();
         for line in String::from_utf8_lossy(&text).lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
             let key_ok = match &v["key"] {
@@ -824,9 +832,9 @@ fn could_be_reason(r: &str) -> bool {
 /// An entry's kept stdout and stderr (absent: empty), each read without following a
 /// link and under `Cap::COMPILER_MESSAGES`; None when either cannot be read so.
 fn messages(out: &Path) -> Option<[Vec<u8>; 2]> {
-    let read = |name: &str| match crate::fsutil::read_capped(
+    let read = |name: &str| match crate::base::fsutil::read_capped(
         &out.join(name),
-        crate::fsutil::Cap::COMPILER_MESSAGES,
+        crate::base::fsutil::Cap::COMPILER_MESSAGES,
     ) {
         Ok(bytes) => Some(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Vec::new()),

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::base::notice::ShimMissing;
 use crate::cache::Store;
-use crate::notice::ShimMissing;
 
 /// The directory of a device run's compiler shims.
 pub fn shim_dir(run_dir: &Path) -> PathBuf {
@@ -55,7 +55,7 @@ pub fn identity_name(name: &str, real: &Path) -> String {
 
 /// What a device run's shims know about their compilers: identity by `identity_name`.
 pub fn identities(path: &Path) -> BTreeMap<String, String> {
-    crate::fsutil::read_capped(path, crate::fsutil::Cap::DEPFILE)
+    crate::base::fsutil::read_capped(path, crate::base::fsutil::Cap::DEPFILE)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default()
@@ -80,10 +80,10 @@ pub fn write_shims<'a>(
     if manifest.compile_cache.is_empty() {
         return Ok(Vec::new());
     }
-    let q = |p: &Path| crate::template::quote(&p.to_string_lossy()).into_owned();
+    let q = |p: &Path| crate::base::template::quote(&p.to_string_lossy()).into_owned();
     let dir = shim_dir(run_dir);
     let infra = |e: std::io::Error, p: &Path| {
-        crate::error::infra(format!("cannot write the compiler shim {}", p.display()), e)
+        crate::base::error::infra(format!("cannot write the compiler shim {}", p.display()), e)
     };
     std::fs::create_dir_all(&dir).map_err(|e| infra(e, &dir))?;
     let me = std::env::current_exe().map_err(|e| infra(e, &dir))?;
@@ -109,8 +109,8 @@ pub fn write_shims<'a>(
         let mut unidentified = None;
         for real in &found {
             let version = format!("{} --version", q(real));
-            let timeout = crate::identity::DEFAULT_TIMEOUT;
-            match crate::identity::run(&version, &manifest.dir, &manifest.env, timeout) {
+            let timeout = crate::base::identity::DEFAULT_TIMEOUT;
+            match crate::base::identity::run(&version, &manifest.dir, &manifest.env, timeout) {
                 Ok(out) => {
                     let id = blake3::hash(&out).to_hex().to_string();
                     table.insert(identity_name(name, real), id);
@@ -129,7 +129,7 @@ pub fn write_shims<'a>(
         let mut line = format!(
             "exec {} cc --cc-name {} --cc-cache {} --cc-base {} --cc-shims {} --cc-log {}",
             q(&me),
-            crate::template::quote(name),
+            crate::base::template::quote(name),
             q(&store.root),
             q(&manifest.dir),
             q(&dir),
@@ -143,7 +143,7 @@ pub fn write_shims<'a>(
             let text = crate::manifest::signing::ed25519_text(&k);
             line.push_str(&format!(
                 " --cc-verify-key {}",
-                crate::template::quote(&text)
+                crate::base::template::quote(&text)
             ));
         }
         if let Some(socket) = report {

@@ -3,7 +3,7 @@
 //! that vanished while the phase ran), and the exit code that follows (docs/device.md).
 
 use super::{Frozen, Infra, Results, SceneOutcome, SceneResult};
-use crate::exit::Exit;
+use crate::base::exit::Exit;
 
 /// Mark the scenes whose ending infrastructure decided, after the run: never-started or
 /// killed scenes of a cancelled run, and failed scenes whose artifacts are gone now (a
@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn exit_codes() {
-        use crate::verdict::Outcome::*;
+        use crate::base::verdict::Outcome::*;
         use SceneOutcome::*;
         let e = |v: Vec<(SceneOutcome, Option<Infra>)>| exit_of_scenes(false, v.into_iter());
         assert_eq!(e(vec![(Test(Passed), None)]), Exit::Ok);

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::verdict::Outcome;
+pub use crate::base::verdict::Outcome;
 
 /// How one try of a scene's device step ended: the test's own verdict (pytest's words,
 /// `verdict::Outcome`), or one of scenerun's endings. JSON carries one word either way.
@@ -46,7 +46,7 @@ impl AttemptOutcome {
     }
 
     pub fn word(self) -> Cow<'static, str> {
-        crate::verdict::spoken(self.as_str())
+        crate::base::verdict::spoken(self.as_str())
     }
 
     /// A failure of the scene itself (what `retries` reruns).
@@ -141,7 +141,7 @@ pub struct LaneRecord {
 /// Where the outer part of the device phase shows what it has to say: the command hands
 /// in report/'s terminal (`report::live`); the phase itself prints nothing.
 pub trait Shown: Sync {
-    fn notice(&self, n: crate::notice::Notice);
+    fn notice(&self, n: crate::base::notice::Notice);
     /// Show the live file at `path` as it grows, until the returned guard is dropped;
     /// `queued`: the lock command runs, so until the first line the wait is its queue's.
     fn follow(&self, path: PathBuf, queued: bool) -> Box<dyn std::any::Any>;
@@ -151,7 +151,7 @@ pub trait Shown: Sync {
         &self,
         missing: &[super::not_warm::Missing],
         cache: &std::path::Path,
-        from: crate::layout::CacheFrom,
+        from: crate::base::layout::CacheFrom,
     ) -> String;
 }
 
@@ -314,7 +314,7 @@ mod tests {
     fn a(outcome: AttemptOutcome) -> Attempt {
         crate::device::testing::attempt(outcome, &["0"])
     }
-    use crate::verdict::Outcome::*;
+    use crate::base::verdict::Outcome::*;
     use AttemptOutcome::*;
 
     #[test]

@@ -161,7 +161,7 @@ fn plain_verdict(
             AttemptOutcome::TimedOut,
             Some(format!(
                 "timed out after {} (process group killed)",
-                crate::units::short_duration(crate::units::secs(
+                crate::base::units::short_duration(crate::base::units::secs(
                     s.device().timeout_secs.unwrap_or(0.0)
                 ))
             )),
@@ -191,7 +191,7 @@ pub(super) fn stop_note(stop: &proc::Stop) -> String {
     format!(
         "{} was sent first, its output for {} is below",
         stop.signal_name(),
-        crate::units::short_duration(stop.wait)
+        crate::base::units::short_duration(stop.wait)
     )
 }
 
@@ -262,7 +262,7 @@ fn start_plain(
         Some((devices, &super::outputs::dir(&frozen.report_dir, &s.name))),
     );
     let env = scene_env(frozen, s, devices);
-    crate::fsutil::start_log(&frozen.report_dir, log, &format!("$ {command}\n"))?;
+    crate::base::fsutil::start_log(&frozen.report_dir, log, &format!("$ {command}\n"))?;
     // Its artifacts as the plan saw them: an earlier step may have written into one it
     // shares (docs/cache-trust.md, "Entries are read-only").
     super::recheck::scene(frozen, s).map_err(std::io::Error::other)?;
@@ -271,7 +271,7 @@ fn start_plain(
         dir: &frozen.manifest_dir,
         env: &env,
         log,
-        timeout: s.device().timeout_secs.map(crate::units::secs),
+        timeout: s.device().timeout_secs.map(crate::base::units::secs),
         stop: s.device().stop,
     };
     proc::run_observed(&spec, |_| {})

@@ -13,7 +13,7 @@ use anyhow::Result;
 use super::not_warm::Missing;
 use super::runs;
 use super::{Artifact, Frozen, FrozenDevice, FrozenScene, TestVerdict};
-use crate::failure::{StepFailure, WarmFailure, WarmWhy};
+use crate::base::failure::{StepFailure, WarmFailure, WarmWhy};
 use crate::manifest::LaneConfig;
 use crate::plan::{Plan, Status, Step};
 
@@ -156,7 +156,7 @@ fn test_verdict(
             warm_failure.get_or_insert_with(|| failed(step, why));
             None
         }
-        (_, Some(e)) => match crate::verdict::read(&e.out()) {
+        (_, Some(e)) => match crate::base::verdict::read(&e.out()) {
             Ok(v) => {
                 let log = step.id.log_path(&plan.job_dir);
                 Some(TestVerdict::of(v, log, e.meta.duration_secs))
@@ -221,11 +221,11 @@ fn frozen_lanes(
 /// Write the frozen plan where the inner run reads it.
 pub(super) fn write_frozen(frozen: &Frozen) -> Result<()> {
     let path = runs::plan_path(&frozen.run_dir);
-    crate::fsutil::write_atomic(
+    crate::base::fsutil::write_atomic(
         &path,
         &serde_json::to_vec_pretty(frozen).expect("frozen serializes"),
     )
-    .map_err(|e| crate::error::err!(Infra, "cannot write {}: {e}", path.display()))
+    .map_err(|e| crate::base::error::err!(Infra, "cannot write {}: {e}", path.display()))
 }
 
 /// Everything the inner run reads, laid out before the lock: the private copies of the
@@ -242,12 +242,13 @@ pub(super) fn lay_out(frozen: &mut Frozen) -> Result<()> {
 fn link_kernels(frozen: &Frozen) -> Result<()> {
     for s in frozen.scenes.iter().filter(|s| s.warm_failure.is_none()) {
         let dir = super::kernels_dir(&frozen.run_dir, &s.name);
-        let _ = crate::fsutil::remove_any(&dir);
+        let _ = crate::base::fsutil::remove_any(&dir);
         std::fs::create_dir_all(&dir)
-            .map_err(|e| crate::error::err!(Infra, "cannot create {}: {e}", dir.display()))?;
+            .map_err(|e| crate::base::error::err!(Infra, "cannot create {}: {e}", dir.display()))?;
         for k in &s.kernels {
-            std::os::unix::fs::symlink(&k.out, dir.join(&k.name))
-                .map_err(|e| crate::error::err!(Infra, "cannot link kernel {}: {e}", k.name))?;
+            std::os::unix::fs::symlink(&k.out, dir.join(&k.name)).map_err(|e| {
+                crate::base::error::err!(Infra, "cannot link kernel {}: {e}", k.name)
+            })?;
         }
     }
     Ok(())
@@ -256,10 +257,10 @@ fn link_kernels(frozen: &Frozen) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::{FailCause, Failure, WorkerLoss};
+    use crate::base::failure::{FailCause, Failure, WorkerLoss};
+    use crate::base::record::{Outcome, Recorded, StepRecord, WarmRecord};
+    use crate::base::stepid::Kind;
     use crate::plan::Lookups;
-    use crate::record::{Outcome, Recorded, StepRecord, WarmRecord};
-    use crate::stepid::Kind;
 
     /// One scene with a kernel, a fixture, a golden and a device step, in `dir`.
     fn plan(dir: &Path) -> Plan {

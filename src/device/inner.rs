@@ -15,16 +15,16 @@ use super::live::Writer;
 use super::packing::packer::Unit;
 use super::packing::scheduler::{Scheduler, Start};
 use super::{Frozen, Results, SceneOutcome, SceneResult};
-use crate::exit::Exit;
+use crate::base::exit::Exit;
+use crate::base::notice::Notice;
 use crate::manifest::Prestart;
-use crate::notice::Notice;
 use crate::proc;
 
 /// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3. `say`:
 /// where what it has to say about the lock goes (report/ writes it on its stderr, which
 /// the lock tool keeps).
 pub fn main(frozen_path: &Path, say: fn(Notice)) -> Result<Exit> {
-    let bytes = crate::fsutil::read_capped(frozen_path, crate::fsutil::Cap::DEVICE_RUN)
+    let bytes = crate::base::fsutil::read_capped(frozen_path, crate::base::fsutil::Cap::DEVICE_RUN)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
     let frozen = read_frozen(&bytes)
         .with_context(|| format!("reading the frozen plan {}", frozen_path.display()))?;
@@ -33,11 +33,14 @@ pub fn main(frozen_path: &Path, say: fn(Notice)) -> Result<Exit> {
         super::runs::Claim::First(lock) => lock,
         super::runs::Claim::Repeat => return Ok(repeat_exit(&frozen, say)),
     };
-    proc::set_grace(crate::units::secs(frozen.grace_secs));
+    proc::set_grace(crate::base::units::secs(frozen.grace_secs));
     super::watch::start(&frozen, frozen_path, say);
     let granted = std::env::var(&frozen.device_env).ok();
-    let ids = crate::device_ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
-        .map_err(|e| crate::device_ids::grant_error(&frozen.device_env, granted.as_deref(), &e));
+    let ids =
+        crate::base::device_ids::parse_grant(granted.as_deref().unwrap_or(""), frozen.device_count)
+            .map_err(|e| {
+                crate::base::device_ids::grant_error(&frozen.device_env, granted.as_deref(), &e)
+            });
     let results = match ids {
         Err(why) => {
             say(Notice::GrantRefused { why: why.clone() });
@@ -55,7 +58,7 @@ pub fn main(frozen_path: &Path, say: fn(Notice)) -> Result<Exit> {
         }
     };
     let bytes = serde_json::to_vec_pretty(&results).expect("results serialize");
-    crate::fsutil::write_atomic(&frozen.results, &bytes)
+    crate::base::fsutil::write_atomic(&frozen.results, &bytes)
         .with_context(|| format!("writing {}", frozen.results.display()))?;
     if proc::interrupted() && !super::watch::lock_lost() {
         return Ok(Exit::Interrupted);
@@ -68,7 +71,7 @@ pub fn main(frozen_path: &Path, say: fn(Notice)) -> Result<Exit> {
 /// on the last exit code hides nothing.
 fn repeat_exit(frozen: &Frozen, say: fn(Notice)) -> Exit {
     say(Notice::InnerAgain);
-    crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
+    crate::base::fsutil::read_capped(&frozen.results, crate::base::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
         .map(|r| super::ending::exit_of(&r))
@@ -280,7 +283,7 @@ impl<'a> Run<'a> {
     fn snapshot(&mut self) {
         let partial = self.results("not finished when the inner run was ended");
         if let Ok(bytes) = serde_json::to_vec_pretty(&partial) {
-            let _ = crate::fsutil::write_atomic(&self.frozen.results, &bytes);
+            let _ = crate::base::fsutil::write_atomic(&self.frozen.results, &bytes);
         }
         self.last_snapshot = Instant::now();
         self.dirty = false;
@@ -465,10 +468,10 @@ pub fn log_path(frozen: &Frozen, scene: &str) -> std::path::PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::failure::{FailCause, Failure, StepFailure, WarmFailure, WarmWhy};
     use crate::cache::FileRecord;
     use crate::device::testing::{frozen, in_lane, plain};
     use crate::device::Artifact;
-    use crate::failure::{FailCause, Failure, StepFailure, WarmFailure, WarmWhy};
 
     fn ids(n: usize) -> Vec<String> {
         (0..n).map(|i| i.to_string()).collect()
@@ -494,7 +497,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let mut warm_failed = plain("warm_failed", 1, false, 1.0);
         warm_failed.warm_failure = Some(WarmFailure {
-            kind: crate::stepid::Kind::Kernel,
+            kind: crate::base::stepid::Kind::Kernel,
             name: "k".into(),
             why: WarmWhy::Step(StepFailure {
                 failure: Failure::Failed(FailCause::Exited { status: 1 }),

@@ -28,9 +28,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::base::verdict::Outcome;
 use crate::cache::FileRecord;
 use crate::manifest::{DeviceRun, DeviceStep};
-pub use crate::verdict::Outcome;
 
 /// 2: a scene's device step is one `device` object (its own command or a lane's batch),
 /// no longer `run` / `lane` / `args` side by side. 3: a scene's `warm_failure` is typed
@@ -214,13 +214,13 @@ pub struct FrozenScene {
     pub fixture: Option<Artifact>,
     pub golden: Option<Artifact>,
     /// Set when a warm step of this scene failed with its current key: the first one.
-    pub warm_failure: Option<crate::failure::WarmFailure>,
+    pub warm_failure: Option<crate::base::failure::WarmFailure>,
     /// Its `test:` ran in warm: the scene's verdict, reported without a device.
     #[serde(default)]
     pub verdict: Option<TestVerdict>,
 }
 
-/// A scene test's verdict as warm left it (`crate::verdict`), with its log.
+/// A scene test's verdict as warm left it (`crate::base::verdict`), with its log.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TestVerdict {
     pub outcome: SceneOutcome,
@@ -230,7 +230,7 @@ pub struct TestVerdict {
 }
 
 impl TestVerdict {
-    pub fn of(v: crate::verdict::Verdict, log: PathBuf, secs: f64) -> TestVerdict {
+    pub fn of(v: crate::base::verdict::Verdict, log: PathBuf, secs: f64) -> TestVerdict {
         let outcome = SceneOutcome::Test(v.outcome);
         TestVerdict {
             outcome,
@@ -387,7 +387,7 @@ impl SceneOutcome {
     }
 
     pub fn word(self) -> Cow<'static, str> {
-        crate::verdict::spoken(self.as_str())
+        crate::base::verdict::spoken(self.as_str())
     }
 
     /// Not a failure: exit 0 as far as this scene goes (pytest: skips, xfails and
@@ -513,8 +513,8 @@ pub fn inner_command(frozen: &Path) -> String {
         .unwrap_or_else(|_| "scenerun".into());
     format!(
         "exec {} inner {}",
-        crate::template::quote(&exe),
-        crate::template::quote(&frozen.display().to_string())
+        crate::base::template::quote(&exe),
+        crate::base::template::quote(&frozen.display().to_string())
     )
 }
 
@@ -522,7 +522,7 @@ pub fn inner_command(frozen: &Path) -> String {
 mod tests {
     use super::events::{Attempt, AttemptOutcome::*};
     use super::SceneOutcome;
-    use crate::verdict::Outcome::*;
+    use crate::base::verdict::Outcome::*;
 
     fn a(outcome: super::events::AttemptOutcome) -> Attempt {
         super::testing::attempt(outcome, &["0"])

@@ -2,8 +2,8 @@
 //! to word the summary (`report::not_warm`); every missing artifact is still listed per
 //! scene in report.json.
 
+use crate::base::stepid::StepId;
 use crate::plan::Step;
-use crate::stepid::StepId;
 
 /// An artifact that is not warm.
 #[derive(Debug, Clone)]

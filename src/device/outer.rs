@@ -17,12 +17,12 @@ use super::not_warm::Missing;
 use super::report::{DeviceReport, LockReport, Report, SceneReport, Sink, StepReport};
 use super::runs::{self, Invocation};
 use super::{Frozen, FrozenScene, Infra, Results, SceneOutcome, SceneResult};
+use crate::base::error::Error;
+use crate::base::exit::Exit;
+use crate::base::notice::Notice;
+use crate::base::template::{Ph, Val};
 use crate::cache::history::{History, HistoryId};
-use crate::error::Error;
-use crate::exit::Exit;
-use crate::notice::Notice;
 use crate::plan::Plan;
-use crate::template::{Ph, Val};
 
 pub struct Options<'a> {
     pub no_lock: bool,
@@ -32,7 +32,7 @@ pub struct Options<'a> {
     /// Where every ending's report goes (written into `report_dir`).
     pub sink: &'a dyn Sink,
     /// Which setting chose the cache dir (named when something is not warm).
-    pub cache_from: crate::layout::CacheFrom,
+    pub cache_from: crate::base::layout::CacheFrom,
     /// Where the phase's notices and live lines are shown (report/ renders them).
     pub shown: &'a dyn Shown,
 }
@@ -59,7 +59,7 @@ fn device_report(r: &Results, held: f64) -> DeviceReport {
 /// What the inner run left, if it is the results of this frozen plan: one result per
 /// frozen scene, in order (the report joins them by index).
 fn read_results(frozen: &Frozen) -> Option<Results> {
-    crate::fsutil::read_capped(&frozen.results, crate::fsutil::Cap::DEVICE_RUN)
+    crate::base::fsutil::read_capped(&frozen.results, crate::base::fsutil::Cap::DEVICE_RUN)
         .ok()
         .and_then(|b| serde_json::from_slice::<Results>(&b).ok())
         .filter(|r| {
@@ -192,12 +192,12 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
     let Phase { plan, opts } = ph;
     let shown = opts.shown;
     let Some(command) = lock_command_in(plan, &frozen.run_dir) else {
-        return Err(crate::error::err!(
+        return Err(crate::base::error::err!(
             Usage,
             "the manifest has no `lock:` section; add one, or run with --no-lock --devices LIST"
         ));
     };
-    let log = crate::layout::lock_log(&plan.job_dir);
+    let log = crate::base::layout::lock_log(&plan.job_dir);
     let _ = std::fs::remove_file(&log);
     let limits = lock_limits(plan, frozen);
     let mut lock = LockReport {
@@ -543,7 +543,7 @@ pub fn run(plan: &Plan, opts: &Options) -> Result<Exit> {
         }
         Err(e) => {
             let what = format!("cannot use the report dir {}", opts.report_dir.display());
-            return Err(crate::error::infra(what, e));
+            return Err(crate::base::error::infra(what, e));
         }
     };
     // From here on every ending writes its own report; none from an earlier run stays.
@@ -555,7 +555,7 @@ pub fn run(plan: &Plan, opts: &Options) -> Result<Exit> {
             "cannot create a run directory under {}",
             plan.job_dir.display()
         );
-        crate::error::infra(what, e)
+        crate::base::error::infra(what, e)
     })?;
     let result = run_in(plan, opts, &inv);
     inv.remove();
@@ -743,7 +743,7 @@ fn finish(opts: &Options, mut report: Report, exit: Exit) -> Result<Exit> {
     opts.sink.write(&report)?;
     opts.sink.show(&report);
     match (exit, &report.error) {
-        (Exit::Infra, Some(e)) => Err(crate::error::err!(Infra, "{e}")),
+        (Exit::Infra, Some(e)) => Err(crate::base::error::err!(Infra, "{e}")),
         _ => Ok(exit),
     }
 }

@@ -26,7 +26,7 @@ pub fn dir(report_dir: &Path, scene: &str) -> PathBuf {
 
 /// An earlier run's outputs are gone (a link in their place is removed, never followed).
 pub(super) fn clear(report_dir: &Path) {
-    let _ = crate::fsutil::remove_any(&report_dir.join("outputs"));
+    let _ = crate::base::fsutil::remove_any(&report_dir.join("outputs"));
 }
 
 /// Every device scene's directory, made empty before the lock is taken.
@@ -34,8 +34,8 @@ pub(super) fn make(frozen: &Frozen) -> Result<()> {
     clear(&frozen.report_dir);
     for s in frozen.scenes.iter().filter(|s| s.device.is_some()) {
         let d = dir(&frozen.report_dir, &s.name);
-        crate::fsutil::real_dirs(&frozen.report_dir, &d)
-            .map_err(|e| crate::error::err!(Infra, "cannot create {}: {e}", d.display()))?;
+        crate::base::fsutil::real_dirs(&frozen.report_dir, &d)
+            .map_err(|e| crate::base::error::err!(Infra, "cannot create {}: {e}", d.display()))?;
     }
     Ok(())
 }
@@ -45,10 +45,10 @@ pub(super) fn make(frozen: &Frozen) -> Result<()> {
 /// lists nothing.
 pub fn written(report_dir: &Path, scene: &str) -> Vec<String> {
     let d = dir(report_dir, scene);
-    if crate::fsutil::node(&d).ok() != Some(crate::fsutil::Node::Dir) {
+    if crate::base::fsutil::node(&d).ok() != Some(crate::base::fsutil::Node::Dir) {
         return Vec::new();
     }
-    let Ok((files, _)) = crate::fsutil::walk_regular(&d, MAX_LISTED) else {
+    let Ok((files, _)) = crate::base::fsutil::walk_regular(&d, MAX_LISTED) else {
         return Vec::new();
     };
     files

@@ -48,7 +48,7 @@ pub fn copy_for_writers(frozen: &mut Frozen) -> Result<()> {
                         s.name,
                         to.display()
                     );
-                    crate::error::infra(what, e)
+                    crate::base::error::infra(what, e)
                 })?;
                 a.out = to;
                 for f in &mut a.files {
@@ -71,13 +71,13 @@ fn copy_writable(from: &Path, to: &Path) -> std::io::Result<()> {
     if let Some(parent) = to.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let _ = crate::fsutil::remove_any(to);
+    let _ = crate::base::fsutil::remove_any(to);
     if std::fs::symlink_metadata(from)?.is_file() {
         std::fs::copy(from, to)?;
         return writable(to);
     }
     std::fs::create_dir(to)?;
-    for (rel, _) in crate::fsutil::walk_files(from)? {
+    for (rel, _) in crate::base::fsutil::walk_files(from)? {
         let dest = to.join(&rel);
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent)?;

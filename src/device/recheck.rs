@@ -22,7 +22,9 @@ pub fn scene(frozen: &Frozen, s: &FrozenScene) -> Result<(), Gone> {
             };
             match std::fs::symlink_metadata(&p) {
                 Ok(m) if m.is_file() && m.len() == f.size => {
-                    if f.stamp.is_some_and(|st| st != crate::fsutil::Stamp::of(&m)) {
+                    if f.stamp
+                        .is_some_and(|st| st != crate::base::fsutil::Stamp::of(&m))
+                    {
                         return Err(Gone::Changed {
                             name: a.name.clone(),
                             path: p,

@@ -10,7 +10,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::{Outcome, SceneOutcome, SceneResult};
-use crate::stepid::Kind;
+use crate::base::stepid::Kind;
 
 /// Where a device phase's report goes.
 pub trait Sink {
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_node_ends_as_its_first_case_that_did_not_pass() {
-        use crate::verdict::Outcome::*;
+        use crate::base::verdict::Outcome::*;
         use SceneOutcome::*;
         let v = |o: &[SceneOutcome]| node_outcome(o.iter().copied());
         assert_eq!(v(&[Test(Passed), Flaky, Test(Passed)]), Test(Passed));

@@ -22,7 +22,7 @@ impl Invocation {
     /// A fresh directory named after this process (pid and start time, so that the
     /// sweep of another invocation can tell it is alive).
     pub fn create(job_dir: &Path) -> io::Result<Invocation> {
-        let root = crate::layout::device_runs(job_dir);
+        let root = crate::base::layout::device_runs(job_dir);
         std::fs::create_dir_all(&root)?;
         sweep(&root);
         let me = ProcId::me().unwrap_or(ProcId {
@@ -33,10 +33,10 @@ impl Invocation {
             "{}-{}-{}",
             me.pid,
             me.start,
-            crate::fsutil::unique()
+            crate::base::fsutil::unique()
         ));
         std::fs::create_dir(&dir)?;
-        let outer = crate::fsutil::open_lock_file(&outer_lock_path(&dir))?;
+        let outer = crate::base::fsutil::open_lock_file(&outer_lock_path(&dir))?;
         outer.try_lock().map_err(io::Error::other)?;
         Ok(Invocation { dir, _outer: outer })
     }
@@ -45,7 +45,7 @@ impl Invocation {
     /// while it ran on: a later invocation's sweep removes it).
     pub fn remove(&self) {
         if !inner_running(&self.dir) {
-            let _ = crate::fsutil::remove_any(&self.dir);
+            let _ = crate::base::fsutil::remove_any(&self.dir);
         }
     }
 }
@@ -67,7 +67,7 @@ fn sweep(root: &Path) {
         let alive = outer_running(&e.path())
             || owner.is_some_and(|(pid, start)| ProcId { pid, start }.alive());
         if !alive && !inner_running(&e.path()) {
-            let _ = crate::fsutil::remove_any(&e.path());
+            let _ = crate::base::fsutil::remove_any(&e.path());
         }
     }
 }
@@ -142,7 +142,7 @@ pub enum Claim {
 /// Claim the invocation for this inner run: lock first, then the start marker, so that
 /// the outer never sees the marker without the lock while the run lives.
 pub fn claim_inner(run_dir: &Path) -> io::Result<Claim> {
-    let f = crate::fsutil::open_lock_file(&inner_lock_path(run_dir))?;
+    let f = crate::base::fsutil::open_lock_file(&inner_lock_path(run_dir))?;
     if f.try_lock().is_err() {
         mark_repeat(run_dir);
         return Ok(Claim::Repeat);
@@ -183,11 +183,14 @@ fn report_lock_path(dir: &Path) -> PathBuf {
 
 pub fn lock_report_dir(dir: &Path) -> io::Result<Result<ReportDirLock, ReportDirBusy>> {
     std::fs::create_dir_all(dir)?;
-    let mut f = crate::fsutil::open_lock_file(&report_lock_path(dir))?;
+    let mut f = crate::base::fsutil::open_lock_file(&report_lock_path(dir))?;
     if f.try_lock().is_err() {
-        let holder = crate::fsutil::read_capped(&report_lock_path(dir), crate::fsutil::Cap::SMALL)
-            .ok()
-            .and_then(|t| String::from_utf8_lossy(&t).trim().parse().ok());
+        let holder = crate::base::fsutil::read_capped(
+            &report_lock_path(dir),
+            crate::base::fsutil::Cap::SMALL,
+        )
+        .ok()
+        .and_then(|t| String::from_utf8_lossy(&t).trim().parse().ok());
         return Ok(Err(ReportDirBusy { holder }));
     }
     f.set_len(0)?;
@@ -210,7 +213,7 @@ pub fn clear_stale_reports(dir: &Path) {
 
 /// The run dir as previews show it: one exists only while an invocation runs.
 pub fn preview_dir(job_dir: &Path) -> PathBuf {
-    crate::layout::device_runs(job_dir).join("<run>")
+    crate::base::layout::device_runs(job_dir).join("<run>")
 }
 
 /// Wait, at most `limit`, until no inner run holds the run dir's lock. A lock tool may

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::events::{Attempt, AttemptOutcome};
 use super::{Frozen, FrozenDevice, FrozenScene, FROZEN_VERSION};
+use crate::base::template::{allowed, Template};
 use crate::manifest::{DeviceRun, LaneConfig};
-use crate::template::{allowed, Template};
 
 /// A plain scene needing `devices` ids (`exclusive` or not), with `estimate`.
 pub fn plain(name: &str, devices: usize, exclusive: bool, estimate: f64) -> FrozenScene {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{Frozen, ProcId};
-use crate::notice::{LockLoss, Notice};
+use crate::base::notice::{LockLoss, Notice};
 
 /// How often the watcher looks (the contract asks for at least every 100 ms).
 const PERIOD: Duration = Duration::from_millis(50);
@@ -132,7 +132,7 @@ fn recorded_lock_tool(plan: &std::path::Path) -> Option<ProcId> {
     let t = std::time::Instant::now();
     while t.elapsed() < RECORD_WAIT {
         let frozen: Option<Frozen> =
-            crate::fsutil::read_capped(plan, crate::fsutil::Cap::DEVICE_RUN)
+            crate::base::fsutil::read_capped(plan, crate::base::fsutil::Cap::DEVICE_RUN)
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
         if let Some(p) = frozen.and_then(|f| f.lock_tool) {

@@ -74,7 +74,7 @@ pub enum Why {
     /// (its own, or its fixture's).
     Stale(StaleStep),
     /// The last warm failed this step with this very key.
-    FailedInWarm(crate::failure::StepFailure),
+    FailedInWarm(crate::base::failure::StepFailure),
 }
 
 impl Why {

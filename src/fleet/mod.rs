@@ -1,7 +1,7 @@
 //! `scenerun fleet simulate` (docs/fleet.md): what a fleet of runners sharing cards
 //! gains from `warm && device`, by a seeded discrete-event simulation of jobs through one
 //! FIFO lock queue. `sim` is the pure event loop (its seeded inputs come from
-//! `crate::sampling`); `shapes`
+//! `crate::base::sampling`); `shapes`
 //! turns this project's own reports and history into job shapes (through the packer and
 //! estimates `device --plan` uses); `render` and `chart` print and draw the outcome.
 //!
@@ -13,7 +13,7 @@ pub mod render;
 pub mod shapes;
 pub mod sim;
 
-use crate::sampling::{Arrival, Hold, Rng};
+use crate::base::sampling::{Arrival, Hold, Rng};
 use shapes::RunShape;
 use sim::{Job, Outcome, Point, Segment, SimError};
 

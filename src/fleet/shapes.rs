@@ -15,11 +15,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::base::record::{Outcome as WarmOutcome, WarmRecord};
+use crate::base::stepid::StepId;
 use crate::cache::history::{History, HistoryId};
 use crate::device::packing::packer::{self as pack, LaneSpec, SceneSpec};
 use crate::device::report::{Report, StepReport};
-use crate::record::{Outcome as WarmOutcome, WarmRecord};
-use crate::stepid::StepId;
 
 use super::sim::{Job, Segment};
 use super::Flow;
@@ -265,7 +265,7 @@ pub fn context(dir: &Path, fallback: &Path, cache_dir: Option<&Path>) -> Context
 /// of at most its cap.
 fn read_report(dir: &Path) -> Result<Report, ReadError> {
     let path = dir.join("report.json");
-    let bytes = match crate::fsutil::read_capped(&path, crate::fsutil::Cap::REPORT) {
+    let bytes = match crate::base::fsutil::read_capped(&path, crate::base::fsutil::Cap::REPORT) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ReadError::NoReport {
@@ -300,7 +300,7 @@ fn check_records(dir: &Path, report: &Report, record: &WarmRecord) -> Result<(),
 /// A check that a time is finite, not negative and at most a year.
 fn time_check(dir: &Path) -> impl Fn(String, f64) -> Result<(), ReadError> + '_ {
     move |what, value| {
-        if value.is_finite() && (0.0..=crate::sampling::MAX_SECS).contains(&value) {
+        if value.is_finite() && (0.0..=crate::base::sampling::MAX_SECS).contains(&value) {
             Ok(())
         } else {
             Err(ReadError::BadTime {
@@ -341,7 +341,7 @@ fn check_bounds(dir: &Path, run: &RunWork) -> Result<(), ReadError> {
         count("a lane's number of device ids", l.devices, MAX_CARDS)?;
         if let Some(t) = l.startup {
             time(
-                format!("lane {}'s start-up time", crate::ui::escape(name)),
+                format!("lane {}'s start-up time", crate::base::ui::escape(name)),
                 t,
             )?;
         }
@@ -366,7 +366,7 @@ pub fn read_run(dir: &Path, ctx: &Context) -> Result<RunWork, ReadError> {
         // A report written with --report-dir elsewhere: the warm record stays in the
         // checkout's job dir.
         if let Some(d) = &ctx.manifest_dir {
-            record = strict(&crate::layout::job_dir(d))?;
+            record = strict(&crate::base::layout::job_dir(d))?;
         }
     }
     check_records(dir, &report, &record)?;
@@ -458,7 +458,7 @@ impl<'a> BuiltTimes<'a> {
 /// (a link, a FIFO, over its cap) is an error naming it.
 fn warm_wall(dir: &Path) -> Result<Option<f64>, ReadError> {
     let path = crate::report::trace::path(dir);
-    let bytes = match crate::fsutil::read_capped(&path, crate::fsutil::Cap::TRACE) {
+    let bytes = match crate::base::fsutil::read_capped(&path, crate::base::fsutil::Cap::TRACE) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(ReadError::Unreadable { path, source }),

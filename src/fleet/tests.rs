@@ -1,7 +1,7 @@
 //! The simulator against closed forms (docs/fleet.md, "How it is checked").
 
 use super::*;
-use crate::sampling::{Arrival, Hold};
+use crate::base::sampling::{Arrival, Hold};
 
 fn given(cards: u32, jobs: usize, arrival: Arrival, hold: Hold, k: u32, seed: u64) -> FlowStats {
     let setup = Setup {

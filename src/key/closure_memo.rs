@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::closure::{Bits, ClosureSet, Table};
 use super::{now_ns, settled, Files, Node, PathKey, KEY_SCHEMA};
-use crate::fsutil::Stamp;
+use crate::base::fsutil::Stamp;
 
 /// 1: first version.
 const VERSION: u32 = 1;
@@ -131,7 +131,7 @@ impl Files {
             return;
         };
         let _ = self.persist.base.set(base.to_path_buf());
-        let Some(m) = crate::fsutil::read_kept(&path, crate::fsutil::Cap::CLOSURE_MEMO)
+        let Some(m) = crate::base::fsutil::read_kept(&path, crate::base::fsutil::Cap::CLOSURE_MEMO)
             .and_then(|b| serde_json::from_slice::<MemoFile>(&b).ok())
         else {
             return;
@@ -279,7 +279,7 @@ impl Files {
             closures,
         };
         drop(g);
-        let _ = crate::fsutil::write_atomic_with(&path, |w| {
+        let _ = crate::base::fsutil::write_atomic_with(&path, |w| {
             serde_json::to_writer(w, &file).map_err(std::io::Error::other)
         });
     }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     closure_memo, key_path, scan_includes, Graph, IdHash, Include, Listing, PathKey, SCAN_LIMIT,
 };
-use crate::fsutil::Stamp;
+use crate::base::fsutil::Stamp;
 
 /// A file whose mtime or ctime is this close to the moment it was hashed may still change
 /// within the same timestamp tick ("racy clean"): its memo entry is not trusted.
@@ -222,7 +222,7 @@ impl Files {
     pub fn new(memo_path: Option<PathBuf>) -> Files {
         let old = memo_path
             .as_ref()
-            .and_then(|p| crate::fsutil::read_kept(p, crate::fsutil::Cap::STAT_MEMO))
+            .and_then(|p| crate::base::fsutil::read_kept(p, crate::base::fsutil::Cap::STAT_MEMO))
             .and_then(|b| serde_json::from_slice::<MemoFile>(&b).ok())
             .filter(|m| m.version == MEMO_VERSION)
             .map(|m| m.entries)
@@ -282,7 +282,7 @@ impl Files {
             } else {
                 "a special file (FIFO, socket or device)"
             };
-            return Err(crate::fsutil::not_regular(path, found));
+            return Err(crate::base::fsutil::not_regular(path, found));
         }
         let now = Stamp::of(&meta);
         let trusted = self
@@ -414,14 +414,14 @@ impl Files {
                 consulted: &consulted,
             },
         };
-        let _ = crate::fsutil::write_atomic_with(path, |w| {
+        let _ = crate::base::fsutil::write_atomic_with(path, |w| {
             serde_json::to_writer(w, &file).map_err(io::Error::other)
         });
     }
 }
 
 pub(super) fn read_info(path: &Path, size: u64) -> io::Result<FileInfo> {
-    let mut f = crate::fsutil::open_regular(path)?;
+    let mut f = crate::base::fsutil::open_regular(path)?;
     let mut hasher = blake3::Hasher::new();
     let includes = if size <= SCAN_LIMIT {
         // `size + 1`: the read that finds the end needs no growth; `take` keeps std from

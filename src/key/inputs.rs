@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil;
+use crate::base::fsutil;
 use crate::key::{Closure, KEY_SCHEMA};
 
 const VERSION: u32 = 1;

@@ -19,7 +19,7 @@ pub const MAX_OUTPUT: usize = 64 << 20;
 /// output it starts at.
 pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Scene>, Vec<usize>)> {
     let value = yaml::parse(text).map_err(|e| {
-        crate::error::err!(
+        crate::base::error::err!(
             Usage,
             "{} printed invalid YAML/JSON at output line {}, column {}: {}",
             g.label(),
@@ -79,30 +79,35 @@ pub fn scenes_of(g: &Generator, text: &str, m: &mut Manifest) -> Result<(Vec<Sce
             if diags.len() == 1 { "" } else { "s" }
         );
         let total = diags.len();
-        for d in diags.into_iter().take(crate::error::MAX_SHOWN) {
+        for d in diags.into_iter().take(crate::base::error::MAX_SHOWN) {
             let path = if prefix.is_empty() {
                 format!("scenes{}", d.path)
             } else {
                 d.path
             };
             let said = format!("{path}: {}", d.message);
-            let said = crate::error::clip(&said, crate::error::MAX_MESSAGE);
+            let said = crate::base::error::clip(&said, crate::base::error::MAX_MESSAGE);
             match d.line {
                 Some(l) => write!(msg, "\n  output line {l}: {said}"),
                 None => write!(msg, "\n  {said}"),
             }
             .expect("write to a string");
         }
-        if total > crate::error::MAX_SHOWN {
-            write!(msg, "\n  … and {} more", total - crate::error::MAX_SHOWN).expect("a string");
+        if total > crate::base::error::MAX_SHOWN {
+            write!(
+                msg,
+                "\n  … and {} more",
+                total - crate::base::error::MAX_SHOWN
+            )
+            .expect("a string");
         }
-        return Err(crate::error::err!(Usage, "{msg}"));
+        return Err(crate::base::error::err!(Usage, "{msg}"));
     }
     Ok((scenes, lines))
 }
 
 fn shape_error(g: &Generator) -> anyhow::Error {
-    crate::error::err!(
+    crate::base::error::err!(
         Usage,
         "{} must print a list of scenes, or a mapping with only `scenes:`",
         g.label()

@@ -109,9 +109,9 @@ impl Resolver<'_> {
                             at,
                             format!(
                                 "unknown lane `{}` to inherit from ({} -> {}; defined: {})",
-                                crate::error::clip(&pn, 40),
+                                crate::base::error::clip(&pn, 40),
                                 path.join(" -> "),
-                                crate::error::clip(&pn, 40),
+                                crate::base::error::clip(&pn, 40),
                                 known.join(", ")
                             ),
                         ));

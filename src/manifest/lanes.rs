@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::raw;
 use super::validate::{bad_name, valid_name, Ctx};
 use super::validate::{MAX_DEVICES, MAX_RESTARTS, MAX_RETRIES};
+use crate::base::template::{allowed, Ph, Template, Val};
 use crate::proc::Stop;
-use crate::template::{allowed, Ph, Template, Val};
 
 /// One `lanes.<name>` entry: a command that runs a batch of scenes in one process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -246,7 +246,7 @@ impl Variant {
             .chain(
                 self.args
                     .iter()
-                    .map(|a| crate::template::quote(a).into_owned()),
+                    .map(|a| crate::base::template::quote(a).into_owned()),
             )
             .collect();
         words.join(" ")
@@ -382,7 +382,7 @@ impl Ctx {
                     path,
                     format!(
                         "`{}` is not a prestart: give true (the processes the lock run starts at once), all (every process) or false",
-                        crate::error::clip(&other.text(), 40)
+                        crate::base::error::clip(&other.text(), 40)
                     ),
                 );
                 Prestart::Off
@@ -414,7 +414,7 @@ impl Ctx {
                 &format!("{path}.stop_signal"),
                 format!(
                     "`{}` is not a signal a stop can send (one of {})",
-                    crate::error::clip(&name, 40),
+                    crate::base::error::clip(&name, 40),
                     Stop::signal_names()
                 ),
             );
@@ -502,7 +502,7 @@ impl Ctx {
                     &format!("{dp}.writes"),
                     format!(
                         "`{}` is not an artifact a device step is handed (one of kernels, fixture, golden)",
-                        crate::error::clip(w, 40)
+                        crate::base::error::clip(w, 40)
                     ),
                 );
                 continue;
@@ -536,7 +536,7 @@ impl Ctx {
                     &format!("{dp}.order"),
                     format!(
                         "order is `first`, `any` or `last`, not `{}`",
-                        crate::error::clip(word, 40)
+                        crate::base::error::clip(word, 40)
                     ),
                 );
                 Order::Any

@@ -111,7 +111,7 @@ pub(super) struct Key {
     text: String,
     file: PathBuf,
     dir: PathBuf,
-    exe: Option<crate::fsutil::Stamp>,
+    exe: Option<crate::base::fsutil::Stamp>,
     /// The profile applied (`--profile`): another profile is another manifest.
     #[serde(default)]
     profile: Option<String>,
@@ -130,12 +130,12 @@ impl Key {
 }
 
 /// The running binary's stamp: changes whenever scenerun is rebuilt or replaced.
-fn exe_id() -> Option<crate::fsutil::Stamp> {
-    crate::fsutil::Stamp::at(&std::env::current_exe().ok()?)
+fn exe_id() -> Option<crate::base::fsutil::Stamp> {
+    crate::base::fsutil::Stamp::at(&std::env::current_exe().ok()?)
 }
 
 fn path(dir: &Path) -> PathBuf {
-    crate::layout::manifest_memo(&crate::layout::job_dir(dir))
+    crate::base::layout::manifest_memo(&crate::base::layout::job_dir(dir))
 }
 
 /// What the seal of a memo is for (`seal`: a memo is turned into commands, so one
@@ -148,11 +148,12 @@ const SEAL_LINE: &str = "\n# sealed ";
 /// The memo's manifest, if this user's scenerun wrote it (its seal verifies), it is for
 /// this text, and every probe still answers the same.
 pub(super) fn read(key: &Key, dir: &Path) -> Option<Manifest> {
-    let bytes = crate::fsutil::read_kept(&path(dir), crate::fsutil::Cap::MANIFEST_MEMO)?;
+    let bytes =
+        crate::base::fsutil::read_kept(&path(dir), crate::base::fsutil::Cap::MANIFEST_MEMO)?;
     let at = memchr_last(&bytes, SEAL_LINE.as_bytes())?;
     let (body, tag) = (&bytes[..at], &bytes[at + SEAL_LINE.len()..]);
     let tag = std::str::from_utf8(tag).ok()?.trim_end();
-    if !crate::seal::verify(SEAL_DOMAIN, &seal_name(dir), body, tag) {
+    if !crate::base::seal::verify(SEAL_DOMAIN, &seal_name(dir), body, tag) {
         return None;
     }
     let memo: MemoFile<Manifest> = with_base(dir, || serde_json::from_slice(body)).ok()?;
@@ -192,8 +193,8 @@ pub(super) fn write(key: Key, dir: &Path, probes: Vec<Probe>, m: &Manifest) {
         probes,
         manifest: m,
     };
-    let _ = crate::fsutil::write_atomic_with(&at, |w| {
-        let mut sealing = crate::seal::Sealing::new(SEAL_DOMAIN, &seal_name(dir), w);
+    let _ = crate::base::fsutil::write_atomic_with(&at, |w| {
+        let mut sealing = crate::base::seal::Sealing::new(SEAL_DOMAIN, &seal_name(dir), w);
         with_base(dir, || serde_json::to_writer(&mut sealing, &out))
             .map_err(std::io::Error::other)?;
         let (tag, w) = sealing.finish();
@@ -270,7 +271,7 @@ scenes:
             "an unsealed memo is not used"
         );
         let dir = t.path().canonicalize().unwrap();
-        let tag = crate::seal::tag(
+        let tag = crate::base::seal::tag(
             super::SEAL_DOMAIN,
             &super::seal_name(&dir),
             edited.as_bytes(),

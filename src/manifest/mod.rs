@@ -30,7 +30,7 @@ mod validate;
 pub mod workers;
 pub mod yaml;
 
-pub use crate::error::{Diag, ManifestErrors};
+pub use crate::base::error::{Diag, ManifestErrors};
 pub use discover::{dir_of, discover, Discovered, Unresolved};
 pub use lanes::{
     DeviceFault, DeviceRun, DeviceStep, LaneConfig, Order, Prestart, RestartOn, Variant, Writes,
@@ -75,8 +75,9 @@ pub fn load_deferred(
             message,
         }],
     };
-    let bytes = crate::fsutil::read_capped_following(path, crate::fsutil::Cap::MANIFEST)
-        .map_err(|e| single(format!("cannot read it: {e}")))?;
+    let bytes =
+        crate::base::fsutil::read_capped_following(path, crate::base::fsutil::Cap::MANIFEST)
+            .map_err(|e| single(format!("cannot read it: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| single("it is not UTF-8 text".into()))?;
     let dir = dir_of(path).map_err(|e| single(e.to_string()))?;
     let key = memo::Key::of(&text, path, &dir, profile);
@@ -98,7 +99,7 @@ pub fn load_deferred(
 /// The deprecated keys `m` writes, posted as warnings on every load (the memo's too).
 fn warn_deprecated(m: &Manifest) {
     for k in &m.signing.aliases {
-        crate::warning::post(crate::notice::Notice::Deprecated {
+        crate::base::warning::post(crate::base::notice::Notice::Deprecated {
             key: k.path(),
             instead: k.instead(),
         });

@@ -86,7 +86,8 @@ impl Probe {
     pub(super) fn var(name: &str, value: Option<&str>) -> Probe {
         Probe::Var {
             name: name.to_string(),
-            sealed: value.map(|v| crate::seal::tag("environment variable", name, v.as_bytes())),
+            sealed: value
+                .map(|v| crate::base::seal::tag("environment variable", name, v.as_bytes())),
         }
     }
 

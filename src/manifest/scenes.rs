@@ -10,7 +10,7 @@ use super::validate::{MAX_LABEL, MAX_THREADS};
 use super::yaml::Node as Value;
 use super::{lanes, raw};
 use super::{FileRef, GenStep, Kernel, Scene, Toolchain};
-use crate::template::{allowed, Ph};
+use crate::base::template::{allowed, Ph};
 
 impl Ctx {
     /// `scenes:`, each validated, names unique (`generated`: `scenes_from` may add the

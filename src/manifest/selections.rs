@@ -13,7 +13,7 @@ use super::raw;
 use super::suite_args;
 use super::validate::{bad_name, valid_name, Ctx};
 use super::yaml::{Kind, Node as Value};
-use crate::template::{Ph, Template};
+use crate::base::template::{Ph, Template};
 
 /// `{selection_paths}` as written in a command.
 pub const PATHS: &str = "{selection_paths}";
@@ -86,7 +86,7 @@ impl Ctx {
                 "profiles",
                 format!(
                     "unknown profile `{}` (--profile or $SCENERUN_PROFILE; defined: {known})",
-                    crate::error::clip(&name, 40)
+                    crate::base::error::clip(&name, 40)
                 ),
             );
             return None;
@@ -216,7 +216,7 @@ impl Ctx {
             .collect();
         format!(
             "unknown selection `{}` (defined under `selections:`: {})",
-            crate::error::clip(name, 40),
+            crate::base::error::clip(name, 40),
             if known.is_empty() {
                 "none".into()
             } else {

@@ -101,7 +101,7 @@ impl Ctx {
                             "signing.verify",
                             format!(
                                 "`{}` is not a place to verify: write `local`, `remote` or both",
-                                crate::error::clip(other, 40)
+                                crate::base::error::clip(other, 40)
                             ),
                         ),
                     }

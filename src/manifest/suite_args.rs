@@ -4,7 +4,7 @@
 //! Invariant: the words reach every such command as the same shell words (each quoted),
 //! before the command is parsed, so keys and `--plan` see the expanded command.
 
-use crate::template::quote;
+use crate::base::template::quote;
 
 /// The placeholder as written in a command.
 pub const PLACEHOLDER: &str = "{suite_args}";

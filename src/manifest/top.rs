@@ -13,7 +13,7 @@ use super::yaml::{self, Node as Value};
 use super::{raw, suite_args};
 use super::{CacheConfig, Generator, LockConfig, Manifest, Prepare, Toolchain};
 use super::{DEFAULT_MAX_AGE, GENERATOR_TIMEOUT};
-use crate::template::{allowed, Ph, Template, Val};
+use crate::base::template::{allowed, Ph, Template, Val};
 
 impl Ctx {
     pub(super) fn manifest(&mut self, mut top: Value) -> Option<Manifest> {
@@ -40,7 +40,7 @@ impl Ctx {
                 other.pos(),
                 format!(
                     "unsupported manifest version {} (this scenerun reads version 1)",
-                    crate::error::clip(other.as_str().unwrap_or("(not a number)"), 40)
+                    crate::base::error::clip(other.as_str().unwrap_or("(not a number)"), 40)
                 ),
             ),
         }
@@ -151,7 +151,7 @@ impl Ctx {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"_.+-".contains(&b));
             if !ok {
-                let shown = crate::error::clip(&name, 40);
+                let shown = crate::base::error::clip(&name, 40);
                 self.err(
                     "compile_cache.compilers",
                     format!("`{shown}` is not a program name (letters, digits, `_.+-`; no `/`)"),
@@ -211,7 +211,7 @@ impl Ctx {
                                         t.identity_timeout,
                                         &format!("{path}.identity_timeout"),
                                     )
-                                    .unwrap_or(crate::identity::DEFAULT_TIMEOUT),
+                                    .unwrap_or(crate::base::identity::DEFAULT_TIMEOUT),
                                 depfile,
                                 include_flag: t.include_flag.unwrap_or_else(|| "-I".into()),
                             },

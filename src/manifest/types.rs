@@ -14,7 +14,7 @@ use super::paths::FileRef;
 use super::remote;
 use super::workers::WorkerConfig;
 use super::yaml::{Kind, Node, Pos};
-use crate::template::{Ph, Template};
+use crate::base::template::{Ph, Template};
 
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86400);
 
@@ -349,7 +349,7 @@ mod tests {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ForkServer {
     /// Starts it; it listens on `$SCENERUN_FORK_SERVER` and prints `ready`.
-    pub run: crate::template::Template,
+    pub run: crate::base::template::Template,
     /// From its start to its ready line; past it, the lanes start their own interpreters.
     pub start_timeout: std::time::Duration,
 }

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use super::paths::Resolver;
 use super::yaml::{self, Node as Value};
 use super::{keys, raw, suite_args, Diag};
-use crate::template::{Ph, Template};
+use crate::base::template::{Ph, Template};
 
 // The bounds the loader holds every count to.
 
@@ -231,7 +231,7 @@ impl Ctx {
 
     pub(super) fn size(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<u64> {
         let v = v?;
-        crate::units::parse_size(&v.text())
+        crate::base::units::parse_size(&v.text())
             .map_err(|e| self.err(path, e.to_string()))
             .ok()
     }
@@ -246,7 +246,7 @@ impl Ctx {
 
     pub(super) fn duration(&mut self, v: Option<raw::Scalar>, path: &str) -> Option<Duration> {
         let v = v?;
-        crate::units::parse_duration(&v.text())
+        crate::base::units::parse_duration(&v.text())
             .map_err(|e| self.err(path, e.to_string()))
             .ok()
     }

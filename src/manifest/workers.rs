@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::raw;
 use super::validate::{bad_name, valid_name, Ctx};
 use super::yaml::Node as Value;
-use crate::template::{Ph, Template};
+use crate::base::template::{Ph, Template};
 
 /// How long a worker may take from its start to its first "ready" line when the
 /// manifest gives no `start_timeout`.

@@ -108,9 +108,9 @@ impl Node {
             (Kind::Map(_), _) => "a mapping".into(),
             (_, Some(Resolved::Null)) => "nothing (null)".into(),
             (Kind::Scalar { text, .. }, Some(Resolved::Str)) => {
-                format!("a string `{}`", crate::error::clip(text, QUOTED))
+                format!("a string `{}`", crate::base::error::clip(text, QUOTED))
             }
-            (Kind::Scalar { text, .. }, _) => crate::error::clip(text, QUOTED).into_owned(),
+            (Kind::Scalar { text, .. }, _) => crate::base::error::clip(text, QUOTED).into_owned(),
         }
     }
 
@@ -519,7 +519,7 @@ const QUOTED: usize = 80;
 
 /// "unknown field `kernals`, did you mean `kernels`?" or the list of known fields.
 pub fn unknown_field(field: &str, known: &[&str]) -> String {
-    let field = &*crate::error::clip(field, QUOTED);
+    let field = &*crate::base::error::clip(field, QUOTED);
     match did_you_mean(field, known) {
         Some(k) => format!("unknown field `{field}` (did you mean `{k}`?)"),
         None => format!(

@@ -12,15 +12,15 @@ use rayon::prelude::*;
 
 use super::StaleStep;
 use super::{cache_dir, include_paths, Lookups, Plan, PlanScene, Status, Step, Unit};
+use crate::base::layout;
+use crate::base::record::{Failures, WarmRecord};
+use crate::base::stepid::StepId;
 use crate::cache::history::{History, HistoryId};
 use crate::cache::{Entry, Kind, Lookup, Stale, Store};
 use crate::key::inputs::KeyInputs;
 use crate::key::Files;
-use crate::layout;
 use crate::manifest::{GenStep, Manifest, Toolchain};
-use crate::record::{Failures, WarmRecord};
 use crate::select::Selection;
-use crate::stepid::StepId;
 
 impl Plan {
     /// The plan of the selection; `files` is the checkout's stat memo ([`stat_memo`]).
@@ -271,7 +271,7 @@ impl Plan {
             Some(n) if n < need => {
                 let scene = widest.map(|(_, s)| s).expect("a need above 1 has a scene");
                 let m = &self.manifest;
-                Err(crate::error::err!(Usage,
+                Err(crate::base::error::err!(Usage,
                     "{}: lock.device_count is {n}, but scene `{}` needs {need} devices\n  {}: scenes[{}].device.devices: {need}",
                     m.place(m.layout.device_count),
                     scene.name,
@@ -444,18 +444,18 @@ fn identity(tc: &Toolchain, manifest: &Manifest) -> Result<Vec<u8>> {
     let Some(cmd) = &tc.identity else {
         return Ok(Vec::new());
     };
-    crate::identity::run(cmd, &manifest.dir, &manifest.env, tc.identity_timeout)
+    crate::base::identity::run(cmd, &manifest.dir, &manifest.env, tc.identity_timeout)
         .map_err(|e| identity_error(e, &format!("toolchain `{}`", tc.name)))
 }
 
 /// An identity command that gave no identity: exit 2 when the run was interrupted
 /// meanwhile (it was stopped by the cancel), else an infrastructure error (exit 3).
-fn identity_error(e: crate::identity::IdentityError, what: &str) -> anyhow::Error {
+fn identity_error(e: crate::base::identity::IdentityError, what: &str) -> anyhow::Error {
     match e {
-        crate::identity::IdentityError::Interrupted { .. } => {
-            crate::error::err!(Interrupted, "interrupted: {what}: {e}")
+        crate::base::identity::IdentityError::Interrupted { .. } => {
+            crate::base::error::err!(Interrupted, "interrupted: {what}: {e}")
         }
-        _ => crate::error::err!(Infra, "{what}: {e}"),
+        _ => crate::base::error::err!(Infra, "{what}: {e}"),
     }
 }
 
@@ -481,11 +481,11 @@ pub fn start_identities<'scope>(
         .filter_map(|tc| Some((tc.identity.as_deref()?, tc.identity_timeout)));
     let gens = gen_identity_commands(manifest, &selected)
         .into_iter()
-        .map(|(cmd, _)| (cmd, crate::identity::DEFAULT_TIMEOUT));
+        .map(|(cmd, _)| (cmd, crate::base::identity::DEFAULT_TIMEOUT));
     for (cmd, timeout) in toolchains.chain(gens) {
         let (cmd, dir, env) = (cmd.to_string(), manifest.dir.clone(), manifest.env.clone());
         s.spawn(move || {
-            let _ = crate::identity::run(&cmd, &dir, &env, timeout);
+            let _ = crate::base::identity::run(&cmd, &dir, &env, timeout);
         });
     }
 }
@@ -532,11 +532,11 @@ fn gen_identities(manifest: &Manifest, selected: &[usize]) -> Result<HashMap<Str
     each_waiting(
         &gen_identity_commands(manifest, selected),
         |&(cmd, what)| {
-            crate::identity::run(
+            crate::base::identity::run(
                 cmd,
                 &manifest.dir,
                 &manifest.env,
-                crate::identity::DEFAULT_TIMEOUT,
+                crate::base::identity::DEFAULT_TIMEOUT,
             )
             .map(|o| (cmd.to_string(), o))
             .map_err(|e| identity_error(e, &format!("{what} identity")))
@@ -563,7 +563,7 @@ mod tests {
     use std::fs;
 
     use super::*;
-    use crate::failure::{FailCause, Failure, StepFailure};
+    use crate::base::failure::{FailCause, Failure, StepFailure};
 
     /// Two scenes sharing one kernel, each with a fixture and a golden.
     fn manifest(dir: &Path) -> Manifest {
@@ -636,19 +636,19 @@ mod tests {
             .publish(staging, k.kind, &k.key, "kernel/a/k", 0.1, Vec::new())
             .unwrap();
         let f = &p.steps[1];
-        let failed = crate::record::StepRecord {
+        let failed = crate::base::record::StepRecord {
             kind: f.kind,
             scene: "a".into(),
             name: f.name.clone(),
             key: f.key.clone(),
-            outcome: crate::record::Outcome::Failed,
+            outcome: crate::base::record::Outcome::Failed,
             duration_secs: 1.0,
             log: None,
             failure: Some(Failure::Failed(FailCause::Exited { status: 1 })),
             log_tail: Some("boom\n".into()),
         };
         let mut record = WarmRecord::default();
-        record.version = crate::record::RECORD_VERSION;
+        record.version = crate::base::record::RECORD_VERSION;
         record.steps.push(failed);
         let p = {
             let mut p = plan(t.path());

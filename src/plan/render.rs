@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use super::{Fill, Plan, Step};
+use crate::base::template::{Ph, Template, Val};
 use crate::cache::Kind;
 use crate::manifest::{Kernel, Toolchain};
-use crate::template::{Ph, Template, Val};
 
 impl Plan {
     /// The step's command with everything filled but what `fill` decides.

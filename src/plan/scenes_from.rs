@@ -24,7 +24,7 @@ fn key(g: &Generator, env: &BTreeMap<String, String>, files: &Files) -> Result<S
     h.field("input-count", &(g.inputs.len() as u64).to_le_bytes());
     for f in &g.inputs {
         let hash = files.hash(&f.abs).map_err(|e| {
-            crate::error::err!(Usage, "{}: cannot read its input {}: {e}", g.label(), f.rel)
+            crate::base::error::err!(Usage, "{}: cannot read its input {}: {e}", g.label(), f.rel)
         })?;
         h.file("input", &f.rel, &hash);
     }
@@ -104,7 +104,7 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
                     g.label(),
                     cached.display()
                 );
-                crate::error::infra(what, e)
+                crate::base::error::infra(what, e)
             })?;
             done.ran += 1;
             sweep_old(&cached, m.cache.max_age);
@@ -142,7 +142,7 @@ pub fn expand(m: &mut Manifest, cache_root: &Path, files: &Files) -> Result<Expa
     }
     files.save();
     if !clashes.is_empty() {
-        return Err(crate::error::err!(
+        return Err(crate::base::error::err!(
             Usage,
             "generated scene names must be unique:\n  {}",
             clashes.join("\n  ")
@@ -165,11 +165,11 @@ const HEADER: &str = "# scenerun scenes_from output, sealed ";
 /// output: the generator runs again. Whoever can write the cache cannot make scenerun
 /// run a command this way.
 fn read_cached(path: &Path, key: &str) -> Option<String> {
-    let bytes = crate::fsutil::read_kept(path, crate::fsutil::Cap::GENERATED)?;
+    let bytes = crate::base::fsutil::read_kept(path, crate::base::fsutil::Cap::GENERATED)?;
     let text = String::from_utf8(bytes).ok()?;
     let (header, body) = text.split_once('\n')?;
     let tag = header.strip_prefix(HEADER)?;
-    crate::seal::verify(SEAL_DOMAIN, key, body.as_bytes(), tag).then(|| body.to_string())
+    crate::base::seal::verify(SEAL_DOMAIN, key, body.as_bytes(), tag).then(|| body.to_string())
 }
 
 /// What the seal of a kept output is for.
@@ -181,7 +181,7 @@ const SEAL_DOMAIN: &str = "scenes_from output";
 /// checked again here) are removed; a link is never followed.
 fn sweep_old(keep: &Path, max_age: std::time::Duration) {
     let Some(dir) = keep.parent() else { return };
-    if crate::fsutil::node(dir).ok() != Some(crate::fsutil::Node::Dir) {
+    if crate::base::fsutil::node(dir).ok() != Some(crate::base::fsutil::Node::Dir) {
         return;
     }
     let Ok(list) = std::fs::read_dir(dir) else {
@@ -205,9 +205,9 @@ fn sweep_old(keep: &Path, max_age: std::time::Duration) {
 fn write_cached(path: &Path, key: &str, text: &str) -> std::io::Result<()> {
     let header = format!(
         "{HEADER}{}\n",
-        crate::seal::tag(SEAL_DOMAIN, key, text.as_bytes())
+        crate::base::seal::tag(SEAL_DOMAIN, key, text.as_bytes())
     );
-    crate::fsutil::write_atomic(path, format!("{header}{text}").as_bytes())
+    crate::base::fsutil::write_atomic(path, format!("{header}{text}").as_bytes())
 }
 
 /// Run the generator in the manifest's directory with the manifest's env, within its
@@ -225,7 +225,7 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
         MAX_OUTPUT,
         crate::proc::Stderr::Tail,
     )
-    .map_err(|e| crate::error::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
+    .map_err(|e| crate::base::error::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     let tail = lines[lines.len().saturating_sub(20)..].join("\n    ");
@@ -234,7 +234,13 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
     } else {
         format!(":\n    {tail}")
     };
-    let failed = |what: String| Err(crate::error::err!(Usage, "{} {what}{tail}", g.label()));
+    let failed = |what: String| {
+        Err(crate::base::error::err!(
+            Usage,
+            "{} {what}{tail}",
+            g.label()
+        ))
+    };
     if out.overflowed {
         return failed(format!(
             "printed more than {} MiB (it was stopped there; scenes_from output is capped)",
@@ -244,7 +250,7 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
     match out.ended {
         Ended::Exited(0) => {}
         Ended::Interrupted => {
-            return Err(crate::error::err!(
+            return Err(crate::base::error::err!(
                 Interrupted,
                 "interrupted while {} ran (its process group was killed)",
                 g.label()
@@ -260,6 +266,6 @@ fn run(g: &Generator, m: &Manifest) -> Result<String> {
         other => return failed(format!("failed ({})", other.describe())),
     }
     String::from_utf8(out.stdout).map_err(|_| {
-        crate::error::err!(Usage, "{} printed output that is not UTF-8 text", g.label())
+        crate::base::error::err!(Usage, "{} printed output that is not UTF-8 text", g.label())
     })
 }

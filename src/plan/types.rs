@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::base::stepid::StepId;
 use crate::cache::{Entry, Kind, Stale};
 use crate::manifest::DeviceStep;
-use crate::stepid::StepId;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Status {
@@ -18,7 +18,7 @@ pub enum Status {
     /// In the cache but built again.
     Stale(StaleStep),
     /// The last warm failed this step with this very key.
-    Failed(crate::failure::StepFailure),
+    Failed(crate::base::failure::StepFailure),
 }
 
 /// Why a step whose entry is in the cache is built again.

@@ -50,7 +50,7 @@ pub fn run_handed_over(
     spec: &Spec,
     started: impl FnOnce(i32),
 ) -> io::Result<Option<std::process::ExitStatus>> {
-    let log = crate::fsutil::append_log(spec.log)?;
+    let log = crate::base::fsutil::append_log(spec.log)?;
     let cmd = sh(spec.command, spec.dir, spec.env)
         .stderr_to_stdout()
         .stdout_file(log);

@@ -129,7 +129,7 @@ impl OutputFile {
         if self.file.as_ref().is_some_and(|(_, id)| *id == here) {
             return Ok(false);
         }
-        let f = match crate::fsutil::open_regular_nofollow(&self.path) {
+        let f = match crate::base::fsutil::open_regular_nofollow(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(Unreadable::NotRegular(e)),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::env::shell;
 use super::registry::{finish, registry, Ended, Group};
 use super::spawn::{leader, start};
-use crate::units::later;
+use crate::base::units::later;
 
 /// The longest line a piped child may print; a longer one ends the conversation.
 const MAX_LINE: u64 = 1 << 20;
@@ -48,7 +48,7 @@ pub fn spawn(
     env: &BTreeMap<String, String>,
     log: &Path,
 ) -> io::Result<Option<Piped>> {
-    let log = crate::fsutil::append_log(log)?;
+    let log = crate::base::fsutil::append_log(log)?;
     let (in_r, in_w) = io::pipe()?;
     let (out_r, out_w) = io::pipe()?;
     let cmd = shell(command, dir, env)

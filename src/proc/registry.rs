@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::signals::{group_alive, signal_group, Stop};
 use super::watchdog::forget_group;
-use crate::units::later;
+use crate::base::units::later;
 
 /// Between SIGTERM and SIGKILL, unless a phase sets its own (`set_grace`).
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -287,7 +287,7 @@ pub fn install_panic_hook() {
             "error: internal error: scenerun panicked (a bug; please report it); its step processes were killed"
         );
         kill_registered_groups();
-        std::process::exit(crate::exit::Exit::Infra.code());
+        std::process::exit(crate::base::exit::Exit::Infra.code());
     }));
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::piped::{Piped, Received};
 use super::server_protocol::Ready;
-use crate::units::later;
+use crate::base::units::later;
 
 /// The prefix of every socket directory under the system's temp dir.
 const DIR_PREFIX: &str = "scenerun-fork-";
@@ -47,7 +47,9 @@ pub fn await_ready(piped: &Piped, within: Duration) -> Result<i32, NotReady> {
                     Ok(Ready {
                         ready: true, pid, ..
                     }) => Ok(pid),
-                    _ => Err(NotReady::Said(crate::error::clip(&l, 120).to_string())),
+                    _ => Err(NotReady::Said(
+                        crate::base::error::clip(&l, 120).to_string(),
+                    )),
                 }
             }
             Received::Nothing => {}

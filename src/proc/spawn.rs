@@ -15,7 +15,7 @@ use super::registry::{
 use super::signals::Stop;
 use super::view;
 use super::watchdog::{ensure_watchdog, register_self};
-use crate::units::later;
+use crate::base::units::later;
 
 /// What to run.
 pub struct Spec<'a> {
@@ -39,7 +39,7 @@ pub fn run(spec: &Spec) -> io::Result<Ended> {
 /// output after a stop signal starts.
 pub fn run_observed(spec: &Spec, started: impl FnOnce(i32)) -> io::Result<Finished> {
     // The caller started the log in a real directory (`fsutil::start_log`).
-    let log = crate::fsutil::append_log(spec.log)?;
+    let log = crate::base::fsutil::append_log(spec.log)?;
     // duct applies the outer redirection first: join stderr to stdout *after* stdout
     // points at the log (`>log 2>&1`), or stderr leaks to our stdout.
     let cmd = sh(spec.command, spec.dir, spec.env)

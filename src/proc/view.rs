@@ -159,7 +159,7 @@ fn enter(view: &[CString]) -> io::Result<()> {
 /// into (kernels, fixtures, goldens; not `compiled`, which the compiler shims inside
 /// lanes write), those that exist.
 pub fn entry_dirs(root: &Path) -> Vec<PathBuf> {
-    use crate::stepid::Kind;
+    use crate::base::stepid::Kind;
     [Kind::Kernel, Kind::Fixture, Kind::Golden]
         .iter()
         .map(|k| root.join("entries").join(k.name()))

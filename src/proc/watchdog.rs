@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::registry::registry;
 use super::signals::{group_alive, signal_group};
-use crate::units::later;
+use crate::base::units::later;
 
 /// The step's group is gone: the watchdog forgets it (children register themselves,
 /// see `register_self`).

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
+use crate::base::ui::Format;
 use crate::manifest::Scene;
-use crate::ui::Format;
 
 pub fn render(scenes: &[&Scene], format: Format) -> String {
     match format {

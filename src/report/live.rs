@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::base::notice::Notice;
+use crate::base::ui::Ui;
 use crate::device::events::{Attempt, AttemptOutcome, FollowUp, LaneRecord, Outcome, Shown};
 use crate::device::live::{Line, Live};
 use crate::device::report::Cause;
-use crate::notice::Notice;
-use crate::ui::Ui;
 
 /// The text of one live line: its first line, and the lines under it.
 fn text(l: &Live) -> String {
@@ -57,7 +57,10 @@ fn text(l: &Live) -> String {
 
 /// A scene settled without running: its word, and under a failure its message.
 fn settled_line(l: &Live, name: &str, word: &str, ok: bool, message: Option<&str>) -> String {
-    let mut text = format!("{} {word:<11} {name}", crate::ui::counter(l.done, l.total));
+    let mut text = format!(
+        "{} {word:<11} {name}",
+        crate::base::ui::counter(l.done, l.total)
+    );
     if let Some(m) = message.filter(|_| !ok) {
         for line in m.lines().take(TAIL) {
             text.push_str(&format!("\n      {line}"));
@@ -83,7 +86,7 @@ fn startup_text(r: &LaneRecord) -> String {
 const TAIL: usize = 12;
 
 fn attempt_line(a: &Attempt, name: &str, done: usize, total: usize, follow: FollowUp) -> String {
-    let counter = crate::ui::counter(done, total);
+    let counter = crate::base::ui::counter(done, total);
     let counter = match follow {
         FollowUp::Final => counter,
         _ => " ".repeat(counter.len()),
@@ -262,7 +265,7 @@ impl Shown for Ui {
         &self,
         missing: &[crate::device::not_warm::Missing],
         cache: &Path,
-        from: crate::layout::CacheFrom,
+        from: crate::base::layout::CacheFrom,
     ) -> String {
         super::not_warm::summary(missing, cache, from)
     }

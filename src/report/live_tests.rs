@@ -5,11 +5,11 @@
 use std::path::PathBuf;
 
 use super::*;
+use crate::base::notice::{LockLoss, ShimMissing};
+use crate::base::ui::BarSlot;
 use crate::device::events::Event;
 use crate::device::live::Writer;
 use crate::device::SceneOutcome;
-use crate::notice::{LockLoss, ShimMissing};
-use crate::ui::BarSlot;
 
 fn ui(quiet: bool, color: bool) -> Ui {
     Ui {
@@ -78,7 +78,7 @@ fn every_line() -> Vec<Live> {
         scene: 0,
         attempt: a,
     };
-    use crate::verdict::Outcome::*;
+    use crate::base::verdict::Outcome::*;
     use AttemptOutcome::*;
     for (name, a, follow) in [
         (

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::base::ui::Ui;
+use crate::base::verdict::{summary_line, Outcome};
 use crate::device::report::{Cause, NodeReport, Report, Sink};
 use crate::device::{SceneOutcome, SceneResult};
-use crate::ui::Ui;
-use crate::verdict::{summary_line, Outcome};
 
 /// Lines of a failed scene's output shown under it in the summary table and its
 /// annotation.
@@ -86,9 +86,9 @@ impl Report {
             nodes: self.nodes(),
         };
         let json = serde_json::to_vec_pretty(&full).expect("report serializes");
-        crate::fsutil::write_atomic(&dir.join("report.json"), &json)
+        crate::base::fsutil::write_atomic(&dir.join("report.json"), &json)
             .with_context(|| format!("writing {}", dir.join("report.json").display()))?;
-        crate::fsutil::write_atomic(&dir.join("junit.xml"), self.junit().as_bytes())
+        crate::base::fsutil::write_atomic(&dir.join("junit.xml"), self.junit().as_bytes())
             .with_context(|| format!("writing {}", dir.join("junit.xml").display()))?;
         if github {
             self.github();
@@ -121,7 +121,7 @@ impl Report {
                     case.add_property(quick_junit::Property::new(name, v.as_str()));
                 }
             }
-            case.set_time(crate::units::secs(s.duration_secs));
+            case.set_time(crate::base::units::secs(s.duration_secs));
             if !s.outcome.passed() {
                 if let Some(t) = s.log_tail.as_deref().filter(|t| !t.trim().is_empty()) {
                     case.set_system_out(t);
@@ -175,13 +175,13 @@ impl Report {
             lines.push(format!(
                 "::error title={}::{}",
                 gh_escape_property(&format!("scenerun: {} {}", s.name, s.outcome.word())),
-                gh_escape_data(&crate::ui::escape(&text))
+                gh_escape_data(&crate::base::ui::escape(&text))
             ));
         }
         if let Some(e) = &self.error {
             lines.push(format!(
                 "::error title=scenerun::{}",
-                gh_escape_data(&crate::ui::escape(e))
+                gh_escape_data(&crate::base::ui::escape(e))
             ));
         }
         lines
@@ -301,7 +301,7 @@ impl Report {
                     "lock: queued {:.2}s, held {:.2}s on {}; device busy {:.2}s; device-seconds used {:.2} of {:.2} held; efficiency {:.0}%\n",
                     l.queue_wait_secs.unwrap_or(0.0),
                     l.held_secs.unwrap_or(0.0),
-                    crate::units::count(d.granted.len(), "id"),
+                    crate::base::units::count(d.granted.len(), "id"),
                     d.busy_secs,
                     d.device_secs_used,
                     d.device_secs_held,
@@ -339,7 +339,7 @@ impl Report {
         if !nodes.is_empty() {
             lines.push(format!(
                 "{}: {}",
-                crate::units::count(nodes.len(), "test node"),
+                crate::base::units::count(nodes.len(), "test node"),
                 summary_line(nodes.iter().map(|n| n.outcome.tally()))
             ));
         }

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::base::layout::CacheFrom;
 use crate::device::not_warm::Missing;
-use crate::layout::CacheFrom;
 
 /// `compile add`, or just `fixture` where the step is named after its kind.
 fn short(m: &Missing) -> String {
@@ -34,9 +34,9 @@ pub fn summary(missing: &[Missing], cache: &Path, from: CacheFrom) -> String {
     let counts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
     let mut out = format!(
         "not warm: {} missing ({}) in {}; the lock was not taken",
-        crate::units::count(missing.len(), "artifact"),
+        crate::base::units::count(missing.len(), "artifact"),
         counts.join(", "),
-        crate::units::count(scenes.len(), "scene")
+        crate::base::units::count(scenes.len(), "scene")
     );
     for (name, steps) in scenes.iter().take(SCENES_SHOWN) {
         out.push_str(&format!("\n  {name}: {}", steps.join(", ")));
@@ -58,8 +58,8 @@ pub fn summary(missing: &[Missing], cache: &Path, from: CacheFrom) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stepid::Kind;
-    use crate::stepid::StepId;
+    use crate::base::stepid::Kind;
+    use crate::base::stepid::StepId;
 
     fn m(scene: usize, kind: Kind, step: &str) -> Missing {
         Missing {
@@ -106,7 +106,9 @@ mod tests {
         .map(|s| {
             format!(
                 "{}\n",
-                crate::error::render(&anyhow::Error::new(crate::error::Error::NotWarm(s)))
+                crate::base::error::render(&anyhow::Error::new(
+                    crate::base::error::Error::NotWarm(s)
+                ))
             )
         })
         .join("---\n");

@@ -2,9 +2,9 @@
 //! loud it is (`line`), on the terminal (`say`, and `ui::Ui` as every layer's
 //! `notice::Tell`), or on the inner run's own stderr (`inner_say`).
 
-use crate::notice::{Direction, LockLoss, Notice, ShimMissing, Tell};
-use crate::ui::Ui;
-use crate::units::short_size;
+use crate::base::notice::{Direction, LockLoss, Notice, ShimMissing, Tell};
+use crate::base::ui::Ui;
+use crate::base::units::short_size;
 
 /// How loud a notice is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,7 +164,7 @@ fn device_line(n: &Notice) -> (String, Level) {
             Notice::LockKilledAfterRelease { release_timeout } => (
                 format!(
                     "warning: device: the lock command had not returned {} after the device steps ended; its process group was killed (the results are kept)",
-                    crate::units::short_duration(*release_timeout)
+                    crate::base::units::short_duration(*release_timeout)
                 ),
                 Level::Always,
             ),
@@ -247,7 +247,7 @@ impl Tell for Ui {
 /// keeps): one `scenerun inner:` line, escaped, whatever `-q` says.
 pub fn inner_say(n: Notice) {
     let (line, _) = line(&n);
-    eprintln!("scenerun inner: {}", crate::ui::escape(&line));
+    eprintln!("scenerun inner: {}", crate::base::ui::escape(&line));
 }
 
 #[cfg(test)]

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use std::fmt::Write as _;
 
+use crate::base::ui::Ui;
+use crate::base::units::count;
 use crate::device::packing::input::PreviewProcess;
 use crate::plan::{Fill, Plan, Status};
-use crate::ui::Ui;
-use crate::units::count;
 
 pub const PLAN_SCHEMA_VERSION: u32 = 1;
 
@@ -208,7 +208,7 @@ fn lane_notes(plan: &Plan, lane: &str) -> Option<String> {
         notes.push(format!(
             "stop: {}, {}, then SIGTERM",
             stop.signal_name(),
-            crate::units::short_duration(stop.wait)
+            crate::base::units::short_duration(stop.wait)
         ));
     }
     (!notes.is_empty()).then(|| notes.join("; "))
@@ -697,7 +697,7 @@ fn selections_json(plan: &Plan) -> Option<Vec<SelectionJson<'_>>> {
 /// Lane processes as they would start (`--dry-run`): ids, scenes file and results file
 /// exist only at run time.
 fn dry_run_lanes(plan: &Plan, out: &mut String) {
-    use crate::template::{Ph, Val};
+    use crate::base::template::{Ph, Val};
     for pr in packing(plan).procs {
         let Some(lane) = &pr.lane else { continue };
         let Some(cfg) = plan.manifest.lanes.get(lane) else {
@@ -722,7 +722,7 @@ fn dry_run_lanes(plan: &Plan, out: &mut String) {
         let env: String = variant
             .env
             .iter()
-            .map(|(k, v)| format!("{k}={} ", crate::template::quote(v)))
+            .map(|(k, v)| format!("{k}={} ", crate::base::template::quote(v)))
             .collect();
         out.push_str(&format!(
             "# lane {lane}: one process ({} id{}) for {}{}\n{env}{command}\n",

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::ui::BarSlot;
+use crate::base::ui::BarSlot;
 
 fn ui(color: bool) -> Ui {
     Ui {

@@ -139,7 +139,8 @@ fn replace_part(dir: &Path, pid: u64, events: &[u8]) -> std::io::Result<()> {
         pid: Option<u64>,
     }
     let file = path(dir);
-    let old = crate::fsutil::read_kept(&file, crate::fsutil::Cap::TRACE).unwrap_or_default();
+    let old =
+        crate::base::fsutil::read_kept(&file, crate::base::fsutil::Cap::TRACE).unwrap_or_default();
     let kept: Vec<&RawValue> = serde_json::from_slice::<Doc>(&old)
         .map(|d| d.trace_events)
         .unwrap_or_default()
@@ -167,7 +168,7 @@ fn replace_part(dir: &Path, pid: u64, events: &[u8]) -> std::io::Result<()> {
     }
     doc.extend_from_slice(b"]}");
     std::fs::create_dir_all(dir)?;
-    crate::fsutil::write_atomic(&file, &doc)
+    crate::base::fsutil::write_atomic(&file, &doc)
 }
 
 /// Append one event to a comma-separated list of serialized events.
@@ -194,7 +195,7 @@ pub fn write_warm(plan: &Plan, spans: &[Span]) -> std::io::Result<()> {
     #[derive(serde::Serialize)]
     struct Args<'a> {
         key: &'a str,
-        outcome: crate::record::Outcome,
+        outcome: crate::base::record::Outcome,
         remote_bytes: Option<u64>,
         scenes: Vec<&'a str>,
     }

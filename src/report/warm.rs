@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 
 use super::diagnostics;
-use crate::notice::Notice;
+use crate::base::notice::Notice;
+use crate::base::ui::Ui;
+use crate::base::units::{short_duration, short_size};
 use crate::plan::Plan;
-use crate::ui::Ui;
-use crate::units::{short_duration, short_size};
 use crate::warm::accum::Summary;
 use crate::warm::events::{Event, Shown, UnitOutcome, WorkerNote};
 
@@ -53,10 +53,10 @@ impl<'a> Reporter<'a> {
     pub fn start(&mut self, plan: &Plan) {
         let ui = self.ui;
         let total = plan.steps.len();
-        let columns = crate::ui::columns();
-        let (template, room) = crate::ui::warm_bar(columns, total);
+        let columns = crate::base::ui::columns();
+        let (template, room) = crate::base::ui::warm_bar(columns, total);
         let bar = ui.bars.then(|| {
-            let term = Box::new(crate::ui::BarTerm::new(columns));
+            let term = Box::new(crate::base::ui::BarTerm::new(columns));
             let pb = indicatif::ProgressBar::with_draw_target(
                 Some(total as u64),
                 indicatif::ProgressDrawTarget::term_like_with_hz(term, 20),
@@ -116,7 +116,7 @@ impl<'a> Reporter<'a> {
                     short_size(up)
                 ),
             };
-            pb.set_message(crate::ui::fit(&text, self.room).into_owned());
+            pb.set_message(crate::base::ui::fit(&text, self.room).into_owned());
         }
     }
 
@@ -154,7 +154,7 @@ impl<'a> Reporter<'a> {
                     self.say(
                         &format!(
                             "{} {} skipped ({cause})",
-                            crate::ui::counter(self.finished, self.total),
+                            crate::base::ui::counter(self.finished, self.total),
                             s.id.labelled()
                         ),
                         true,
@@ -189,9 +189,9 @@ impl<'a> Reporter<'a> {
             }
             let line = format!(
                 "{} {} {} {word}",
-                crate::ui::counter(self.finished, self.total),
+                crate::base::ui::counter(self.finished, self.total),
                 s.id.labelled(),
-                short_duration(crate::units::secs(secs)),
+                short_duration(crate::base::units::secs(secs)),
             );
             let line = match (note, n) {
                 (Some(note), 0) => format!("{line}{note}"),

@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::base::failure::{FailCause, FailedStep, Failure, SkipCause, WorkerLoss};
+use crate::base::ui::BarSlot;
 use crate::cache::remote::Totals;
 use crate::cache::Kind;
-use crate::failure::{FailCause, FailedStep, Failure, SkipCause, WorkerLoss};
-use crate::ui::BarSlot;
 use crate::warm::events::WorkerNote;
 use crate::warm::testing::{entry, plan, unit_of};
 

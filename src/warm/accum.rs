@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::events::{Event, UnitOutcome};
+use crate::base::failure::{FailedStep, Failure, SkipCause, StepFailure};
+use crate::base::record::{Outcome, Recorded, StepRecord};
 use crate::cache::history::HistoryId;
 use crate::cache::Entry;
-use crate::failure::{FailedStep, Failure, SkipCause, StepFailure};
 use crate::plan::{Plan, Status};
 use crate::proc;
-use crate::record::{Outcome, Recorded, StepRecord};
 
 /// Bytes of a failed step's log kept in the warm record.
 const RECORD_TAIL: usize = 4000;
@@ -263,7 +263,9 @@ impl Accumulator {
                     let builder = &plan.steps[plan.units[s.unit].steps[0]];
                     Some(builder.id.log_path(&plan.job_dir))
                 })
-                .filter(|l| crate::fsutil::node(l).ok() == Some(crate::fsutil::Node::File)),
+                .filter(|l| {
+                    crate::base::fsutil::node(l).ok() == Some(crate::base::fsutil::Node::File)
+                }),
         };
         self.records.push(Recorded::New(StepRecord {
             kind: s.kind,
@@ -318,10 +320,10 @@ impl Accumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::failure::FailCause;
+    use crate::base::record::WarmRecord;
     use crate::cache::Kind;
-    use crate::failure::FailCause;
     use crate::plan::Lookups;
-    use crate::record::WarmRecord;
     use crate::warm::events::Event;
     use std::path::PathBuf;
     use std::time::Duration;

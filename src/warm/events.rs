@@ -1,14 +1,14 @@
 //! What the warm executor reports: typed events about units (unique artifacts), what a
 //! finished unit says about its worker, and the warm's notices; report/ renders them. The causes of
-//! failures and skips are `crate::failure`'s, which carries them on to the device phase.
+//! failures and skips are `crate::base::failure`'s, which carries them on to the device phase.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
 
 use std::sync::Arc;
 
+use crate::base::failure::{FailCause, SkipCause, WorkerLoss};
 use crate::cache::Entry;
-use crate::failure::{FailCause, SkipCause, WorkerLoss};
 use crate::plan::Plan;
 
 /// What a finished unit says about its worker besides its outcome.
@@ -106,5 +106,5 @@ pub trait Shown {
     fn event(&mut self, plan: &Plan, ev: &Event);
     /// The executor has ended: what showed the running steps goes.
     fn stop(&mut self);
-    fn notice(&mut self, n: crate::notice::Notice);
+    fn notice(&mut self, n: crate::base::notice::Notice);
 }

@@ -16,7 +16,7 @@ use std::time::{Instant, SystemTime};
 
 use super::events::{Event, UnitEnd, UnitOutcome};
 use super::sched;
-use crate::failure::SkipCause;
+use crate::base::failure::SkipCause;
 use crate::plan::Plan;
 use crate::proc;
 

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use super::{build_as, Attempt, Done, Unit};
+use crate::base::failure::FailCause;
 use crate::cache::Dep;
-use crate::failure::FailCause;
 use crate::plan::{Plan, Step};
 
 /// The first file of the step's key that changed since it was hashed, else the first of
@@ -34,14 +34,14 @@ pub(super) fn changed_during(
 /// Start the step's log (under the job dir, never through a link) with its command
 /// line; when the step starts (`started_at`).
 pub(super) fn start_log(job_dir: &Path, log: &Path, command: &str) -> i128 {
-    let _ = crate::fsutil::start_log(job_dir, log, &format!("$ {command}\n"));
+    let _ = crate::base::fsutil::start_log(job_dir, log, &format!("$ {command}\n"));
     started_at(log)
 }
 
 /// When a step starts, by the clock the filesystem stamps files with: the change time
 /// of its log, written just before the spawn (`fsutil::file_clock_at`).
 fn started_at(log: &Path) -> i128 {
-    crate::fsutil::file_clock_at(log)
+    crate::base::fsutil::file_clock_at(log)
 }
 
 /// Wait (a few ms at most) until the clock files are stamped by has ticked past now,
@@ -72,7 +72,9 @@ fn dep_changed_during(plan: &Plan, deps: &[Dep], started: i128) -> Option<PathBu
     deps.iter()
         .map(|d| plan.manifest.dir.join(&*d.path))
         .filter(|p| !p.starts_with(&plan.store.root) && !p.starts_with(&plan.job.root))
-        .find(|p| crate::fsutil::changed_since(p, started) || plan.files.changed_since_hashed(p))
+        .find(|p| {
+            crate::base::fsutil::changed_since(p, started) || plan.files.changed_since_hashed(p)
+        })
 }
 
 /// Run the unit once more under a key recomputed from the files as they are now;
@@ -117,7 +119,7 @@ mod tests {
             // The log last changed unobserved, the edit observed: on a kernel with
             // multigrain timestamps the edit is stamped finely and the log's next change
             // coarsely, which may be the very same stamp.
-            crate::fsutil::start_log(dir.path(), &log, "$ cc\n").unwrap();
+            crate::base::fsutil::start_log(dir.path(), &log, "$ cc\n").unwrap();
             let _ = started_at(&edited);
             std::fs::write(&edited, "#define VALUE 2\n").unwrap();
             let changed = started_at(&edited);

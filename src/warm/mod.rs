@@ -25,15 +25,15 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::base::failure::FailCause;
+use crate::base::notice::Notice;
+use crate::base::record::WarmRecord;
 use crate::cache::history::History;
 use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Entry, Kind, Lookup};
-use crate::failure::FailCause;
 use crate::key::inputs::Records;
-use crate::notice::Notice;
 use crate::plan::{Fill, Plan, Status, Unit};
 use crate::proc::{self, Ended};
-use crate::record::WarmRecord;
 use accum::{Accumulator, Summary};
 pub use events::Shown;
 use events::{UnitEnd, UnitOutcome};
@@ -107,7 +107,7 @@ pub fn run(plan: &Plan, opts: &Options, shown: &mut dyn Shown) -> Result<Warmed>
     acc.finish(started.elapsed().as_secs_f64());
 
     if proc::interrupted() {
-        return Err(crate::error::err!(
+        return Err(crate::base::error::err!(
             Interrupted,
             "interrupted: nothing partial was published"
         ));
@@ -181,7 +181,7 @@ fn record(
     }
     saved.map_err(|e| {
         let what = format!("cannot write the warm record in {}", plan.job_dir.display());
-        crate::error::infra(what, e)
+        crate::base::error::infra(what, e)
     })?;
     let mut summary = acc.summary;
     LastWarm {
@@ -448,7 +448,7 @@ fn unpublishable(out: &std::path::Path) -> Option<FailCause> {
             out: out.display().to_string(),
         });
     }
-    crate::fsutil::walk_files(out)
+    crate::base::fsutil::walk_files(out)
         .err()
         .map(|e| FailCause::Uncacheable {
             error: e.to_string(),
@@ -509,7 +509,7 @@ fn recorded_deps(
         return Ok(Vec::new());
     }
     // The step made it: a FIFO or link there must not block or lead out.
-    let Ok(text) = crate::fsutil::read_capped(depfile, crate::fsutil::Cap::DEPFILE)
+    let Ok(text) = crate::base::fsutil::read_capped(depfile, crate::base::fsutil::Cap::DEPFILE)
         .map(|t| String::from_utf8_lossy(&t).into_owned())
     else {
         return Err(if make_only {
@@ -532,7 +532,7 @@ fn recorded_deps(
         // since the plan hashed it: read it again rather than trust the memo.
         let built_here = path.starts_with(&plan.store.root) || path.starts_with(&plan.job.root);
         if built_here {
-            crate::fsutil::open_regular(path)
+            crate::base::fsutil::open_regular(path)
                 .and_then(|f| crate::cache::digest::Digester::new().read_all(f))
                 .map(|d| d.blake3)
         } else {
@@ -588,7 +588,10 @@ fn stamp_empty_out(step: &crate::plan::Step, out: &std::path::Path) {
             let _ = std::fs::write(out.join("prepared"), format!("{}\n", step.name));
         }
         Kind::Test if empty => {
-            let _ = std::fs::write(out.join(crate::verdict::FILE), crate::verdict::PASSED);
+            let _ = std::fs::write(
+                out.join(crate::base::verdict::FILE),
+                crate::base::verdict::PASSED,
+            );
         }
         _ => {}
     }

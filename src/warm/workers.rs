@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::events::WorkerNote;
-use crate::failure::WorkerLoss;
+use crate::base::failure::WorkerLoss;
 use crate::manifest::WorkerConfig;
 use crate::plan::{Plan, Step};
 use crate::proc::piped::{self, Piped};
@@ -233,9 +233,9 @@ impl Slot {
             .join(format!("{}.{}.log", cfg.name, self.slot));
         let header = format!("$ {command}\n");
         let logged = if self.logs.insert(log.clone()) {
-            crate::fsutil::start_log(&self.job_dir, &log, &header)
+            crate::base::fsutil::start_log(&self.job_dir, &log, &header)
         } else {
-            crate::fsutil::append_log(&log).and_then(|mut f| f.write_all(header.as_bytes()))
+            crate::base::fsutil::append_log(&log).and_then(|mut f| f.write_all(header.as_bytes()))
         };
         logged.map_err(|e| format!("cannot start its log {}: {e}", log.display()))?;
         // A socket of its own: the warm's job dir, this slot and this process name it.
@@ -243,7 +243,7 @@ impl Slot {
             "worker-{}-{}-{}",
             std::process::id(),
             self.slot,
-            crate::fsutil::unique()
+            crate::base::fsutil::unique()
         )));
         let sock_dir = socket.parent().expect("the socket has a directory");
         let dir = crate::proc::server::private_dir(sock_dir)
@@ -271,7 +271,7 @@ impl Slot {
                     (Err(NotReady::Said(s)), _) => format!("said `{s}` before it was ready"),
                     (Err(NotReady::TimedOut), _) => format!(
                         "not ready within its start_timeout ({})",
-                        crate::units::short_duration(cfg.start_timeout)
+                        crate::base::units::short_duration(cfg.start_timeout)
                     ),
                     (_, Ok(e)) => e.describe(),
                     (_, Err(e)) => e.to_string(),
@@ -349,7 +349,7 @@ fn as_process(cfg: &WorkerConfig, spec: &proc::Spec, why: &str) -> StepRun {
 /// the step's log, and wait for its end, keeping the step's timeout (on the worker's
 /// whole group) and the worker's memory cap.
 fn serve(w: &mut Worker, spec: &proc::Spec, request: &Request, cap: Option<u64>) -> Served {
-    let files = crate::fsutil::append_log(spec.log)
+    let files = crate::base::fsutil::append_log(spec.log)
         .and_then(|log| Ok((log, std::fs::File::open("/dev/null")?)));
     let (log, null) = match files {
         Ok(f) => f,
@@ -374,13 +374,13 @@ fn serve(w: &mut Worker, spec: &proc::Spec, request: &Request, cap: Option<u64>)
         {
             return Served::NoAnswer(format!(
                 "the worker did not answer within {}",
-                crate::units::short_duration(ANSWER_WAIT)
+                crate::base::units::short_duration(ANSWER_WAIT)
             ))
         }
         Err(e) => {
             w.piped.kill();
             return Served::Lost(Some(WorkerLoss::Protocol {
-                said: crate::error::clip(&e.to_string(), 120).to_string(),
+                said: crate::base::error::clip(&e.to_string(), 120).to_string(),
             }));
         }
     }
@@ -436,7 +436,7 @@ fn wait_ended(w: &Worker, stream: &UnixStream, cap: Option<u64>) -> Served {
                     return Served::Lost(None);
                 }
                 return Served::Lost(Some(WorkerLoss::Protocol {
-                    said: crate::error::clip(&e.to_string(), 120).to_string(),
+                    said: crate::base::error::clip(&e.to_string(), 120).to_string(),
                 }));
             }
         }
@@ -495,7 +495,7 @@ fn lost(
 
 /// Add a line of scenerun's own to a step's log.
 fn append(log: &Path, text: &str) {
-    if let Ok(mut f) = crate::fsutil::append_log(log) {
+    if let Ok(mut f) = crate::base::fsutil::append_log(log) {
         let _ = f.write_all(text.as_bytes());
     }
 }

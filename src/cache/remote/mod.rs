@@ -24,14 +24,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use crate::base::fsutil;
+use crate::base::notice::{Direction, Notice, Tell};
+use crate::base::units::short_size;
 use crate::cache::digest::{self, CopyError, Digester};
 use crate::cache::sign::Keys;
 use crate::cache::{Entry, FileRecord, Kind, Meta, Store};
-use crate::fsutil;
 use crate::key::{self, Files};
 use crate::manifest::remote::RemoteConfig;
-use crate::notice::{Direction, Notice, Tell};
-use crate::units::short_size;
 use anyhow::{Context, Result};
 use http::{Client, Failure};
 use record::{Record, RemoteFile};
@@ -92,7 +92,7 @@ pub enum Fetched {
 /// anyway fails the local build that follows.
 fn unstorable(path: &Path, e: &std::io::Error) -> Error {
     Error::Remote(Failure::Unstorable {
-        path: crate::error::clip(&path.display().to_string(), 120).into_owned(),
+        path: crate::base::error::clip(&path.display().to_string(), 120).into_owned(),
         why: e.to_string(),
     })
 }
@@ -148,14 +148,14 @@ impl Remote {
             .or_else(|| cfg.url.clone());
         let Some(url) = url else {
             if flags.required {
-                return Err(crate::error::err!(Usage,
+                return Err(crate::base::error::err!(Usage,
                     "--remote-required, but no remote cache is configured (cache.remote.url, --remote or $SCENERUN_REMOTE_URL)"
                 ));
             }
             return Ok(None);
         };
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(crate::error::err!(
+            return Err(crate::base::error::err!(
                 Usage,
                 "remote cache URL `{}` is not an http:// or https:// URL",
                 crate::proc::without_userinfo(&url)
@@ -201,7 +201,7 @@ impl Remote {
         self.counters.failures.fetch_add(1, Ordering::Relaxed);
         if f.is_infra() {
             if self.required {
-                return Err(crate::error::err!(
+                return Err(crate::base::error::err!(
                     Infra,
                     "remote cache: {f} (--remote-required)"
                 ));
@@ -283,7 +283,7 @@ impl Remote {
             }
         }
         // A record may claim anything: what cannot fit is not downloaded at all.
-        if let Some(free) = crate::fsutil::free_bytes(&store.root) {
+        if let Some(free) = crate::base::fsutil::free_bytes(&store.root) {
             if rec.bytes() > free {
                 let (key, bytes) = (key.to_string(), rec.bytes());
                 return Err(Failure::TooBig { key, bytes, free }.into());

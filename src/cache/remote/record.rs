@@ -157,7 +157,7 @@ impl std::fmt::Display for BadListing {
 
 /// A path from a record as a message quotes it: the server chose it, so its length too.
 fn shown(p: &str) -> std::borrow::Cow<'_, str> {
-    crate::error::clip(p, 80)
+    crate::base::error::clip(p, 80)
 }
 
 /// A kernel is one file at `out`; a fixture or golden is files under `out`, each path

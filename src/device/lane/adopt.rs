@@ -109,7 +109,7 @@ impl Pool {
             .iter()
             .map(|rec| {
                 let files = LaneFiles::of(frozen, &rec.lane, rec.n);
-                let claim = crate::fsutil::open_lock_file(&files.claim)
+                let claim = crate::base::fsutil::open_lock_file(&files.claim)
                     .ok()
                     .filter(|f| f.try_lock().is_ok());
                 let registered = claim.is_some() && rec.leader.group_alive();
@@ -231,7 +231,7 @@ impl Adopted {
     /// Hand it its ids: one JSON line in its go file, which appears whole (a rename).
     pub fn go(&self, devices: &str) -> std::io::Result<()> {
         let line = serde_json::json!({ "devices": devices }).to_string() + "\n";
-        crate::fsutil::write_atomic(&self.files.go, line.as_bytes())
+        crate::base::fsutil::write_atomic(&self.files.go, line.as_bytes())
     }
 
     /// Wait until its leader has ended (`scenerun device` reaps it and writes its

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use super::protocol::{parse_line, LaneEvent, Line, Reportlog, TestReport};
+use crate::base::verdict::Outcome;
 use crate::device::events::AttemptOutcome;
-use crate::verdict::Outcome;
 
 /// One scene of a batch, as the lane process receives it.
 #[derive(Debug, Clone)]
@@ -503,7 +503,7 @@ impl Batch {
             message: self.scenes[i].timeout.map(|t| {
                 format!(
                     "timed out after {} inside the lane process (process group killed)",
-                    crate::units::short_duration(crate::units::secs(t))
+                    crate::base::units::short_duration(crate::base::units::secs(t))
                 )
             }),
         }]

@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
+use crate::base::template::{Ph, Val};
 use crate::device::Frozen;
-use crate::template::{Ph, Val};
 
 /// The files of lane process `n` of `lane` in a run: its `{scenes}` and `{results}`,
 /// its log, and for one started before the lock its go, status and claim files. The one
@@ -127,6 +127,6 @@ pub fn prepare_files(
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    crate::fsutil::start_log(&frozen.report_dir, &files.log, &format!("$ {command}\n"))?;
+    crate::base::fsutil::start_log(&frozen.report_dir, &files.log, &format!("$ {command}\n"))?;
     Ok(std::fs::metadata(&files.log).map(|m| m.len()).unwrap_or(0))
 }

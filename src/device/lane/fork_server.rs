@@ -42,7 +42,9 @@ pub fn start(
         .map_err(|e| format!("cannot make {}: {e}", sock_dir.display()))?;
     let mut env = env.clone();
     env.insert(ENV.into(), sock.display().to_string());
-    let command = config.run.render(|_| crate::template::Val::Raw("".into()));
+    let command = config
+        .run
+        .render(|_| crate::base::template::Val::Raw("".into()));
     if let Some(logs) = log.parent() {
         std::fs::create_dir_all(logs)
             .map_err(|e| format!("cannot make {}: {e}", logs.display()))?;
@@ -143,7 +145,7 @@ pub fn refusal(
     manifest_env: &BTreeMap<String, String>,
     lane: &crate::manifest::LaneConfig,
 ) -> Option<Option<String>> {
-    let blank = |_| crate::template::Val::Raw("".into());
+    let blank = |_| crate::base::template::Val::Raw("".into());
     let Around { assigned, options } = around(&lane.run.render(blank), "fork")?;
     let Around {
         assigned: server_assigned,

@@ -16,10 +16,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::files::{self, LaneFiles};
+use crate::base::units::later;
 use crate::device::packing::packer::Unit;
 use crate::device::{Frozen, Prestarted, ProcId};
 use crate::proc;
-use crate::units::later;
 
 /// What `{devices}` and `SCENERUN_DEVICES` hold until the ids come.
 pub const SENTINEL: &str = "__scenerun_devices__";
@@ -129,7 +129,7 @@ fn spawn(frozen: &Frozen, lane: &str, scenes: Vec<usize>, n: usize) -> std::io::
         match ended {
             Ok(Some(st)) => {
                 let raw = format!("{}\n", st.into_raw());
-                let _ = crate::fsutil::write_atomic(&status, raw.as_bytes());
+                let _ = crate::base::fsutil::write_atomic(&status, raw.as_bytes());
             }
             Ok(None) => {
                 let _ = tx.send(Err(std::io::Error::other("interrupted")));
@@ -169,7 +169,7 @@ fn stop_unowned(procs: &[Proc]) {
         if owned.is_some() {
             continue;
         }
-        let Some(claim) = crate::fsutil::open_lock_file(&p.files.claim)
+        let Some(claim) = crate::base::fsutil::open_lock_file(&p.files.claim)
             .ok()
             .filter(|f| f.try_lock().is_ok())
         else {

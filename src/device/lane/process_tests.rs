@@ -5,11 +5,11 @@ use std::sync::mpsc::Receiver;
 use super::*;
 use std::sync::atomic::AtomicUsize;
 
+use crate::base::template::{allowed, Template};
 use crate::device::exec::FaultRules;
 use crate::device::lane::files::scenes_text;
 use crate::device::testing::{frozen, in_lane};
 use crate::device::Frozen;
-use crate::template::{allowed, Template};
 
 /// A frozen plan of lane scenes `names`, whose lane `l` runs `run`.
 fn lane_plan(dir: &Path, names: &[&str], run: &str) -> Frozen {

@@ -70,7 +70,7 @@ impl LaneEvent {
 
 /// An end event's `outcome`: pytest's words, and `not_reached` (docs/lanes.md); the
 /// same words as a scene test's verdict.
-pub use crate::verdict::Outcome;
+pub use crate::base::verdict::Outcome;
 
 impl From<Outcome> for AttemptOutcome {
     fn from(o: Outcome) -> AttemptOutcome {

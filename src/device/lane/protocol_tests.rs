@@ -111,7 +111,7 @@ fn a_reports_verdict_is_pytests_word() {
             other => panic!("{other:?}"),
         }
     };
-    use crate::verdict::Outcome::*;
+    use crate::base::verdict::Outcome::*;
     assert_eq!(verdict("call", "failed", false), Failed);
     assert_eq!(verdict("setup", "failed", false), Error);
     assert_eq!(verdict("teardown", "failed", false), Error);

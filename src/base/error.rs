@@ -6,7 +6,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::exit::Exit;
+use crate::base::exit::Exit;
 
 /// An error whose kind decides the exit code.
 #[derive(Debug)]
@@ -165,7 +165,7 @@ impl fmt::Display for NoManifest {
 /// `err!(Usage, "bad -k glob `{p}`: {e}")`.
 macro_rules! err {
     ($variant:ident, $($arg:tt)*) => {
-        anyhow::Error::new($crate::error::Error::$variant(format!($($arg)*)))
+        anyhow::Error::new($crate::base::error::Error::$variant(format!($($arg)*)))
     };
 }
 pub(crate) use err;
@@ -239,9 +239,9 @@ impl fmt::Display for ManifestErrors {
         // The offending line goes under each message, as rustc and just show it. The
         // file is read again here: errors are rare, and a file that cannot be read (or
         // text that was not a file) just gets no excerpt.
-        let text = crate::fsutil::read_capped_following(
+        let text = crate::base::fsutil::read_capped_following(
             std::path::Path::new(&self.file),
-            crate::fsutil::Cap::MANIFEST,
+            crate::base::fsutil::Cap::MANIFEST,
         )
         .ok()
         .and_then(|t| String::from_utf8(t).ok())

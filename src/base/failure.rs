@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::stepid::Kind;
-use crate::units::{short_duration, short_size};
+use crate::base::stepid::Kind;
+use crate::base::units::{short_duration, short_size};
 
 /// Why a warm step failed (the step's own fault, never the cache's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -421,8 +421,8 @@ mod tests {
     /// text.
     #[test]
     fn every_cause_round_trips_through_the_warm_record() {
-        use crate::record::{Outcome, Recorded, StepRecord, WarmRecord};
-        use crate::stepid::StepId;
+        use crate::base::record::{Outcome, Recorded, StepRecord, WarmRecord};
+        use crate::base::stepid::StepId;
         let t = tempfile::tempdir().unwrap();
         let job = t.path();
         let causes = every_cause();
@@ -465,7 +465,7 @@ mod tests {
     /// empty: its failures are not taken for this version's.
     #[test]
     fn an_older_warm_record_reads_as_empty() {
-        use crate::record::WarmRecord;
+        use crate::base::record::WarmRecord;
         let t = tempfile::tempdir().unwrap();
         let path = WarmRecord::path(t.path());
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -43,7 +43,7 @@ pub struct Ui {
 }
 
 /// A notice's line, as report/ words it.
-pub type Words = fn(&crate::notice::Notice) -> String;
+pub type Words = fn(&crate::base::notice::Notice) -> String;
 
 #[derive(Debug, Clone, Default)]
 pub struct BarSlot(
@@ -159,7 +159,7 @@ impl Ui {
         if self.bar.1.is_some() {
             return Vec::new();
         }
-        crate::warning::take()
+        crate::base::warning::take()
             .iter()
             .map(|w| self.safe(&(self.words)(w)).into_owned())
             .collect()

@@ -570,7 +570,7 @@ pub fn read_kept(path: &Path, cap: Cap) -> Option<Vec<u8>> {
     match read_capped(path, cap) {
         Ok(bytes) => Some(bytes),
         Err(e) if is_too_large(&e) || is_not_regular(&e) => {
-            crate::warning::post(crate::notice::Notice::Damaged {
+            crate::base::warning::post(crate::base::notice::Notice::Damaged {
                 error: e.to_string(),
             });
             None

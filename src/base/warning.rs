@@ -5,7 +5,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use crate::notice::Notice;
+use crate::base::notice::Notice;
 
 /// Posted and said (`said` only grows: each warning is said once per process).
 struct Board {

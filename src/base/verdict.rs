@@ -175,8 +175,8 @@ const MAX_MESSAGE: usize = 64 * 1024;
 /// be read, for the scene's failure message.
 pub fn read(out: &Path) -> Result<Verdict, String> {
     let path = out.join(FILE);
-    let cap = crate::fsutil::Cap::new("a test's verdict", 1024 * 1024);
-    let bytes = crate::fsutil::read_capped(&path, cap)
+    let cap = crate::base::fsutil::Cap::new("a test's verdict", 1024 * 1024);
+    let bytes = crate::base::fsutil::read_capped(&path, cap)
         .map_err(|e| format!("reading the test's verdict {}: {e}", path.display()))?;
     let mut v: Verdict = serde_json::from_slice(&bytes).map_err(|e| {
         format!(

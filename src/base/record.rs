@@ -1,5 +1,5 @@
 //! The warm record, `build/scenerun/warm.json`: per step its key, status, duration, log
-//! and, for a failure, why (typed, `crate::failure`) and the log's tail. The device phase
+//! and, for a failure, why (typed, `crate::base::failure`) and the log's tail. The device phase
 //! reads it; a recorded failure counts only while its step's key is unchanged. A record
 //! of another version reads as empty (docs/warm.md).
 
@@ -7,10 +7,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::failure::{Failure, StepFailure};
-use crate::fsutil::{self, Stamp};
-use crate::stepid::Kind;
-use crate::stepid::StepId;
+use crate::base::failure::{Failure, StepFailure};
+use crate::base::fsutil::{self, Stamp};
+use crate::base::stepid::Kind;
+use crate::base::stepid::StepId;
 
 /// 2: a failure is kept typed (`failure`); 1 had its text only (`error`).
 pub const RECORD_VERSION: u32 = 2;
@@ -133,14 +133,14 @@ pub struct WarmRecord {
 
 impl WarmRecord {
     pub fn path(job_dir: &Path) -> std::path::PathBuf {
-        crate::layout::warm_record(job_dir)
+        crate::base::layout::warm_record(job_dir)
     }
 
     pub fn load(job_dir: &Path) -> WarmRecord {
         let path = Self::path(job_dir);
         // Stamped before reading: a write in between makes the stamp stale, not wrong.
         let before = Stamp::at(&path);
-        let mut rec = crate::fsutil::read_kept(&path, crate::fsutil::Cap::WARM_RECORD)
+        let mut rec = crate::base::fsutil::read_kept(&path, crate::base::fsutil::Cap::WARM_RECORD)
             .and_then(|b| serde_json::from_slice::<WarmRecord>(&b).ok())
             .filter(|r| r.version == RECORD_VERSION)
             .unwrap_or_default();
@@ -152,7 +152,7 @@ impl WarmRecord {
     /// --from-reports`): absent is an empty record; one that cannot be read (a link, a
     /// FIFO, over its cap) or parsed is an error naming it.
     pub fn read(path: &Path) -> std::io::Result<WarmRecord> {
-        match crate::fsutil::read_capped(path, crate::fsutil::Cap::WARM_RECORD) {
+        match crate::base::fsutil::read_capped(path, crate::base::fsutil::Cap::WARM_RECORD) {
             Ok(b) => {
                 let rec: WarmRecord = serde_json::from_slice(&b)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;

@@ -37,7 +37,7 @@ fn secret() -> &'static [u8; SECRET_LEN] {
     SECRET.get_or_init(|| match secret_path().map(|p| (load_or_make(&p), p)) {
         Some((Ok(s), _)) => s,
         Some((Err(e), path)) => {
-            crate::warning::post(crate::notice::Notice::SealKey {
+            crate::base::warning::post(crate::base::notice::Notice::SealKey {
                 path,
                 error: e.to_string(),
             });
@@ -89,7 +89,7 @@ fn load_or_make(path: &Path) -> io::Result<[u8; SECRET_LEN]> {
     let tmp = dir.join(format!(
         ".seal.key.{}.{}",
         std::process::id(),
-        crate::fsutil::unique()
+        crate::base::fsutil::unique()
     ));
     let secret = random();
     let written = fs::File::options()
