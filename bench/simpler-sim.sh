@@ -10,8 +10,10 @@
 # its compile cache holds the test bodies' builds: "kernel cache warm" is then warm for
 # both (a partly cold cache made upstream compile 86 times inside the lock in earlier
 # figures, 35 once fully warm).
-# Scenarios: kernel caches warm + scene cache cold (what CI sees on a new commit: simpler's
-# kernel cache and scenerun's compile cache warm, every scene entry gone), first-run
+# Scenarios: kernel caches warm + scene cache cold (what CI sees on a new commit that
+# leaves the kernels alone: simpler's kernel cache, scenerun's compile cache and the
+# prepare steps' stamps warm, every scene entry gone), warm-kernels-prepare (the same
+# with the prepare stamps gone: simpler's own pass checks its kernel cache), first-run
 # (scenerun's whole cache removed, simpler's kernel cache warm: a runner's first run),
 # nothing changed (both caches warm), kernel cache cold, and queued: nothing changed, but another
 # job holds every id for QUEUE_S seconds (default 30) before each acquisition asks, as a
@@ -26,8 +28,8 @@
 # Env: SCENERUN_SIMPLER_TREE (required: a tree built by the realsuite setup script, its
 # env.sh beside it; for a5sim built with --platforms a5sim or sim), PLATFORM (a2a3sim or
 # a5sim; default a2a3sim), SEL (default "examples tests/st": the main run's paths),
-# DEVICES (default 0-1), SCENARIOS (default "warm-kernels first-run unchanged cold-kernels"; "queued"
-# on request), QUEUE_S, PRESTART (true or all: every lane's `prestart`), WARM_ARGS (words
+# DEVICES (default 0-1), SCENARIOS (default "warm-kernels warm-kernels-prepare first-run
+# unchanged cold-kernels"; "queued" on request), QUEUE_S, PRESTART (true or all: every lane's `prestart`), WARM_ARGS (words
 # after `scenerun warm`, e.g. --no-workers), PROFILE (a manifest profile, e.g. daily; the
 # upstream commands then take --manual include in the main run), LOAD (N busy loops on
 # the host during both sides, to see what a loaded runner sees; default 0).
@@ -47,7 +49,7 @@ a5sim) ARCH=a5 MANIFEST=scenes-a5sim.yaml SMOKES="dep_gen chip_swimlane pmu args
 esac
 MAIN_MANUAL=exclude
 [ "$PROFILE" = daily ] && MAIN_MANUAL=include
-SCENARIOS=${SCENARIOS:-warm-kernels first-run unchanged cold-kernels}
+SCENARIOS=${SCENARIOS:-warm-kernels warm-kernels-prepare first-run unchanged cold-kernels}
 QUEUE_S=${QUEUE_S:-30}
 need_tools
 need_scenerun
@@ -199,7 +201,7 @@ lanes = d.get("lanes") or []
 first = min((l["start_secs"] + l["startup_secs"] for l in lanes), default=0.0)
 c = d.get("compiles") or {}
 print(f"[bench] {sys.argv[2]}: {len(lanes)} lane processes, start-up {d['startup_secs']:.1f}s in all inside the lock; "
-      f"first test {first:.2f}s into it; compiles {c.get('hit', 0)} from the cache, {c.get('built', 0)} kept, {c.get('ran', 0)} without the cache")
+      f"first test {first:.2f}s into it; compiles {c.get('hit', 0)} from the cache, {c.get('built', 0)} kept, {c.get('ran', 0)} without the cache {c.get('reasons', {})}")
 PY
 }
 
@@ -230,17 +232,20 @@ LOADERS=""
 [ "$LOAD" -gt 0 ] && LOADERS=$(busy) && trap 'kill $LOADERS 2>/dev/null || true; [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$BENCH_TMP"' EXIT
 for s in $SCENARIOS; do
     case $s in
-    warm-kernels)
+    warm-kernels | warm-kernels-prepare)
         log "$s: upstream (kernel cache as the tree has it)"
         u=$(upstream "$s-up")
-        # The scene cache: the scenes' entries (fixtures, goldens, tests, prepare stamps),
-        # the kept scene lists and the checkout's records. The kernel caches stay, both
-        # simpler's (build/cache) and scenerun's compiled test-body builds
-        # (entries/compiled, keyed by content: a new commit that leaves a kernel alone
-        # hits it as it hits simpler's).
-        rm -rf "$W/build/scenerun-cache/entries/"{fixture,golden,test,prepare} \
-            "$W/build/scenerun-cache/generated" "$W/build/scenerun"
-        log "$s: scenerun (scene cache cold, kernel caches warm)"
+        # The scene cache: the scenes' entries (fixtures, goldens, tests), the kept scene
+        # lists and the checkout's records. The kernel caches stay: simpler's (build/cache),
+        # scenerun's compiled test-body builds (entries/compiled, keyed by content: a new
+        # commit that leaves a kernel alone hits it as it hits simpler's) and, but for
+        # warm-kernels-prepare, the prepare steps' stamps (build/scenerun/job: they say
+        # simpler's kernel cache was filled for these kernel sources, and a CI that
+        # restores build/cache restores them with it).
+        rm -rf "$W/build/scenerun-cache/entries/"{fixture,golden,test} "$W/build/scenerun-cache/generated"
+        find "$W/build/scenerun" -mindepth 1 -maxdepth 1 ! -name job -exec rm -rf {} +
+        [ "$s" = warm-kernels-prepare ] && rm -rf "$W/build/scenerun/job" "$W/build/scenerun-cache/entries/prepare"
+        log "$s: scenerun (scene cache cold, kernel caches warm, prepare stamps $([ "$s" = warm-kernels ] && echo kept || echo removed))"
         f=$(flow "$s-sr")
         ;;
     first-run)
