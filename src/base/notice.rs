@@ -53,9 +53,12 @@ pub enum Notice {
     TraceNotWritten { error: String },
 
     // The device phase: the outer, before, around and after the lock command.
-    /// Something about the lanes started before the lock went wrong (their batches
-    /// start inside it instead).
-    PrestartWarning(String),
+    /// A lane process could not be started before the lock (`error`: why): its batch
+    /// starts inside the lock.
+    LaneNotPrestarted { lane: String, error: String },
+    /// The fork server could not start (`why`: its error): each lane process starts its
+    /// own interpreter.
+    NoForkServer { why: String },
     /// Lane processes started before the lock: how many of each lane.
     Prestarted(Vec<(String, usize)>),
     /// The lock command is called, once.

@@ -123,16 +123,15 @@ fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
             );
             started
                 .map_err(|why| {
-                    let w = format!("the fork server is not there ({why}); each lane process starts its own interpreter");
-                    shown.notice(Notice::PrestartWarning(w))
+                    shown.notice(Notice::NoForkServer {
+                        why: why.to_string(),
+                    })
                 })
                 .ok()
         }
         _ => None,
     };
-    let mut prestart = prestart::start(frozen, units, grace(plan), |w| {
-        shown.notice(Notice::PrestartWarning(w))
-    });
+    let mut prestart = prestart::start(frozen, units, grace(plan), |n| shown.notice(n));
     prestart.keep_until_finished(server);
     let counts = prestart.counts();
     if !counts.is_empty() {

@@ -193,7 +193,13 @@ fn quiet_keeps_failures_and_warnings() {
 #[test]
 fn every_notice_of_the_outer() {
     let notices = [
-        Notice::PrestartWarning("lane `npu`: could not start: No such file".into()),
+        Notice::LaneNotPrestarted {
+            lane: "npu".into(),
+            error: "No such file or directory (os error 2)".into(),
+        },
+        Notice::NoForkServer {
+            why: "exited with status 1 before it was ready".into(),
+        },
         Notice::Prestarted(vec![("cpu".into(), 1), ("npu".into(), 2)]),
         Notice::TakingLock {
             command: "flock /tmp/npu.lock sh -c 'exec scenerun inner plan.json'".into(),

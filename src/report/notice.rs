@@ -30,7 +30,8 @@ pub fn line(n: &Notice) -> (String, Level) {
         | Notice::RemoteMismatch { .. }
         | Notice::RemoteTooBig { .. } => store_line(n),
         Notice::NotPruned | Notice::Pruned(_) | Notice::TraceNotWritten { .. } => warm_line(n),
-        Notice::PrestartWarning(_)
+        Notice::LaneNotPrestarted { .. }
+        | Notice::NoForkServer { .. }
         | Notice::Prestarted(_)
         | Notice::TakingLock { .. }
         | Notice::LockRanInnerTwice
@@ -142,7 +143,14 @@ fn warm_line(n: &Notice) -> (String, Level) {
 /// The device phase's: the outer's, and the inner run's about the lock.
 fn device_line(n: &Notice) -> (String, Level) {
     match n {
-            Notice::PrestartWarning(w) => (format!("warning: device: {w}"), Level::Always),
+            Notice::LaneNotPrestarted { lane, error } => (
+                format!("warning: device: lane `{lane}`: could not start a process before the lock ({error}); it starts inside the lock"),
+                Level::Always,
+            ),
+            Notice::NoForkServer { why } => (
+                format!("warning: device: the fork server is not there ({why}); each lane process starts its own interpreter"),
+                Level::Always,
+            ),
             Notice::Prestarted(counts) => {
                 let each: Vec<String> = counts
                     .iter()

@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::files::{self, LaneFiles};
+use crate::base::notice::Notice;
 use crate::base::units::later;
 use crate::device::packing::packer::Unit;
 use crate::device::{Frozen, Prestarted, ProcId};
@@ -61,7 +62,7 @@ pub fn start(
     frozen: &mut Frozen,
     units: Vec<Unit>,
     grace: Duration,
-    warn: impl Fn(String),
+    warn: impl Fn(Notice),
 ) -> Prestart {
     let mut procs = Vec::new();
     for unit in units {
@@ -73,9 +74,10 @@ pub fn start(
         }
         match spawn(frozen, &lane, scenes, procs.len()) {
             Ok(p) => procs.push(p),
-            Err(e) => warn(format!(
-                "lane `{lane}`: could not start a process before the lock ({e}); it starts inside the lock"
-            )),
+            Err(e) => warn(Notice::LaneNotPrestarted {
+                lane: lane.clone(),
+                error: e.to_string(),
+            }),
         }
     }
     frozen.prestarted = procs.iter().map(|p| p.rec.clone()).collect();
