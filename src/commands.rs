@@ -622,7 +622,9 @@ fn cache(cli: &Cli, c: &CacheCommand, ui: &Ui) -> Result<Exit> {
                     .unwrap_or(manifest::DEFAULT_MAX_AGE)
             });
             let size = max_size.or_else(|| cfg.as_ref().and_then(|c| c.max_size));
-            maintain::prune(&store, age, size, &mut |l| ui.out(&format!("{l}\n")))?;
+            maintain::prune(&store, age, size, &mut |n| {
+                ui.out(&format!("{}\n", crate::report::notice::line(&n).0))
+            })?;
             Ok(Exit::Ok)
         }
         CacheCommand::Clean => {

@@ -47,8 +47,19 @@ pub enum Notice {
     // The warm.
     /// The prune after the warm was not due: nothing was added since a recent one.
     NotPruned,
-    /// One line of what the prune after the warm did (as `cache prune` prints it).
-    Pruned(String),
+    /// A prune (after the warm, or `cache prune`) removed `removed` entries of `freed`
+    /// bytes; `now`: the cache's size after it, when a size cap is set.
+    Pruned {
+        removed: usize,
+        freed: u64,
+        now: Option<u64>,
+    },
+    /// The prune kept an entry another scenerun is using (`kind` `key`).
+    PruneKeptInUse { kind: &'static str, key: String },
+    /// The prune kept `count` entries in use by another scenerun.
+    PruneKeptBusy { count: usize },
+    /// The cache is still over its cap after the prune (`total` > `cap` bytes).
+    PruneOverCap { total: u64, cap: u64 },
     /// The trace could not be written (the warm itself stands).
     TraceNotWritten { error: String },
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{read_meta, Damage, Kind, Store};
 use crate::base::fsutil;
+use crate::base::notice::Notice;
 use crate::base::units::short_size;
 
 pub const RECENT: Duration = Duration::from_secs(24 * 3600);
@@ -260,31 +261,23 @@ struct Pruned {
 }
 
 impl Pruned {
-    fn report(&self, max_size: Option<u64>, report: &mut dyn FnMut(String)) {
+    fn report(&self, max_size: Option<u64>, report: &mut dyn FnMut(Notice)) {
         let Pruned {
             removed,
             freed,
             total,
             in_use,
         } = *self;
-        if max_size.is_some() {
-            report(format!(
-                "pruned {removed} entries ({}); cache now {}",
-                short_size(freed),
-                short_size(total)
-            ));
-        } else {
-            report(format!("pruned {removed} entries ({})", short_size(freed)));
-        }
+        report(Notice::Pruned {
+            removed,
+            freed,
+            now: max_size.map(|_| total),
+        });
         if in_use > 0 {
-            report(format!("kept {in_use} entries in use by another scenerun"));
+            report(Notice::PruneKeptBusy { count: in_use });
         }
         if let Some(cap) = max_size.filter(|&cap| total > cap) {
-            report(format!(
-                "cache is still over its cap ({} > {}): the rest was used in the last 24 h",
-                short_size(total),
-                short_size(cap)
-            ));
+            report(Notice::PruneOverCap { total, cap });
         }
     }
 }
@@ -294,7 +287,7 @@ pub fn prune(
     store: &Store,
     max_age: Duration,
     max_size: Option<u64>,
-    report: &mut dyn FnMut(String),
+    report: &mut dyn FnMut(Notice),
 ) -> Result<()> {
     store.check()?;
     let mut failed_removals = Vec::new();
@@ -339,7 +332,10 @@ pub fn prune(
             Ok(Some(lock)) => lock,
             Ok(None) => {
                 in_use += 1;
-                report(format!("in use, kept: {} {key}", kind.name()));
+                report(Notice::PruneKeptInUse {
+                    kind: kind.name(),
+                    key: key.clone(),
+                });
                 continue;
             }
             Err(e) => {

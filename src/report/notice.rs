@@ -29,7 +29,12 @@ pub fn line(n: &Notice) -> (String, Level) {
         | Notice::RemoteUnsigned { .. }
         | Notice::RemoteMismatch { .. }
         | Notice::RemoteTooBig { .. } => store_line(n),
-        Notice::NotPruned | Notice::Pruned(_) | Notice::TraceNotWritten { .. } => warm_line(n),
+        Notice::NotPruned
+        | Notice::Pruned { .. }
+        | Notice::PruneKeptInUse { .. }
+        | Notice::PruneKeptBusy { .. }
+        | Notice::PruneOverCap { .. }
+        | Notice::TraceNotWritten { .. } => warm_line(n),
         Notice::LaneNotPrestarted { .. }
         | Notice::NoForkServer { .. }
         | Notice::Prestarted(_)
@@ -131,7 +136,41 @@ fn warm_line(n: &Notice) -> (String, Level) {
                 .into(),
             Level::Verbose,
         ),
-        Notice::Pruned(line) => (line.clone(), Level::Verbose),
+        Notice::Pruned {
+            removed,
+            freed,
+            now: Some(now),
+        } => (
+            format!(
+                "pruned {removed} entries ({}); cache now {}",
+                short_size(*freed),
+                short_size(*now)
+            ),
+            Level::Verbose,
+        ),
+        Notice::Pruned {
+            removed,
+            freed,
+            now: None,
+        } => (
+            format!("pruned {removed} entries ({})", short_size(*freed)),
+            Level::Verbose,
+        ),
+        Notice::PruneKeptInUse { kind, key } => {
+            (format!("in use, kept: {kind} {key}"), Level::Verbose)
+        }
+        Notice::PruneKeptBusy { count } => (
+            format!("kept {count} entries in use by another scenerun"),
+            Level::Verbose,
+        ),
+        Notice::PruneOverCap { total, cap } => (
+            format!(
+                "cache is still over its cap ({} > {}): the rest was used in the last 24 h",
+                short_size(*total),
+                short_size(*cap)
+            ),
+            Level::Verbose,
+        ),
         Notice::TraceNotWritten { error } => (
             format!("warning: cannot write the trace: {error}"),
             Level::Info,

@@ -324,7 +324,11 @@ fn every_notice() {
     let notices = || {
         [
             Notice::NotPruned,
-            Notice::Pruned("pruned 3 entries (12.0 MiB) older than 30d".into()),
+            Notice::Pruned {
+                removed: 3,
+                freed: 12 << 20,
+                now: None,
+            },
             Notice::TraceNotWritten {
                 error: "read-only file system".into(),
             },

@@ -130,8 +130,8 @@ pub fn run(plan: &Plan, opts: &Options, shown: &mut dyn Shown) -> Result<Warmed>
                 notes.push(Notice::NotPruned);
                 return Ok(notes);
             }
-            maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |l| {
-                notes.push(Notice::Pruned(l))
+            maintain::prune(&plan.store, cfg.max_age, cfg.max_size, &mut |n| {
+                notes.push(n)
             })
             .map(|()| notes)
         });
