@@ -5,7 +5,6 @@
 //! terminal is the device phase's `Shown` here: its notices (worded by `report::notice`),
 //! the live file followed, the not-warm summary. The phase prints nothing itself.
 
-use std::io::{BufRead, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -145,6 +144,9 @@ impl Drop for Follower {
     }
 }
 
+/// The most one read of the live file takes (the rest comes with the next read).
+const LIVE_READ: u64 = 1 << 20;
+
 fn follow(path: &Path, ui: &Ui, queued: bool, stop: &AtomicBool) {
     let t0 = Instant::now();
     let bar = ui.bars.then(|| {
@@ -152,31 +154,25 @@ fn follow(path: &Path, ui: &Ui, queued: bool, stop: &AtomicBool) {
         b.enable_steady_tick(Duration::from_millis(200));
         b
     });
-    let mut pos = 0u64;
-    let mut partial = String::new();
+    // The inner run appends whole JSON lines; a line may arrive in two reads.
+    let mut file = crate::proc::output::OutputFile::new(path);
+    let mut partial: Vec<u8> = Vec::new();
     let mut state: Option<(usize, usize)> = None;
     loop {
         let stopping = stop.load(Ordering::SeqCst);
-        if let Ok(mut f) = std::fs::File::open(path) {
-            if f.seek(SeekFrom::Start(pos)).is_ok() {
-                let mut r = std::io::BufReader::new(f);
-                loop {
-                    let mut line = String::new();
-                    match r.read_line(&mut line) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            pos += n as u64;
-                            partial.push_str(&line);
-                            if !partial.ends_with('\n') {
-                                continue;
-                            }
-                            if let Ok(l) = serde_json::from_str::<Live>(partial.trim_end()) {
-                                state = Some((l.done, l.total));
-                                show(ui, bar.as_ref(), &l);
-                            }
-                            partial.clear();
-                        }
-                    }
+        while let Ok(got) = file.read(LIVE_READ) {
+            if got.restarted {
+                partial.clear();
+            }
+            if got.bytes.is_empty() {
+                break;
+            }
+            partial.extend_from_slice(&got.bytes);
+            while let Some(end) = partial.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = partial.drain(..=end).collect();
+                if let Ok(l) = serde_json::from_slice::<Live>(&line) {
+                    state = Some((l.done, l.total));
+                    show(ui, bar.as_ref(), &l);
                 }
             }
         }
