@@ -29,7 +29,7 @@ pub fn wanted(sel: &Selection) -> bool {
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
     let words: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
-    let out = crate::proc::program("git", &words, dir, &Default::default())
+    let out = crate::base::proc::program("git", &words, dir, &Default::default())
         .stdin_null()
         .stdout_capture()
         .stderr_capture()

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::base::error::Error;
 use crate::base::exit::Exit;
+use crate::base::proc;
 use crate::base::ui::{Format, Ui};
 use crate::cache::remote::{self, Remote};
 use crate::cache::{maintain, Store};
@@ -19,7 +20,7 @@ use crate::manifest;
 use crate::plan::{self, Lookups, Plan};
 use crate::report::plan_view::{self, Phases};
 use crate::select::{NoScenes, Selection};
-use crate::{affected, device, proc, warm};
+use crate::{affected, device, warm};
 
 fn on_signal(_sig: i32) {
     proc::interrupt_all();

@@ -14,7 +14,6 @@ pub mod fleet;
 pub mod key;
 pub mod manifest;
 pub mod plan;
-pub mod proc;
 pub mod report;
 #[cfg(test)]
 mod schemas;

@@ -1,7 +1,7 @@
 fn main() {
     tune_malloc();
     // A panic anywhere is exit 3 with every step group killed, never a hang.
-    scenerun::proc::install_panic_hook();
+    scenerun::base::proc::install_panic_hook();
     // A bad command line is a usage error (exit 4, docs/cli.md), not clap's default 2,
     // which means "interrupted" here; --help and --version still exit 0.
     let cli = scenerun::entry::parse_args().unwrap_or_else(|e| {

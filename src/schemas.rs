@@ -20,23 +20,23 @@ fn all() -> Vec<(&'static str, Schema)> {
         // The one server's protocol (warm steps and lanes alike): one file per message.
         (
             "server_ready",
-            schema_for!(crate::proc::server_protocol::Ready),
+            schema_for!(crate::base::proc::server_protocol::Ready),
         ),
         (
             "server_request",
-            schema_for!(crate::proc::server_protocol::Request),
+            schema_for!(crate::base::proc::server_protocol::Request),
         ),
         (
             "server_started",
-            schema_for!(crate::proc::server_protocol::Started),
+            schema_for!(crate::base::proc::server_protocol::Started),
         ),
         (
             "server_refused",
-            schema_for!(crate::proc::server_protocol::Refused),
+            schema_for!(crate::base::proc::server_protocol::Refused),
         ),
         (
             "server_ended",
-            schema_for!(crate::proc::server_protocol::Ended),
+            schema_for!(crate::base::proc::server_protocol::Ended),
         ),
         ("verdict", schema_for!(crate::base::verdict::Verdict)),
         ("trace", schema_for!(crate::report::trace::TraceFile)),

@@ -78,14 +78,14 @@ fn run_once(
     env: &BTreeMap<String, String>,
     timeout: Duration,
 ) -> Result<Vec<u8>, IdentityError> {
-    use crate::proc::Ended;
-    let out = crate::proc::capture(
+    use crate::base::proc::Ended;
+    let out = crate::base::proc::capture(
         command,
         dir,
         env,
         timeout,
         MAX_OUTPUT,
-        crate::proc::Stderr::IntoStdout,
+        crate::base::proc::Stderr::IntoStdout,
     )
     .map_err(|e| IdentityError::Start {
         command: command.to_string(),

@@ -1,7 +1,7 @@
 //! The base layer: small modules every other layer may use and that import nothing above
 //! them (units, errors and exit codes, file reads and writes, templates, the terminal,
-//! notices and the verdict words). `proc/`, the one place a child starts, is base too,
-//! beside this folder (tests/layers.rs checks both).
+//! notices and the verdict words), and `proc/`, the one place a child starts (it uses
+//! the others; tests/layers.rs checks that nothing of the base imports a layer above).
 
 pub mod device_ids;
 pub mod error;
@@ -11,6 +11,7 @@ pub mod fsutil;
 pub mod identity;
 pub mod layout;
 pub mod notice;
+pub mod proc;
 pub mod record;
 pub mod sampling;
 pub mod seal;

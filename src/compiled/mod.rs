@@ -159,7 +159,7 @@ impl Compile<'_> {
 
     /// The real compiler with `args`, its output and input this process's.
     fn run_real(&self, args: &[OsString]) -> i32 {
-        match crate::proc::program(&self.real, args, &self.cwd, &self.env()).run() {
+        match crate::base::proc::program(&self.real, args, &self.cwd, &self.env()).run() {
             Ok(o) => status_code(o.status),
             Err(e) => {
                 eprintln!("scenerun cc: cannot run {}: {e}", self.real.display());
@@ -325,7 +325,7 @@ impl Compile<'_> {
         // "Now" by the clock files are stamped with: the staging dir was just made. A file
         // the compile read that changed after this was changed during the compile.
         let started = crate::base::fsutil::file_clock_at(&out);
-        let ran = crate::proc::program(&self.real, &args, &self.cwd, &env)
+        let ran = crate::base::proc::program(&self.real, &args, &self.cwd, &env)
             .stdin_null()
             .stdout_capture()
             .stderr_capture()
@@ -493,7 +493,7 @@ impl Compile<'_> {
     /// the compiler prints them (one more run of it, on an empty input, on a miss only).
     fn search_path(&self, s: &Shape, lang: Lang) -> anyhow::Result<reads::SearchPath> {
         let args = reads::probe_args(s, lang);
-        let ran = crate::proc::program(&self.real, &args, &self.cwd, &self.env())
+        let ran = crate::base::proc::program(&self.real, &args, &self.cwd, &self.env())
             .stdin_null()
             .stdout_null()
             .stderr_capture()

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::events::{Attempt, AttemptOutcome, Event, Outcome};
 use super::{Frozen, FrozenScene};
-use crate::proc::{self, Ended};
+use crate::base::proc::{self, Ended};
 
 /// Lines of output kept under a failed scene.
 const TAIL_LINES: usize = 20;

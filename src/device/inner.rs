@@ -17,8 +17,8 @@ use super::packing::scheduler::{Scheduler, Start};
 use super::{Frozen, Results, SceneOutcome, SceneResult};
 use crate::base::exit::Exit;
 use crate::base::notice::Notice;
+use crate::base::proc;
 use crate::manifest::Prestart;
-use crate::proc;
 
 /// `scenerun inner FROZEN`: run, write the results file, exit 0, 1, 2 or 3. `say`:
 /// where what it has to say about the lock goes (report/ writes it on its stderr, which
@@ -310,7 +310,7 @@ impl<'a> Run<'a> {
 /// again in this run.
 pub fn run(frozen: &Frozen, granted: Vec<String>) -> Results {
     // The read-only view of the entries the outer chose (a no-op when it set it here).
-    crate::proc::view::enter_for_children(&frozen.readonly);
+    crate::base::proc::view::enter_for_children(&frozen.readonly);
     let admitted = admit(frozen, &granted);
     let mut sched = Scheduler::new(frozen, &granted, &admitted.runnable);
     let mut run = Run::new(frozen, &granted, admitted.fixed);

@@ -9,7 +9,7 @@
 //! - Its pid and start time are recorded in the frozen plan right after the spawn; an
 //!   inner run that starts before that waits for them (see `watch`).
 
-use crate::proc::group_alive;
+use crate::base::proc::group_alive;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -81,18 +81,18 @@ pub fn run(
     // is SIGKILLed, the watchdog sends the group SIGTERM (a queued request is cancelled,
     // held ids released by the lock tool itself), SIGKILL after a bounded wait; so no
     // lock request outlives its `device` and later takes the ids.
-    let cmd = crate::proc::watched_group(
-        crate::proc::sh(command, dir, env)
+    let cmd = crate::base::proc::watched_group(
+        crate::base::proc::sh(command, dir, env)
             .stderr_to_stdout()
             .stdout_file(out),
     );
     let called_at = super::unix_now();
     let child = cmd.start()?;
     drop(cmd);
-    let pgid = crate::proc::leader(&child);
+    let pgid = crate::base::proc::leader(&child);
     let _forget = Disown(pgid);
     if let Err(e) = record(ProcId::of(pgid)) {
-        crate::proc::signal_group(pgid, libc::SIGKILL);
+        crate::base::proc::signal_group(pgid, libc::SIGKILL);
         let _ = child.wait();
         return Err(e);
     }
@@ -111,7 +111,7 @@ pub fn run(
             // signal the rest of the group (the lock tool under a shell that died of
             // the signal) still gets its time; otherwise leftovers are killed.
             if forwarded.is_none() || !group_alive(pgid) || killed.is_some() {
-                crate::proc::signal_group(pgid, libc::SIGKILL);
+                crate::base::proc::signal_group(pgid, libc::SIGKILL);
                 let ending = match (st.code(), st.signal()) {
                     (Some(c), _) => LockEnding::Exited(c),
                     (None, Some(s)) => LockEnding::Signaled(s),
@@ -126,14 +126,14 @@ pub fn run(
                 });
             }
         }
-        if crate::proc::interrupted() && forwarded.is_none() {
-            crate::proc::signal_group(pgid, libc::SIGTERM);
+        if crate::base::proc::interrupted() && forwarded.is_none() {
+            crate::base::proc::signal_group(pgid, libc::SIGTERM);
             forwarded = Some(Instant::now());
             forwarded_at = Some(super::unix_now());
         }
         if let Some(t) = forwarded {
             if killed.is_none() && t.elapsed() >= limits.grace + super::LOCK_EXTRA_WAIT {
-                crate::proc::signal_group(pgid, libc::SIGKILL);
+                crate::base::proc::signal_group(pgid, libc::SIGKILL);
                 killed = Some(Killed::AfterForward);
             }
         }
@@ -142,7 +142,7 @@ pub fn run(
         }
         if let Some(t) = inner_ended {
             if killed.is_none() && t.elapsed() >= limits.release_timeout {
-                crate::proc::signal_group(pgid, libc::SIGKILL);
+                crate::base::proc::signal_group(pgid, libc::SIGKILL);
                 killed = Some(Killed::ReleaseTimeout);
             }
         }
@@ -156,6 +156,6 @@ struct Disown(i32);
 
 impl Drop for Disown {
     fn drop(&mut self) {
-        crate::proc::disown(self.0);
+        crate::base::proc::disown(self.0);
     }
 }

@@ -58,7 +58,7 @@ pub struct ProcId {
 impl ProcId {
     /// The process `pid` as it is now; None when there is no such process.
     pub fn of(pid: i32) -> Option<ProcId> {
-        let s = crate::proc::stat(pid)?;
+        let s = crate::base::proc::stat(pid)?;
         s.running().then_some(ProcId {
             pid,
             start: s.start,
@@ -71,7 +71,7 @@ impl ProcId {
 
     /// Still the same process, and not a zombie (a zombie runs nothing any more).
     pub fn alive(&self) -> bool {
-        crate::proc::stat(self.pid).is_some_and(|s| s.start == self.start && s.running())
+        crate::base::proc::stat(self.pid).is_some_and(|s| s.start == self.start && s.running())
     }
 
     /// This process, as the leader of its process group, or any process left in that
@@ -83,10 +83,10 @@ impl ProcId {
         }
         // A pid stays allocated while its group has members; once it names another
         // process, that one leads a new group and the old group is gone.
-        if crate::proc::stat(self.pid).is_some_and(|s| s.start != self.start) {
+        if crate::base::proc::stat(self.pid).is_some_and(|s| s.start != self.start) {
             return false;
         }
-        crate::proc::group_alive(self.pid)
+        crate::base::proc::group_alive(self.pid)
     }
 }
 
@@ -152,7 +152,7 @@ pub struct FrozenDevice {
     pub estimate: Option<f64>,
     /// `stop_signal` / `stop_wait` of its own command.
     #[serde(default)]
-    pub stop: Option<crate::proc::Stop>,
+    pub stop: Option<crate::base::proc::Stop>,
     #[serde(default)]
     pub order: crate::manifest::Order,
     /// The test node it runs: scenes of one node and lane share one lane process.

@@ -106,7 +106,7 @@ impl LockFailure {
 fn prestart_lanes(ph: Phase, frozen: &mut Frozen) -> (Prestart, Result<()>) {
     let Phase { plan, opts } = ph;
     let shown = opts.shown;
-    crate::proc::set_grace(grace(plan));
+    crate::base::proc::set_grace(grace(plan));
     let units = match prestart::wanted(frozen) {
         true => super::inner::to_prestart(frozen, frozen.device_count),
         false => Vec::new(),
@@ -149,7 +149,7 @@ fn before_lock(ph: Phase, frozen: &mut Frozen) -> Result<Prestart, Box<LockFailu
     let (mut prestart, written) = prestart_lanes(ph, frozen);
     let failure = match written {
         Err(e) => LockFailure::before(Exit::Infra, format!("was not called: {e:#}")),
-        Ok(()) if crate::proc::interrupted() => LockFailure::before(
+        Ok(()) if crate::base::proc::interrupted() => LockFailure::before(
             Exit::Interrupted,
             "interrupted before the lock command was called".into(),
         ),
@@ -204,7 +204,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         called_at: super::unix_now(),
         ..Default::default()
     };
-    if crate::proc::interrupted() {
+    if crate::base::proc::interrupted() {
         let what = "interrupted before the lock command was called".into();
         let f = LockFailure::before(Exit::Interrupted, what);
         return Err(fail(ph, frozen, report, lock, f));
@@ -236,7 +236,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
         super::runs::wait_for_inner(&run_dir, limits.grace * 2 + Duration::from_secs(1));
     prestart.finish(); // the lock is released: none of them runs on
     drop(live);
-    let tail = crate::proc::log_tail(&log, 3000);
+    let tail = crate::base::proc::log_tail(&log, 3000);
     lock.output_tail = Some(tail.clone());
     let results = read_results(frozen);
     let ran = match ran {
@@ -259,7 +259,7 @@ fn through_lock(ph: Phase, frozen: &mut Frozen, report: &mut Report) -> Result<R
     let repeated = runs::repeated(&run_dir);
     warn_lock_ending(shown, &ran, repeated, limits.release_timeout);
     let ended = LockCallEnd {
-        interrupted: crate::proc::interrupted(),
+        interrupted: crate::base::proc::interrupted(),
         inner_ended,
         repeated,
     };
@@ -593,8 +593,8 @@ fn run_in(plan: &Plan, opts: &Options, inv: &Invocation) -> Result<Exit> {
     frozen.through_lock = !opts.no_lock;
     // From here on, every child sees the entries read-only where a mount namespace can
     // be made (the lock command, and so the inner run, included).
-    frozen.readonly = crate::proc::view::entry_dirs(&plan.store.root);
-    crate::proc::view::enter_for_children(&frozen.readonly);
+    frozen.readonly = crate::base::proc::view::entry_dirs(&plan.store.root);
+    crate::base::proc::view::enter_for_children(&frozen.readonly);
     let mut witness = None;
     let laid = lay_out(&mut frozen).and_then(|()| {
         witness = listen(plan, shown, &frozen.run_dir);
@@ -611,11 +611,11 @@ fn run_in(plan: &Plan, opts: &Options, inv: &Invocation) -> Result<Exit> {
     let r = if opts.no_lock {
         // Parsed (strictly) by the command line already.
         let ids = opts.devices.clone();
-        crate::proc::set_grace(grace(plan));
+        crate::base::proc::set_grace(grace(plan));
         let live = shown.follow(super::live_path(&frozen.run_dir), false);
         let mut r = super::inner::run(&frozen, ids);
         drop(live);
-        super::ending::classify(&frozen, &mut r, false, crate::proc::interrupted());
+        super::ending::classify(&frozen, &mut r, false, crate::base::proc::interrupted());
         report.device = Some(device_report(&r, r.ended - r.started));
         r
     } else {
@@ -639,7 +639,7 @@ fn run_in(plan: &Plan, opts: &Options, inv: &Invocation) -> Result<Exit> {
             quarantined: r.quarantined.clone(),
         });
     }
-    let exit = if crate::proc::interrupted() {
+    let exit = if crate::base::proc::interrupted() {
         Exit::Interrupted
     } else {
         super::ending::exit_of(&r)

@@ -265,7 +265,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert!(outer_running(dir.path()), "the holder's lock is seen");
-        crate::proc::signal_group(holder.id() as i32, libc::SIGKILL);
+        crate::base::proc::signal_group(holder.id() as i32, libc::SIGKILL);
         holder.wait().expect("reaped");
         let t = std::time::Instant::now();
         while outer_running(dir.path()) && t.elapsed() < std::time::Duration::from_secs(10) {

@@ -80,7 +80,7 @@ pub fn start(frozen: &Frozen, plan: &std::path::Path, say: fn(Notice)) {
     let _ = WATCHED.set((outer, lock));
     let _ = SAY.set(say);
     // Every step spawn looks too, so that none starts in the gap between two looks.
-    crate::proc::set_spawn_gate(still_held);
+    crate::base::proc::set_spawn_gate(still_held);
     if !still_held() {
         return;
     }
@@ -150,7 +150,7 @@ fn lost(gone: Gone, outer: Option<&Outer>, lock: Option<ProcId>) {
     if LOST.swap(true, Ordering::SeqCst) {
         return;
     }
-    crate::proc::kill_all_now();
+    crate::base::proc::kill_all_now();
     let loss = match gone {
         Gone::Outer => LockLoss::Outer {
             pid: outer.map(|o| o.pid).unwrap_or(0),
@@ -193,7 +193,7 @@ mod tests {
         leader.wait().expect("leader ends");
         assert!(!id.alive(), "the leader is gone");
         assert!(id.group_alive(), "its group still has the sleep");
-        crate::proc::signal_group(id.pid, libc::SIGKILL);
+        crate::base::proc::signal_group(id.pid, libc::SIGKILL);
         let t = std::time::Instant::now();
         while id.group_alive() && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));

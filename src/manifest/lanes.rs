@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::raw;
 use super::validate::{bad_name, valid_name, Ctx};
 use super::validate::{MAX_DEVICES, MAX_RESTARTS, MAX_RETRIES};
+use crate::base::proc::Stop;
 use crate::base::template::{allowed, Ph, Template, Val};
-use crate::proc::Stop;
 
 /// One `lanes.<name>` entry: a command that runs a batch of scenes in one process.
 #[derive(Debug, Clone, Serialize, Deserialize)]

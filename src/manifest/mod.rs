@@ -109,8 +109,8 @@ fn warn_deprecated(m: &Manifest) {
 /// What no child of this manifest may see: its secret variables (removed), and the
 /// userinfo of the remote cache's URL in the variables that hold it (redacted).
 fn guard_children(m: &Manifest) {
-    crate::proc::hide_from_children(m.secret_env());
-    crate::proc::strip_userinfo_for_children(m.cache.remote.url_env());
+    crate::base::proc::hide_from_children(m.secret_env());
+    crate::base::proc::strip_userinfo_for_children(m.cache.remote.url_env());
 }
 
 /// The memo of a manifest that was parsed from its text, to be kept.

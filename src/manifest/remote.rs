@@ -80,7 +80,7 @@ impl Ctx {
         let r = self.take::<raw::Remote>(v, "cache.remote")?;
         let mut c = RemoteConfig::default();
         if let Some(u) = r.url {
-            if crate::proc::without_userinfo(&u) != u {
+            if crate::base::proc::without_userinfo(&u) != u {
                 self.err(
                     "cache.remote.url",
                     "a user or password written in the URL would be committed with the manifest: take the URL from the environment (`url: \"$VAR\"`) or the token from `token_env`",
@@ -92,7 +92,7 @@ impl Ctx {
                     "cache.remote.url",
                     format!(
                         "`{}` is not an http:// or https:// URL",
-                        crate::proc::without_userinfo(&url)
+                        crate::base::proc::without_userinfo(&url)
                     ),
                 );
             }

@@ -215,15 +215,15 @@ fn write_cached(path: &Path, key: &str, text: &str) -> std::io::Result<()> {
 /// its stdout (at most `MAX_OUTPUT`) is the output, its stderr is shown only when it
 /// fails.
 fn run(g: &Generator, m: &Manifest) -> Result<String> {
+    use crate::base::proc::Ended;
     use crate::manifest::generated::MAX_OUTPUT;
-    use crate::proc::Ended;
-    let out = crate::proc::capture(
+    let out = crate::base::proc::capture(
         &g.run,
         &m.dir,
         &m.env,
         g.timeout,
         MAX_OUTPUT,
-        crate::proc::Stderr::Tail,
+        crate::base::proc::Stderr::Tail,
     )
     .map_err(|e| crate::base::error::err!(Usage, "{}: cannot run it: {e}", g.label()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);

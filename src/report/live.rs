@@ -155,7 +155,7 @@ fn follow(path: &Path, ui: &Ui, queued: bool, stop: &AtomicBool) {
         b
     });
     // The inner run appends whole JSON lines; a line may arrive in two reads.
-    let mut file = crate::proc::output::OutputFile::new(path);
+    let mut file = crate::base::proc::output::OutputFile::new(path);
     let mut partial: Vec<u8> = Vec::new();
     let mut state: Option<(usize, usize)> = None;
     loop {

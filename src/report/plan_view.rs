@@ -420,10 +420,10 @@ fn device_text(plan: &Plan, out: &mut String) {
             out.push_str("lock command: none (the manifest has no `lock:`; use --no-lock)\n")
         }
     }
-    let dirs = crate::proc::view::entry_dirs(&plan.store.root);
+    let dirs = crate::base::proc::view::entry_dirs(&plan.store.root);
     out.push_str(&format!(
         "entries as device steps see them: {}\n",
-        crate::proc::view::mode(&dirs).describe()
+        crate::base::proc::view::mode(&dirs).describe()
     ));
 }
 

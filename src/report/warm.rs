@@ -242,7 +242,7 @@ impl<'a> Reporter<'a> {
         cause: &str,
         log: &std::path::Path,
     ) -> String {
-        let text = crate::proc::log_tail(log, GROUP_BYTES);
+        let text = crate::base::proc::log_tail(log, GROUP_BYTES);
         let whole = std::fs::metadata(log).map_or(true, |m| m.len() <= GROUP_BYTES as u64);
         // A whole log starts with the `$ command` line scenerun wrote; the output follows.
         let output: Vec<&str> = text.lines().skip(usize::from(whole)).collect();

@@ -8,11 +8,11 @@ use std::time::SystemTime;
 
 use super::events::{Event, UnitOutcome};
 use crate::base::failure::{FailedStep, Failure, SkipCause, StepFailure};
+use crate::base::proc;
 use crate::base::record::{Outcome, Recorded, StepRecord};
 use crate::cache::history::HistoryId;
 use crate::cache::Entry;
 use crate::plan::{Plan, Status};
-use crate::proc;
 
 /// Bytes of a failed step's log kept in the warm record.
 const RECORD_TAIL: usize = 4000;

@@ -17,8 +17,8 @@ use std::time::{Instant, SystemTime};
 use super::events::{Event, UnitEnd, UnitOutcome};
 use super::sched;
 use crate::base::failure::SkipCause;
+use crate::base::proc;
 use crate::plan::Plan;
-use crate::proc;
 
 enum Msg {
     Started {

@@ -27,13 +27,13 @@ use anyhow::Result;
 
 use crate::base::failure::FailCause;
 use crate::base::notice::Notice;
+use crate::base::proc::{self, Ended};
 use crate::base::record::WarmRecord;
 use crate::cache::history::History;
 use crate::cache::maintain::{self, LastWarm};
 use crate::cache::{Dep, Entry, Kind, Lookup};
 use crate::key::inputs::Records;
 use crate::plan::{Fill, Plan, Status, Unit};
-use crate::proc::{self, Ended};
 use accum::{Accumulator, Summary};
 pub use events::Shown;
 use events::{UnitEnd, UnitOutcome};

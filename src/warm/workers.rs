@@ -29,12 +29,12 @@ use std::time::Duration;
 
 use super::events::WorkerNote;
 use crate::base::failure::WorkerLoss;
+use crate::base::proc::piped::{self, Piped};
+use crate::base::proc::server::{NotReady, SocketDir};
+use crate::base::proc::server_protocol::{self as protocol, Answer, Request};
+use crate::base::proc::{self, Ended};
 use crate::manifest::WorkerConfig;
 use crate::plan::{Plan, Step};
-use crate::proc::piped::{self, Piped};
-use crate::proc::server::{NotReady, SocketDir};
-use crate::proc::server_protocol::{self as protocol, Answer, Request};
-use crate::proc::{self, Ended};
 
 /// How often a running step's memory is looked at when its worker has a cap.
 const MEMORY_POLL: Duration = Duration::from_millis(50);
@@ -239,14 +239,14 @@ impl Slot {
         };
         logged.map_err(|e| format!("cannot start its log {}: {e}", log.display()))?;
         // A socket of its own: the warm's job dir, this slot and this process name it.
-        let socket = crate::proc::server::socket(&self.job_dir.join(format!(
+        let socket = crate::base::proc::server::socket(&self.job_dir.join(format!(
             "worker-{}-{}-{}",
             std::process::id(),
             self.slot,
             crate::base::fsutil::unique()
         )));
         let sock_dir = socket.parent().expect("the socket has a directory");
-        let dir = crate::proc::server::private_dir(sock_dir)
+        let dir = crate::base::proc::server::private_dir(sock_dir)
             .map_err(|e| format!("cannot make {}: {e}", sock_dir.display()))?;
         let mut env = key.env.clone();
         env.insert("SCENERUN_WORKER".into(), cfg.name.clone());
@@ -256,7 +256,7 @@ impl Slot {
             Ok(None) => return Err("interrupted".into()),
             Err(e) => return Err(format!("could not start `sh -c`: {e}")),
         };
-        let ready = crate::proc::server::await_ready(&piped, cfg.start_timeout);
+        let ready = crate::base::proc::server::await_ready(&piped, cfg.start_timeout);
         match ready {
             Ok(pid) if !piped.stopping() => Ok(Worker {
                 piped,

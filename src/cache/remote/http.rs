@@ -275,7 +275,7 @@ fn wait<T>(url: &str, rx: &mpsc::Receiver<T>) -> Result<T, Failure> {
     loop {
         match rx.recv_timeout(POLL) {
             Ok(v) => return Ok(v),
-            Err(mpsc::RecvTimeoutError::Timeout) if !crate::proc::interrupted() => {}
+            Err(mpsc::RecvTimeoutError::Timeout) if !crate::base::proc::interrupted() => {}
             Err(_) => return Err(cancelled()),
         }
     }

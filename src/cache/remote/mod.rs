@@ -158,7 +158,7 @@ impl Remote {
             return Err(crate::base::error::err!(
                 Usage,
                 "remote cache URL `{}` is not an http:// or https:// URL",
-                crate::proc::without_userinfo(&url)
+                crate::base::proc::without_userinfo(&url)
             ));
         }
         let write = flags.write || cfg.write;
@@ -254,7 +254,7 @@ impl Remote {
             }
             Err(Error::Local(e)) => Err(e),
             // Cancelled: whatever the transfer gave is dropped with its staging dir.
-            Err(Error::Remote(_)) if crate::proc::interrupted() => Ok(Fetched::Miss),
+            Err(Error::Remote(_)) if crate::base::proc::interrupted() => Ok(Fetched::Miss),
             Err(Error::Remote(f)) => {
                 self.counters.misses.fetch_add(1, Ordering::Relaxed);
                 self.failed(f, false).map(|()| Fetched::Miss)
@@ -310,7 +310,7 @@ impl Remote {
         })?;
         let files = records.into_inner().expect("file records");
         // Nothing is published once the run is cancelled, not even a whole download.
-        if crate::proc::interrupted() {
+        if crate::base::proc::interrupted() {
             let url = self.client.url(&format!("ac/{key}"));
             return Err(Failure::Cancelled { url }.into());
         }
@@ -400,7 +400,7 @@ impl Remote {
         match self.try_upload(entry, unless_present) {
             Ok(sent) => Ok(sent),
             Err(Error::Local(e)) => Err(e),
-            Err(Error::Remote(_)) if crate::proc::interrupted() => Ok(0),
+            Err(Error::Remote(_)) if crate::base::proc::interrupted() => Ok(0),
             Err(Error::Remote(f)) => self.failed(f, true).map(|()| 0),
         }
     }

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::files::LaneFiles;
 use super::protocol::{parse_line, LaneEvent, Line};
+use crate::base::proc;
 use crate::device::{Frozen, Prestarted};
-use crate::proc;
 
 /// How long a leader that is gone may take to have its status written (the outer reaps
 /// it at once; longer means the outer is gone, and with it the lock).

@@ -12,14 +12,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::base::proc::piped::{self, Piped};
+use crate::base::proc::server::{self, NotReady, SocketDir};
 use crate::manifest::ForkServer;
-use crate::proc::piped::{self, Piped};
-use crate::proc::server::{self, NotReady, SocketDir};
 
 /// Where a lane finds the server: `SCENERUN_FORK_SERVER`.
-pub use crate::proc::server_protocol::SOCKET_ENV as ENV;
+pub use crate::base::proc::server_protocol::SOCKET_ENV as ENV;
 
-pub use crate::proc::server::socket;
+pub use crate::base::proc::server::socket;
 
 /// A started server, ready.
 pub struct Running {
@@ -97,7 +97,7 @@ impl Drop for Running {
     }
 }
 
-use crate::proc::server_protocol::is_start_only;
+use crate::base::proc::server_protocol::is_start_only;
 
 /// What a command line sets around `[python OPTIONS] -m scenerun_pytest WHAT`.
 #[derive(Default)]

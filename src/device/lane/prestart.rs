@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use super::files::{self, LaneFiles};
 use crate::base::notice::Notice;
+use crate::base::proc;
 use crate::base::units::later;
 use crate::device::packing::packer::Unit;
 use crate::device::{Frozen, Prestarted, ProcId};
-use crate::proc;
 
 /// What `{devices}` and `SCENERUN_DEVICES` hold until the ids come.
 pub const SENTINEL: &str = "__scenerun_devices__";

@@ -14,11 +14,11 @@ use super::batch::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
 use super::files::{lane_command, prepare_files, variant, LaneFiles};
 use super::restart::{OutputScan, RestartRules};
 use super::results_tail::Tail;
+use crate::base::proc::output::OutputFile;
+use crate::base::proc::{self, Ended};
 use crate::device::events::{Attempt, AttemptOutcome, Event, LaneRecord, Outcome};
 use crate::device::exec::{log_tail, tail_lines, Cx};
 use crate::device::FrozenScene;
-use crate::proc::output::OutputFile;
-use crate::proc::{self, Ended};
 
 /// How often a running lane's results file is read.
 const POLL: Duration = Duration::from_millis(5);

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
+use crate::base::proc::output::OutputFile;
 use crate::manifest::RestartOn;
-use crate::proc::output::OutputFile;
 
 /// Bytes of output read per look.
 const CHUNK: u64 = 1 << 20;

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 
 use super::batch::{Batch, Effect, ProcessEnd, ProtocolError};
+use crate::base::proc;
+use crate::base::proc::output::{OutputFile, Unreadable};
 use crate::device::events::Event;
-use crate::proc;
-use crate::proc::output::{OutputFile, Unreadable};
 
 /// Warnings shown per lane process (ignored results lines); the rest are counted.
 const MAX_WARNINGS: usize = 20;

@@ -133,7 +133,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::proc::{group_alive, terminate, Ended};
+    use crate::base::proc::{group_alive, terminate, Ended};
 
     /// A group this process did not put in the registry, adopted: `terminate` reaches
     /// it (SIGTERM), and `finish_adopted` ends it with the status its leader had and
