@@ -201,9 +201,13 @@ fn the_pytest_demos_outputs_are_as_snapshotted() {
     snap("pytest_list", &["list"]);
     snap("pytest_plan", &["plan"]);
     snap("pytest_warm", &["-j", "1", "warm"]);
-    // A passing case. (The case that fails on purpose is not snapshotted: the tail of
-    // its lane's output shown under it is read when its verdict arrives, sometimes
-    // before pytest has written the failure's section, so it is not one text.)
     snap("pytest_device_passed", &["device", "-k", "TestClamp.unit"]);
-    assert_eq!(pool.acquisitions(), 1, "{:?}", pool.events());
+    // The case that fails on purpose: under it, what its lane process wrote up to where
+    // the plugin said that scene's output ends (`output_bytes`, its streams flushed
+    // first), so one text on every run, never a part of what came after it.
+    snap(
+        "pytest_device_failed",
+        &["device", "-k", "TestClamp.saturate"],
+    );
+    assert_eq!(pool.acquisitions(), 2, "{:?}", pool.events());
 }

@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// One thing to tell the user. Payloads are data (paths, counts, names, durations);
 /// where the payload is an error, its text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -102,6 +104,96 @@ pub enum Notice {
     InnerAgain,
     /// The lock may be gone, and every device step was killed.
     LockLost(LockLoss),
+    /// A lane process did something that was ignored or worked around.
+    Lane(LaneNotice),
+}
+
+/// What a lane process did that was ignored or worked around (docs/lanes.md). The
+/// inner run notes these in the live file, so the type crosses that file as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LaneNotice {
+    /// A results line of no kind the protocol knows (`why`), clipped.
+    Garbage { why: String, line: String },
+    /// More ignored results lines of lane `lane` (its process `process`) than were shown.
+    MoreIgnored {
+        more: usize,
+        lane: String,
+        process: usize,
+    },
+    /// A start line for a scene that had started.
+    SecondStart { scene: String },
+    /// An end line for a scene that had ended.
+    SecondEnd { scene: String },
+    /// A start or end line for a scene that is not in the process's batch.
+    NotInBatch { scene: String },
+    /// A reportlog report for `nodeid`, whose scene `scene` had ended.
+    ReportAfterEnd { nodeid: String, scene: String },
+    /// A reportlog report for `nodeid`, which no scene of the batch owns.
+    ReportNoOwner { nodeid: String },
+    /// `who` (a scene or node) claims a duration past the process's whole life
+    /// (`ran`); it counts as `seen`, the time scenerun saw it run.
+    ClaimClamped {
+        who: String,
+        claimed: Secs,
+        ran: Secs,
+        seen: Secs,
+    },
+    /// A device fault named only ids the process does not hold.
+    ForeignFault { ids: Vec<String> },
+    /// The process started before the lock for a batch of `lane` cannot be used; the
+    /// batch runs in a process started now.
+    NotAdopted { lane: String, why: Unadoptable },
+    /// The ids could not be handed to process `process` started before the lock
+    /// (`error`); it is stopped and its batch runs in a process started now.
+    CannotHandIds {
+        lane: String,
+        process: usize,
+        error: String,
+    },
+    /// The process started before the lock for `scenes` ended before it was ready
+    /// (`how`); its batch runs in a process started now.
+    EndedBeforeReady {
+        lane: String,
+        scenes: Vec<String>,
+        how: String,
+        log: PathBuf,
+    },
+    /// The process started before the lock for a batch of `scenes` scenes (group `pid`)
+    /// was not used, as the packing inside the lock differed; it was stopped.
+    PrestartUnused {
+        lane: String,
+        scenes: usize,
+        pid: i32,
+    },
+}
+
+/// Why a process started before the lock cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Unadoptable {
+    /// `scenerun device` was stopping it.
+    BeingStopped { pid: i32 },
+    /// It reported results before it had its ids (its command does not wait for them).
+    ReportedEarly { pid: i32 },
+    /// It ended before its ids came (`how`; its output in `log`).
+    EndedEarly { pid: i32, how: String, log: PathBuf },
+    /// It was not there when the inner run started.
+    Gone { pid: i32 },
+}
+
+/// Seconds a lane claimed or ran: finite by construction (the protocol reads no other),
+/// so equal when their bits are.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secs(pub f64);
+
+impl Eq for Secs {}
+
+impl std::hash::Hash for Secs {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
 }
 
 /// A cache directory other users can write to: anyone who can may plant entries

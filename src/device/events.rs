@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+use crate::base::notice::LaneNotice;
 use serde::{Deserialize, Serialize};
 
 pub use crate::base::verdict::Outcome;
@@ -167,7 +168,7 @@ pub enum Event {
     /// These granted-id slots are faulty: quarantine them.
     Fault { slots: Vec<usize> },
     /// Something was ignored or worked around.
-    Warning(String),
+    Warning(LaneNotice),
     /// Job `job` ended; its ids are free. `handback`: scenes of a lane batch to run
     /// again in a fresh process on healthy ids (after a device fault).
     Done { job: usize, handback: Vec<usize> },
@@ -252,7 +253,7 @@ pub struct Accumulator {
     pub attempts: Vec<Vec<Attempt>>,
     pub lanes: Vec<LaneRecord>,
     pub quarantined: BTreeSet<usize>,
-    pub warnings: Vec<String>,
+    pub warnings: Vec<LaneNotice>,
     /// Scenes started and not ended yet: what a run killed now cut short.
     pub running: BTreeSet<usize>,
 }

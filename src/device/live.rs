@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::events::{Attempt, Event, FollowUp, LaneRecord};
 use super::SceneOutcome;
+use crate::base::notice::LaneNotice;
 
 /// One line of the live file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,8 +45,8 @@ pub enum Line {
         attempt: Attempt,
         follow: FollowUp,
     },
-    /// Something was ignored or worked around.
-    Warning { text: String },
+    /// Something a lane process did was ignored or worked around.
+    Warning { notice: LaneNotice },
     /// A lane process ended.
     Lane { record: LaneRecord },
 }
@@ -118,7 +119,7 @@ impl Writer {
                 };
                 self.write(!ok, Some(ok), line);
             }
-            Event::Warning(w) => self.write(true, None, Line::Warning { text: w.clone() }),
+            Event::Warning(w) => self.write(true, None, Line::Warning { notice: w.clone() }),
             Event::Lane(r) => {
                 let line = Line::Lane { record: r.clone() };
                 self.write(r.restart_reason.is_some(), None, line);

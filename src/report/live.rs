@@ -41,7 +41,7 @@ fn text(l: &Live) -> String {
             attempt,
             follow,
         } => attempt_line(attempt, name, l.done, l.total, *follow),
-        Line::Warning { text } => format!("warning: {text}"),
+        Line::Warning { notice } => crate::report::notice::line(&Notice::Lane(notice.clone())).0,
         Line::Lane { record: r } => format!(
             "      lane {} on {}: {} scene{}, start-up {}, {}",
             r.lane,

@@ -145,7 +145,10 @@ fn every_line() -> Vec<Live> {
         r.event(&attempt_event(a), name, follow);
     }
     r.event(
-        &Event::Warning("ignored a results line: not JSON".into()),
+        &Event::Warning(crate::base::notice::LaneNotice::Garbage {
+            why: "not JSON (expected value at line 1 column 1)".into(),
+            line: "garbage".into(),
+        }),
         "",
         FollowUp::Final,
     );

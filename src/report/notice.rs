@@ -2,7 +2,9 @@
 //! loud it is (`line`), on the terminal (`say`, and `ui::Ui` as every layer's
 //! `notice::Tell`), or on the inner run's own stderr (`inner_say`).
 
-use crate::base::notice::{Direction, LockLoss, Notice, ShimMissing, Tell};
+use crate::base::notice::{
+    Direction, LaneNotice, LockLoss, Notice, ShimMissing, Tell, Unadoptable,
+};
 use crate::base::ui::Ui;
 use crate::base::units::short_size;
 
@@ -50,6 +52,87 @@ pub fn line(n: &Notice) -> (String, Level) {
         | Notice::GrantRefused { .. }
         | Notice::InnerAgain
         | Notice::LockLost(_) => device_line(n),
+        Notice::Lane(l) => (format!("warning: {}", lane_text(l)), Level::Always),
+    }
+}
+
+/// What a lane process did that was ignored or worked around, in words.
+fn lane_text(l: &LaneNotice) -> String {
+    match l {
+        LaneNotice::Garbage { why, line } => format!("ignored a results line: {why}: {line}"),
+        LaneNotice::MoreIgnored {
+            more,
+            lane,
+            process,
+        } => format!("{more} more ignored results lines of lane `{lane}` (process {process}) not shown"),
+        LaneNotice::SecondStart { scene } => format!("ignored a second start of scene `{scene}`"),
+        LaneNotice::SecondEnd { scene } => format!("ignored a second end of scene `{scene}`"),
+        LaneNotice::NotInBatch { scene } => format!(
+            "ignored a result for scene `{scene}`, which is not in this lane process's batch"
+        ),
+        LaneNotice::ReportAfterEnd { nodeid, scene } => {
+            format!("ignored a report for `{nodeid}`: scene `{scene}` already ended")
+        }
+        LaneNotice::ReportNoOwner { nodeid } => format!(
+            "ignored a report for `{nodeid}`: no scene of this lane process's batch has it (or a prefix of it) in its args"
+        ),
+        LaneNotice::ClaimClamped {
+            who,
+            claimed,
+            ran,
+            seen,
+        } => format!(
+            "`{who}` claims {:e} s, more than its lane process has run ({:.3} s): clamped to {:.3} s",
+            claimed.0, ran.0, seen.0
+        ),
+        LaneNotice::ForeignFault { ids } => format!(
+            "a lane process reported a device fault on ids it does not hold ({}); ignored",
+            ids.join(",")
+        ),
+        LaneNotice::NotAdopted { lane, why } => format!(
+            "lane `{lane}`: {}: its batch runs in a process started now",
+            unadoptable_text(why)
+        ),
+        LaneNotice::CannotHandIds {
+            lane,
+            process,
+            error,
+        } => format!(
+            "lane `{lane}`: cannot hand its ids to process {process} started before the lock: {error}"
+        ),
+        LaneNotice::EndedBeforeReady {
+            lane,
+            scenes,
+            how,
+            log,
+        } => format!(
+            "lane `{lane}`: the process started before the lock for {} ended before it was ready ({how}, nothing in its results file; its output: {}): its batch runs in a process started now",
+            scenes.join(", "),
+            log.display()
+        ),
+        LaneNotice::PrestartUnused { lane, scenes, pid } => format!(
+            "lane `{lane}`: the process started before the lock for its batch of {scenes} scene{} (pid {pid}) was not used: the packing inside the lock differed; it was stopped",
+            if *scenes == 1 { "" } else { "s" }
+        ),
+    }
+}
+
+/// Why a process started before the lock cannot be used, in words.
+fn unadoptable_text(why: &Unadoptable) -> String {
+    match why {
+        Unadoptable::BeingStopped { pid } => format!(
+            "the process started before the lock (pid {pid}) was being stopped by scenerun device"
+        ),
+        Unadoptable::ReportedEarly { pid } => format!(
+            "the process started before the lock (pid {pid}) reported results before it had its ids (does the lane command wait for $SCENERUN_GO?); it is stopped"
+        ),
+        Unadoptable::EndedEarly { pid, how, log } => format!(
+            "the process started before the lock (pid {pid}) ended before its ids came ({how}; its output: {})",
+            log.display()
+        ),
+        Unadoptable::Gone { pid } => format!(
+            "the process started before the lock (pid {pid}) was not there when the inner run started"
+        ),
     }
 }
 
@@ -348,5 +431,100 @@ mod tests {
             })
             .collect();
         insta::assert_snapshot!("base_and_remote", text);
+    }
+
+    /// What lane processes did that was ignored or worked around, one of each (the
+    /// inner run notes them in the live file; the outer words them here).
+    #[test]
+    fn every_lane_notice() {
+        use crate::base::notice::Secs;
+        let pid = 4242;
+        let log = PathBuf::from("/job/logs/lanes/npu.3.log");
+        let lane = || "npu".to_string();
+        let notices = [
+            LaneNotice::Garbage {
+                why: "not JSON (expected value at line 1 column 1)".into(),
+                line: "Segmentation fault".into(),
+            },
+            LaneNotice::MoreIgnored {
+                more: 480,
+                lane: lane(),
+                process: 3,
+            },
+            LaneNotice::SecondStart {
+                scene: "add".into(),
+            },
+            LaneNotice::SecondEnd {
+                scene: "add".into(),
+            },
+            LaneNotice::NotInBatch {
+                scene: "nosuch".into(),
+            },
+            LaneNotice::ReportAfterEnd {
+                nodeid: "t.py::T::x".into(),
+                scene: "T.x".into(),
+            },
+            LaneNotice::ReportNoOwner {
+                nodeid: "other.py::x".into(),
+            },
+            LaneNotice::ClaimClamped {
+                who: "add".into(),
+                claimed: Secs(1e308),
+                ran: Secs(2.5),
+                seen: Secs(0.75),
+            },
+            LaneNotice::ForeignFault {
+                ids: vec!["7".into(), "9".into()],
+            },
+            LaneNotice::NotAdopted {
+                lane: lane(),
+                why: Unadoptable::BeingStopped { pid },
+            },
+            LaneNotice::NotAdopted {
+                lane: lane(),
+                why: Unadoptable::ReportedEarly { pid },
+            },
+            LaneNotice::NotAdopted {
+                lane: lane(),
+                why: Unadoptable::EndedEarly {
+                    pid,
+                    how: "exited with status 3".into(),
+                    log: log.clone(),
+                },
+            },
+            LaneNotice::NotAdopted {
+                lane: lane(),
+                why: Unadoptable::Gone { pid },
+            },
+            LaneNotice::CannotHandIds {
+                lane: lane(),
+                process: 3,
+                error: "Broken pipe (os error 32)".into(),
+            },
+            LaneNotice::EndedBeforeReady {
+                lane: lane(),
+                scenes: vec!["add".into(), "mul".into()],
+                how: "exited with status 3".into(),
+                log,
+            },
+            LaneNotice::PrestartUnused {
+                lane: lane(),
+                scenes: 1,
+                pid,
+            },
+            LaneNotice::PrestartUnused {
+                lane: lane(),
+                scenes: 2,
+                pid,
+            },
+        ];
+        let text: String = notices
+            .into_iter()
+            .map(|n| {
+                let (line, level) = line(&Notice::Lane(n));
+                format!("{:<8} {line}\n", format!("{level:?}"))
+            })
+            .collect();
+        insta::assert_snapshot!("lane", text);
     }
 }

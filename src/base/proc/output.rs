@@ -81,16 +81,29 @@ impl OutputFile {
     /// The first `cap` bytes appended since the last read (the rest waits for the next
     /// one). No file at the path yet: nothing, and no error.
     pub fn read(&mut self, cap: u64) -> Result<Appended, Unreadable> {
-        self.read_capped(cap, false)
+        self.read_capped(cap, false, None)
     }
 
     /// The last `cap` bytes appended since the last read; the ones before them are
     /// skipped (counted in `Appended::skipped`), never read.
     pub fn read_last(&mut self, cap: u64) -> Result<Appended, Unreadable> {
-        self.read_capped(cap, true)
+        self.read_capped(cap, true, None)
     }
 
-    fn read_capped(&mut self, cap: u64, last: bool) -> Result<Appended, Unreadable> {
+    /// As `read_last`, of what was appended before byte `end` only (the child said its
+    /// output up to there is one thing's); the next read starts at `end`. An `end` the
+    /// file has not reached, or that was read past already, says nothing: all that was
+    /// appended is read.
+    pub fn read_last_before(&mut self, cap: u64, end: u64) -> Result<Appended, Unreadable> {
+        self.read_capped(cap, true, Some(end))
+    }
+
+    fn read_capped(
+        &mut self,
+        cap: u64,
+        last: bool,
+        end: Option<u64>,
+    ) -> Result<Appended, Unreadable> {
         let mut got = Appended {
             restarted: self.follow()?,
             ..Appended::default()
@@ -104,7 +117,10 @@ impl OutputFile {
             self.pos = 0;
             got.restarted = true;
         }
-        let new = got.len - self.pos;
+        let upto = end
+            .filter(|e| (self.pos..=got.len).contains(e))
+            .unwrap_or(got.len);
+        let new = upto - self.pos;
         if last && new > cap {
             got.skipped = new - cap;
             self.pos += got.skipped;
@@ -194,6 +210,31 @@ mod tests {
         assert_eq!(out.pos(), 22);
         let mut from = OutputFile::from(&log, 18);
         assert_eq!(from.read(100).unwrap().bytes, b"efgh");
+    }
+
+    /// A child that says where one thing's output ends (a lane's `output_bytes`): that
+    /// share is read, and the next one starts there, whatever came after it already.
+    #[test]
+    fn a_share_ends_where_the_child_said_and_the_next_starts_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("lane.log");
+        append(&log, b"header\nscene a wrote this\nscene b began");
+        let mut out = OutputFile::from(&log, 7);
+        let a = out.read_last_before(100, 26).unwrap();
+        assert_eq!(a.bytes, b"scene a wrote this\n");
+        assert_eq!(out.pos(), 26);
+        let capped = OutputFile::from(&log, 7).read_last_before(5, 26).unwrap();
+        assert_eq!(
+            (capped.bytes.as_slice(), capped.skipped),
+            (&b"this\n"[..], 14)
+        );
+        // An end the file has not reached, or one read past already: all that is there.
+        let past = OutputFile::from(&log, 7)
+            .read_last_before(100, 1000)
+            .unwrap();
+        assert_eq!(past.bytes, b"scene a wrote this\nscene b began");
+        let behind = OutputFile::from(&log, 26).read_last_before(100, 3).unwrap();
+        assert_eq!(behind.bytes, b"scene b began");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::files::LaneFiles;
 use super::protocol::{parse_line, LaneEvent, Line};
+use crate::base::notice::{LaneNotice, Unadoptable};
 use crate::base::proc;
 use crate::device::{Frozen, Prestarted};
 
@@ -135,7 +136,7 @@ impl Pool {
     /// The process started before the lock for the first process of `lane`'s `batch`
     /// (frozen scene indices, in batch order): None when none was; Err(why) when it
     /// cannot be used (it ended before its ids came, or `scenerun device` stopped it).
-    pub fn take(&self, lane: &str, batch: &[usize]) -> Option<Result<Adopted, String>> {
+    pub fn take(&self, lane: &str, batch: &[usize]) -> Option<Result<Adopted, Unadoptable>> {
         let mut entries = self.entries.lock().expect("prestarted");
         let e = entries
             .iter_mut()
@@ -143,24 +144,23 @@ impl Pool {
         e.taken = true;
         let pid = e.rec.leader.pid;
         if e.claim.is_none() {
-            return Some(Err(format!(
-                "the process started before the lock (pid {pid}) was being stopped by scenerun device"
-            )));
+            return Some(Err(Unadoptable::BeingStopped { pid }));
         }
         let why = if wrote_results(&e.files.results) {
             // Its command does not wait for its ids: whatever it reported ran on none.
             if e.registered {
                 proc::terminate(pid);
             }
-            format!("the process started before the lock (pid {pid}) reported results before it had its ids (does the lane command wait for $SCENERUN_GO?); it is stopped")
+            Unadoptable::ReportedEarly { pid }
         } else if let Some(how) = ended_before(&e.rec, &e.files) {
-            format!(
-                "the process started before the lock (pid {pid}) ended before its ids came ({how}; its output: {})",
-                e.files.log.display(),
-            )
+            Unadoptable::EndedEarly {
+                pid,
+                how,
+                log: e.files.log.clone(),
+            }
         } else if !e.registered {
             // Alive now, so alive when claimed: registered; never otherwise.
-            format!("the process started before the lock (pid {pid}) was not there when the inner run started")
+            Unadoptable::Gone { pid }
         } else {
             return Some(Ok(Adopted {
                 rec: e.rec.clone(),
@@ -175,7 +175,7 @@ impl Pool {
     /// Stop every process no batch took (the packing inside the lock differed, or the
     /// run was cut short) or found unusable, and wait for them; a warning for each that
     /// was still waiting unused. A group already gone is forgotten, never signalled.
-    pub fn stop_unused(&self) -> Vec<String> {
+    pub fn stop_unused(&self) -> Vec<LaneNotice> {
         let mut entries = self.entries.lock().expect("prestarted");
         let mut warnings = Vec::new();
         let mut waits = Vec::new();
@@ -187,12 +187,11 @@ impl Pool {
                 continue;
             }
             if !e.unusable && !proc::interrupted() && !crate::device::watch::lock_lost() {
-                warnings.push(format!(
-                    "lane `{}`: the process started before the lock for its batch of {} scene{} (pid {pgid}) was not used: the packing inside the lock differed; it was stopped",
-                    e.rec.lane,
-                    e.rec.scenes.len(),
-                    if e.rec.scenes.len() == 1 { "" } else { "s" }
-                ));
+                warnings.push(LaneNotice::PrestartUnused {
+                    lane: e.rec.lane.clone(),
+                    scenes: e.rec.scenes.len(),
+                    pid: pgid,
+                });
             }
             proc::terminate(pgid);
             waits.push(Adopted {

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use super::protocol::{parse_line, LaneEvent, Line, Reportlog, TestReport};
+use crate::base::notice::{LaneNotice, Secs};
 use crate::base::verdict::Outcome;
 use crate::device::events::AttemptOutcome;
 
@@ -48,9 +49,12 @@ enum State {
 fn bounded(who: &str, claimed: f64, since: f64, now: f64, out: &mut Vec<Effect>) -> f64 {
     let seen = (now - since).max(0.0);
     if claimed > now {
-        out.push(Effect::Warn(format!(
-            "`{who}` claims {claimed:e} s, more than its lane process has run ({now:.3} s): clamped to {seen:.3} s"
-        )));
+        out.push(Effect::Warn(LaneNotice::ClaimClamped {
+            who: who.to_string(),
+            claimed: Secs(claimed),
+            ran: Secs(now),
+            seen: Secs(seen),
+        }));
     }
     claimed.min(seen)
 }
@@ -95,7 +99,10 @@ pub enum Effect {
     /// The lane asks for a fresh process for the rest of its batch.
     Restart { reason: String },
     /// A line was ignored.
-    Warn(String),
+    Warn(LaneNotice),
+    /// The scene ending next (the `Scene` that follows) wrote its output up to byte
+    /// `at` of the process's output file (its end line's `output_bytes`).
+    OutputUpTo { at: u64 },
 }
 
 /// Why a lane process ended.
@@ -311,12 +318,12 @@ impl Batch {
                 self.state[i] = State::Running { since: now };
                 out.push(Effect::Started { scene: i });
             }
-            Some(_) => out.push(Effect::Warn(format!(
-                "ignored a second start of scene `{scene}`"
-            ))),
-            None => out.push(Effect::Warn(format!(
-                "ignored a result for scene `{scene}`, which is not in this lane process's batch"
-            ))),
+            Some(_) => out.push(Effect::Warn(LaneNotice::SecondStart {
+                scene: scene.to_string(),
+            })),
+            None => out.push(Effect::Warn(LaneNotice::NotInBatch {
+                scene: scene.to_string(),
+            })),
         }
     }
 
@@ -328,10 +335,10 @@ impl Batch {
         }
         self.lines += 1;
         match parse_line(text) {
-            Line::Garbage(why) => out.push(Effect::Warn(format!(
-                "ignored a results line: {why}: {}",
-                clip(text.trim(), 120)
-            ))),
+            Line::Garbage(why) => out.push(Effect::Warn(LaneNotice::Garbage {
+                why,
+                line: clip(text.trim(), 120),
+            })),
             Line::Reportlog(Reportlog::Other) => {}
             Line::Reportlog(Reportlog::SessionFinish) => self.clean = true,
             Line::Reportlog(Reportlog::TestReport(r)) => self.report(r, now, &mut out),
@@ -362,7 +369,14 @@ impl Batch {
                 outcome,
                 duration_secs,
                 message,
-            } => self.end(&scene, outcome.into(), duration_secs, message, now, out),
+                output_bytes,
+            } => {
+                self.end(&scene, outcome.into(), duration_secs, message, now, out);
+                // Only an end that ended its scene says where that scene's output ends.
+                if let (Some(at), Some(Effect::Scene { .. })) = (output_bytes, out.last()) {
+                    out.insert(out.len() - 1, Effect::OutputUpTo { at });
+                }
+            }
         }
     }
 
@@ -397,12 +411,12 @@ impl Batch {
                     message,
                 });
             }
-            Some(_) => out.push(Effect::Warn(format!(
-                "ignored a second end of scene `{scene}`"
-            ))),
-            None => out.push(Effect::Warn(format!(
-                "ignored a result for scene `{scene}`, which is not in this lane process's batch"
-            ))),
+            Some(_) => out.push(Effect::Warn(LaneNotice::SecondEnd {
+                scene: scene.to_string(),
+            })),
+            None => out.push(Effect::Warn(LaneNotice::NotInBatch {
+                scene: scene.to_string(),
+            })),
         }
     }
 
@@ -417,16 +431,17 @@ impl Batch {
                 let prev = self.last_result;
                 self.result_seen(now);
                 self.close_others(i, out);
-                let (since, mut tests, node, d0) = match std::mem::replace(&mut self.state[i], State::Done) {
-                    State::Reporting {
-                        since,
-                        tests,
-                        node,
-                        duration,
-                    } => (since, tests, node, duration),
-                    State::Running { since } => (since, None, None, 0.0),
-                    _ => (prev, None, None, 0.0),
-                };
+                let (since, mut tests, node, d0) =
+                    match std::mem::replace(&mut self.state[i], State::Done) {
+                        State::Reporting {
+                            since,
+                            tests,
+                            node,
+                            duration,
+                        } => (since, tests, node, duration),
+                        State::Running { since } => (since, None, None, 0.0),
+                        _ => (prev, None, None, 0.0),
+                    };
                 // Another node: the one before it is complete, a test of the scene.
                 let mut node = match node {
                     Some(n) if n.id == nodeid => n,
@@ -453,13 +468,11 @@ impl Batch {
                     duration: bounded(&nodeid, d0 + duration, since, now, out),
                 };
             }
-            Some(i) => out.push(Effect::Warn(format!(
-                "ignored a report for `{nodeid}`: scene `{}` already ended",
-                self.scenes[i].name
-            ))),
-            None => out.push(Effect::Warn(format!(
-                "ignored a report for `{nodeid}`: no scene of this lane process's batch has it (or a prefix of it) in its args"
-            ))),
+            Some(i) => out.push(Effect::Warn(LaneNotice::ReportAfterEnd {
+                nodeid,
+                scene: self.scenes[i].name.clone(),
+            })),
+            None => out.push(Effect::Warn(LaneNotice::ReportNoOwner { nodeid })),
         }
     }
 

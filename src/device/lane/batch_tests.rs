@@ -74,6 +74,31 @@ fn start_and_end_events_give_outcomes() {
     assert!(e.is_empty() && requeue.is_empty());
 }
 
+/// An end line's `output_bytes` says where its scene's output ends, just before the
+/// scene's effect; an end line that ends nothing says nothing of the output.
+#[test]
+fn an_end_that_says_where_its_output_ends_is_followed_by_the_scene() {
+    let mut b = batch(&[("a", &[], None)]);
+    b.feed(r#"{"scene": "a", "event": "start"}"#, 0.1);
+    let end = r#"{"scene": "a", "event": "end", "outcome": "failed", "output_bytes": 812}"#;
+    let e = b.feed(end, 0.2);
+    assert!(
+        matches!(
+            &e[..],
+            [
+                Effect::OutputUpTo { at: 812 },
+                Effect::Scene { scene: 0, .. }
+            ]
+        ),
+        "{e:?}"
+    );
+    let e = b.feed(end, 0.3);
+    assert!(
+        matches!(&e[..], [Effect::Warn(LaneNotice::SecondEnd { .. })]),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn unknown_scenes_and_garbage_are_warnings_only() {
     let mut b = batch(&[("a", &[], None)]);
@@ -81,11 +106,17 @@ fn unknown_scenes_and_garbage_are_warnings_only() {
         r#"{"scene": "zzz", "event": "end", "outcome": "passed"}"#,
         0.1,
     );
-    assert!(matches!(&e[..], [Effect::Warn(w)] if w.contains("zzz")));
+    assert!(
+        matches!(&e[..], [Effect::Warn(LaneNotice::NotInBatch { scene })] if scene == "zzz"),
+        "{e:?}"
+    );
     let e = b.feed("not json at all", 0.2);
     assert!(matches!(&e[..], [Effect::Warn(_)]));
     let e = b.feed(&report("other.py::x", "call", "passed"), 0.3);
-    assert!(matches!(&e[..], [Effect::Warn(w)] if w.contains("other.py::x")));
+    assert!(
+        matches!(&e[..], [Effect::Warn(LaneNotice::ReportNoOwner { nodeid })] if nodeid == "other.py::x"),
+        "{e:?}"
+    );
     // Nothing counted as a result.
     assert_eq!(b.startup(), None);
 }

@@ -14,6 +14,7 @@ use super::batch::{Batch, BatchScene, Deadline, Effect, ProcessEnd};
 use super::files::{lane_command, prepare_files, variant, LaneFiles};
 use super::restart::{OutputScan, RestartRules};
 use super::results_tail::Tail;
+use crate::base::notice::LaneNotice;
 use crate::base::proc::output::OutputFile;
 use crate::base::proc::{self, Ended};
 use crate::device::events::{Attempt, AttemptOutcome, Event, LaneRecord, Outcome};
@@ -23,10 +24,15 @@ use crate::device::FrozenScene;
 /// How often a running lane's results file is read.
 const POLL: Duration = Duration::from_millis(5);
 
-/// The output a lane process wrote since `mark` (its scene's share of the log).
-fn output_since(log: &Path, mark: &mut u64) -> String {
+/// The output a lane process wrote since `mark` (its scene's share of the log), up to
+/// where the process said that scene's output ends, if it did.
+fn output_since(log: &Path, mark: &mut u64, end: Option<u64>) -> String {
     let mut out = OutputFile::from(log, *mark);
-    let got = out.read_last(16 * 1024).unwrap_or_default();
+    let got = match end {
+        Some(end) => out.read_last_before(16 * 1024, end),
+        None => out.read_last(16 * 1024),
+    }
+    .unwrap_or_default();
     *mark = out.pos();
     tail_lines(&String::from_utf8_lossy(&got.bytes))
 }
@@ -134,10 +140,10 @@ impl Slot<'_> {
         };
         let adopted = match adopted {
             Some(Err(why)) => {
-                let _ = self.tx.send(Event::Warning(format!(
-                    "lane `{}`: {why}: its batch runs in a process started now",
-                    self.lane
-                )));
+                let _ = self.tx.send(Event::Warning(LaneNotice::NotAdopted {
+                    lane: self.lane.to_string(),
+                    why,
+                }));
                 None
             }
             Some(Ok(a)) => Some(a),
@@ -242,6 +248,8 @@ struct LaneProcess<'a> {
     t: Instant,
     /// The end of the log shown with a scene so far.
     mark: u64,
+    /// Where the output of the scene ending next ends, when the process said so.
+    output_end: Option<u64>,
     killing: Option<ProcessEnd>,
     /// A scene's timeout, said once the process has been stopped (its stop signal's
     /// output belongs to it).
@@ -297,6 +305,7 @@ impl<'a> LaneProcess<'a> {
             start: cx.now(),
             t: Instant::now(),
             mark: 0,
+            output_end: None,
             killing: None,
             expired: Vec::new(),
             stopped_at: None,
@@ -366,10 +375,11 @@ impl<'a> LaneProcess<'a> {
         if let Err(e) = a.go(&self.devices.join(",")) {
             // It waits for ever otherwise; it ends before it was ready, and its batch
             // runs in a fresh process.
-            let _ = self.tx.send(Event::Warning(format!(
-                "lane `{}`: cannot hand its ids to process {} started before the lock: {e}",
-                self.lane, self.n
-            )));
+            let _ = self.tx.send(Event::Warning(LaneNotice::CannotHandIds {
+                lane: self.lane.to_string(),
+                process: self.n,
+                error: e.to_string(),
+            }));
             proc::terminate(pgid);
         }
         self.watch(move |pg_tx| {
@@ -522,7 +532,7 @@ impl<'a> LaneProcess<'a> {
                 format!("restarted: {why}"),
             );
         }
-        let unreported = output_since(&self.log, &mut self.mark.clone());
+        let unreported = output_since(&self.log, &mut self.mark.clone(), None);
         match self.cx.faults.matches(e, &unreported) {
             Some(why) => {
                 // None named: every id of the process.
@@ -604,12 +614,12 @@ impl<'a> LaneProcess<'a> {
             Err(e) => e.to_string(),
         };
         let names: Vec<String> = self.members().map(|s| s.name.clone()).collect();
-        let _ = self.tx.send(Event::Warning(format!(
-            "lane `{}`: the process started before the lock for {} ended before it was ready ({how}, nothing in its results file; its output: {}): its batch runs in a process started now",
-            self.lane,
-            names.join(", "),
-            self.log.display()
-        )));
+        let _ = self.tx.send(Event::Warning(LaneNotice::EndedBeforeReady {
+            lane: self.lane.to_string(),
+            scenes: names.clone(),
+            how: how.clone(),
+            log: self.log.clone(),
+        }));
         let (started, go) = self.prestart.unwrap_or_default();
         let _ = self.tx.send(Event::Lane(LaneRecord {
             lane: self.lane.to_string(),
@@ -638,16 +648,15 @@ impl<'a> LaneProcess<'a> {
             .copied()
             .filter(|&s| named.is_empty() || named.contains(&granted[s]))
             .collect();
-        let foreign: Vec<&str> = named
+        let foreign: Vec<String> = named
             .iter()
             .filter(|id| !self.slots.iter().any(|&s| &granted[s] == *id))
-            .map(String::as_str)
+            .cloned()
             .collect();
         if !foreign.is_empty() {
-            let _ = self.tx.send(Event::Warning(format!(
-                "a lane process reported a device fault on ids it does not hold ({}); ignored",
-                foreign.join(",")
-            )));
+            let _ = self
+                .tx
+                .send(Event::Warning(LaneNotice::ForeignFault { ids: foreign }));
         }
         if mine.is_empty() {
             return false;
@@ -664,6 +673,7 @@ impl<'a> LaneProcess<'a> {
                 let _ = self.tx.send(Event::Warning(w.clone()));
             }
             Effect::Fault { .. } | Effect::Restart { .. } => {}
+            Effect::OutputUpTo { at } => self.output_end = Some(*at),
             Effect::Started { scene } => {
                 let _ = self.tx.send(Event::Started {
                     scene: self.batch[*scene],
@@ -677,7 +687,8 @@ impl<'a> LaneProcess<'a> {
                 message,
             } => {
                 let outcome = *verdict;
-                let mut output = output_since(&self.log, &mut self.mark);
+                let end = self.output_end.take();
+                let mut output = output_since(&self.log, &mut self.mark, end);
                 let quiet = outcome.not_a_failure() || outcome == AttemptOutcome::NotRun;
                 let mut message = message.clone();
                 // The scene a stop signal was sent for gets what followed it.

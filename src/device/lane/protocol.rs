@@ -38,6 +38,11 @@ pub enum LaneEvent {
         duration_secs: Option<f64>,
         #[serde(default, deserialize_with = "lenient::text")]
         message: Option<String>,
+        /// The size of the process's output file when the scene ended, its streams
+        /// flushed first: the scene's share of that output ends there (without it, it
+        /// ends where the output stands when the line is read).
+        #[serde(default, deserialize_with = "lenient::bytes")]
+        output_bytes: Option<u64>,
     },
     /// The runtime is poisoned: a fresh process on the same ids should run the rest.
     Restart {
@@ -169,6 +174,11 @@ mod lenient {
         Ok(Value::deserialize(d)?
             .as_f64()
             .filter(|n| n.is_finite() && *n >= 0.0))
+    }
+
+    /// A whole number of bytes: anything else is absent.
+    pub fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Ok(Value::deserialize(d)?.as_u64())
     }
 
     /// A string; an empty one is none.

@@ -20,13 +20,14 @@ fn parses_every_kind_of_line() {
     );
     assert_eq!(
         parse_line(
-            r#"{"scene": "a", "event": "end", "outcome": "failed", "duration_secs": 1.5, "message": "MISMATCH", "extra": 1}"#
+            r#"{"scene": "a", "event": "end", "outcome": "failed", "duration_secs": 1.5, "message": "MISMATCH", "output_bytes": 4096, "extra": 1}"#
         ),
         Line::Event(LaneEvent::End {
             scene: "a".into(),
             outcome: Outcome::Failed,
             duration_secs: Some(1.5),
-            message: Some("MISMATCH".into())
+            message: Some("MISMATCH".into()),
+            output_bytes: Some(4096)
         })
     );
     assert_eq!(
@@ -75,13 +76,14 @@ fn parses_every_kind_of_line() {
 fn optional_keys_of_the_wrong_type_are_read_as_absent() {
     assert_eq!(
         parse_line(
-            r#"{"scene": "a", "event": "end", "outcome": "passed", "duration_secs": "1", "message": ""}"#
+            r#"{"scene": "a", "event": "end", "outcome": "passed", "duration_secs": "1", "message": "", "output_bytes": -1}"#
         ),
         Line::Event(LaneEvent::End {
             scene: "a".into(),
             outcome: Outcome::Passed,
             duration_secs: None,
-            message: None
+            message: None,
+            output_bytes: None
         })
     );
     assert_eq!(
@@ -132,6 +134,7 @@ fn every_event() -> Vec<LaneEvent> {
             outcome: Outcome::Passed,
             duration_secs: None,
             message: None,
+            output_bytes: None,
         },
         LaneEvent::Restart { reason: None },
         LaneEvent::DeviceFault {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 
 use super::batch::{Batch, Effect, ProcessEnd, ProtocolError};
+use crate::base::notice::LaneNotice;
 use crate::base::proc;
 use crate::base::proc::output::{OutputFile, Unreadable};
 use crate::device::events::Event;
@@ -78,9 +79,11 @@ impl Tail {
     /// One warning that counts the warnings not shown, if any.
     pub(super) fn report_unshown(&self, lane: &str, n: usize, tx: &Sender<Event>) {
         if let Some(more) = self.warned.checked_sub(MAX_WARNINGS).filter(|&m| m > 0) {
-            let _ = tx.send(Event::Warning(format!(
-                "{more} more ignored results lines of lane `{lane}` (process {n}) not shown"
-            )));
+            let _ = tx.send(Event::Warning(LaneNotice::MoreIgnored {
+                more,
+                lane: lane.to_string(),
+                process: n,
+            }));
         }
     }
 

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, TypedDict, Union
 
@@ -31,12 +31,18 @@ class StartRecord(TypedDict):
     event: Literal["start"]
 
 
-class EndRecord(TypedDict):
+class _EndRecordKeys(TypedDict):
     scene: str
     event: Literal["end"]
     outcome: str  # an Outcome's value
     duration_secs: float
     message: str
+
+
+class EndRecord(_EndRecordKeys, total=False):
+    #: The size of the process's output file once its streams are flushed: where the
+    #: scene's share of the output ends (none when the output is no regular file).
+    output_bytes: int
 
 
 class RestartRecord(TypedDict):
@@ -164,6 +170,9 @@ class Batch:
     #: Why the runtime is poisoned; the lane restarts once the running scene is done.
     restart: str | None = None
     restart_said: bool = False
+    #: Flushes the process's output and says how far it stands (``output_bytes``);
+    #: the plugin sets it, none outside pytest.
+    output_mark: Callable[[], int | None] | None = None
 
     def start(self, entry: Entry) -> None:
         if entry.scene not in self.started:
@@ -199,15 +208,17 @@ class Batch:
             return
         self.ended.add(entry.scene)
         began = self.started.get(entry.scene)
-        self.results.write(
-            {
-                "scene": entry.scene,
-                "event": "end",
-                "outcome": verdict.outcome.value,
-                "duration_secs": round(time.monotonic() - began, 6) if began is not None else 0.0,
-                "message": verdict.message,
-            }
-        )
+        record: EndRecord = {
+            "scene": entry.scene,
+            "event": "end",
+            "outcome": verdict.outcome.value,
+            "duration_secs": round(time.monotonic() - began, 6) if began is not None else 0.0,
+            "message": verdict.message,
+        }
+        at = self.output_mark() if self.output_mark else None
+        if at is not None:
+            record["output_bytes"] = at
+        self.results.write(record)
         if self.restart is not None:
             self.say_restart()
 

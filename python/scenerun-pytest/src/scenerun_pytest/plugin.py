@@ -30,7 +30,7 @@ from typing import Any, Callable, Generator, Mapping
 
 import pytest
 
-from . import SceneTest, codec, dumps, hookspecs, install, prestart, protocol, restart
+from . import SceneTest, codec, dumps, hookspecs, install, output, prestart, protocol, restart
 from .lane import CASE_OPTION, Batch, Entry, scene_outputs
 from .lane import load as load_batch
 from .outcome import Outcome, Verdict, of_exception, of_report
@@ -67,10 +67,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_load_initial_conftests(
     early_config: pytest.Config, parser: pytest.Parser, args: list[str]
 ) -> Generator[None, object, None]:
-    """Before capture starts, keep the real stderr (stop-signal dumps go there); after the
+    """Before capture starts, keep the real stderr (stop-signal dumps go there) and the
+    output log (where a scene's share of it ends, :mod:`.output`); after the
     suite's own conftests, give it ``--platform`` unless it has one (scenerun's manifests
     pass ``--platform {platform}`` to `collect` either way)."""
     dumps.keep_original_stderr(early_config)
+    output.keep(early_config)
     yield
     try:
         parser.addoption("--platform", dest="platform", default=None, help="keep the cases of this platform")
@@ -100,6 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if batch.in_lane:
         _own_the_results(config, batch.results.path)
+        batch.output_mark = output.mark(config)
     directory = os.path.dirname(batch.results.path or "") or os.getcwd()
     sinks = Sinks.install(sink_names(protocol.pyproject_table(config)), directory, os.environ)
     config.pluginmanager.register(LanePlugin(config, batch, sinks), LANE_PLUGIN)
