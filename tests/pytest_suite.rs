@@ -605,6 +605,17 @@ fn a_failing_case_names_itself_and_the_cases_after_it_are_not_reached() {
         let s = report_scene(&report, name).expect(name);
         assert_eq!(s["outcome"], want, "{name}: {report:#}");
     }
+    // Under the failed case, its traceback as pytest words it (the end line's
+    // failure_text): pytest itself prints it only in its summary, after the session.
+    let sat = report_scene(&report, "TestClamp.saturate").unwrap();
+    let tail = sat["attempts"][0]["output_tail"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        tail.lines()
+            .any(|l| l.starts_with("E ") && l.contains("golden mismatch on 'out'")),
+        "{sat:#}"
+    );
     let bytes = report_scene(&report, "TestClamp.bytes").unwrap();
     assert!(
         bytes["message"]

@@ -100,9 +100,13 @@ pub enum Effect {
     Restart { reason: String },
     /// A line was ignored.
     Warn(LaneNotice),
-    /// The scene ending next (the `Scene` that follows) wrote its output up to byte
-    /// `at` of the process's output file (its end line's `output_bytes`).
-    OutputUpTo { at: u64 },
+    /// What the end line of the scene ending next (the `Scene` that follows) said of
+    /// its output: it ends at byte `up_to` of the process's output file
+    /// (`output_bytes`), and the failure in the framework's words (`failure_text`).
+    SceneOutput {
+        up_to: Option<u64>,
+        failure_text: Option<String>,
+    },
 }
 
 /// Why a lane process ended.
@@ -370,11 +374,17 @@ impl Batch {
                 duration_secs,
                 message,
                 output_bytes,
+                failure_text,
             } => {
                 self.end(&scene, outcome.into(), duration_secs, message, now, out);
-                // Only an end that ended its scene says where that scene's output ends.
-                if let (Some(at), Some(Effect::Scene { .. })) = (output_bytes, out.last()) {
-                    out.insert(out.len() - 1, Effect::OutputUpTo { at });
+                // Only an end that ended its scene says anything of that scene's output.
+                let said = output_bytes.is_some() || failure_text.is_some();
+                if said && matches!(out.last(), Some(Effect::Scene { .. })) {
+                    let told = Effect::SceneOutput {
+                        up_to: output_bytes,
+                        failure_text,
+                    };
+                    out.insert(out.len() - 1, told);
                 }
             }
         }

@@ -80,13 +80,16 @@ fn start_and_end_events_give_outcomes() {
 fn an_end_that_says_where_its_output_ends_is_followed_by_the_scene() {
     let mut b = batch(&[("a", &[], None)]);
     b.feed(r#"{"scene": "a", "event": "start"}"#, 0.1);
-    let end = r#"{"scene": "a", "event": "end", "outcome": "failed", "output_bytes": 812}"#;
+    let end = r#"{"scene": "a", "event": "end", "outcome": "failed", "output_bytes": 812, "failure_text": "E   assert 1 == 0"}"#;
     let e = b.feed(end, 0.2);
     assert!(
         matches!(
             &e[..],
             [
-                Effect::OutputUpTo { at: 812 },
+                Effect::SceneOutput {
+                    up_to: Some(812),
+                    failure_text: Some(_)
+                },
                 Effect::Scene { scene: 0, .. }
             ]
         ),

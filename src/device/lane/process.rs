@@ -24,9 +24,10 @@ use crate::device::FrozenScene;
 /// How often a running lane's results file is read.
 const POLL: Duration = Duration::from_millis(5);
 
-/// The output a lane process wrote since `mark` (its scene's share of the log), up to
-/// where the process said that scene's output ends, if it did.
-fn output_since(log: &Path, mark: &mut u64, end: Option<u64>) -> String {
+/// The last lines of the output a lane process wrote since `mark` (its scene's share of
+/// the log), up to where the process said that scene's output ends, if it did, and then
+/// the failure in its framework's words, if it gave them.
+fn output_since(log: &Path, mark: &mut u64, end: Option<u64>, failure: Option<&str>) -> String {
     let mut out = OutputFile::from(log, *mark);
     let got = match end {
         Some(end) => out.read_last_before(16 * 1024, end),
@@ -34,7 +35,14 @@ fn output_since(log: &Path, mark: &mut u64, end: Option<u64>) -> String {
     }
     .unwrap_or_default();
     *mark = out.pos();
-    tail_lines(&String::from_utf8_lossy(&got.bytes))
+    let mut text = String::from_utf8_lossy(&got.bytes).into_owned();
+    if let Some(f) = failure {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(f);
+    }
+    tail_lines(&text)
 }
 
 /// Run a lane's batch in a process on `slots`, and the rest of it in fresh processes on
@@ -248,8 +256,9 @@ struct LaneProcess<'a> {
     t: Instant,
     /// The end of the log shown with a scene so far.
     mark: u64,
-    /// Where the output of the scene ending next ends, when the process said so.
-    output_end: Option<u64>,
+    /// What the process said of the output of the scene ending next: where it ends,
+    /// and the failure in its framework's words.
+    told: (Option<u64>, Option<String>),
     killing: Option<ProcessEnd>,
     /// A scene's timeout, said once the process has been stopped (its stop signal's
     /// output belongs to it).
@@ -305,7 +314,7 @@ impl<'a> LaneProcess<'a> {
             start: cx.now(),
             t: Instant::now(),
             mark: 0,
-            output_end: None,
+            told: (None, None),
             killing: None,
             expired: Vec::new(),
             stopped_at: None,
@@ -532,7 +541,7 @@ impl<'a> LaneProcess<'a> {
                 format!("restarted: {why}"),
             );
         }
-        let unreported = output_since(&self.log, &mut self.mark.clone(), None);
+        let unreported = output_since(&self.log, &mut self.mark.clone(), None, None);
         match self.cx.faults.matches(e, &unreported) {
             Some(why) => {
                 // None named: every id of the process.
@@ -673,7 +682,10 @@ impl<'a> LaneProcess<'a> {
                 let _ = self.tx.send(Event::Warning(w.clone()));
             }
             Effect::Fault { .. } | Effect::Restart { .. } => {}
-            Effect::OutputUpTo { at } => self.output_end = Some(*at),
+            Effect::SceneOutput {
+                up_to,
+                failure_text,
+            } => self.told = (*up_to, failure_text.clone()),
             Effect::Started { scene } => {
                 let _ = self.tx.send(Event::Started {
                     scene: self.batch[*scene],
@@ -687,8 +699,8 @@ impl<'a> LaneProcess<'a> {
                 message,
             } => {
                 let outcome = *verdict;
-                let end = self.output_end.take();
-                let mut output = output_since(&self.log, &mut self.mark, end);
+                let (end, failure) = std::mem::take(&mut self.told);
+                let mut output = output_since(&self.log, &mut self.mark, end, failure.as_deref());
                 let quiet = outcome.not_a_failure() || outcome == AttemptOutcome::NotRun;
                 let mut message = message.clone();
                 // The scene a stop signal was sent for gets what followed it.

@@ -43,6 +43,11 @@ pub enum LaneEvent {
         /// ends where the output stands when the line is read).
         #[serde(default, deserialize_with = "lenient::bytes")]
         output_bytes: Option<u64>,
+        /// The failure as the process's test framework words it (its traceback and the
+        /// output it captured), which it may print only later, at its end: shown under
+        /// the failed scene after its share of the output.
+        #[serde(default, deserialize_with = "lenient::text")]
+        failure_text: Option<String>,
     },
     /// The runtime is poisoned: a fresh process on the same ids should run the rest.
     Restart {

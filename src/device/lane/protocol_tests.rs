@@ -27,7 +27,8 @@ fn parses_every_kind_of_line() {
             outcome: Outcome::Failed,
             duration_secs: Some(1.5),
             message: Some("MISMATCH".into()),
-            output_bytes: Some(4096)
+            output_bytes: Some(4096),
+            failure_text: None
         })
     );
     assert_eq!(
@@ -83,7 +84,8 @@ fn optional_keys_of_the_wrong_type_are_read_as_absent() {
             outcome: Outcome::Passed,
             duration_secs: None,
             message: None,
-            output_bytes: None
+            output_bytes: None,
+            failure_text: None
         })
     );
     assert_eq!(
@@ -135,6 +137,7 @@ fn every_event() -> Vec<LaneEvent> {
             duration_secs: None,
             message: None,
             output_bytes: None,
+            failure_text: None,
         },
         LaneEvent::Restart { reason: None },
         LaneEvent::DeviceFault {

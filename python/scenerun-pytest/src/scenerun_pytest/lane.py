@@ -43,6 +43,13 @@ class EndRecord(_EndRecordKeys, total=False):
     #: The size of the process's output file once its streams are flushed: where the
     #: scene's share of the output ends (none when the output is no regular file).
     output_bytes: int
+    #: A failed scene's failure as pytest words it (traceback, captured output), which
+    #: pytest itself prints only in its summary at the session's end.
+    failure_text: str
+
+
+#: The most of a failure's text an end record carries (its end: where the error is).
+FAILURE_TEXT_CAP = 8192
 
 
 class RestartRecord(TypedDict):
@@ -173,6 +180,8 @@ class Batch:
     #: Flushes the process's output and says how far it stands (``output_bytes``);
     #: the plugin sets it, none outside pytest.
     output_mark: Callable[[], int | None] | None = None
+    #: scene -> its failures as pytest words them so far (``failure_text``).
+    failures: dict[str, list[str]] = field(default_factory=dict)
 
     def start(self, entry: Entry) -> None:
         if entry.scene not in self.started:
@@ -188,6 +197,11 @@ class Batch:
         """One phase of a node scene's node ended so; the node counts when it finishes."""
         old = self.phases.get(nodeid)
         self.phases[nodeid] = (entry, verdict if old is None else old[1].of_phases(verdict))
+
+    def keep_failure(self, entry: Entry, text: str) -> None:
+        """A failure of the scene in pytest's words: its end record carries it."""
+        if text.strip():
+            self.failures.setdefault(entry.scene, []).append(text.rstrip("\n"))
 
     def expect(self, entry: Entry) -> None:
         self.left[entry.scene] = self.left.get(entry.scene, 0) + 1
@@ -218,6 +232,9 @@ class Batch:
         at = self.output_mark() if self.output_mark else None
         if at is not None:
             record["output_bytes"] = at
+        failures = self.failures.pop(entry.scene, [])
+        if failures and verdict.outcome in (Outcome.FAILED, Outcome.ERROR):
+            record["failure_text"] = "\n".join(failures)[-FAILURE_TEXT_CAP:]
         self.results.write(record)
         if self.restart is not None:
             self.say_restart()

@@ -139,6 +139,16 @@ def _is_per_case(item: pytest.Item) -> bool:
     return spec is not None and "scene_case" in spec.params
 
 
+def _failure_text(report: pytest.TestReport) -> str:
+    """A failed phase as pytest's summary prints it: its traceback, then the output it
+    captured."""
+    parts = [report.longreprtext]
+    for title, content in report.sections:
+        if content.strip():
+            parts.append(f"{f' {title} ':-^80}\n{content.rstrip()}")
+    return "\n".join(parts)
+
+
 def _expected_xfail(item: pytest.Item) -> bool:
     try:
         from _pytest.skipping import xfailed_key
@@ -304,7 +314,9 @@ class LanePlugin:
             setattr(cls, self.names.cases, cases)
         verdict = self._case_verdict(item, raised)
         if raised is not None and verdict.outcome is Outcome.FAILED:
-            self._check_restart(item, pytest.ExceptionInfo.from_exception(raised))
+            excinfo = pytest.ExceptionInfo.from_exception(raised)
+            self.batch.keep_failure(entry, str(item.repr_failure(excinfo)))
+            self._check_restart(item, excinfo)
         self.batch.note(entry, verdict)
         self.batch.finish(entry)  # its end, then the restart line if it poisoned the runtime
         return raised
@@ -381,6 +393,8 @@ class LanePlugin:
             if report.when == "setup":
                 self.batch.start(node_entry)
             self.batch.note_phase(report.nodeid, node_entry, of_report(report))
+            if report.failed:
+                self.batch.keep_failure(node_entry, _failure_text(report))
 
     def _poisoned_skip(self, report: pytest.TestReport) -> bool:
         """A skip the suite made because its runtime is poisoned (its sink names the
