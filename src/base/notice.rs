@@ -92,6 +92,14 @@ pub enum Notice {
     /// The run cannot hear its compiler shims (`cache::witness`): nothing they keep is
     /// signed, so under `cache.verify_key` each compiles again next time.
     CompilesNotSigned { why: String },
+    /// A process of this user that told the run of a compile it kept (pid `pid`) runs
+    /// `runs`, not this scenerun (`me`): nothing it kept is signed. Under qemu-user the
+    /// kernel names the emulator as every emulated process's executable.
+    ShimRefused {
+        pid: i32,
+        runs: PathBuf,
+        me: PathBuf,
+    },
     /// A compiler of `compile_cache:` got no shim, so none of its compiles goes through
     /// the cache.
     ShimLeftOut { compiler: String, why: ShimMissing },

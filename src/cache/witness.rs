@@ -27,6 +27,17 @@ const MAX_MESSAGE: u64 = 1 << 20;
 pub struct Witness {
     path: PathBuf,
     told: Arc<Mutex<BTreeMap<String, Vec<Told>>>>,
+    /// The first peer of this user refused for not running this executable.
+    refused: Arc<Mutex<Option<Refused>>>,
+}
+
+/// A peer of this user that was not running this executable: its pid, what the kernel
+/// says it runs, and what this run is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub pid: i32,
+    pub runs: PathBuf,
+    pub me: PathBuf,
 }
 
 /// A key as scenerun makes them: 64 lowercase hex digits.
@@ -41,10 +52,18 @@ impl Witness {
         let listener = UnixListener::bind(path)?;
         let told: Arc<Mutex<BTreeMap<String, Vec<Told>>>> = Arc::default();
         let kept = told.clone();
+        let refused: Arc<Mutex<Option<Refused>>> = Arc::default();
+        let first_refused = refused.clone();
         let me = std::fs::read_link("/proc/self/exe")?;
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                if let Some((key, files)) = receive(stream, &me) {
+                let heard = receive(stream, &me).map_err(|r| {
+                    let mut first = first_refused
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    first.get_or_insert(r);
+                });
+                if let Ok(Some((key, files))) = heard {
                     // The latest word: a second compile of the same key (its twin
                     // was not signed yet, so it missed) replaced the entry.
                     kept.lock()
@@ -56,7 +75,18 @@ impl Witness {
         Ok(Witness {
             path: path.to_path_buf(),
             told,
+            refused,
         })
+    }
+
+    /// The first peer of this user refused for running another executable, if any: what
+    /// such a peer told is never signed. Under qemu-user the kernel shows the emulator
+    /// as every emulated process's executable, so each shim is refused there.
+    pub fn refused(&self) -> Option<Refused> {
+        self.refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub fn path(&self) -> &Path {
@@ -85,26 +115,40 @@ impl Drop for Witness {
 
 /// One shim's message, when its sender is this executable run by this user: the key and
 /// files it published. Answered `ok` once kept, so the shim exits only after (its pid
-/// is still its own while `/proc/<pid>/exe` is read).
-fn receive(stream: UnixStream, me: &Path) -> Option<(String, Vec<Told>)> {
+/// is still its own while `/proc/<pid>/exe` is read). Err: a peer of this user running
+/// another executable; Ok(None): anything else not taken.
+fn receive(stream: UnixStream, me: &Path) -> Result<Option<(String, Vec<Told>)>, Refused> {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let (pid, uid) = peer(&stream)?;
+    let Some((pid, uid)) = peer(&stream) else {
+        return Ok(None);
+    };
     // SAFETY: geteuid has no preconditions.
     if uid != unsafe { libc::geteuid() } {
-        return None;
+        return Ok(None);
     }
-    if std::fs::read_link(format!("/proc/{pid}/exe")).ok()? != me {
-        return None;
+    let Ok(runs) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
+        return Ok(None);
+    };
+    if runs != me {
+        return Err(Refused {
+            pid,
+            runs,
+            me: me.to_path_buf(),
+        });
     }
     let mut line = Vec::new();
     let mut r = BufReader::new(std::io::Read::take(&stream, MAX_MESSAGE));
-    r.read_until(b'\n', &mut line).ok()?;
-    let (key, files): (String, Vec<Told>) = serde_json::from_slice(&line).ok()?;
+    if r.read_until(b'\n', &mut line).is_err() {
+        return Ok(None);
+    }
+    let Ok((key, files)) = serde_json::from_slice::<(String, Vec<Told>)>(&line) else {
+        return Ok(None);
+    };
     if !is_key(&key) || files.is_empty() {
-        return None;
+        return Ok(None);
     }
     let _ = (&stream).write_all(b"ok\n");
-    Some((key, files))
+    Ok(Some((key, files)))
 }
 
 /// The pid and uid of the process at the other end of `stream` (`SO_PEERCRED`).
@@ -205,6 +249,47 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A message from this very executable is taken; one from another program of the
+    /// same user is not, and the run can say which program that was.
+    #[test]
+    fn only_this_executable_is_heard_and_the_first_other_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Witness::listen(&dir.path().join("compiles.sock")).unwrap();
+        let key = "ab".repeat(32);
+        let file = FileRecord {
+            path: "out.o".into(),
+            size: 3,
+            blake3: "00".repeat(32),
+            stamp: None,
+        };
+        tell(w.path(), &key, std::slice::from_ref(&file)).expect("heard");
+        assert!(w.told.lock().unwrap().contains_key(&key));
+        assert_eq!(w.refused(), None);
+        let other = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\ntry:\n    s.sendall(b'[\"' + b'cd' * 32 + b'\", [[\"x\", 1, \"00\"]]]\\n')\n    print(s.recv(10))\nexcept OSError:\n    print(b'')",
+            ])
+            .arg(w.path())
+            .output()
+            .expect("python3");
+        assert!(other.status.success(), "{other:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&other.stdout).trim(),
+            "b''",
+            "no ok"
+        );
+        // Noted just after its connection is dropped: wait for it, bounded.
+        let t = std::time::Instant::now();
+        while w.refused().is_none() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let r = w.refused().expect("the other program is named");
+        assert_ne!(r.runs, r.me);
+        assert!(r.runs.to_string_lossy().contains("python3"), "{r:?}");
+        assert!(!w.told.lock().unwrap().contains_key(&"cd".repeat(32)));
+    }
 
     #[test]
     fn keys_are_64_lowercase_hex_digits() {

@@ -624,6 +624,13 @@ fn run_in(plan: &Plan, opts: &Options, inv: &Invocation) -> Result<Exit> {
     record_history(plan, &r);
     let compiles = crate::compiled::RunLog::read(&frozen.run_dir);
     if let Some(w) = &witness {
+        if let Some(r) = w.refused() {
+            shown.notice(Notice::ShimRefused {
+                pid: r.pid,
+                runs: r.runs,
+                me: r.me,
+            });
+        }
         w.sign_told(&plan.store);
     }
     if compiles.ignored > 0 {

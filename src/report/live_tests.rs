@@ -220,6 +220,11 @@ fn every_notice_of_the_outer() {
         Notice::CompilesNotSigned {
             why: "Address already in use".into(),
         },
+        Notice::ShimRefused {
+            pid: 4242,
+            runs: "/usr/libexec/qemu-binfmt/aarch64-binfmt-P".into(),
+            me: "/work/target/aarch64-unknown-linux-gnu/debug/scenerun".into(),
+        },
     ];
     let text: String = notices
         .iter()

@@ -48,6 +48,7 @@ pub fn line(n: &Notice) -> (String, Level) {
         | Notice::NoHealthyDevice { .. }
         | Notice::CompileLogIgnored { .. }
         | Notice::CompilesNotSigned { .. }
+        | Notice::ShimRefused { .. }
         | Notice::ShimLeftOut { .. }
         | Notice::GrantRefused { .. }
         | Notice::InnerAgain
@@ -314,6 +315,14 @@ fn device_line(n: &Notice) -> (String, Level) {
             ),
             Notice::CompilesNotSigned { why } => (
                 format!("notice: compile_cache: what this run's compiles keep will not be signed: {why}"),
+                Level::Always,
+            ),
+            Notice::ShimRefused { pid, runs, me } => (
+                format!(
+                    "notice: compile_cache: a compile kept by pid {pid} is not signed: the kernel says it runs {}, not this scenerun ({}); under qemu-user every emulated process runs the emulator, so nothing kept is signed there and each compile runs again under the verify key",
+                    runs.display(),
+                    me.display()
+                ),
                 Level::Always,
             ),
             Notice::NoHealthyDevice { quarantined } => (
