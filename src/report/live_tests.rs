@@ -58,6 +58,14 @@ fn lane(scenes: usize, startup: Option<f64>, before: Option<f64>, restart: bool)
     })
 }
 
+/// A lane's results line of no known kind, as the inner run notes it.
+fn garbage_line() -> Event {
+    Event::Warning(crate::base::notice::LaneNotice::Garbage {
+        why: "not JSON (expected value at line 1 column 1)".into(),
+        line: "garbage".into(),
+    })
+}
+
 /// A run that writes one line of every kind, read back from the live file.
 fn every_line() -> Vec<Live> {
     let dir = tempfile::tempdir().unwrap();
@@ -144,14 +152,7 @@ fn every_line() -> Vec<Live> {
     ] {
         r.event(&attempt_event(a), name, follow);
     }
-    r.event(
-        &Event::Warning(crate::base::notice::LaneNotice::Garbage {
-            why: "not JSON (expected value at line 1 column 1)".into(),
-            line: "garbage".into(),
-        }),
-        "",
-        FollowUp::Final,
-    );
+    r.event(&garbage_line(), "", FollowUp::Final);
     r.event(&lane(1, Some(0.5), None, false), "", FollowUp::Final);
     r.event(&lane(3, None, None, true), "", FollowUp::Final);
     r.event(&lane(2, Some(0.25), Some(1.5), false), "", FollowUp::Final);
