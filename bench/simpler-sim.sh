@@ -79,7 +79,12 @@ for cc in g++-15 gcc-15; do
     printf '#!/bin/sh\nkind=probe; out=-; next=\nfor a in "$@"; do [ -n "$next" ] && out=$a && next=; case "$a" in -c) kind=compile ;; -o) kind=compile; next=1 ;; esac; done\necho "$(date +%%s.%%N) %s $kind $out" >> "$COMPILE_LOG"\nexec %s "$@"\n' "$cc" "$real" > "$SHIMS/$cc"
     chmod +x "$SHIMS/$cc"
 done
-export PATH=$SHIMS:$(dirname "$SCENERUN"):$ROOT/fixtures/bin:$PATH
+# `scenerun` on PATH is $SCENERUN whatever its file is called (a copy named otherwise
+# beside another scenerun would be passed over for that one).
+mkdir -p "$BENCH_TMP/bin"
+ln -sf "$(realpath "$SCENERUN")" "$BENCH_TMP/bin/scenerun"
+export PATH=$SHIMS:$BENCH_TMP/bin:$ROOT/fixtures/bin:$PATH
+log "scenerun on PATH: $(command -v scenerun) -> $(realpath "$SCENERUN") ($(scenerun --version))"
 
 export TASK_SUBMIT_DEVICES=$DEVICES
 export TASK_SUBMIT_POOL=$BENCH_TMP/pool
