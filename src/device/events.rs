@@ -253,7 +253,6 @@ pub struct Accumulator {
     pub attempts: Vec<Vec<Attempt>>,
     pub lanes: Vec<LaneRecord>,
     pub quarantined: BTreeSet<usize>,
-    pub warnings: Vec<LaneNotice>,
     /// Scenes started and not ended yet: what a run killed now cut short.
     pub running: BTreeSet<usize>,
 }
@@ -277,7 +276,7 @@ impl Accumulator {
             }
             Event::Lane(r) => self.lanes.push(r.clone()),
             Event::Fault { slots } => self.quarantined.extend(slots.iter().copied()),
-            Event::Warning(w) => self.warnings.push(w.clone()),
+            Event::Warning(_) => {}
             Event::Done { .. } => {}
         }
     }

@@ -42,6 +42,14 @@ enum State {
     Done,
 }
 
+/// What an end line says besides its scene and verdict.
+struct EndSaid {
+    duration: Option<f64>,
+    message: Option<String>,
+    output_bytes: Option<u64>,
+    failure_text: Option<String>,
+}
+
 /// A duration a lane claims for what ran from `since` until `now` (seconds since its
 /// process started): at most `now - since`, the time scenerun saw it run, so no scene is
 /// busier than its process held the ids. A claim past the process's whole life is
@@ -376,16 +384,13 @@ impl Batch {
                 output_bytes,
                 failure_text,
             } => {
-                self.end(&scene, outcome.into(), duration_secs, message, now, out);
-                // Only an end that ended its scene says anything of that scene's output.
-                let said = output_bytes.is_some() || failure_text.is_some();
-                if said && matches!(out.last(), Some(Effect::Scene { .. })) {
-                    let told = Effect::SceneOutput {
-                        up_to: output_bytes,
-                        failure_text,
-                    };
-                    out.insert(out.len() - 1, told);
-                }
+                let said = EndSaid {
+                    duration: duration_secs,
+                    message,
+                    output_bytes,
+                    failure_text,
+                };
+                self.end(&scene, outcome.into(), said, now, out)
             }
         }
     }
@@ -395,8 +400,7 @@ impl Batch {
         &mut self,
         scene: &str,
         verdict: AttemptOutcome,
-        duration: Option<f64>,
-        message: Option<String>,
+        said: EndSaid,
         now: f64,
         out: &mut Vec<Effect>,
     ) {
@@ -409,16 +413,23 @@ impl Batch {
                 self.result_seen(now);
                 self.close_others(i, out);
                 self.state[i] = State::Done;
-                let duration = match duration {
+                let duration = match said.duration {
                     Some(d) => bounded(scene, d, since, now, out),
                     None => (now - since).max(0.0),
                 };
+                // What it said of its output goes just before the scene's own effect.
+                if said.output_bytes.is_some() || said.failure_text.is_some() {
+                    out.push(Effect::SceneOutput {
+                        up_to: said.output_bytes,
+                        failure_text: said.failure_text,
+                    });
+                }
                 out.push(Effect::Scene {
                     scene: i,
                     verdict,
                     started: since,
                     duration,
-                    message,
+                    message: said.message,
                 });
             }
             Some(_) => out.push(Effect::Warn(LaneNotice::SecondEnd {
