@@ -1032,3 +1032,44 @@ fn the_plugin_installs_into_any_venv_and_writes_nothing_into_its_tree() {
         .unwrap();
     assert!(o.status.success(), "{}", show(&o));
 }
+
+/// The failure text the plugin sends with a failed scene's end line is pytest's own:
+/// under the failed scene, after its share of the output, the lines are the ones
+/// pytest's session summary prints for that node in the same process, byte for byte and
+/// in the same order.
+#[test]
+fn a_failed_scenes_failure_text_is_pytests_own_summary_of_it() {
+    let d = Demo::new();
+    let o = d.scenerun(&["warm"]).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", show(&o));
+    let o = d
+        .scenerun(&[
+            "device",
+            "--no-lock",
+            "--devices",
+            "0",
+            "-k",
+            "TestClamp.saturate",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 1, "{}", show(&o));
+    let report = read_json(&d.dir().join("build/scenerun/report.json")).unwrap();
+    let sat = report_scene(&report, "TestClamp.saturate").unwrap();
+    let tail = sat["attempts"][0]["output_tail"]
+        .as_str()
+        .unwrap_or_default();
+    // Its first line is the scene's share of the output (pytest's progress mark).
+    let told: Vec<&str> = tail.lines().skip(1).collect();
+    assert!(
+        told.iter().any(|l| l.starts_with("E ")),
+        "a traceback under the scene: {sat:#}"
+    );
+    let log = fs::read_to_string(d.dir().join("build/scenerun/logs/lanes/pytest.0.log")).unwrap();
+    let summary = &log[log.find("= FAILURES =").expect("pytest's own summary")..];
+    assert!(
+        summary.contains(&told.join("\n")),
+        "not pytest's own words:\n{}\n--- pytest's summary:\n{summary}",
+        told.join("\n")
+    );
+}

@@ -102,12 +102,23 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return "skipped"
 
 
-def _failure_text(report: pytest.TestReport) -> str:
+def _crash_line(report: pytest.TestReport) -> str:
+    """A failed phase's one-line reason (its verdict's message)."""
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
         return str(crash.message)
     lines = str(report.longrepr).strip().splitlines()
     return lines[-1] if lines else ""
+
+
+def failure_text(report: pytest.TestReport) -> str:
+    """A failed phase whole, as pytest's summary prints it: its traceback, then the
+    output it captured (an end record's ``failure_text``)."""
+    parts = [report.longreprtext]
+    for title, content in report.sections:
+        if content.strip():
+            parts.append(f"{f' {title} ':-^80}\n{content.rstrip()}")
+    return "\n".join(parts)
 
 
 def of_report(report: pytest.TestReport) -> Verdict:
@@ -120,7 +131,7 @@ def of_report(report: pytest.TestReport) -> Verdict:
             return Verdict(Outcome.XPASSED, "xpassed")
     if report.failed:
         outcome = Outcome.FAILED if report.when == "call" else Outcome.ERROR
-        return Verdict(outcome, f"{report.when}: {_failure_text(report)}")
+        return Verdict(outcome, f"{report.when}: {_crash_line(report)}")
     if report.skipped:
         if xfail is not None:
             return Verdict(Outcome.XFAILED, f"xfail: {xfail}" if xfail else "xfail")

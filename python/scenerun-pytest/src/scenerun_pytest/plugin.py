@@ -33,7 +33,7 @@ import pytest
 from . import SceneTest, codec, dumps, hookspecs, install, output, prestart, protocol, restart
 from .lane import CASE_OPTION, Batch, Entry, scene_outputs
 from .lane import load as load_batch
-from .outcome import Outcome, Verdict, of_exception, of_report
+from .outcome import Outcome, Verdict, failure_text, of_exception, of_report
 from .poison import Sinks, sink_names
 
 _BATCH = pytest.StashKey["Batch | None"]()
@@ -137,16 +137,6 @@ def _cwd_id(item: pytest.Item) -> str:
 def _is_per_case(item: pytest.Item) -> bool:
     spec = getattr(item, "callspec", None)
     return spec is not None and "scene_case" in spec.params
-
-
-def _failure_text(report: pytest.TestReport) -> str:
-    """A failed phase as pytest's summary prints it: its traceback, then the output it
-    captured."""
-    parts = [report.longreprtext]
-    for title, content in report.sections:
-        if content.strip():
-            parts.append(f"{f' {title} ':-^80}\n{content.rstrip()}")
-    return "\n".join(parts)
 
 
 def _expected_xfail(item: pytest.Item) -> bool:
@@ -394,7 +384,7 @@ class LanePlugin:
                 self.batch.start(node_entry)
             self.batch.note_phase(report.nodeid, node_entry, of_report(report))
             if report.failed:
-                self.batch.keep_failure(node_entry, _failure_text(report))
+                self.batch.keep_failure(node_entry, failure_text(report))
 
     def _poisoned_skip(self, report: pytest.TestReport) -> bool:
         """A skip the suite made because its runtime is poisoned (its sink names the
